@@ -1,0 +1,437 @@
+"""The computation graph: nodes (primitive ops), data and schedule edges, tensor store, reference execution.
+
+A :class:`Graph` is both the program and its runtime state. Nodes hold a
+primitive :class:`~luminal.ops.Op`; a data edge carries the source node, its
+output slot and the :class:`~luminal.shape.ShapeTracker` through which the
+consumer reads it (views live on edges, never in nodes). Schedule edges only
+order execution. ``execute()`` is the reference interpreter: it runs each node
+with numpy in topological order and frees intermediates by reference count.
+
+Example::
+
+    >>> import luminal as lm
+    >>> cx = lm.Graph()
+    >>> a = cx.tensor(3).set([1.0, 2.0, 3.0])
+    >>> b = (a * 2 + 1).retrieve()
+    >>> cx.execute()
+    >>> b.data()
+    array([3., 5., 7.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import ops
+from .dtype import DType, as_dtype
+from .ops import GraphError, Op
+from .shape import Expression, ShapeTracker, UnboundSymbolError, to_expr
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A data dependency: input slot ``input_order`` of the consumer reads ``(src, output)`` through ``shape``."""
+
+    src: int
+    output: int
+    shape: ShapeTracker
+
+
+@dataclass
+class Node:
+    """A graph node: a primitive op, its ordered inputs, and its output's logical dims and dtype."""
+
+    id: int
+    op: Op
+    inputs: list[Edge]
+    dims: tuple[Expression, ...]
+    dtype: DType
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.op)
+
+
+@dataclass
+class OpTiming:
+    """One row of :meth:`Graph.execute_debug`."""
+
+    node: int
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    seconds: float
+
+
+class Graph:
+    """A lazy computation graph plus the reference interpreter (see the module docstring).
+
+    Attributes:
+        nodes: node id -> :class:`Node`.
+        schedule: ``(before, after)`` pairs that only order execution.
+        tensors: ``(node id, output slot)`` -> numpy array (contiguous, logical shape of that node).
+        dyn_map: symbol name -> bound value.
+        no_delete: nodes whose outputs survive ``execute`` (weights, kept tensors).
+        to_retrieve: nodes whose outputs are kept for ``GraphTensor.data()`` after ``execute``.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        self.schedule: set[tuple[int, int]] = set()
+        self.tensors: dict[tuple[int, int], np.ndarray] = {}
+        self.dyn_map: dict[str, int] = {}
+        self.no_delete: set[int] = set()
+        self.to_retrieve: set[int] = set()
+        self.deferred: dict[int, Callable[[Mapping[str, int]], object]] = {}
+        self.post_execute_hooks: list[Callable[["Graph"], None]] = []
+        self.diff_results: dict[str, dict] = {}
+        self.runtime = None  # a compiled backend replaces the reference interpreter here
+        self._next_id = 0
+        self._order: list[int] | None = None
+        self._consumer_counts: dict[tuple[int, int], int] | None = None
+
+    # ------------------------------------------------------------------ building
+    def add_op(self, op: Op, inputs: Sequence[tuple[int, ShapeTracker]] = (), dims: Iterable = (),
+               dtype: DType | str = DType.float32, name: str = "", output_slots: Sequence[int] | None = None) -> int:
+        """Add a node computing ``op`` over ``inputs`` (``(node id, view)`` pairs); returns its id."""
+        dtype = as_dtype(dtype)
+        edges = []
+        for k, (src, shape) in enumerate(inputs):
+            if src not in self.nodes:
+                raise GraphError(f"{op.name}: input {k} refers to node {src}, which is not in this graph")
+            edges.append(Edge(src, 0 if output_slots is None else output_slots[k], shape))
+        op.check([self.nodes[e.src].dtype for e in edges], [e.shape for e in edges])
+        node_id = self._next_id
+        self._next_id += 1
+        self.nodes[node_id] = Node(node_id, op, edges, tuple(to_expr(d) for d in dims), dtype, name)
+        self._invalidate()
+        return node_id
+
+    def tensor(self, shape=(), dtype: DType | str = DType.float32, name: str = "input"):
+        """A new input tensor. ``shape`` is an int, a symbol name, or a tuple of them: ``cx.tensor(("batch", 784))``."""
+        from .tensor import GraphTensor  # the tensor layer sits above the graph
+
+        dims = _normalize_shape(shape)
+        node = self.add_op(ops.Input(name, self._next_id), (), dims, dtype, name)
+        return GraphTensor(self, node, ShapeTracker.contiguous_of(dims), as_dtype(dtype))
+
+    def named_tensor(self, name: str, shape=(), dtype: DType | str = DType.float32):
+        """:meth:`tensor` with the name first (the seed's spelling)."""
+        return self.tensor(shape, dtype, name)
+
+    # Tensors made inside the graph (implemented by the tensor layer, luminal/hl_ops/creation.py).
+    def constant(self, value, dtype=None, shape=()):
+        """A scalar constant (number or symbolic expression), optionally broadcast to ``shape``."""
+        from .hl_ops import creation
+        return creation.constant(self, value, dtype, shape)
+
+    def iota(self, expr, shape, dtype=DType.int32):
+        """Evaluate ``expr`` of the flat index ``z`` over ``shape``."""
+        from .hl_ops import creation
+        return creation.iota(self, expr, shape, dtype)
+
+    def arange(self, start, stop=None, step=1, dtype=None):
+        """``torch.arange`` (int64 for integer arguments, float32 otherwise; ``stop`` may be symbolic)."""
+        from .hl_ops import creation
+        return creation.arange(self, start, stop, step, dtype)
+
+    def full(self, shape, value, dtype=None):
+        from .hl_ops import creation
+        return creation.full(self, shape, value, dtype)
+
+    def zeros(self, shape, dtype=DType.float32):
+        from .hl_ops import creation
+        return creation.zeros(self, shape, dtype)
+
+    def ones(self, shape, dtype=DType.float32):
+        from .hl_ops import creation
+        return creation.ones(self, shape, dtype)
+
+    def rand(self, shape, seed: int = 0, low: float = 0.0, high: float = 1.0, dtype=DType.float32):
+        """Seeded uniform random input of ``shape``."""
+        from .hl_ops import creation
+        return creation.rand(self, shape, seed, low, high, dtype)
+
+    def randn(self, shape, seed: int = 0, mean: float = 0.0, std: float = 1.0, dtype=DType.float32):
+        """Seeded normal random input of ``shape``."""
+        from .hl_ops import creation
+        return creation.randn(self, shape, seed, mean, std, dtype)
+
+    def tril(self, rows, cols=None, diagonal: int = 0, dtype=DType.float32):
+        """Lower-triangular mask of ones (``col - row <= diagonal``)."""
+        from .hl_ops import creation
+        return creation.tril_mask(self, rows, cols, diagonal, dtype)
+
+    def triu(self, rows, cols=None, diagonal: int = 0, dtype=DType.float32):
+        """Upper-triangular mask of ones (``col - row >= diagonal``)."""
+        from .hl_ops import creation
+        return creation.triu_mask(self, rows, cols, diagonal, dtype)
+
+    def add_schedule_dependency(self, before: int, after: int) -> None:
+        """Force ``before`` to run before ``after`` without a data edge."""
+        self.schedule.add((before, after))
+        self._invalidate()
+
+    def set_dim(self, name: str, value: int) -> None:
+        """Bind symbol ``name`` to ``value`` for the following executions."""
+        if not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"symbol '{name}' must be bound to a non-negative int, got {value!r}")
+        self.dyn_map[name] = int(value)
+
+    # ------------------------------------------------------------------ structure queries
+    def _invalidate(self) -> None:
+        self._order = None
+        self._consumer_counts = None
+
+    def consumers(self, node_id: int) -> list[int]:
+        """Nodes with a data edge from ``node_id`` (with repeats for repeated use)."""
+        return [n.id for n in self.nodes.values() for e in n.inputs if e.src == node_id]
+
+    def toposort(self) -> list[int]:
+        """Node ids in an execution order honouring data and schedule edges (cached until the graph changes)."""
+        if self._order is not None:
+            return self._order
+        deps: dict[int, set[int]] = {i: {e.src for e in n.inputs} for i, n in self.nodes.items()}
+        for before, after in self.schedule:
+            if before in deps and after in deps:
+                deps[after].add(before)
+        users: dict[int, list[int]] = {i: [] for i in self.nodes}
+        for i, ds in deps.items():
+            for d in ds:
+                users[d].append(i)
+        remaining = {i: len(ds) for i, ds in deps.items()}
+        ready = sorted(i for i, r in remaining.items() if r == 0)
+        order = []
+        import heapq
+        heapq.heapify(ready)
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for u in users[i]:
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(self.nodes):
+            raise GraphError("the graph has a cycle (check schedule dependencies)")
+        self._order = order
+        counts: dict[tuple[int, int], int] = {}
+        for n in self.nodes.values():
+            for e in n.inputs:
+                counts[(e.src, e.output)] = counts.get((e.src, e.output), 0) + 1
+        self._consumer_counts = counts
+        return order
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def summary(self) -> str:
+        """A short text summary: node count, counts per op type, inputs and outputs."""
+        counts: dict[str, int] = {}
+        for n in self.nodes.values():
+            counts[n.op.name] = counts.get(n.op.name, 0) + 1
+        inputs = [n for n in self.nodes.values() if isinstance(n.op, ops.Input)]
+        ops_txt = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        lines = [f"Graph with {len(self.nodes)} nodes, {sum(len(n.inputs) for n in self.nodes.values())} data edges, "
+                 f"{len(self.schedule)} schedule edges",
+                 f"  ops: {ops_txt}",
+                 "  inputs: " + ", ".join(f"{n.label}{list(n.dims)}:{n.dtype.value}" for n in inputs),
+                 f"  retrieved: {sorted(self.to_retrieve)}  kept: {sorted(self.no_delete)}"]
+        if self.dyn_map:
+            lines.append(f"  symbols: {self.dyn_map}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ compilation
+    def compile(self, compiler, remap=()):
+        """Run ``compiler`` (an object with ``compile(graph, remap)`` or a callable) over this graph.
+
+        ``remap`` holds the user's ``GraphTensor`` handles so passes that replace nodes keep them valid.
+        """
+        fn = compiler.compile if hasattr(compiler, "compile") else compiler
+        out = fn(self, remap)
+        self._invalidate()
+        self.toposort()
+        self.reset()
+        return out
+
+    def reset(self) -> None:
+        """Drop every stored tensor that is not an input's data or in ``no_delete``."""
+        keep = self._persistent_ids()
+        for key in [k for k in self.tensors if k[0] not in keep]:
+            del self.tensors[key]
+
+    def _persistent_ids(self) -> set[int]:
+        return {i for i, n in self.nodes.items() if isinstance(n.op, ops.Input)} | self.no_delete
+
+    # ------------------------------------------------------------------ execution
+    def execute(self) -> None:
+        """Run the graph. Results of ``retrieve()``d tensors are then available through ``data()``."""
+        if self.runtime is not None:
+            self.runtime.execute(self)
+        else:
+            self._interpret(None)
+        for hook in list(self.post_execute_hooks):
+            hook(self)
+
+    def execute_debug(self, print_table: bool = True) -> list[OpTiming]:
+        """Like :meth:`execute` (reference interpreter) but times each op; prints and returns the table."""
+        rows: list[OpTiming] = []
+        self._interpret(rows)
+        for hook in list(self.post_execute_hooks):
+            hook(self)
+        if print_table:
+            total = sum(r.seconds for r in rows)
+            print(f"{'node':>6}  {'op':<16} {'dtype':<8} {'shape':<24} {'ms':>9}")
+            for r in rows:
+                print(f"{r.node:>6}  {r.op:<16} {r.dtype:<8} {str(list(r.shape)):<24} {r.seconds * 1e3:>9.3f}")
+            print(f"{'':>6}  {'total':<16} {'':<8} {'':<24} {total * 1e3:>9.3f}")
+        return rows
+
+    def _bindings(self) -> dict[str, int]:
+        return dict(self.dyn_map)
+
+    def _interpret(self, timings: list[OpTiming] | None) -> None:
+        order = self.toposort()
+        counts = dict(self._consumer_counts)
+        keep = self._persistent_ids() | self.to_retrieve
+        self.reset()
+        bindings = self._bindings()
+        for node_id in order:
+            node = self.nodes[node_id]
+            start = time.perf_counter()
+            try:
+                out_shape = tuple(d.evaluate(bindings) for d in node.dims)
+            except UnboundSymbolError as err:
+                raise UnboundSymbolError(f"{err} (needed for the shape {list(node.dims)} of node {node_id} "
+                                         f"'{node.label}'); bind it with set() data or Graph.set_dim") from None
+            if isinstance(node.op, ops.Input):
+                self._load_input(node, out_shape, bindings)
+                if timings is not None:
+                    timings.append(OpTiming(node_id, "Input", out_shape, node.dtype.value, time.perf_counter() - start))
+                continue
+            args = []
+            for e in node.inputs:
+                buf = self.tensors.get((e.src, e.output))
+                if buf is None:
+                    raise GraphError(f"node {node_id} '{node.label}' needs the output of node {e.src}, which was not "
+                                     "computed (was it dropped?)")
+                try:
+                    args.append(e.shape.gather_numpy(buf, bindings))
+                except UnboundSymbolError as err:
+                    raise UnboundSymbolError(f"{err} (in the view read by node {node_id} '{node.label}')") from None
+            result = node.op.reference(args, bindings, out_shape)
+            result = np.asarray(result, dtype=node.dtype.numpy)
+            if not result.flags.c_contiguous:
+                result = result.copy()
+            if result.shape != out_shape:
+                raise GraphError(f"node {node_id} '{node.label}' ({node.op}) produced shape {result.shape}, "
+                                 f"expected {out_shape}")
+            self.tensors[(node_id, 0)] = result
+            if timings is not None:
+                timings.append(OpTiming(node_id, str(node.op), out_shape, node.dtype.value, time.perf_counter() - start))
+            for e in node.inputs:
+                key = (e.src, e.output)
+                counts[key] -= 1
+                if counts[key] == 0 and e.src not in keep:
+                    self.tensors.pop(key, None)
+
+    def _load_input(self, node: Node, out_shape: tuple[int, ...], bindings: Mapping[str, int]) -> None:
+        key = (node.id, 0)
+        if node.id in self.deferred:
+            data = np.asarray(self.deferred[node.id](bindings))
+            self.tensors[key] = coerce_data(data, node.dtype, node.label)
+        if key not in self.tensors:
+            raise GraphError(f"input '{node.label}' (node {node.id}, shape {list(node.dims)}) has no data; call "
+                             "set() on it before execute()")
+        have = self.tensors[key].shape
+        if have != out_shape:
+            raise GraphError(f"input '{node.label}' holds data of shape {have} but its shape {list(node.dims)} "
+                             f"evaluates to {out_shape} with the bound symbols {dict(bindings)}")
+
+    # ------------------------------------------------------------------ export
+    def to_dot(self, show_shapes: bool = True) -> str:
+        """Graphviz DOT source of the graph (nodes labelled with op, dtype and shape)."""
+        lines = ["digraph luminal {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        for n in self.nodes.values():
+            color = "lightblue" if isinstance(n.op, ops.Input) else "white"
+            label = f"{n.id}: {n.label}"
+            if n.name and n.name != str(n.op):
+                label += f"\\n{n.op}"
+            if show_shapes:
+                label += f"\\n{[str(d) for d in n.dims]} {n.dtype.value}"
+            if n.id in self.to_retrieve:
+                color = "palegreen"
+            lines.append(f'  n{n.id} [label="{_dot_escape(label)}", style=filled, fillcolor={color}];')
+        for n in self.nodes.values():
+            for k, e in enumerate(n.inputs):
+                attrs = f'label="{k}' + (f': {_dot_escape(str([str(d) for d in e.shape.dims]))}' if show_shapes else "")
+                attrs += '"'
+                lines.append(f"  n{e.src} -> n{n.id} [{attrs}];")
+        for before, after in sorted(self.schedule):
+            lines.append(f"  n{before} -> n{after} [style=dashed, color=gray];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def export_dot(self, path: str | os.PathLike, render: str | None = "svg", show_shapes: bool = True) -> str | None:
+        """Write DOT to ``path``; when Graphviz's ``dot`` exists also render ``path`` + ``.svg``/``.png``.
+
+        Returns the rendered file's path, or ``None`` when nothing was rendered.
+        """
+        path = os.fspath(path)
+        _atomic_write_text(path, self.to_dot(show_shapes))
+        if render and shutil.which("dot"):
+            out = f"{os.path.splitext(path)[0]}.{render}"
+            subprocess.run(["dot", f"-T{render}", path, "-o", out], check=True, capture_output=True)
+            return out
+        return None
+
+    display = export_dot
+
+
+def _dot_escape(text: str) -> str:
+    return text.replace("\\n", "\x00").replace("\\", "\\\\").replace('"', '\\"').replace("\x00", "\\n")
+
+
+def _atomic_write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _normalize_shape(shape) -> tuple[Expression, ...]:
+    if isinstance(shape, (int, np.integer, str, Expression)):
+        shape = (shape,)
+    try:
+        dims = tuple(to_expr(d) for d in shape)
+    except TypeError as err:
+        raise TypeError(f"a shape must be an int, a symbol name or a tuple of them; got {shape!r} ({err})") from None
+    for d in dims:
+        if d.is_constant() and d.to_int() < 0:
+            raise ValueError(f"negative dimension in shape {shape!r}")
+    return dims
+
+
+def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
+    """Convert host data to a contiguous array of ``dtype``; refuses lossy kind changes (float -> int...)."""
+    arr = np.asarray(data)
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise TypeError(f"data for '{label}' must be numeric, got an array of {arr.dtype}")
+    target = dtype.numpy
+    if arr.dtype != target:
+        from_python = not isinstance(data, np.ndarray) and not np.isscalar(data) or isinstance(data, (int, float, bool))
+        if not from_python and not np.can_cast(arr.dtype, target, casting="same_kind"):
+            raise TypeError(f"data for '{label}' has dtype {arr.dtype} but the tensor is {dtype}; "
+                            f"{arr.dtype} -> {target} would lose information (cast explicitly)")
+        if from_python and arr.dtype.kind == "f" and target.kind in "biu":
+            if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+                raise TypeError(f"data for '{label}' has non-integer values but the tensor is {dtype}")
+        arr = arr.astype(target)
+    return arr if arr.flags.c_contiguous else arr.copy()

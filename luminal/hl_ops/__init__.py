@@ -1,0 +1,15 @@
+"""High-level ops, each decomposed into the primitives of :mod:`luminal.ops`.
+
+The methods live in mixins (one module per family) that
+:class:`~luminal.tensor.GraphTensor` inherits; the free functions here are the
+ones that take several tensors or make new ones.
+"""
+
+from .binary import where
+from .creation import arange, constant, full, iota, ones, rand, randn, tril_mask, triu_mask, zeros
+from .movement import concat, stack
+
+cat = concat
+
+__all__ = ["where", "concat", "cat", "stack", "arange", "constant", "full", "iota", "ones", "rand", "randn",
+           "zeros", "tril_mask", "triu_mask"]

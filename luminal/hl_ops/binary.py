@@ -1,0 +1,342 @@
+"""Binary high-level ops: arithmetic with PyTorch broadcasting and type promotion, comparisons, selection.
+
+Operands may be tensors, Python scalars or symbolic expressions (``Expression``
+or a symbol name), which become ``Constant`` nodes. Decompositions:
+``a - b = a + (-1)*b``, ``a / b = a * recip(b)``, comparisons from
+``LessThan`` (with NaN handled as PyTorch does), ``where`` as an exact
+``Gather`` from the two candidates stacked on a new axis (no ``c*a + (1-c)*b``,
+which turns ``inf``/``nan`` in the unselected branch into ``nan``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import ops
+from ..dtype import DType, promote_types
+from ._util import as_tensor, binary_operands, broadcast_dims, broadcast_view, constant, is_scalar, operand_dtype
+
+
+class BinaryOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with the binary ops."""
+
+    # ------------------------------------------------------------------ primitives with broadcasting
+    def _binary_primitive(self, op, other, dtype=None):
+        a, b, dims, dtype = binary_operands(self, other, dtype)
+        return a._apply(op, b, dims=dims, dtype=dtype if not isinstance(op, ops.LessThan) else DType.bool)
+
+    # ------------------------------------------------------------------ arithmetic
+    def add(self, other):
+        """``self + other`` (bool: logical or)."""
+        return self._binary_primitive(ops.Add(), other)
+
+    def mul(self, other):
+        """``self * other`` (bool: logical and)."""
+        return self._binary_primitive(ops.Mul(), other)
+
+    def sub(self, other):
+        """``self - other`` (= ``self + (-1) * other``); not defined for bool, as in PyTorch."""
+        dtype = operand_dtype(self, other)
+        if dtype == DType.bool:
+            raise TypeError("subtraction of bool tensors is not supported (PyTorch rejects it too); use "
+                            "logical_xor() or ~ instead")
+        return self.add(as_tensor(self, other, dtype).neg())
+
+    def rsub(self, other):
+        """``other - self``."""
+        return as_tensor(self, other, operand_dtype(self, other)).sub(self)
+
+    def div(self, other, rounding_mode: str | None = None):
+        """True division ``self / other`` (ints give float32, as in PyTorch); ``rounding_mode`` 'floor'/'trunc'."""
+        if rounding_mode == "floor":
+            return self.floor_divide(other)
+        if rounding_mode == "trunc":
+            return self.div(other).trunc().cast(operand_dtype(self, other))
+        if rounding_mode is not None:
+            raise ValueError(f"rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+        dtype = operand_dtype(self, other)
+        if not dtype.is_float:
+            dtype = DType.float32
+        other = as_tensor(self, other, dtype)
+        return self.cast(dtype).mul(other.recip())
+
+    def rdiv(self, other):
+        """``other / self``."""
+        dtype = operand_dtype(self, other)
+        return as_tensor(self, other, dtype if dtype.is_float else DType.float32).div(self)
+
+    def floor_divide(self, other):
+        """``floor(self / other)`` (PyTorch ``//``): exact for integers, ``floor`` of the quotient for floats."""
+        dtype = operand_dtype(self, other)
+        if dtype == DType.bool:
+            raise TypeError("floor division of bool tensors is not supported")
+        a, b, _, _ = binary_operands(self, other, dtype)
+        if dtype.is_float:
+            return a.div(b).floor()
+        # (a - a mod b) is an exact multiple of b: divide in float64 and round
+        exact = a.sub(a.remainder(b)).cast(DType.float64).div(b.cast(DType.float64))
+        return (exact + 0.5).floor().cast(dtype)
+
+    def remainder(self, other):
+        """Floor modulo with the sign of the divisor (PyTorch ``%`` / ``remainder``)."""
+        return self._binary_primitive(ops.Mod(), other)
+
+    def fmod(self, other):
+        """C-style modulo with the sign of the dividend: ``a - trunc(a / b) * b``."""
+        a, b, _, dtype = binary_operands(self, other)
+        r = a.remainder(b)
+        # remainder and fmod differ exactly when r != 0 and the signs of a and b differ
+        fix = (r != 0).logical_and((a < 0).logical_xor(b < 0))
+        return r.where_(fix, r - b)
+
+    def neg(self):
+        """``-self`` (``(-1) * self``); not defined for bool."""
+        if self.dtype == DType.bool:
+            raise TypeError("negation of a bool tensor is not supported; use ~ (logical_not) instead")
+        return self.mul(constant(self.graph, -1, self.dtype))
+
+    def pow(self, exponent):
+        """``self ** exponent`` with PyTorch semantics (a negative base keeps its sign for integer exponents).
+
+        Integer scalar exponents use exact repeated multiplication; other exponents use
+        ``exp2(y * log2|x|)`` with the sign, zero and NaN cases fixed up.
+        """
+        if is_scalar(exponent) and not isinstance(exponent, bool):
+            e = float(exponent)
+            if e.is_integer() and abs(e) <= 1024:
+                n = int(e)
+                if n < 0 and not self.dtype.is_float:
+                    raise ValueError("integers to negative integer powers are not allowed (as in PyTorch)")
+                dtype = operand_dtype(self, exponent)
+                x = self.cast(dtype)
+                if n == 0:
+                    return constant(self.graph, 1, dtype, ()).expand(self.dims)
+                result, base, k = None, x, abs(n)
+                while k:
+                    if k & 1:
+                        result = base if result is None else result * base
+                    k >>= 1
+                    if k:
+                        base = base * base
+                return result.recip() if n < 0 else result
+            if e == 0.5:
+                return self.cast(operand_dtype(self, exponent)).sqrt()
+            x = self.cast(operand_dtype(self, exponent))
+            return (x.log2() * e).exp2()
+        dtype = operand_dtype(self, exponent)
+        if not dtype.is_float:
+            # integer tensor exponents: compute in float64 and round (exact for representable results)
+            if not self.dtype.is_float and not getattr(exponent, "dtype", DType.float32).is_float:
+                return self.cast(DType.float64).pow(as_tensor(self, exponent).cast(DType.float64)).round().cast(dtype)
+            dtype = DType.float32
+        x, y, _, _ = binary_operands(self, exponent, dtype)
+        mag = (y * x.abs().log2()).exp2()
+        y_int = y.eq(y.floor())
+        y_odd = y_int.logical_and(y.remainder(2.0).eq(1.0))
+        signed = where(y_odd, -mag, mag)
+        negative_base = where(y_int, signed, math.nan)  # a negative base to a fractional power is NaN
+        result = where(x < 0, negative_base, mag)
+        return where(y.eq(0.0).logical_or(x.eq(1.0)), 1.0, result)  # x**0 == 1 and 1**y == 1, even for NaN
+
+    def rpow(self, base):
+        """``base ** self``."""
+        return as_tensor(self, base, operand_dtype(self, base)).pow(self)
+
+    def maximum(self, other):
+        """Elementwise maximum; NaN in either operand propagates (``torch.maximum``)."""
+        a, b, _, dtype = binary_operands(self, other)
+        take_b = a < b
+        if dtype.is_float:
+            take_b = take_b.logical_or(b.isnan())
+        return a.where_(take_b, b)
+
+    def minimum(self, other):
+        """Elementwise minimum; NaN in either operand propagates (``torch.minimum``)."""
+        a, b, _, dtype = binary_operands(self, other)
+        take_b = b < a
+        if dtype.is_float:
+            take_b = take_b.logical_or(b.isnan())
+        return a.where_(take_b, b)
+
+    def clip(self, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+        """Clamp into ``[min, max]`` (either may be None); ``clamp`` is an alias."""
+        out = self
+        if min is not None:
+            out = out.maximum(min)
+        if max is not None:
+            out = out.minimum(max)
+        if min is None and max is None:
+            raise ValueError("clip needs at least one of min and max")
+        return out
+
+    clamp = clip
+
+    # ------------------------------------------------------------------ comparisons (bool results)
+    def lt(self, other):
+        """``self < other`` as a bool tensor."""
+        return self._binary_primitive(ops.LessThan(), other)
+
+    def gt(self, other):
+        """``self > other``."""
+        a, b, _, _ = binary_operands(self, other)
+        return b.lt(a)
+
+    def _not_nan_pair(self, a, b, dtype):
+        if not dtype.is_float:
+            return None
+        return a.isnan().logical_not().logical_and(b.isnan().logical_not())
+
+    def le(self, other):
+        """``self <= other`` (False where either is NaN)."""
+        a, b, _, dtype = binary_operands(self, other)
+        out = b.lt(a).logical_not()
+        ok = self._not_nan_pair(a, b, dtype)
+        return out if ok is None else out.logical_and(ok)
+
+    def ge(self, other):
+        """``self >= other`` (False where either is NaN)."""
+        a, b, _, _ = binary_operands(self, other)
+        return b.le(a)
+
+    def eq(self, other):
+        """``self == other`` elementwise (False where either is NaN)."""
+        a, b, _, dtype = binary_operands(self, other)
+        if dtype == DType.bool:
+            return a.logical_xor(b).logical_not()
+        out = a.lt(b).logical_or(b.lt(a)).logical_not()
+        ok = self._not_nan_pair(a, b, dtype)
+        return out if ok is None else out.logical_and(ok)
+
+    def ne(self, other):
+        """``self != other`` elementwise (True where either is NaN)."""
+        return self.eq(other).logical_not()
+
+    def isnan(self):
+        """True where the value is NaN (NaN is the only value neither below +inf nor above -inf)."""
+        if not self.dtype.is_float:
+            return constant(self.graph, False, DType.bool, ()).expand(self.dims)
+        below = self.lt(math.inf)
+        above = constant(self.graph, -math.inf, self.dtype, ()).lt(self)
+        return below.logical_or(above).logical_not()
+
+    def isinf(self):
+        """True at +inf and -inf."""
+        if not self.dtype.is_float:
+            return constant(self.graph, False, DType.bool, ()).expand(self.dims)
+        return self.eq(math.inf).logical_or(self.eq(-math.inf))
+
+    def isfinite(self):
+        """True where the value is neither inf nor NaN."""
+        if not self.dtype.is_float:
+            return constant(self.graph, True, DType.bool, ()).expand(self.dims)
+        return self.lt(math.inf).logical_and(constant(self.graph, -math.inf, self.dtype, ()).lt(self))
+
+    # ------------------------------------------------------------------ logic (bool)
+    def _as_bool(self):
+        return self if self.dtype == DType.bool else self.ne(0)
+
+    def logical_not(self):
+        """``not self`` (nonzero counts as True)."""
+        x = self._as_bool()
+        return x.lt(constant(self.graph, True, DType.bool, ()))
+
+    def logical_and(self, other):
+        return self._as_bool().mul(as_tensor(self, other)._as_bool())
+
+    def logical_or(self, other):
+        return self._as_bool().add(as_tensor(self, other)._as_bool())
+
+    def logical_xor(self, other):
+        a, b = self._as_bool(), as_tensor(self, other)._as_bool()
+        return a.lt(b).logical_or(b.lt(a))
+
+    def _bool_only(self, other, what):
+        if self.dtype != DType.bool or (hasattr(other, "dtype") and other.dtype != DType.bool) or (
+                not hasattr(other, "dtype") and not isinstance(other, bool)):
+            raise TypeError(f"bitwise {what} is only supported on bool tensors here (got {self.dtype})")
+
+    # ------------------------------------------------------------------ selection
+    def where_(self, cond, other):
+        """``other`` where ``cond`` is True, ``self`` elsewhere (helper for ``where(cond, other, self)``)."""
+        from .. import hl_ops
+        return hl_ops.where(cond, other, self)
+
+    def where(self, cond, other):
+        """PyTorch's ``x.where(cond, y)``: ``self`` where ``cond``, ``other`` elsewhere."""
+        from .. import hl_ops
+        return hl_ops.where(cond, self, other)
+
+    # ------------------------------------------------------------------ Python operators
+    def __add__(self, other): return self.add(other)
+    def __radd__(self, other): return as_tensor(self, other, operand_dtype(self, other)).add(self)
+    def __sub__(self, other): return self.sub(other)
+    def __rsub__(self, other): return self.rsub(other)
+    def __mul__(self, other): return self.mul(other)
+    def __rmul__(self, other): return as_tensor(self, other, operand_dtype(self, other)).mul(self)
+    def __truediv__(self, other): return self.div(other)
+    def __rtruediv__(self, other): return self.rdiv(other)
+    def __floordiv__(self, other): return self.floor_divide(other)
+    def __rfloordiv__(self, other): return as_tensor(self, other, operand_dtype(self, other)).floor_divide(self)
+    def __mod__(self, other): return self.remainder(other)
+    def __rmod__(self, other): return as_tensor(self, other, operand_dtype(self, other)).remainder(self)
+    def __pow__(self, other): return self.pow(other)
+    def __rpow__(self, other): return self.rpow(other)
+    def __neg__(self): return self.neg()
+    def __pos__(self): return self
+    def __abs__(self): return self.abs()
+    def __lt__(self, other): return self.lt(other)
+    def __gt__(self, other): return self.gt(other)
+    def __le__(self, other): return self.le(other)
+    def __ge__(self, other): return self.ge(other)
+    def __eq__(self, other): return self.eq(other)  # type: ignore[override]
+    def __ne__(self, other): return self.ne(other)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+    def __invert__(self):
+        if self.dtype != DType.bool:
+            raise TypeError(f"~ is only supported on bool tensors here (got {self.dtype})")
+        return self.logical_not()
+
+    def __and__(self, other):
+        self._bool_only(other, "and")
+        return self.logical_and(other)
+
+    def __or__(self, other):
+        self._bool_only(other, "or")
+        return self.logical_or(other)
+
+    def __xor__(self, other):
+        self._bool_only(other, "xor")
+        return self.logical_xor(other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+
+def where(cond, a, b):
+    """``a`` where ``cond`` else ``b`` (``torch.where``); exact for inf/NaN in the unselected branch.
+
+    Built as ``Gather`` along a new axis of size 2 holding ``[b, a]`` (stacked by padding + ``Add``), indexed
+    by ``cond`` cast to int32.
+    """
+    from ..tensor import GraphTensor
+
+    like = next((x for x in (cond, a, b) if isinstance(x, GraphTensor)), None)
+    if like is None:
+        raise TypeError("where() needs at least one GraphTensor argument")
+    cond = as_tensor(like, cond, DType.bool if not isinstance(cond, GraphTensor) else None)._as_bool()
+    if isinstance(a, GraphTensor) and isinstance(b, GraphTensor):
+        dtype = promote_types(a.dtype, b.dtype)
+    elif isinstance(a, GraphTensor):
+        dtype = operand_dtype(a, b)
+    elif isinstance(b, GraphTensor):
+        dtype = operand_dtype(b, a)
+    else:
+        dtype = operand_dtype(constant(like.graph, a, DType.float32 if isinstance(a, float) else
+                                       DType.bool if isinstance(a, bool) else DType.int64), b)
+    a, b = as_tensor(like, a, dtype), as_tensor(like, b, dtype)
+    dims = broadcast_dims(cond.dims, a.dims, b.dims)
+    a = a._view(broadcast_view(a.shape, dims)).unsqueeze(-1)
+    b = b._view(broadcast_view(b.shape, dims)).unsqueeze(-1)
+    stacked = b.pad_axis(-1, 0, 1).add(a.pad_axis(-1, 1, 0))
+    index = cond._view(broadcast_view(cond.shape, dims)).cast(DType.int32).unsqueeze(-1)
+    return stacked.gather(-1, index).squeeze(-1)

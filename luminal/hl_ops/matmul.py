@@ -1,0 +1,73 @@
+"""Matrix products as broadcast views -> ``Mul`` -> ``SumReduce`` (no matmul primitive).
+
+Follows ``torch.matmul`` for every rank combination: 1-D x 1-D is a dot product,
+a 1-D left operand is a row vector and a 1-D right operand a column vector
+(the added axis is removed again), and leading batch dims broadcast.
+"""
+
+from __future__ import annotations
+
+from .. import ops
+from ..dtype import DType, promote_types
+from ..graph import GraphError
+from ._util import as_tensor, broadcast_dims, broadcast_view
+
+
+class MatmulOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with ``matmul``/``@``/``dot``."""
+
+    def matmul(self, other):
+        """Matrix product with ``torch.matmul`` semantics (see the module docstring).
+
+        Shapes ``(..., M, K) @ (..., K, N) -> (broadcast(...), M, N)``. The graph is
+        ``a[..., M, 1, K] * b^T[..., 1, N, K]`` summed over the last axis; compilers
+        recognise the pattern and call a GEMM.
+        """
+        other = as_tensor(self, other)
+        if self.ndim == 0 or other.ndim == 0:
+            raise GraphError(f"matmul needs tensors with at least 1 dim, got shapes {[str(d) for d in self.dims]} "
+                             f"and {[str(d) for d in other.dims]}")
+        dtype = promote_types(self.dtype, other.dtype)
+        if dtype == DType.bool:
+            raise TypeError("matmul is not defined for bool tensors")
+        a, b = self.cast(dtype), other.cast(dtype)
+        if a.ndim == 1 and b.ndim == 1:
+            return a.dot(b)
+        squeeze_m, squeeze_n = a.ndim == 1, b.ndim == 1
+        if squeeze_m:
+            a = a.unsqueeze(0)
+        if squeeze_n:
+            b = b.unsqueeze(-1)
+        m, k = a.dims[-2:]
+        k2, n = b.dims[-2:]
+        if k != k2:
+            raise GraphError(f"matmul: inner dims differ: {[str(d) for d in self.dims]} @ "
+                             f"{[str(d) for d in other.dims]} ({k} vs {k2})")
+        batch = broadcast_dims(a.dims[:-2], b.dims[:-2])
+        a_view = broadcast_view(a.shape, batch + (m, k)).expand_dim(len(batch) + 1, n)      # (..., M, N, K)
+        b_t = b.shape.permute(tuple(range(b.ndim - 2)) + (b.ndim - 1, b.ndim - 2))          # (..., N, K)
+        b_view = broadcast_view(b_t, batch + (n, k)).expand_dim(len(batch), m)              # (..., M, N, K)
+        prod = a._view(a_view)._apply(ops.Mul(), b._view(b_view), dims=batch + (m, n, k))
+        out = prod._apply(ops.SumReduce(prod.ndim - 1), dims=batch + (m, n))
+        if squeeze_n:
+            out = out.squeeze(-1)
+        if squeeze_m:
+            out = out.squeeze(-2 if not squeeze_n else -1)
+        return out
+
+    def __matmul__(self, other):
+        return self.matmul(other)
+
+    def __rmatmul__(self, other):
+        return as_tensor(self, other).matmul(self)
+
+    def dot(self, other):
+        """Inner product of two 1-D tensors: ``(a * b).sum(0)``."""
+        other = as_tensor(self, other)
+        if self.ndim != 1 or other.ndim != 1:
+            raise GraphError(f"dot needs two 1-D tensors, got shapes {[str(d) for d in self.dims]} and "
+                             f"{[str(d) for d in other.dims]}")
+        if self.dims[0] != other.dims[0]:
+            raise GraphError(f"dot: sizes differ ({self.dims[0]} vs {other.dims[0]})")
+        prod = self * other
+        return prod._apply(ops.SumReduce(0), dims=())

@@ -1,0 +1,456 @@
+"""Movement ops: views that only change the ``ShapeTracker`` (no node, no copy) plus ``gather``/``concat``.
+
+``reshape`` stays a view whenever the current view can be re-addressed affinely
+(always for a contiguous tensor, for splits, and for merges of compatible
+axes); otherwise it materializes a ``Contiguous`` copy first. ``concat`` is
+zero-padding each part to the full extent and adding (exact: ``x + 0 == x``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .. import ops
+from ..dtype import DType
+from ..graph import GraphError
+from ..shape import Expression, to_expr
+from ._util import normalize_axis
+
+
+class MovementOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with the movement ops."""
+
+    # ------------------------------------------------------------------ axis order
+    def permute(self, *axes):
+        """Reorder axes (``x.permute(2, 0, 1)`` or ``x.permute((2, 0, 1))``)."""
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        if len(axes) != self.ndim:
+            raise ValueError(f"permute: got {len(axes)} axes {axes} for a tensor with {self.ndim} dims")
+        return self._view(self.shape.permute([normalize_axis(a, self.ndim) for a in axes]))
+
+    def transpose(self, dim0: int = -2, dim1: int = -1):
+        """Swap two axes (a view)."""
+        order = list(range(self.ndim))
+        a, b = normalize_axis(dim0, self.ndim), normalize_axis(dim1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    swapaxes = transpose
+
+    @property
+    def T(self):  # noqa: N802 - PyTorch's name
+        """All axes reversed."""
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):  # noqa: N802
+        """The last two axes swapped."""
+        return self.transpose(-2, -1)
+
+    # ------------------------------------------------------------------ rank changes
+    def unsqueeze(self, axis: int):
+        """Insert a size-1 axis at ``axis`` (negative counts from the end of the result)."""
+        n = self.ndim + 1
+        if not -n <= axis < n:
+            raise IndexError(f"unsqueeze: axis {axis} out of range for a result with {n} dims")
+        return self._view(self.shape.unsqueeze(axis % n))
+
+    def squeeze(self, axis=None):
+        """Remove size-1 axes (all of them, or the given ones; non-size-1 given axes are left, as in PyTorch)."""
+        if axis is None:
+            axes = [j for j, d in enumerate(self.dims) if d == 1]
+        else:
+            axes = [normalize_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, (int, np.integer)) else axis)]
+            axes = [a for a in axes if self.dims[a] == 1]
+        st = self.shape
+        for a in sorted(axes, reverse=True):
+            st = st.squeeze(a)
+        return self._view(st)
+
+    def reshape(self, *shape):
+        """View with a new shape (one ``-1`` is inferred); copies only when the view cannot be re-addressed."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, str, Expression)):
+            shape = tuple(shape[0])
+        dims = [to_expr(d) if not (isinstance(d, (int, np.integer)) and d == -1) else None for d in shape]
+        if dims.count(None) > 1:
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        total = self.numel()
+        if None in dims:
+            known = to_expr(1)
+            for d in dims:
+                if d is not None:
+                    known = known * d
+            inferred = total // known
+            if total.is_constant() and known.is_constant() and (known.to_int() == 0 or total.to_int() % known.to_int()):
+                raise ValueError(f"reshape: cannot infer -1 in {shape} for {total} elements")
+            dims[dims.index(None)] = inferred
+        for d in dims:
+            if d.is_constant() and d.to_int() < 0:
+                raise ValueError(f"reshape: invalid size {d} in {shape}")
+        new_total = to_expr(1)
+        for d in dims:
+            new_total = new_total * d
+        if total.is_constant() and new_total.is_constant() and total != new_total:
+            raise GraphError(f"reshape: cannot view shape {[str(d) for d in self.dims]} ({total} elements) as "
+                             f"{[str(d) for d in dims]} ({new_total} elements)")
+        st = self.shape.reshape(dims)
+        if st is None:
+            return self.contiguous().reshape(dims)
+        return self._view(st)
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        """Merge axes ``start_dim..end_dim`` into one."""
+        if self.ndim == 0:
+            return self.reshape((1,))
+        a, b = normalize_axis(start_dim, self.ndim), normalize_axis(end_dim, self.ndim)
+        if a > b:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        merged = to_expr(1)
+        for d in self.dims[a:b + 1]:
+            merged = merged * d
+        return self.reshape(self.dims[:a] + (merged,) + self.dims[b + 1:])
+
+    def unflatten(self, axis: int, sizes):
+        """Split ``axis`` into ``sizes``."""
+        axis = normalize_axis(axis, self.ndim)
+        return self.reshape(self.dims[:axis] + tuple(to_expr(s) for s in sizes) + self.dims[axis + 1:])
+
+    def merge_dims(self, axis1: int, axis2: int):
+        """Merge the adjacent axes ``axis1`` and ``axis2 = axis1 + 1``."""
+        a, b = normalize_axis(axis1, self.ndim), normalize_axis(axis2, self.ndim)
+        if b != a + 1:
+            raise ValueError(f"merge_dims: axes {axis1} and {axis2} must be adjacent (axis2 = axis1 + 1)")
+        st = self.shape.merge_dims(a)
+        if st is None:
+            return self.contiguous().merge_dims(a, b)
+        return self._view(st)
+
+    def split_dims(self, axis: int, inner_size):
+        """Split ``axis`` into ``(size // inner_size, inner_size)`` (a view)."""
+        return self._view(self.shape.split_dims(normalize_axis(axis, self.ndim), inner_size))
+
+    # ------------------------------------------------------------------ broadcasting
+    def expand_dim(self, axis: int, size):
+        """Insert a new broadcast axis of ``size`` at ``axis``."""
+        n = self.ndim + 1
+        if not -n <= axis < n:
+            raise IndexError(f"expand_dim: axis {axis} out of range for a result with {n} dims")
+        return self._view(self.shape.expand_dim(axis % n, size))
+
+    def expand(self, *shape):
+        """Broadcast to ``shape`` (PyTorch rules: new leading axes, size-1 axes grow, -1 keeps a size)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, str, Expression)):
+            shape = tuple(shape[0])
+        if len(shape) < self.ndim:
+            raise GraphError(f"expand: target {shape} has fewer dims than the tensor's {[str(d) for d in self.dims]}")
+        lead = len(shape) - self.ndim
+        st = self.shape
+        for _ in range(lead):
+            st = st.expand_dim(0, 1)
+        for k, d in enumerate(shape):
+            if isinstance(d, (int, np.integer)) and d == -1:
+                if k < lead:
+                    raise GraphError(f"expand: -1 is not allowed for the new leading dim {k}")
+                continue
+            d = to_expr(d)
+            if st.dims[k] != d:
+                if st.dims[k] != 1:
+                    raise GraphError(f"expand: cannot broadcast dim {k} of size {st.dims[k]} to {d} "
+                                     f"(shape {[str(x) for x in self.dims]} -> {list(shape)})")
+                st = st.expand(k, d)
+        return self._view(st)
+
+    broadcast_to = expand
+
+    def expand_as(self, other):
+        return self.expand(other.dims)
+
+    # ------------------------------------------------------------------ slicing and padding
+    def slice_axis(self, axis: int, start=0, stop=None, step: int = 1):
+        """``x[..., start:stop:step, ...]`` along ``axis`` with Python semantics (negatives, clamping)."""
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis]
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        start, stop = _normalize_slice(start, stop, step, n)
+        return self._view(self.shape.slice(axis, start, stop, step))
+
+    def narrow(self, axis: int, start, length):
+        return self.slice_axis(axis, start, to_expr(start) + length)
+
+    def __getitem__(self, key):
+        """Basic indexing: ints, slices (any step), ``None``, ``...``; one integer tensor index selects rows."""
+        from ..tensor import GraphTensor
+
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices ({n_real}) for a tensor with {self.ndim} dims")
+        expanded = []
+        for k in key:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(k)
+        expanded.extend([slice(None)] * (self.ndim - sum(1 for k in expanded if k is not None)))
+        x = self
+        axis = 0
+        tensor_index = None
+        for k in expanded:
+            if k is None:
+                x = x.unsqueeze(axis)
+                axis += 1
+            elif isinstance(k, slice):
+                if not (k.start is None and k.stop is None and k.step in (None, 1)):
+                    x = x.slice_axis(axis, k.start if k.start is not None else None,
+                                     k.stop, k.step if k.step is not None else 1)
+                axis += 1
+            elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+                n = x.dims[axis]
+                if n.is_constant() and not -n.to_int() <= k < n.to_int():
+                    raise IndexError(f"index {k} is out of bounds for dim {axis} with size {n}")
+                start = k if k >= 0 else n + k
+                x = x._view(x.shape.slice(axis, start, to_expr(start) + 1)).squeeze(axis)
+            elif isinstance(k, GraphTensor):
+                if tensor_index is not None:
+                    raise IndexError("only one tensor index per indexing expression is supported")
+                tensor_index = (axis, k)
+                axis += 1
+            elif isinstance(k, (list, np.ndarray)):
+                raise IndexError("index with a GraphTensor (graph.tensor(...).set(...)) rather than a list/array")
+            else:
+                raise IndexError(f"unsupported index {k!r}")
+        if tensor_index is not None:
+            a, idx = tensor_index
+            if idx.dtype == DType.bool:
+                raise IndexError("boolean mask indexing has a data-dependent shape; use where() instead")
+            x = x.index_select(a, idx)
+        return x
+
+    def pad_axis(self, axis: int, before=0, after=0):
+        """Zero-pad one axis; negative amounts crop."""
+        axis = normalize_axis(axis, self.ndim)
+        x = self
+        before, after = to_expr(before), to_expr(after)
+        if before.is_constant() and before.to_int() < 0:
+            x = x.slice_axis(axis, -before.to_int(), None)
+            before = to_expr(0)
+        if after.is_constant() and after.to_int() < 0:
+            x = x.slice_axis(axis, 0, x.dims[axis] + after)
+            after = to_expr(0)
+        return x._view(x.shape.pad(axis, before, after))
+
+    def pad(self, padding, value=0.0):
+        """Pad with ``value``: ``padding`` is one ``(before, after)`` pair per leading axis, from axis 0.
+
+        (``luminal.nn.functional.pad`` takes PyTorch's last-axis-first flat form.) Negative amounts crop.
+        """
+        padding = list(padding)
+        if padding and isinstance(padding[0], (int, np.integer, Expression)):
+            raise TypeError("pad expects one (before, after) pair per axis, e.g. [(0, 0), (1, 2)]")
+        if len(padding) > self.ndim:
+            raise ValueError(f"pad: {len(padding)} pairs for a tensor with {self.ndim} dims")
+        x = self
+        for axis, (before, after) in enumerate(padding):
+            x = x.pad_axis(axis, before, after)
+        if value != 0:
+            from .binary import where
+            from ._util import constant
+            inside = constant(self.graph, True, DType.bool, self.dims)
+            for axis, (before, after) in enumerate(padding):
+                inside = inside.pad_axis(axis, before, after)
+            x = where(inside, x, value)
+        return x
+
+    def flip(self, axes=None):
+        """Reverse the given axes (all when None) — a view."""
+        if axes is None:
+            axes = tuple(range(self.ndim))
+        if isinstance(axes, (int, np.integer)):
+            axes = (axes,)
+        st = self.shape
+        for a in axes:
+            st = st.flip(normalize_axis(a, self.ndim))
+        return self._view(st)
+
+    def roll(self, shift: int, axis: int):
+        """Rotate elements along ``axis`` by ``shift``."""
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis]
+        if not n.is_constant():
+            raise GraphError("roll needs a concrete size along the rolled axis")
+        n = n.to_int()
+        s = shift % n if n else 0
+        if s == 0:
+            return self
+        return self.slice_axis(axis, n - s, n).concat(self.slice_axis(axis, 0, n - s), axis)
+
+    def pool(self, axis: int, kernel, stride=1, dilation=1):
+        """Sliding windows over ``axis``: it becomes ``(n_windows, kernel)`` (a view)."""
+        return self._view(self.shape.pool(normalize_axis(axis, self.ndim), kernel, stride, dilation))
+
+    def pool_last_dim(self, kernel, stride=1, dilation=1):
+        """Sliding windows over the last axis (the seed's op; the basis of convolution and pooling)."""
+        return self.pool(-1, kernel, stride, dilation)
+
+    # ------------------------------------------------------------------ joins
+    def concat(self, other, axis: int = 0):
+        """Concatenate ``other`` after ``self`` along ``axis``."""
+        from .. import hl_ops
+        return hl_ops.concat([self, other], axis)
+
+    cat = concat
+
+    def repeat(self, *repeats):
+        """Tile the tensor ``repeats[k]`` times along each axis (``torch.Tensor.repeat``)."""
+        if len(repeats) == 1 and not isinstance(repeats[0], (int, np.integer)):
+            repeats = tuple(repeats[0])
+        if len(repeats) < self.ndim:
+            raise ValueError(f"repeat: {len(repeats)} repeat counts for {self.ndim} dims")
+        x = self
+        for _ in range(len(repeats) - self.ndim):
+            x = x.unsqueeze(0)
+        for axis, r in enumerate(repeats):
+            if r == 1:
+                continue
+            # (..., n, ...) -> (..., r, n, ...) broadcast -> merge: the merge needs a copy of the broadcast
+            x = x.expand_dim(axis, r).merge_dims(axis, axis + 1)
+        return x
+
+    def chunk(self, chunks: int, axis: int = 0):
+        """Split into ``chunks`` nearly equal views along ``axis``."""
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis].to_int()
+        if n is None:
+            raise GraphError("chunk needs a concrete size along the axis")
+        size = -(-n // chunks)
+        return [self.slice_axis(axis, s, min(s + size, n)) for s in range(0, n, size)]
+
+    def split(self, split_size, axis: int = 0):
+        """Split into views of ``split_size`` (an int or a list of sizes) along ``axis``."""
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis].to_int()
+        if n is None:
+            raise GraphError("split needs a concrete size along the axis")
+        sizes = [split_size] * (-(-n // split_size)) if isinstance(split_size, int) else list(split_size)
+        if isinstance(split_size, int):
+            sizes[-1] = n - split_size * (len(sizes) - 1)
+        if sum(sizes) != n:
+            raise ValueError(f"split sizes {sizes} do not add up to {n}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.slice_axis(axis, start, start + s))
+            start += s
+        return out
+
+    # ------------------------------------------------------------------ indexing
+    def gather(self, axis: int, index):
+        """``out[i] = self[i with i[axis] = index[i]]`` (``torch.gather``; index is int32/int64, same rank)."""
+        from ..tensor import GraphTensor
+
+        if not isinstance(index, GraphTensor):
+            raise TypeError(f"gather: index must be a GraphTensor of int32/int64, got {type(index).__name__}")
+        if index.graph is not self.graph:
+            raise GraphError("gather: index belongs to a different graph")
+        axis = normalize_axis(axis, self.ndim)
+        return self._apply(ops.Gather(axis), index, dims=index.dims)
+
+    def index_select(self, axis: int, index):
+        """Select entries along ``axis`` by an integer index tensor of any shape.
+
+        The result has ``index``'s dims in place of ``axis`` (so ``table.index_select(0, ids)`` is an embedding
+        lookup). Implemented as a ``Gather`` with the index broadcast over the other axes (no one-hot).
+        """
+        axis = normalize_axis(axis, self.ndim)
+        if not index.dtype.is_int:
+            raise TypeError(f"index_select: index must be int32/int64, got {index.dtype}")
+        idx_dims = index.dims
+        flat_index = index.reshape((index.numel(),)) if index.ndim != 1 else index
+        # index (m,) -> (pre..., m, post...) broadcast
+        view = flat_index
+        for k in range(axis):
+            view = view.expand_dim(k, self.dims[k])
+        for k in range(axis + 1, self.ndim):
+            view = view.expand_dim(k, self.dims[k])
+        out = self.gather(axis, view)
+        if index.ndim != 1:
+            out = out.reshape(self.dims[:axis] + tuple(idx_dims) + self.dims[axis + 1:])
+        return out
+
+    def take_along_dim(self, index, axis: int):
+        return self.gather(axis, index)
+
+
+def _normalize_slice(start, stop, step, n: Expression):
+    """Python slice bounds on a (possibly symbolic) dim ``n`` -> expressions."""
+    nc = n.to_int()
+    if nc is not None and all(v is None or isinstance(v, (int, np.integer)) for v in (start, stop)):
+        s, e, _ = slice(start, stop, step).indices(nc)
+        if step < 0 and e < 0:
+            e = -1
+        return s, e
+    def norm(v, default):
+        if v is None:
+            return default
+        if isinstance(v, (int, np.integer)) and v < 0:
+            return (n + int(v)).max(0)
+        return to_expr(v).min(n)
+    if step > 0:
+        return norm(start, to_expr(0)), norm(stop, n)
+    return norm(start, n - 1), (to_expr(-1) if stop is None else norm(stop, n))
+
+
+def concat(tensors: Sequence, axis: int = 0):
+    """Concatenate tensors along ``axis`` (zero-pad each to the full extent, then ``Add``)."""
+    from ..dtype import promote_types
+
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("concat needs at least one tensor")
+    ndim = tensors[0].ndim
+    axis = normalize_axis(axis, ndim)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        if t.ndim != ndim:
+            raise GraphError(f"concat: tensors have different ranks: {[list(map(str, x.dims)) for x in tensors]}")
+        for k in range(ndim):
+            if k != axis and t.dims[k] != tensors[0].dims[k]:
+                raise GraphError(f"concat along axis {axis}: dim {k} differs: "
+                                 f"{[list(map(str, x.dims)) for x in tensors]}")
+        dtype = promote_types(dtype, t.dtype)
+    if len(tensors) == 1:
+        return tensors[0].cast(dtype)
+    total = to_expr(0)
+    for t in tensors:
+        total = total + t.dims[axis]
+    out = None
+    before = to_expr(0)
+    for t in tensors:
+        after = total - before - t.dims[axis]
+        part = t.cast(dtype).pad_axis(axis, before, after)
+        out = part if out is None else out + part
+        before = before + t.dims[axis]
+    return out
+
+
+def stack(tensors: Sequence, axis: int = 0):
+    """Stack equally shaped tensors along a new ``axis``."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack needs at least one tensor")
+    n = tensors[0].ndim + 1
+    if not -n <= axis < n:
+        raise IndexError(f"stack: axis {axis} out of range for a result with {n} dims")
+    axis %= n
+    for t in tensors[1:]:
+        if t.dims != tensors[0].dims:
+            raise GraphError(f"stack: shapes differ: {[list(map(str, x.dims)) for x in tensors]}")
+    return concat([t.unsqueeze(axis) for t in tensors], axis)

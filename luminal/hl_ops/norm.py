@@ -1,0 +1,50 @@
+"""Normalizations along axes: ``softmax log_softmax mean_norm std_norm layer_norm normalize``."""
+
+from __future__ import annotations
+
+from ._util import normalize_axes
+
+
+class NormOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with softmax and the normalizations."""
+
+    def softmax(self, axis=-1):
+        """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (an int or tuple)."""
+        x = self._floating()
+        axes = normalize_axes(axis, x.ndim)
+        e = (x - x.max(axes, keepdim=True)).exp()
+        return e / e.sum(axes, keepdim=True)
+
+    def log_softmax(self, axis=-1):
+        """``x - max - log(sum(exp(x - max)))`` (stable)."""
+        x = self._floating()
+        axes = normalize_axes(axis, x.ndim)
+        shifted = x - x.max(axes, keepdim=True)
+        return shifted - shifted.exp().sum(axes, keepdim=True).log()
+
+    def mean_norm(self, axis=-1):
+        """Subtract the mean along ``axis``."""
+        return self - self.mean(normalize_axes(axis, self.ndim), keepdim=True)
+
+    def std_norm(self, axis=-1, epsilon: float = 1e-5):
+        """Divide by ``sqrt(mean(x^2) + epsilon)`` along ``axis`` (RMS normalization)."""
+        axes = normalize_axes(axis, self.ndim)
+        return self * (self.square().mean(axes, keepdim=True) + epsilon).rsqrt()
+
+    def layer_norm(self, axis=-1, epsilon: float = 1e-5):
+        """``(x - mean) / sqrt(var + epsilon)`` with the biased variance (no affine parameters)."""
+        return self._floating().mean_norm(axis).std_norm(axis, epsilon)
+
+    def normalize(self, p: float = 2.0, axis=-1, epsilon: float = 1e-12):
+        """``x / max(||x||_p, epsilon)`` along ``axis`` (``torch.nn.functional.normalize``)."""
+        axes = normalize_axes(axis, self.ndim)
+        x = self._floating()
+        if p == 2:
+            norm = x.square().sum(axes, keepdim=True).sqrt()
+        elif p == 1:
+            norm = x.abs().sum(axes, keepdim=True)
+        elif p == float("inf"):
+            norm = x.abs().max(axes, keepdim=True)
+        else:
+            norm = x.abs().pow(p).sum(axes, keepdim=True).pow(1.0 / p)
+        return x / norm.maximum(epsilon)

@@ -1,0 +1,69 @@
+"""Scans and triangular masks: ``cumsum cummax cumprod tril triu``.
+
+A scan along an axis of size ``n`` is a zero-copy sliding-window view: pad
+``n - 1`` identity elements in front, take windows of ``n`` (``pool``), reduce
+the window axis. That is O(n^2) work but one fused reduction with no data
+movement, and it works for symbolic ``n``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtype import DType
+from ._util import normalize_axis
+
+
+class ScanOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with scans and ``tril``/``triu``."""
+
+    def _windows(self, axis: int, identity):
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis]
+        if identity == 0:
+            padded = self.pad_axis(axis, n - 1, 0)
+        else:
+            pads = [(0, 0)] * self.ndim
+            pads[axis] = (n - 1, 0)
+            padded = self.pad(pads, value=identity)
+        return padded.pool(axis, n), axis + 1  # (..., n windows, n kernel, ...)
+
+    def cumsum(self, axis: int = -1):
+        """Running sum along ``axis`` (bool/int accumulate in int64)."""
+        x = self if self.dtype.is_float else self.cast(DType.int64)
+        win, k = x._windows(axis, 0)
+        return win.sum(k)
+
+    def cummax(self, axis: int = -1):
+        """Running maximum along ``axis`` (values; NaN propagates)."""
+        low = -np.inf if self.dtype.is_float else int(np.iinfo(self.dtype.numpy).min) if self.dtype.is_int else 0
+        win, k = self._windows(axis, low)
+        return win.max(k)
+
+    def cummin(self, axis: int = -1):
+        return -((-self).cummax(axis))
+
+    def cumprod(self, axis: int = -1):
+        """Running product along ``axis``."""
+        x = self if self.dtype != DType.bool else self.cast(DType.int64)
+        win, k = x._windows(axis, 1)
+        return win.prod(k)
+
+    def _triangle(self, k: int, lower: bool):
+        if self.ndim < 2:
+            raise ValueError(f"{'tril' if lower else 'triu'} needs at least 2 dims, got {self.ndim}")
+        from .binary import where
+        m, n = self.dims[-2], self.dims[-1]
+        rows = self.graph.arange(m, dtype=DType.int64).unsqueeze(-1).expand((m, n))
+        cols = self.graph.arange(n, dtype=DType.int64).unsqueeze(0).expand((m, n))
+        diff = cols - rows
+        mask = diff.le(k) if lower else diff.ge(k)
+        return where(mask, self, 0)
+
+    def tril(self, diagonal: int = 0):
+        """Keep the lower triangle (``col - row <= diagonal``) of the last two axes, zero elsewhere."""
+        return self._triangle(diagonal, lower=True)
+
+    def triu(self, diagonal: int = 0):
+        """Keep the upper triangle (``col - row >= diagonal``) of the last two axes, zero elsewhere."""
+        return self._triangle(diagonal, lower=False)

@@ -1,0 +1,236 @@
+"""Unary high-level ops: math functions and activations, each a composition of primitives.
+
+``exp(x) = exp2(x / ln 2)``, ``log(x) = log2(x) * ln 2``, ``cos(x) = sin(x + pi/2)``,
+``sigmoid(x) = 1 / (1 + exp(-x))``, ``tanh(x) = 2 sigmoid(2x) - 1``, ``erf`` by the
+Abramowitz-Stegun 7.1.26 rational approximation (|error| < 1.5e-7). Integer
+inputs to floating functions are first cast to float32, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import ops
+from ..dtype import DType
+from ._util import constant
+
+LN2 = math.log(2.0)
+INV_LN2 = 1.0 / LN2
+
+
+class UnaryOps:
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with the unary ops."""
+
+    def _floating(self):
+        return self if self.dtype.is_float else self.cast(DType.float32)
+
+    # ------------------------------------------------------------------ primitives
+    def log2(self):
+        """Base-2 logarithm (primitive ``Log2``)."""
+        x = self._floating()
+        return x._apply(ops.Log2())
+
+    def exp2(self):
+        """``2 ** x`` (primitive ``Exp2``)."""
+        x = self._floating()
+        return x._apply(ops.Exp2())
+
+    def sin(self):
+        """Sine (primitive ``Sin``)."""
+        x = self._floating()
+        return x._apply(ops.Sin())
+
+    def sqrt(self):
+        """Square root (primitive ``Sqrt``)."""
+        x = self._floating()
+        return x._apply(ops.Sqrt())
+
+    def recip(self):
+        """``1 / x`` (primitive ``Recip``)."""
+        x = self._floating()
+        return x._apply(ops.Recip())
+
+    reciprocal = recip
+
+    # ------------------------------------------------------------------ math
+    def square(self):
+        """``x * x``."""
+        return self * self
+
+    def rsqrt(self):
+        """``1 / sqrt(x)``."""
+        return self.sqrt().recip()
+
+    def exp(self):
+        """``e ** x`` = ``exp2(x / ln 2)``."""
+        return (self._floating() * INV_LN2).exp2()
+
+    def log(self):
+        """Natural logarithm = ``log2(x) * ln 2``."""
+        return self.log2() * LN2
+
+    def log10(self):
+        return self.log2() * (LN2 / math.log(10.0))
+
+    def log1p(self):
+        """``log(1 + x)``."""
+        return (self._floating() + 1.0).log()
+
+    def expm1(self):
+        """``exp(x) - 1``."""
+        return self.exp() - 1.0
+
+    def cos(self):
+        """Cosine = ``sin(x + pi/2)``."""
+        return (self._floating() + math.pi / 2).sin()
+
+    def tan(self):
+        return self.sin() / self.cos()
+
+    def abs(self):
+        """``|x|``."""
+        if self.dtype == DType.bool:
+            return self
+        from .binary import where
+        return where(self < 0, -self, self)
+
+    def sign(self):
+        """-1, 0 or 1 by the sign of x (NaN stays NaN for floats)."""
+        if self.dtype == DType.bool:
+            return self
+        pos = (self > 0).cast(self.dtype)
+        neg = (self < 0).cast(self.dtype)
+        out = pos - neg
+        if self.dtype.is_float:
+            from .binary import where
+            out = where(self.isnan(), self, out)
+        return out
+
+    def floor(self):
+        """Largest integer <= x (``x - (x mod 1)``; values beyond 2**mantissa bits are already integral)."""
+        if not self.dtype.is_float:
+            return self
+        from .binary import where
+        big = {DType.float16: 2.0 ** 10, DType.float32: 2.0 ** 23, DType.float64: 2.0 ** 52}[self.dtype]
+        return where(self.abs() < big, self - self.remainder(1.0), self)
+
+    def ceil(self):
+        """Smallest integer >= x."""
+        if not self.dtype.is_float:
+            return self
+        return -((-self).floor())
+
+    def trunc(self):
+        """Round toward zero."""
+        if not self.dtype.is_float:
+            return self
+        from .binary import where
+        return where(self < 0, self.ceil(), self.floor())
+
+    def round(self):
+        """Round half to even (as ``torch.round``)."""
+        if not self.dtype.is_float:
+            return self
+        from .binary import where
+        fl = self.floor()
+        frac = self - fl
+        up = fl + 1.0
+        even_up = up.remainder(2.0).eq(0.0)
+        pick_up = (frac > 0.5).logical_or(frac.eq(0.5).logical_and(even_up))
+        return where(pick_up, up, fl)
+
+    def erf(self):
+        """Error function (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
+        x = self._floating()
+        a = x.abs()
+        t = (a * 0.3275911 + 1.0).recip()
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        y = 1.0 - poly * (-(a * a)).exp()
+        from .binary import where
+        return where(x < 0, -y, y)
+
+    # ------------------------------------------------------------------ activations
+    def relu(self):
+        """``max(x, 0)`` (NaN propagates)."""
+        from .binary import where
+        return where(self < 0, constant(self.graph, 0, self.dtype, ()), self)
+
+    def relu6(self):
+        return self.relu().minimum(6.0)
+
+    def leaky_relu(self, negative_slope: float = 0.01):
+        """``x`` for x >= 0, ``negative_slope * x`` below."""
+        from .binary import where
+        return where(self < 0, self * negative_slope, self)
+
+    def elu(self, alpha: float = 1.0):
+        """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise."""
+        from .binary import where
+        return where(self > 0, self, (self.minimum(0.0).exp() - 1.0) * alpha)
+
+    def selu(self):
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        return self.elu(alpha) * scale
+
+    def celu(self, alpha: float = 1.0):
+        from .binary import where
+        return where(self > 0, self, ((self / alpha).minimum(0.0).exp() - 1.0) * alpha)
+
+    def sigmoid(self):
+        """``1 / (1 + exp(-x))``."""
+        x = self._floating()
+        return ((-x).exp() + 1.0).recip()
+
+    def logsigmoid(self):
+        """``log(sigmoid(x)) = -softplus(-x)`` (stable)."""
+        return -((-self).softplus())
+
+    def hardsigmoid(self):
+        return (self / 6.0 + 0.5).clip(0.0, 1.0)
+
+    def hardswish(self):
+        """``x * relu6(x + 3) / 6``."""
+        return self * (self + 3.0).relu6() / 6.0
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0):
+        return self.clip(min_val, max_val)
+
+    def tanh(self):
+        """Hyperbolic tangent = ``2 sigmoid(2x) - 1``."""
+        return (self._floating() * 2.0).sigmoid() * 2.0 - 1.0
+
+    def silu(self):
+        """``x * sigmoid(x)`` (a.k.a. swish)."""
+        return self * self.sigmoid()
+
+    swish = silu
+
+    def mish(self):
+        """``x * tanh(softplus(x))``."""
+        return self * self.softplus().tanh()
+
+    def softsign(self):
+        return self / (self.abs() + 1.0)
+
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0):
+        """``log(1 + exp(beta x)) / beta``, computed stably; linear above ``threshold`` (``torch`` semantics)."""
+        from .binary import where
+        x = self._floating()
+        bx = x * beta if beta != 1.0 else x
+        soft = (bx.relu() + ((-bx.abs()).exp() + 1.0).log())
+        if beta != 1.0:
+            soft = soft / beta
+        return where(bx > threshold, x, soft)
+
+    def gelu(self, approximate: str = "none"):
+        """GELU: exact ``x * Phi(x)`` with ``erf`` (``approximate='none'``) or the tanh form (``'tanh'``)."""
+        x = self._floating()
+        if approximate == "tanh":
+            inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+            return x * 0.5 * (inner.tanh() + 1.0)
+        if approximate != "none":
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+
+    def quick_gelu(self):
+        return self * (self * 1.702).sigmoid()

@@ -1,0 +1,347 @@
+"""The primitive operators (the HLIR) and their reference semantics.
+
+Every high-level op decomposes into these. Ops are immutable *values*: two ops
+compare equal (and hash equal) exactly when they compute the same function of
+their inputs, which is what common-subexpression elimination keys on.
+
+Each operand is read through the ``ShapeTracker`` on its graph edge; reads in
+padding or outside a mask yield 0. ``reference`` receives the operands already
+materialized at their logical shapes (numpy arrays) and returns the output at
+the node's logical shape. Supported dtypes per op:
+
+=============  =====================================  =========================
+op             input dtypes                           output
+=============  =====================================  =========================
+Log2 Exp2 Sin  float16/32/64                          same
+Sqrt Recip
+Add Mul        any, both the same                     same (bool: or / and)
+Mod            int32/int64/float*, both the same      same (floor modulo, Python/torch ``remainder``)
+LessThan       any, both the same                     bool
+SumReduce      int32/int64/float* (f16 accumulates    same
+               in f32)
+MaxReduce      any but bool                           same (NaN propagates; empty -> -inf / int min)
+Contiguous     any                                    same
+Constant       (scalar: number or symbolic expr)      its dtype
+Iota           (expression of the flat index ``z``)   its dtype (int32/int64/float*)
+Gather         data any, index int32/int64            data dtype (``torch.gather`` semantics)
+Cast           any                                    target dtype (float->int truncates)
+Input          (set from the host)                    its dtype
+GraphBreak     any                                    same (identity; a fusion barrier)
+=============  =====================================  =========================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from .dtype import DType
+from .shape import Expression, ShapeTracker
+
+
+class GraphError(ValueError):
+    """A graph was built or executed with inconsistent shapes, dtypes or data."""
+
+
+class Op:
+    """Base class of primitive operators. Subclasses are frozen dataclasses (value semantics)."""
+
+    arity: ClassVar[int] = 0
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def check(self, dtypes: Sequence[DType], shapes: Sequence[ShapeTracker]) -> None:
+        """Raise :class:`GraphError`/``TypeError`` when the inputs are not valid for this op."""
+        if len(dtypes) != self.arity:
+            raise GraphError(f"{self.name} takes {self.arity} inputs, got {len(dtypes)}")
+
+    def reference(self, inputs: list[np.ndarray], bindings: Mapping[str, int], out_shape: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _require_float(op: Op, dtypes: Sequence[DType]) -> None:
+    for d in dtypes:
+        if not d.is_float:
+            raise TypeError(f"{op.name} needs a floating-point input, got {d}; cast first")
+
+
+def _require_same(op: Op, dtypes: Sequence[DType]) -> None:
+    if len(set(dtypes)) > 1:
+        raise TypeError(f"{op.name}: operand dtypes differ ({', '.join(map(str, dtypes))}); the primitive needs "
+                        "them equal (the high-level ops insert the casts)")
+
+
+def _require_same_shape(op: Op, shapes: Sequence[ShapeTracker]) -> None:
+    dims = [s.dims for s in shapes]
+    if any(d != dims[0] for d in dims[1:]):
+        raise GraphError(f"{op.name}: operand shapes differ: {' vs '.join(str(list(d)) for d in dims)}")
+
+
+# ---------------------------------------------------------------------------- leaves
+@dataclass(frozen=True)
+class Input(Op):
+    """A named load whose data is set from the host (``GraphTensor.set``). ``key`` makes each input unique."""
+
+    label: str
+    key: int
+
+    def reference(self, inputs, bindings, out_shape):  # pragma: no cover - the interpreter handles inputs
+        raise GraphError(f"input '{self.label}' has no data")
+
+
+@dataclass(frozen=True)
+class Constant(Op):
+    """A scalar: a number, or a symbolic :class:`Expression` evaluated with the bound symbols."""
+
+    value: object
+    dtype: DType
+
+    def reference(self, inputs, bindings, out_shape):
+        v = self.value.evaluate(bindings) if isinstance(self.value, Expression) else self.value
+        return np.full(out_shape, v, dtype=self.dtype.numpy)
+
+    def __str__(self) -> str:
+        return f"Constant({self.value})"
+
+
+@dataclass(frozen=True)
+class Iota(Op):
+    """Evaluates ``expr`` (of the flat output index ``z`` and bound symbols) at every output element."""
+
+    expr: Expression
+    dtype: DType
+
+    def reference(self, inputs, bindings, out_shape):
+        n = int(np.prod(out_shape, dtype=np.int64)) if out_shape else 1
+        env = dict(bindings)
+        env["z"] = np.arange(n, dtype=np.int64)
+        vals = self.expr.evaluate_array(env)
+        return np.broadcast_to(np.asarray(vals), (n,)).astype(self.dtype.numpy).reshape(out_shape)
+
+    def __str__(self) -> str:
+        return f"Iota({self.expr})"
+
+
+# ---------------------------------------------------------------------------- unary
+@dataclass(frozen=True)
+class _Unary(Op):
+    arity: ClassVar[int] = 1
+    fn: ClassVar = None
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        _require_float(self, dtypes)
+
+    def reference(self, inputs, bindings, out_shape):
+        with np.errstate(all="ignore"):
+            return type(self).fn(inputs[0]).astype(inputs[0].dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Log2(_Unary):
+    """``log2(x)``."""
+    fn: ClassVar = np.log2
+
+
+@dataclass(frozen=True)
+class Exp2(_Unary):
+    """``2 ** x``."""
+    fn: ClassVar = np.exp2
+
+
+@dataclass(frozen=True)
+class Sin(_Unary):
+    """``sin(x)``."""
+    fn: ClassVar = np.sin
+
+
+@dataclass(frozen=True)
+class Sqrt(_Unary):
+    """``sqrt(x)`` (NaN for negative x)."""
+    fn: ClassVar = np.sqrt
+
+
+@dataclass(frozen=True)
+class Recip(_Unary):
+    """``1 / x`` (inf at 0)."""
+    fn: ClassVar = np.reciprocal
+
+
+# ---------------------------------------------------------------------------- binary
+@dataclass(frozen=True)
+class _Binary(Op):
+    arity: ClassVar[int] = 2
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        _require_same(self, dtypes)
+        _require_same_shape(self, shapes)
+
+
+@dataclass(frozen=True)
+class Add(_Binary):
+    """``a + b`` (logical or on bool)."""
+
+    def reference(self, inputs, bindings, out_shape):
+        with np.errstate(all="ignore"):
+            return np.add(inputs[0], inputs[1])
+
+
+@dataclass(frozen=True)
+class Mul(_Binary):
+    """``a * b`` (logical and on bool)."""
+
+    def reference(self, inputs, bindings, out_shape):
+        with np.errstate(all="ignore"):
+            return np.multiply(inputs[0], inputs[1])
+
+
+@dataclass(frozen=True)
+class Mod(_Binary):
+    """Floor modulo ``a - floor(a / b) * b`` (the sign of ``b``; ``torch.remainder``)."""
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        if dtypes[0] == DType.bool:
+            raise TypeError("Mod is not defined for bool tensors")
+
+    def reference(self, inputs, bindings, out_shape):
+        a, b = inputs
+        if a.dtype.kind in "iu" and np.any(b == 0):
+            raise ZeroDivisionError("integer modulo by zero in Mod")
+        with np.errstate(all="ignore"):
+            return np.mod(a, b)
+
+
+@dataclass(frozen=True)
+class LessThan(_Binary):
+    """``a < b`` as bool."""
+
+    def reference(self, inputs, bindings, out_shape):
+        with np.errstate(all="ignore"):
+            return np.less(inputs[0], inputs[1])
+
+
+# ---------------------------------------------------------------------------- reductions
+@dataclass(frozen=True)
+class _Reduce(Op):
+    axis: int
+    arity: ClassVar[int] = 1
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        if not 0 <= self.axis < shapes[0].ndim:
+            raise GraphError(f"{self.name}: axis {self.axis} out of range for shape {list(shapes[0].dims)}")
+        if dtypes[0] == DType.bool:
+            raise TypeError(f"{self.name} is not defined for bool tensors; cast first")
+
+    def __str__(self) -> str:
+        return f"{self.name}({self.axis})"
+
+
+@dataclass(frozen=True)
+class SumReduce(_Reduce):
+    """Sum over ``axis`` (removed from the shape)."""
+
+    def reference(self, inputs, bindings, out_shape):
+        x = inputs[0]
+        acc = np.float32 if x.dtype == np.float16 else x.dtype
+        with np.errstate(all="ignore"):
+            return np.sum(x, axis=self.axis, dtype=acc).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class MaxReduce(_Reduce):
+    """Maximum over ``axis`` (removed); NaN propagates; an empty axis gives -inf (or the int minimum)."""
+
+    def reference(self, inputs, bindings, out_shape):
+        x = inputs[0]
+        if x.shape[self.axis] == 0:
+            low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+            return np.full(out_shape, low, dtype=x.dtype)
+        with np.errstate(all="ignore"):
+            return np.max(x, axis=self.axis)
+
+
+# ---------------------------------------------------------------------------- data movement
+@dataclass(frozen=True)
+class Contiguous(Op):
+    """Materialize the input view into a fresh row-major buffer."""
+
+    arity: ClassVar[int] = 1
+
+    def reference(self, inputs, bindings, out_shape):
+        return np.array(inputs[0], order="C", copy=True)
+
+
+@dataclass(frozen=True)
+class GraphBreak(Op):
+    """Identity that marks a fusion barrier for compilers; the reference passes data through."""
+
+    arity: ClassVar[int] = 1
+
+    def reference(self, inputs, bindings, out_shape):
+        return np.array(inputs[0], order="C", copy=True)
+
+
+@dataclass(frozen=True)
+class Gather(Op):
+    """``out[i] = data[i with i[axis] replaced by index[i]]`` (``torch.gather``); inputs ``(data, index)``."""
+
+    axis: int
+    arity: ClassVar[int] = 2
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        data, index = shapes
+        if not dtypes[1].is_int:
+            raise TypeError(f"Gather: index must be int32/int64, got {dtypes[1]}")
+        if data.ndim != index.ndim:
+            raise GraphError(f"Gather: data has {data.ndim} dims {list(data.dims)} but index has {index.ndim} "
+                             f"{list(index.dims)}; they must have the same rank")
+        if not 0 <= self.axis < data.ndim:
+            raise GraphError(f"Gather: axis {self.axis} out of range for {data.ndim} dims")
+        for j, (d, i) in enumerate(zip(data.dims, index.dims)):
+            if j != self.axis and d.is_constant() and i.is_constant() and i.to_int() > d.to_int():
+                raise GraphError(f"Gather: index dim {j} ({i}) exceeds data dim ({d}); shapes "
+                                 f"{list(data.dims)} and {list(index.dims)}")
+
+    def reference(self, inputs, bindings, out_shape):
+        data, index = inputs
+        size = data.shape[self.axis]
+        if index.size and (index.min() < 0 or index.max() >= size):
+            bad = index[(index < 0) | (index >= size)].reshape(-1)[0]
+            raise IndexError(f"Gather: index {int(bad)} is out of range for axis {self.axis} of size {size}")
+        slices = tuple(slice(0, n) if j != self.axis else slice(None) for j, n in enumerate(index.shape))
+        return np.take_along_axis(data[slices], index.astype(np.int64), axis=self.axis)
+
+    def __str__(self) -> str:
+        return f"Gather({self.axis})"
+
+
+@dataclass(frozen=True)
+class Cast(Op):
+    """Convert to ``dtype`` (float->int truncates toward zero; nonzero->True for bool)."""
+
+    dtype: DType
+    arity: ClassVar[int] = 1
+
+    def reference(self, inputs, bindings, out_shape):
+        with np.errstate(all="ignore"):
+            if self.dtype == DType.bool:
+                return inputs[0] != 0
+            return inputs[0].astype(self.dtype.numpy)
+
+    def __str__(self) -> str:
+        return f"Cast({self.dtype.value})"
+
+
+PRIMITIVES = (Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, SumReduce, MaxReduce, Contiguous,
+              Constant, Iota, Gather, Cast, Input, GraphBreak)

@@ -1,0 +1,794 @@
+"""Symbolic integer expressions for shapes and index arithmetic.
+
+An :class:`Expression` is an immutable, hashable tree over integer constants and
+named symbols (``"batch"``, ``"s"``, the flat index ``"z"``...). Every operator
+builds its result through a *smart constructor* that keeps the tree in a
+canonical, simplified form (constant folding, like-term collection, the
+div/mod rules index arithmetic needs), so simplification costs microseconds and
+happens as expressions are built.
+
+Semantics
+---------
+* Symbols denote **non-negative** integers (sizes and indices). The simplifier
+  relies on this for its bound reasoning; expressions may still *evaluate* to
+  negative numbers (``i - pad``), and constants may be negative.
+* ``//`` and ``%`` are *floor* division and modulo (Python semantics). The C
+  renderer emits plain ``/`` and ``%`` only where both operands are provably
+  non-negative and a helper macro otherwise.
+* ``<``, ``>=``, ``&``, ``|`` produce 0/1-valued expressions; ``<`` and ``>=``
+  on expressions therefore build expressions rather than Python booleans, and
+  ``==`` is *structural* equality (so expressions can be dict keys).
+
+Example::
+
+    >>> b = Expression.symbol("b")
+    >>> ((b * 4 + 3) // 4).evaluate({"b": 5})
+    5
+    >>> (b * 4 + 3) // 4
+    b
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable, Iterable, Mapping, Union
+
+import numpy as np
+
+IntLike = Union[int, "Expression"]
+
+# Operator names. Commutative n-ary ops keep sorted argument tuples.
+NUM, VAR, ADD, MUL, DIV, MOD, MIN, MAX, LT, GE, AND, OR = (
+    "num", "var", "add", "mul", "div", "mod", "min", "max", "lt", "ge", "and", "or")
+_OP_RANK = {op: i for i, op in enumerate((NUM, VAR, ADD, MUL, DIV, MOD, MIN, MAX, LT, GE, AND, OR))}
+_INF = None  # an unbounded end of an interval
+
+
+class UnboundSymbolError(KeyError):
+    """Raised when an expression is evaluated without a value for one of its symbols."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want a sentence
+        return str(self.args[0]) if self.args else "unbound symbol"
+
+
+class Expression:
+    """An immutable symbolic integer expression (see the module docstring)."""
+
+    __slots__ = ("op", "args", "_hash", "_bounds", "_symbols")
+
+    # ------------------------------------------------------------------ construction
+    def __init__(self, op: str, args: tuple):
+        self.op = op
+        self.args = args
+        if op == VAR:
+            self._hash = hash((_OP_RANK[op], zlib.crc32(args[0].encode())))
+        else:
+            self._hash = hash((_OP_RANK[op],) + tuple(a._hash if isinstance(a, Expression) else a for a in args))
+        self._bounds = None
+        self._symbols = None
+
+    @staticmethod
+    def num(value: int) -> "Expression":
+        """The constant ``value``."""
+        return _num(value)
+
+    @staticmethod
+    def symbol(name: str) -> "Expression":
+        """A named non-negative integer symbol, e.g. ``Expression.symbol("batch")``."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a symbol name must be a non-empty string, got {name!r}")
+        return Expression(VAR, (name,))
+
+    @staticmethod
+    def raw(op: str, *args: IntLike) -> "Expression":
+        """Build a node *without* simplification (for tests and parsers); ``simplify()`` canonicalizes it."""
+        if op == NUM:
+            return Expression(NUM, (int(args[0]),))
+        if op == VAR:
+            return Expression(VAR, (str(args[0]),))
+        if op not in _BUILDERS:
+            raise ValueError(f"unknown expression operator {op!r}")
+        return Expression(op, tuple(to_expr(a) for a in args))
+
+    # ------------------------------------------------------------------ queries
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:  # structural equality
+        if self is other:
+            return True
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.op == NUM and self.args[0] == other
+        if not isinstance(other, Expression):
+            return NotImplemented
+        return self._hash == other._hash and self.op == other.op and self.args == other.args
+
+    def __ne__(self, other) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __bool__(self) -> bool:
+        if self.op == NUM:
+            return self.args[0] != 0
+        raise TypeError(f"the truth value of the symbolic expression {self} is unknown; "
+                        "evaluate it or compare with .is_constant()")
+
+    def is_constant(self) -> bool:
+        """True when the expression has no symbols."""
+        return self.op == NUM
+
+    def to_int(self) -> int | None:
+        """The value if constant, else ``None``."""
+        return self.args[0] if self.op == NUM else None
+
+    def __int__(self) -> int:
+        if self.op != NUM:
+            raise TypeError(f"expression {self} is symbolic; bind its symbols with evaluate()")
+        return self.args[0]
+
+    __index__ = __int__
+
+    def symbols(self) -> frozenset[str]:
+        """The names of all symbols the expression mentions."""
+        if self._symbols is None:
+            if self.op == VAR:
+                self._symbols = frozenset(self.args)
+            elif self.op == NUM:
+                self._symbols = frozenset()
+            else:
+                self._symbols = frozenset().union(*(a.symbols() for a in self.args))
+        return self._symbols
+
+    def bounds(self) -> tuple[int | None, int | None]:
+        """Inclusive integer interval ``(lo, hi)`` the value lies in; ``None`` means unbounded."""
+        if self._bounds is None:
+            self._bounds = _compute_bounds(self)
+        return self._bounds
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other): return _add(self, to_expr(other))
+    def __radd__(self, other): return _add(to_expr(other), self)
+    def __sub__(self, other): return _add(self, _mul(_num(-1), to_expr(other)))
+    def __rsub__(self, other): return _add(to_expr(other), _mul(_num(-1), self))
+    def __mul__(self, other): return _mul(self, to_expr(other))
+    def __rmul__(self, other): return _mul(to_expr(other), self)
+    def __floordiv__(self, other): return _div(self, to_expr(other))
+    def __rfloordiv__(self, other): return _div(to_expr(other), self)
+    def __mod__(self, other): return _mod(self, to_expr(other))
+    def __rmod__(self, other): return _mod(to_expr(other), self)
+    def __neg__(self): return _mul(_num(-1), self)
+    def __pos__(self): return self
+    def __lt__(self, other): return _lt(self, to_expr(other))
+    def __ge__(self, other): return _ge(self, to_expr(other))
+    def __gt__(self, other): return _lt(to_expr(other), self)
+    def __le__(self, other): return _ge(to_expr(other), self)
+    def __and__(self, other): return _and(self, to_expr(other))
+    def __rand__(self, other): return _and(to_expr(other), self)
+    def __or__(self, other): return _or(self, to_expr(other))
+    def __ror__(self, other): return _or(to_expr(other), self)
+
+    def min(self, other: IntLike) -> "Expression":
+        """``min(self, other)``."""
+        return _min(self, to_expr(other))
+
+    def max(self, other: IntLike) -> "Expression":
+        """``max(self, other)``."""
+        return _max(self, to_expr(other))
+
+    def ceil_div(self, other: IntLike) -> "Expression":
+        """``ceil(self / other)`` for a positive divisor: ``(self + other - 1) // other``."""
+        other = to_expr(other)
+        return _div(_add(self, _add(other, _num(-1))), other)
+
+    # ------------------------------------------------------------------ transformations
+    def simplify(self) -> "Expression":
+        """Canonical simplified form (rebuilds the tree through the smart constructors)."""
+        if self.op in (NUM, VAR):
+            return self
+        return _BUILDERS[self.op](*(a.simplify() for a in self.args))
+
+    def substitute(self, name_or_map, value: IntLike | None = None) -> "Expression":
+        """Replace symbols: ``e.substitute("x", 3)`` or ``e.substitute({"x": y + 1})``; the result is simplified."""
+        mapping = {name_or_map: value} if isinstance(name_or_map, str) else dict(name_or_map)
+        mapping = {k: to_expr(v) for k, v in mapping.items()}
+        if not (self.symbols() & mapping.keys()):
+            return self
+        return _substitute(self, mapping)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, bindings: Mapping[str, int] | None = None) -> int:
+        """Integer value under ``bindings``; raises :class:`UnboundSymbolError` naming a missing symbol."""
+        if self.op == NUM:
+            return self.args[0]
+        return _eval(self, bindings or {})
+
+    def evaluate_array(self, bindings: Mapping[str, object]):
+        """Vectorized evaluation: symbols may be bound to numpy integer arrays (broadcasting applies)."""
+        if self.op == NUM:
+            return self.args[0]
+        fn = _COMPILED.get(self)
+        if fn is None:
+            fn = _compile_numpy(self)
+            if len(_COMPILED) > 20000:
+                _COMPILED.clear()
+            _COMPILED[self] = fn
+        missing = self.symbols() - bindings.keys()
+        if missing:
+            raise UnboundSymbolError(f"no value for symbol(s) {sorted(missing)} in expression {self}")
+        return fn(bindings)
+
+    # ------------------------------------------------------------------ rendering
+    def __repr__(self) -> str:
+        return _render(self, _py_style)
+
+    __str__ = __repr__
+
+    def to_c(self, names: Mapping[str, str] | None = None) -> str:
+        """C source for the expression (``long long`` arithmetic); ``names`` maps symbols to C identifiers.
+
+        Floor division/modulo that might see negative operands render as the
+        ``LUMINAL_FLOORDIV``/``LUMINAL_FLOORMOD`` macros from :data:`C_PRELUDE`.
+        """
+        names = names or {}
+        return _render(self, lambda e, parts: _c_style(e, parts, names))
+
+
+C_PRELUDE = """\
+#define LUMINAL_FLOORDIV(a, b) (((a) / (b)) - ((((a) % (b)) != 0) && (((a) < 0) != ((b) < 0))))
+#define LUMINAL_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
+#define LUMINAL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LUMINAL_MAX(a, b) ((a) > (b) ? (a) : (b))
+"""
+
+
+def to_expr(value: IntLike) -> Expression:
+    """Coerce an int, a symbol name (``str``) or an Expression to an Expression."""
+    if isinstance(value, Expression):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return _num(int(value))
+    if isinstance(value, (int, np.integer)):
+        return _num(int(value))
+    if isinstance(value, str):
+        return Expression.symbol(value)
+    raise TypeError(f"cannot use {type(value).__name__} {value!r} as a symbolic integer expression")
+
+
+def sym(name: str) -> Expression:
+    """Shorthand for :meth:`Expression.symbol`."""
+    return Expression.symbol(name)
+
+
+# ====================================================================== smart constructors
+_NUM_CACHE: dict[int, Expression] = {}
+
+
+def _num(v: int) -> Expression:
+    e = _NUM_CACHE.get(v)
+    if e is None:
+        e = Expression(NUM, (v,))
+        if -1024 <= v <= 1 << 20:
+            _NUM_CACHE[v] = e
+    return e
+
+
+ZERO, ONE = _num(0), _num(1)
+
+
+def _sort_key(e: Expression):
+    return (_OP_RANK[e.op], e._hash)
+
+
+def _split_coef(e: Expression) -> tuple[int, Expression]:
+    """``3*x*y`` -> ``(3, x*y)``; a non-product -> ``(1, e)``."""
+    if e.op == MUL and e.args[0].op == NUM:
+        rest = e.args[1:]
+        return e.args[0].args[0], rest[0] if len(rest) == 1 else Expression(MUL, rest)
+    return 1, e
+
+
+def _scale(coef: int, base: Expression) -> Expression:
+    if coef == 1:
+        return base
+    if base.op == MUL:
+        return Expression(MUL, (_num(coef),) + base.args)
+    return Expression(MUL, (_num(coef), base))
+
+
+def _add(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(a.args[0] + b.args[0])
+    if a.op == NUM and a.args[0] == 0:
+        return b
+    if b.op == NUM and b.args[0] == 0:
+        return a
+    coefs: dict[Expression, int] = {}
+    const = _collect_terms((a, b), 1, coefs)
+    if len(coefs) >= 2:
+        const += _recombine_div_mod(coefs)
+    terms = sorted((_scale(c, base) for base, c in coefs.items() if c != 0), key=_sort_key)
+    if const != 0:
+        terms.insert(0, _num(const))
+    if not terms:
+        return ZERO
+    if len(terms) == 1:
+        return terms[0]
+    return Expression(ADD, tuple(terms))
+
+
+def _collect_terms(parts, k: int, coefs: dict) -> int:
+    """Accumulate ``k * sum(parts)`` into ``coefs`` (base -> coefficient); returns the constant part."""
+    const = 0
+    for part in parts:
+        for t in (part.args if part.op == ADD else (part,)):
+            if t.op == NUM:
+                const += k * t.args[0]
+            else:
+                c, base = _split_coef(t)
+                coefs[base] = coefs.get(base, 0) + k * c
+    return const
+
+
+def _recombine_div_mod(coefs: dict[Expression, int]) -> int:
+    """``k*c*(x//c) + k*(x%c)`` -> ``k*x`` (the identity that makes merged views simple).
+
+    Rewrites ``coefs`` in place; returns the constant that the expansion of ``x`` adds.
+    """
+    const = 0
+    changed = True
+    while changed:
+        changed = False
+        for base, k in coefs.items():
+            if base.op != MOD or k == 0 or base.args[1].op != NUM:
+                continue
+            x, c = base.args
+            div = Expression(DIV, (x, c))
+            if coefs.get(div, 0) != k * c.args[0]:
+                continue
+            del coefs[base], coefs[div]
+            const += _collect_terms((x,), k, coefs)
+            changed = True
+            break
+    return const
+
+
+def _mul(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(a.args[0] * b.args[0])
+    if a.op == NUM:
+        a, b = b, a
+    if b.op == NUM:
+        c = b.args[0]
+        if c == 0:
+            return ZERO
+        if c == 1:
+            return a
+        if a.op == ADD:  # distribute constants over sums: keeps index math linear
+            out = ZERO
+            for t in a.args:
+                out = _add(out, _mul(t, b))
+            return out
+        ac, base = _split_coef(a)
+        if ac * c == 1:
+            return base
+        return _scale(ac * c, base)
+    const = 1
+    factors = []
+    for part in (a, b):
+        for f in (part.args if part.op == MUL else (part,)):
+            if f.op == NUM:
+                const *= f.args[0]
+            else:
+                factors.append(f)
+    if const == 0:
+        return ZERO
+    factors.sort(key=_sort_key)
+    if const != 1:
+        factors.insert(0, _num(const))
+    if len(factors) == 1:
+        return factors[0]
+    return Expression(MUL, tuple(factors))
+
+
+def _remove_factor(a: Expression, f: Expression) -> Expression | None:
+    """``a / f`` when ``f`` is literally one of ``a``'s symbolic factors, else None."""
+    if a == f:
+        return ONE
+    if a.op == MUL and f in a.args:
+        rest = list(a.args)
+        rest.remove(f)
+        out = ONE
+        for r in rest:
+            out = _mul(out, r)
+        return out
+    return None
+
+
+def _div(a: Expression, b: Expression) -> Expression:
+    if b.op == NUM:
+        d = b.args[0]
+        if d == 0:
+            raise ZeroDivisionError(f"symbolic division of {a} by zero")
+        if d == 1:
+            return a
+        if a.op == NUM:
+            return _num(a.args[0] // d)
+        if d > 0:
+            lo, hi = a.bounds()
+            if lo is not None and hi is not None and lo // d == hi // d:
+                return _num(lo // d)
+            if a.op == DIV and a.args[1].op == NUM and a.args[1].args[0] > 0:
+                return _div(a.args[0], _num(a.args[1].args[0] * d))
+            if a.op == MUL:
+                c, base = _split_coef(a)
+                if c % d == 0:
+                    return _scale(c // d, base) if c // d != 0 else ZERO
+            if a.op == ADD:
+                whole = ZERO
+                rest = []
+                for t in a.args:
+                    c, base = (t.args[0], ONE) if t.op == NUM else _split_coef(t)
+                    if c % d == 0:
+                        whole = _add(whole, _mul(_num(c // d), base))
+                    else:
+                        rest.append(t)
+                if whole != ZERO:
+                    rem = ZERO
+                    for t in rest:
+                        rem = _add(rem, t)
+                    return _add(whole, _div(rem, b))
+    else:
+        if a == b:
+            return ONE
+        if a.op != NUM:
+            q = _remove_factor(a, b)
+            if q is not None:
+                return q
+        if a.op == NUM and a.args[0] == 0:
+            return ZERO
+        lo, hi = a.bounds()
+        blo, _ = b.bounds()
+        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
+            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
+            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
+                return ZERO
+    return Expression(DIV, (a, b))
+
+
+def _mod(a: Expression, b: Expression) -> Expression:
+    if b.op == NUM:
+        d = b.args[0]
+        if d == 0:
+            raise ZeroDivisionError(f"symbolic modulo of {a} by zero")
+        if d == 1 or d == -1:
+            return ZERO
+        if a.op == NUM:
+            return _num(a.args[0] % d)
+        if d > 0:
+            lo, hi = a.bounds()
+            if lo is not None and hi is not None and lo >= 0 and hi < d:
+                return a
+            if a.op == MOD and a.args[1].op == NUM and a.args[1].args[0] > 0 and a.args[1].args[0] % d == 0:
+                return _mod(a.args[0], b)
+            if a.op == MUL:
+                c, _ = _split_coef(a)
+                if c % d == 0:
+                    return ZERO
+            if a.op == ADD:
+                kept = []
+                changed = False
+                for t in a.args:
+                    if t.op == NUM:
+                        if t.args[0] % d != t.args[0]:
+                            changed = True
+                        if t.args[0] % d:
+                            kept.append(_num(t.args[0] % d))
+                        continue
+                    c, base = _split_coef(t)
+                    if c % d == 0:
+                        changed = True
+                        continue
+                    kept.append(t)
+                if changed:
+                    rem = ZERO
+                    for t in kept:
+                        rem = _add(rem, t)
+                    return _mod(rem, b)
+    else:
+        if a == b:
+            return ZERO
+        if a.op != NUM and _remove_factor(a, b) is not None:
+            return ZERO
+        if a.op == NUM and a.args[0] == 0:
+            return ZERO
+        lo, _ = a.bounds()
+        blo, _ = b.bounds()
+        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
+            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
+            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
+                return a
+    return Expression(MOD, (a, b))
+
+
+def _minmax(op: str, a: Expression, b: Expression) -> Expression:
+    pick_min = op == MIN
+    if a.op == NUM and b.op == NUM:
+        return _num(min(a.args[0], b.args[0]) if pick_min else max(a.args[0], b.args[0]))
+    if a == b:
+        return a
+    diff_lo, diff_hi = _add(a, _mul(_num(-1), b)).bounds()  # bounds of a - b
+    if diff_hi is not None and diff_hi <= 0:  # a <= b
+        return a if pick_min else b
+    if diff_lo is not None and diff_lo >= 0:  # a >= b
+        return b if pick_min else a
+    args = tuple(sorted((a, b), key=_sort_key))
+    return Expression(op, args)
+
+
+def _min(a, b): return _minmax(MIN, a, b)
+def _max(a, b): return _minmax(MAX, a, b)
+
+
+def _lt(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(a.args[0] < b.args[0]))
+    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
+    if hi is not None and hi < 0:
+        return ONE
+    if lo is not None and lo >= 0:
+        return ZERO
+    return Expression(LT, (a, b))
+
+
+def _ge(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(a.args[0] >= b.args[0]))
+    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
+    if lo is not None and lo >= 0:
+        return ONE
+    if hi is not None and hi < 0:
+        return ZERO
+    return Expression(GE, (a, b))
+
+
+def _truthy(e: Expression) -> bool | None:
+    lo, hi = e.bounds()
+    if e.op == NUM:
+        return e.args[0] != 0
+    if lo is not None and lo > 0 or hi is not None and hi < 0:
+        return True
+    return None
+
+
+def _and(a: Expression, b: Expression) -> Expression:
+    for x, y in ((a, b), (b, a)):
+        if x.op == NUM:
+            if x.args[0] == 0:
+                return ZERO
+            return y if _is_boolean(y) else Expression(AND, (ONE, y))
+    if a == b and _is_boolean(a):
+        return a
+    return Expression(AND, tuple(sorted((a, b), key=_sort_key)))
+
+
+def _or(a: Expression, b: Expression) -> Expression:
+    for x, y in ((a, b), (b, a)):
+        if x.op == NUM:
+            if x.args[0] != 0:
+                return ONE
+            return y if _is_boolean(y) else Expression(OR, (ZERO, y))
+    if a == b and _is_boolean(a):
+        return a
+    return Expression(OR, tuple(sorted((a, b), key=_sort_key)))
+
+
+def _is_boolean(e: Expression) -> bool:
+    lo, hi = e.bounds()
+    return lo is not None and hi is not None and lo >= 0 and hi <= 1
+
+
+_BUILDERS: dict[str, Callable[..., Expression]] = {
+    ADD: lambda *xs: _fold(_add, xs), MUL: lambda *xs: _fold(_mul, xs),
+    DIV: _div, MOD: _mod, MIN: _min, MAX: _max, LT: _lt, GE: _ge, AND: _and, OR: _or,
+}
+
+
+def _fold(fn, xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = fn(out, x)
+    return out
+
+
+# ====================================================================== bounds
+def _b_add(x, y):
+    return None if x is None or y is None else x + y
+
+
+def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
+    op = e.op
+    if op == NUM:
+        return e.args[0], e.args[0]
+    if op == VAR:
+        return 0, None
+    if op == ADD:
+        lo, hi = 0, 0
+        for t in e.args:
+            tl, th = t.bounds()
+            lo, hi = _b_add(lo, tl), _b_add(hi, th)
+        return lo, hi
+    if op == MUL:
+        lo, hi = 1, 1
+        for f in e.args:
+            lo, hi = _mul_intervals((lo, hi), f.bounds())
+        return lo, hi
+    if op in (LT, GE, AND, OR):
+        return 0, 1
+    a, b = e.args
+    (alo, ahi), (blo, bhi) = a.bounds(), b.bounds()
+    if op == MIN:
+        lo = None if alo is None or blo is None else min(alo, blo)
+        hi = bhi if ahi is None else ahi if bhi is None else min(ahi, bhi)
+        return lo, hi
+    if op == MAX:
+        lo = blo if alo is None else alo if blo is None else max(alo, blo)
+        hi = None if ahi is None or bhi is None else max(ahi, bhi)
+        return lo, hi
+    if op == MOD:
+        if blo is not None and blo > 0:
+            if alo is not None and alo >= 0:
+                return 0, (bhi - 1 if bhi is not None else ahi) if ahi is None else min(ahi, bhi - 1) if bhi is not None else ahi
+            return 0, None if bhi is None else bhi - 1
+        return None, None
+    if op == DIV:
+        if blo is not None and blo > 0 and alo is not None and alo >= 0:
+            return 0, None if ahi is None else ahi // blo
+        if blo is not None and blo > 0 and bhi is not None and blo == bhi:
+            return (None if alo is None else alo // blo), (None if ahi is None else ahi // blo)
+        return None, None
+    return None, None
+
+
+def _mul_intervals(x, y):
+    (alo, ahi), (blo, bhi) = x, y
+    if None in (alo, ahi, blo, bhi):
+        # Only the all-non-negative case stays half-bounded.
+        if alo is not None and blo is not None and alo >= 0 and blo >= 0:
+            return alo * blo, None if ahi is None or bhi is None else ahi * bhi
+        if alo is not None and ahi is not None and alo == ahi == 0 or blo is not None and bhi is not None and blo == bhi == 0:
+            return 0, 0
+        return None, None
+    products = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+    return min(products), max(products)
+
+
+# ====================================================================== evaluation
+def _eval(e: Expression, env: Mapping[str, int]) -> int:
+    op = e.op
+    if op == NUM:
+        return e.args[0]
+    if op == VAR:
+        try:
+            return int(env[e.args[0]])
+        except KeyError:
+            raise UnboundSymbolError(f"no value bound for symbol '{e.args[0]}'") from None
+    if op == ADD:
+        return sum(_eval(t, env) for t in e.args)
+    if op == MUL:
+        out = 1
+        for t in e.args:
+            out *= _eval(t, env)
+        return out
+    a, b = (_eval(x, env) for x in e.args)
+    if op == DIV:
+        if b == 0:
+            raise ZeroDivisionError(f"division by zero evaluating {e}")
+        return a // b
+    if op == MOD:
+        if b == 0:
+            raise ZeroDivisionError(f"modulo by zero evaluating {e}")
+        return a % b
+    if op == MIN:
+        return min(a, b)
+    if op == MAX:
+        return max(a, b)
+    if op == LT:
+        return int(a < b)
+    if op == GE:
+        return int(a >= b)
+    if op == AND:
+        return int(bool(a) and bool(b))
+    if op == OR:
+        return int(bool(a) or bool(b))
+    raise AssertionError(op)
+
+
+_COMPILED: dict[Expression, Callable] = {}
+
+
+def _compile_numpy(e: Expression) -> Callable:
+    names: dict[str, str] = {}
+
+    def go(x: Expression) -> str:
+        op = x.op
+        if op == NUM:
+            return repr(x.args[0])
+        if op == VAR:
+            return names.setdefault(x.args[0], f"v{len(names)}")
+        parts = [go(a) for a in x.args]
+        if op == ADD:
+            return "(" + " + ".join(parts) + ")"
+        if op == MUL:
+            return "(" + " * ".join(parts) + ")"
+        a, b = parts
+        return {DIV: f"({a} // {b})", MOD: f"({a} % {b})", MIN: f"_np.minimum({a}, {b})",
+                MAX: f"_np.maximum({a}, {b})", LT: f"(({a}) < ({b}))", GE: f"(({a}) >= ({b}))",
+                AND: f"_np.logical_and({a}, {b})", OR: f"_np.logical_or({a}, {b})"}[op]
+
+    body = go(e)
+    binds = "; ".join(f"{v} = env[{k!r}]" for k, v in names.items())
+    src = f"def _f(env):\n    {binds or 'pass'}\n    return {body}\n"
+    scope = {"_np": np}
+    exec(src, scope)  # noqa: S102 - source generated from our own tree
+    return scope["_f"]
+
+
+def _substitute(e: Expression, mapping: Mapping[str, Expression]) -> Expression:
+    if e.op == VAR:
+        return mapping.get(e.args[0], e)
+    if e.op == NUM or not (e.symbols() & mapping.keys()):
+        return e
+    return _BUILDERS[e.op](*(_substitute(a, mapping) for a in e.args))
+
+
+# ====================================================================== rendering
+_PY_SYMBOL = {ADD: " + ", MUL: "*", DIV: " // ", MOD: " % ", LT: " < ", GE: " >= ", AND: " & ", OR: " | "}
+
+
+def _render(e: Expression, style) -> str:
+    if e.op == NUM:
+        return str(e.args[0])
+    if e.op == VAR:
+        return style(e, None)
+    return style(e, [_render(a, style) for a in e.args])
+
+
+def _py_style(e: Expression, parts):
+    if parts is None:
+        return e.args[0]
+    if e.op in (MIN, MAX):
+        return f"{e.op}({parts[0]}, {parts[1]})"
+    if e.op == MUL:
+        return "*".join(parts)
+    return "(" + _PY_SYMBOL[e.op].join(parts) + ")"
+
+
+def _c_style(e: Expression, parts, names):
+    if parts is None:
+        return names.get(e.args[0], e.args[0])
+    op = e.op
+    if op == ADD:
+        return "(" + " + ".join(parts) + ")"
+    if op == MUL:
+        return "(" + " * ".join(parts) + ")"
+    a, b = parts
+    if op in (DIV, MOD):
+        alo = e.args[0].bounds()[0]
+        blo = e.args[1].bounds()[0]
+        if alo is not None and alo >= 0 and blo is not None and blo > 0:
+            return f"({a} {'/' if op == DIV else '%'} {b})"
+        return f"{'LUMINAL_FLOORDIV' if op == DIV else 'LUMINAL_FLOORMOD'}({a}, {b})"
+    if op == MIN:
+        return f"LUMINAL_MIN({a}, {b})"
+    if op == MAX:
+        return f"LUMINAL_MAX({a}, {b})"
+    return {LT: f"({a} < {b})", GE: f"({a} >= {b})", AND: f"({a} && {b})", OR: f"({a} || {b})"}[op]
+
+
+def expr_max(values: Iterable[IntLike]) -> Expression:
+    """Symbolic max over several values."""
+    values = [to_expr(v) for v in values]
+    out = values[0]
+    for v in values[1:]:
+        out = out.max(v)
+    return out

@@ -1,0 +1,271 @@
+"""``GraphTensor``: the lazy, user-facing tensor handle.
+
+A ``GraphTensor`` names a node of a :class:`~luminal.graph.Graph` plus the
+:class:`~luminal.shape.ShapeTracker` view through which it is read. Arithmetic
+and the high-level ops (``luminal/hl_ops``) add primitive nodes to the graph;
+nothing runs until ``graph.execute()``. View ops (``permute``, ``expand``,
+slicing, ``pad``...) only change the tracker — no node, no copy.
+
+Example::
+
+    >>> import luminal as lm, numpy as np
+    >>> cx = lm.Graph()
+    >>> x = cx.tensor(("batch", 4)).set(np.ones((2, 4), np.float32))
+    >>> y = (x.softmax(-1) * 4).sum(-1).retrieve()
+    >>> cx.execute(); y.data()
+    array([4., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from . import ops
+from .dtype import DType, as_dtype
+from .graph import Graph, GraphError, coerce_data
+from .hl_ops.binary import BinaryOps
+from .hl_ops.debug import DebugOps
+from .hl_ops.matmul import MatmulOps
+from .hl_ops.movement import MovementOps
+from .hl_ops.norm import NormOps
+from .hl_ops.reduction import ReductionOps
+from .hl_ops.scan import ScanOps
+from .hl_ops.unary import UnaryOps
+from .shape import Expression, ShapeTracker
+
+
+class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, NormOps, ScanOps, DebugOps):
+    """A handle to a node's output seen through a view (see the module docstring).
+
+    Attributes:
+        graph: the owning :class:`Graph`.
+        id: the node id (passes may remap it).
+        shape: the :class:`ShapeTracker` view.
+        dtype: the element :class:`DType`.
+    """
+
+    __slots__ = ("graph", "id", "shape", "dtype")
+    __array_priority__ = 1000  # numpy scalars/arrays defer to our reflected operators
+
+    def __init__(self, graph: Graph, node_id: int, shape: ShapeTracker, dtype: DType):
+        self.graph = graph
+        self.id = node_id
+        self.shape = shape
+        self.dtype = dtype
+
+    # ------------------------------------------------------------------ construction helpers
+    def _new(self, node_id: int, dims, dtype: DType) -> "GraphTensor":
+        return GraphTensor(self.graph, node_id, ShapeTracker.contiguous_of(dims), dtype)
+
+    def _view(self, shape: ShapeTracker) -> "GraphTensor":
+        return GraphTensor(self.graph, self.id, shape, self.dtype)
+
+    def _apply(self, op: ops.Op, *others: "GraphTensor", dims=None, dtype: DType | None = None,
+               name: str = "") -> "GraphTensor":
+        """Add ``op`` over ``self`` (and ``others``) reading through their views; returns the result tensor."""
+        dims = self.shape.dims if dims is None else dims
+        dtype = self.dtype if dtype is None else dtype
+        inputs = [(self.id, self.shape)] + [(o.id, o.shape) for o in others]
+        node = self.graph.add_op(op, inputs, dims, dtype, name)
+        return self._new(node, dims, dtype)
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def dims(self) -> tuple[Expression, ...]:
+        """Symbolic logical dims."""
+        return self.shape.dims
+
+    @property
+    def ndim(self) -> int:
+        return self.shape.ndim
+
+    def size(self, axis: int | None = None):
+        """Logical dims (``Expression``s, ints where constant); one axis if ``axis`` is given."""
+        dims = tuple(d.to_int() if d.is_constant() else d for d in self.shape.dims)
+        return dims if axis is None else dims[self.shape._axis(axis)]
+
+    def concrete_shape(self) -> tuple[int, ...]:
+        """Logical shape evaluated with the graph's bound symbols."""
+        return self.shape.shape(self.graph.dyn_map)
+
+    def numel(self) -> Expression:
+        return self.shape.n_elements()
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        d = self.dims[0]
+        if not d.is_constant():
+            raise TypeError(f"len() of a tensor with symbolic first dim {d}")
+        return d.to_int()
+
+    def __repr__(self) -> str:
+        node = self.graph.nodes.get(self.id)
+        label = node.label if node else "?"
+        return f"GraphTensor(id={self.id}, op={label}, dims={[str(d) for d in self.dims]}, dtype={self.dtype.value})"
+
+    def __bool__(self) -> bool:
+        raise TypeError("a GraphTensor has no truth value while the graph is being built; use where()/comparisons")
+
+    def __iter__(self):
+        raise TypeError("GraphTensor is lazy and not iterable; index it or call data() after execute()")
+
+    def set_name(self, name: str) -> "GraphTensor":
+        """Name this tensor's node (shown in summaries, DOT output and error messages)."""
+        self.graph.nodes[self.id].name = name
+        return self
+
+    # ------------------------------------------------------------------ lifecycle
+    def keep(self) -> "GraphTensor":
+        """Keep this node's output across executions and protect it from dead-node removal."""
+        self.graph.no_delete.add(self.id)
+        return self
+
+    def retrieve(self) -> "GraphTensor":
+        """Mark the tensor for read-back: after ``execute()`` its value is available from :meth:`data`."""
+        self.graph.to_retrieve.add(self.id)
+        return self
+
+    def drop(self) -> "GraphTensor":
+        """Free this node's stored data now."""
+        self.graph.tensors.pop((self.id, 0), None)
+        return self
+
+    # ------------------------------------------------------------------ data in
+    def _input_node(self) -> "ops.Input":
+        node = self.graph.nodes[self.id]
+        if not isinstance(node.op, ops.Input):
+            raise GraphError(f"set() needs an input tensor (made by Graph.tensor); node {self.id} is a {node.op.name}")
+        if not self.shape.is_contiguous() or self.shape.dims != node.dims:
+            raise GraphError("set() must be called on the input tensor itself, not on a view of it")
+        return node
+
+    def set(self, data) -> "GraphTensor":
+        """Set the input's data from a numpy array, nested list or scalar; binds symbolic dims from its shape.
+
+        Raises ``ValueError`` when the data's shape does not fit the tensor's dims and ``TypeError`` when its
+        dtype cannot be converted without losing information (e.g. float data for an int tensor).
+        """
+        node = self._input_node()
+        arr = coerce_data(data, node.dtype, node.label)
+        self._bind_shape(arr.shape, node)
+        self.graph.tensors[(self.id, 0)] = arr
+        self.graph.deferred.pop(self.id, None)
+        return self
+
+    def set_dyn(self, data, shape) -> "GraphTensor":
+        """Set flat (or any-shaped) ``data`` as an array of ``shape``; binds the symbols in the tensor's dims."""
+        shape = tuple(int(s) for s in ((shape,) if np.isscalar(shape) else shape))
+        arr = np.asarray(data)
+        if arr.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"set_dyn on '{self.graph.nodes[self.id].label}': {arr.size} values cannot fill shape "
+                             f"{shape}")
+        return self.set(arr.reshape(shape))
+
+    def set_deferred(self, loader: Callable[[], object] | Callable[[Mapping[str, int]], object]) -> "GraphTensor":
+        """Set a loader called at each ``execute()`` (with the symbol bindings if it takes an argument)."""
+        node = self._input_node()
+        import inspect
+
+        try:
+            takes_arg = len(inspect.signature(loader).parameters) >= 1
+        except (TypeError, ValueError):
+            takes_arg = False
+        self.graph.deferred[node.id] = loader if takes_arg else (lambda _b: loader())
+        self.graph.tensors.pop((self.id, 0), None)
+        return self
+
+    def _bind_shape(self, shape: tuple[int, ...], node) -> None:
+        dims = node.dims
+        if len(shape) != len(dims):
+            raise ValueError(f"'{node.label}' expects {len(dims)}-d data of shape {[str(d) for d in dims]}, got an "
+                             f"array of shape {shape}")
+        new_bindings: dict[str, int] = {}
+        for k, (d, n) in enumerate(zip(dims, shape)):
+            if d.is_constant():
+                if d.to_int() != n:
+                    raise ValueError(f"'{node.label}' expects shape {[str(x) for x in dims]}, got data of shape "
+                                     f"{shape} (dim {k}: expected {d}, got {n})")
+            elif d.op == "var":
+                name = d.args[0]
+                if name in new_bindings and new_bindings[name] != n:
+                    raise ValueError(f"'{node.label}': symbol '{name}' is {new_bindings[name]} and {n} in the same "
+                                     f"data of shape {shape}")
+                new_bindings[name] = n
+        for name, n in new_bindings.items():
+            self.graph.dyn_map[name] = n
+        for k, (d, n) in enumerate(zip(dims, shape)):
+            if not d.is_constant() and d.op != "var" and d.symbols() <= self.graph.dyn_map.keys():
+                if d.evaluate(self.graph.dyn_map) != n:
+                    raise ValueError(f"'{node.label}': dim {k} is {d} = {d.evaluate(self.graph.dyn_map)} with the "
+                                     f"bound symbols, but the data has {n}")
+
+    # ------------------------------------------------------------------ data out
+    def data(self) -> np.ndarray:
+        """The tensor's value after ``execute()``, as a numpy array of its logical shape."""
+        buf = self.graph.tensors.get((self.id, 0))
+        if buf is None:
+            node = self.graph.nodes.get(self.id)
+            label = node.label if node else "?"
+            if self.id not in self.graph.to_retrieve and self.id not in self.graph.no_delete and not (
+                    node is not None and isinstance(node.op, ops.Input)):
+                raise GraphError(f"tensor {self.id} '{label}' was not marked with retrieve() (or keep()) before "
+                                 "execute(), so its value was not kept")
+            raise GraphError(f"tensor {self.id} '{label}' has no value yet; call graph.execute() first")
+        return np.array(self.shape.gather_numpy(buf, self.graph.dyn_map))
+
+    def numpy(self) -> np.ndarray:
+        """Alias of :meth:`data`."""
+        return self.data()
+
+    def item(self):
+        """The single value of a one-element tensor as a Python number."""
+        arr = self.data()
+        if arr.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, this one has shape {arr.shape}")
+        return arr.reshape(()).item()
+
+    # ------------------------------------------------------------------ dtype
+    def cast(self, dtype) -> "GraphTensor":
+        """Convert to ``dtype`` (a ``Cast`` node; a no-op when already that dtype)."""
+        dtype = as_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        return self._apply(ops.Cast(dtype), dtype=dtype)
+
+    to = cast
+    astype = cast
+
+    def float(self) -> "GraphTensor":
+        return self.cast(DType.float32)
+
+    def double(self) -> "GraphTensor":
+        return self.cast(DType.float64)
+
+    def half(self) -> "GraphTensor":
+        return self.cast(DType.float16)
+
+    def int(self) -> "GraphTensor":
+        return self.cast(DType.int32)
+
+    def long(self) -> "GraphTensor":
+        return self.cast(DType.int64)
+
+    def bool(self) -> "GraphTensor":
+        return self.cast(DType.bool)
+
+    def contiguous(self) -> "GraphTensor":
+        """Materialize the view into a row-major buffer (no-op if it already is one)."""
+        if self.shape.is_contiguous():
+            return self
+        return self._apply(ops.Contiguous())
+
+    def graph_break(self) -> "GraphTensor":
+        """Insert a ``GraphBreak`` marker: compilers will not fuse across it."""
+        return self._apply(ops.GraphBreak())
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, GraphTensor)
