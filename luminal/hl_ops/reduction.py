@@ -106,7 +106,7 @@ class ReductionOps:
     def prod(self, axis=None, keepdim: bool = False, dtype=None):
         """Product over ``axis``: a pairwise ``Mul`` tree for concrete sizes."""
         x = self if dtype is None else self.cast(dtype)
-        if x.dtype == DType.bool:
+        if not x.dtype.is_float:  # bool/int32/int64 multiply in int64, as in PyTorch
             x = x.cast(DType.int64)
         axes = normalize_axes(axis, x.ndim)
         for a in reversed(axes):

@@ -721,9 +721,10 @@ def _compile_numpy(e: Expression) -> Callable:
         if op == MUL:
             return "(" + " * ".join(parts) + ")"
         a, b = parts
+        # "* 1" turns numpy bools into integers: bool + bool would otherwise be a logical or.
         return {DIV: f"({a} // {b})", MOD: f"({a} % {b})", MIN: f"_np.minimum({a}, {b})",
-                MAX: f"_np.maximum({a}, {b})", LT: f"(({a}) < ({b}))", GE: f"(({a}) >= ({b}))",
-                AND: f"_np.logical_and({a}, {b})", OR: f"_np.logical_or({a}, {b})"}[op]
+                MAX: f"_np.maximum({a}, {b})", LT: f"((({a}) < ({b})) * 1)", GE: f"((({a}) >= ({b})) * 1)",
+                AND: f"(_np.logical_and({a}, {b}) * 1)", OR: f"(_np.logical_or({a}, {b}) * 1)"}[op]
 
     body = go(e)
     binds = "; ".join(f"{v} = env[{k!r}]" for k, v in names.items())
