@@ -94,6 +94,8 @@ class Graph:
         self.post_execute_hooks: list[Callable[["Graph"], None]] = []
         self.diff_results: dict[str, dict] = {}
         self.runtime = None  # a compiled backend replaces the reference interpreter here
+        # replaced node -> (its replacement, view rewrite or None), for remapping user handles
+        self.redirects: dict[int, tuple[int, Callable | None]] = {}
         self._next_id = 0
         self._order: list[int] | None = None
         self._consumer_counts: dict[tuple[int, int], int] | None = None
@@ -195,6 +197,86 @@ class Graph:
         """Nodes with a data edge from ``node_id`` (with repeats for repeated use)."""
         return [n.id for n in self.nodes.values() for e in n.inputs if e.src == node_id]
 
+    def consumer_edges(self) -> dict[int, list[tuple[int, int]]]:
+        """node id -> ``[(consumer id, input slot), ...]`` for the whole graph (one pass)."""
+        out: dict[int, list[tuple[int, int]]] = {i: [] for i in self.nodes}
+        for n in self.nodes.values():
+            for k, e in enumerate(n.inputs):
+                out[e.src].append((n.id, k))
+        return out
+
+    # ------------------------------------------------------------------ mutation (for compiler passes)
+    def set_input(self, node_id: int, slot: int, src: int, shape: ShapeTracker, output: int = 0) -> None:
+        """Rewire input ``slot`` of ``node_id`` to read ``src`` through ``shape``."""
+        self.nodes[node_id].inputs[slot] = Edge(src, output, shape)
+        self._invalidate()
+
+    def replace_uses(self, old: int, new: int, shape_fn=None) -> None:
+        """Make every consumer of ``old`` read ``new`` instead (``shape_fn(edge_view)`` may rewrite the views).
+
+        ``no_delete``/``to_retrieve`` membership, stored retrieved data and user handles (through
+        :attr:`redirects`, see :meth:`follow_redirects`) move to ``new``. ``new`` must produce the same
+        logical elements in the same row-major order as ``old``.
+        """
+        if old == new:
+            return
+        for n in self.nodes.values():
+            for k, e in enumerate(n.inputs):
+                if e.src == old:
+                    n.inputs[k] = Edge(new, e.output, e.shape if shape_fn is None else shape_fn(e.shape))
+        for marks in (self.no_delete, self.to_retrieve):
+            if old in marks:
+                marks.discard(old)
+                marks.add(new)
+        self.schedule = {(new if a == old else a, new if b == old else b) for a, b in self.schedule if
+                         (new if a == old else a) != (new if b == old else b)}
+        self.redirects[old] = (new, shape_fn)
+        self._invalidate()
+
+    def remove_node(self, node_id: int) -> None:
+        """Delete a node that nothing reads any more (its data and schedule edges go with it)."""
+        users = self.consumers(node_id)
+        if users:
+            raise GraphError(f"cannot remove node {node_id} '{self.nodes[node_id].label}': nodes {users} read it")
+        del self.nodes[node_id]
+        for key in [k for k in self.tensors if k[0] == node_id]:
+            del self.tensors[key]
+        self.no_delete.discard(node_id)
+        self.to_retrieve.discard(node_id)
+        self.deferred.pop(node_id, None)
+        self.schedule = {(a, b) for a, b in self.schedule if node_id not in (a, b)}
+        self._invalidate()
+
+    def resolve(self, node_id: int, shape: ShapeTracker) -> tuple[int, ShapeTracker]:
+        """Follow :attr:`redirects` from a possibly replaced node (and a view of it) to the live node."""
+        hops = 0
+        while node_id not in self.nodes and node_id in self.redirects and hops <= len(self.redirects):
+            node_id, shape_fn = self.redirects[node_id]
+            if shape_fn is not None:
+                shape = shape_fn(shape)
+            hops += 1
+        return node_id, shape
+
+    def follow_redirects(self, handles) -> None:
+        """Point every tensor handle inside ``handles`` (nested tuples, lists, dicts, sets and objects such as
+        modules) at the live replacement of its node."""
+        seen: set[int] = set()
+        stack = [handles]
+        while stack:
+            obj = stack.pop()
+            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, np.ndarray)):
+                continue
+            seen.add(id(obj))
+            if getattr(obj, "graph", None) is self and isinstance(getattr(obj, "id", None), int):
+                obj.id, obj.shape = self.resolve(obj.id, obj.shape)
+                continue
+            if isinstance(obj, dict):
+                stack.extend(obj.values())
+            elif isinstance(obj, (list, tuple, set, frozenset)):
+                stack.extend(obj)
+            elif hasattr(obj, "__dict__"):
+                stack.extend(vars(obj).values())
+
     def toposort(self) -> list[int]:
         """Node ids in an execution order honouring data and schedule edges (cached until the graph changes)."""
         if self._order is not None:
@@ -250,12 +332,14 @@ class Graph:
 
     # ------------------------------------------------------------------ compilation
     def compile(self, compiler, remap=()):
-        """Run ``compiler`` (an object with ``compile(graph, remap)`` or a callable) over this graph.
+        """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them).
 
-        ``remap`` holds the user's ``GraphTensor`` handles so passes that replace nodes keep them valid.
+        ``remap`` holds the user's ``GraphTensor`` handles (nested tuples, lists, dicts or modules) so passes
+        that replace nodes keep them valid.
         """
-        fn = compiler.compile if hasattr(compiler, "compile") else compiler
-        out = fn(self, remap)
+        from .compiler.base import run  # passes live above the graph layer; this is the user's entry point
+
+        out = run(compiler, self, remap)
         self._invalidate()
         self.toposort()
         self.reset()
