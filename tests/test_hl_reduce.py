@@ -246,3 +246,73 @@ def test_reduction_of_view_inputs():
     check(got[1], t[:, 1::2].amax(1), rtol=0, atol=0)
     check(got[2], t.flip(0)[:, :, 1:4].mean((0, 2)), rtol=1e-5, atol=1e-6)
     check(got[3], t[:, :1].expand(4, 3, 5).var(1), rtol=1e-5, atol=1e-6)
+
+
+def test_nan_propagates_through_max_and_argmax():
+    x = make(np.float32, (3, 5), seed=12)
+    x[0, 3] = np.nan
+    x[2, 1] = np.nan
+    x[2, 4] = np.nan
+    t = torch.from_numpy(x)
+    got = run(lambda g: (g.max(1), g.min(1), g.argmax(1), g.argmin(1), g.max(0)), x)
+    check(got[0], t.amax(1))
+    check(got[1], t.amin(1))
+    check(got[2], t.argmax(1))  # torch treats NaN as the extreme value: index of the first NaN
+    check(got[3], t.argmin(1))
+    check(got[4], t.amax(0))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean", "prod", "var", "argmax", "logsumexp"])
+def test_reductions_over_symbolic_axis(op):
+    cx = lm.Graph()
+    x = cx.tensor(("n", 4))
+    outs = [getattr(x, op)(0).retrieve(), getattr(x, op)(-1).retrieve()]
+    for n in (2, 5):
+        xv = make(np.float32, (n, 4), seed=20 + n)
+        x.set(xv)
+        cx.execute()
+        t = torch.from_numpy(xv)
+        tfn = {"max": torch.amax}.get(op, getattr(torch, op))
+        check(outs[0].data(), tfn(t, 0), rtol=1e-4, atol=1e-5)
+        check(outs[1].data(), tfn(t, -1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_int_min_and_argmin_at_the_int_minimum(dtype):
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    x = np.array([[lo, 5, -3], [7, lo, lo], [hi, 0, hi]], dtype)
+    t = torch.from_numpy(x)
+    got = run(lambda g: (g.min(1), g.argmin(1), g.min(), g.max(0), g.argmax(1)), x)
+    check(got[0], t.amin(1))
+    check(got[1], t.argmin(1))
+    check(got[2], t.amin())
+    check(got[3], t.amax(0))
+    check(got[4], t.argmax(1))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.float32, np.int64])
+def test_any_all_over_empty_axis(dtype):
+    x = make(dtype, (3, 4), seed=13)
+    t = torch.from_numpy(x)
+    got = run(lambda g: (g[:, :0].any(1), g[:, :0].all(1), g[:0].any(), g[:0].all(0)), x)
+    check(got[0], t[:, :0].any(1))  # False
+    check(got[1], t[:, :0].all(1))  # True
+    check(got[2], t[:0].any())
+    check(got[3], t[:0].all(0))
+
+
+def test_sum_prod_over_empty_axis():
+    x = make(np.float32, (3, 4), seed=14)
+    t = torch.from_numpy(x)
+    got = run(lambda g: (g[:, :0].sum(1), g[:, :0].prod(1), g[:0].sum(0, keepdim=True)), x)
+    check(got[0], t[:, :0].sum(1))
+    check(got[1], t[:, :0].prod(1))
+    check(got[2], t[:0].sum(0, keepdim=True))
+
+
+def test_sum_and_prod_with_dtype_argument():
+    x = make(np.float32, (3, 4), seed=15)
+    t = torch.from_numpy(x)
+    got = run(lambda g: (g.sum(1, dtype=lm.float64), g.prod(1, dtype=lm.float64)), x)
+    check(got[0], t.sum(1, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    check(got[1], t.prod(1, dtype=torch.float64), rtol=1e-12, atol=1e-12)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import ops
 from ..dtype import DType, promote_types
 from ._util import as_tensor, binary_operands, broadcast_dims, broadcast_view, constant, is_scalar, operand_dtype
@@ -35,15 +37,14 @@ class BinaryOps:
         return self._binary_primitive(ops.Mul(), other)
 
     def sub(self, other):
-        """``self - other`` (= ``self + (-1) * other``); not defined for bool, as in PyTorch."""
+        """``self - other`` (= ``self + (-1) * other``); PyTorch rejects it when either operand is bool."""
+        _reject_bool_subtraction(self, other)
         dtype = operand_dtype(self, other)
-        if dtype == DType.bool:
-            raise TypeError("subtraction of bool tensors is not supported (PyTorch rejects it too); use "
-                            "logical_xor() or ~ instead")
-        return self.add(as_tensor(self, other, dtype).neg())
+        return self.cast(dtype).add(as_tensor(self, other, dtype).neg())
 
     def rsub(self, other):
         """``other - self``."""
+        _reject_bool_subtraction(self, other)
         return as_tensor(self, other, operand_dtype(self, other)).sub(self)
 
     def div(self, other, rounding_mode: str | None = None):
@@ -51,7 +52,21 @@ class BinaryOps:
         if rounding_mode == "floor":
             return self.floor_divide(other)
         if rounding_mode == "trunc":
-            return self.div(other).trunc().cast(operand_dtype(self, other))
+            dtype = operand_dtype(self, other)
+            a, b, _, _ = binary_operands(self, other, dtype)
+            if not dtype.is_float:  # exact: floor quotient, +1 where a nonzero remainder has the signs differing
+                q = a.floor_divide(b)
+                return where(a.remainder(b).ne(0).logical_and((a < 0).logical_xor(b < 0)), q + 1, q)
+            if dtype != DType.float64:  # a * recip(b) in float64 rounds to the correctly rounded quotient
+                return a.cast(DType.float64).div(b.cast(DType.float64)).cast(dtype).trunc()
+            # float64: t = trunc of the exact quotient (a - fmod is a multiple of b); IEEE a / b rounds up onto
+            # the next integer n when |b| - |fmod| (exact, Sterbenz) is within half an ulp of the quotient
+            q, mod = a.div(b), a.fmod(b)
+            t = (a - mod).div(b).round()
+            n = t + where((a < 0).logical_xor(b < 0), -1.0, 1.0)
+            half_ulp = (t.abs().log2().floor().maximum(-1.0) - 53.0).exp2()
+            onto_n = mod.ne(0).logical_and(b.isfinite()).logical_and((b.abs() - mod.abs()) <= b.abs() * half_ulp)
+            return where(q.isfinite(), where(onto_n, n, t), q)
         if rounding_mode is not None:
             raise ValueError(f"rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
         dtype = operand_dtype(self, other)
@@ -71,8 +86,15 @@ class BinaryOps:
         if dtype == DType.bool:
             raise TypeError("floor division of bool tensors is not supported")
         a, b, _, _ = binary_operands(self, other, dtype)
-        if dtype.is_float:
-            return a.div(b).floor()
+        if dtype == DType.float16:  # compute in float32 (exact floor of the half inputs), round the result
+            return a.cast(DType.float32).floor_divide(b.cast(DType.float32)).cast(dtype)
+        if dtype.is_float:  # PyTorch's div_floor: round (a - fmod(a, b)) / b, not floor(a * recip(b))
+            mod = a.fmod(b)
+            q = (a - mod).div(b)
+            q = where(mod.ne(0).logical_and((b < 0).logical_xor(mod < 0)), q - 1.0, q)
+            fl = q.floor()
+            fl = where((q - fl) > 0.5, fl + 1.0, fl)
+            return where(b.eq(0), a.div(b), fl)
         # (a - a mod b) is an exact multiple of b: divide in float64 and round
         exact = a.sub(a.remainder(b)).cast(DType.float64).div(b.cast(DType.float64))
         return (exact + 0.5).floor().cast(dtype)
@@ -84,10 +106,9 @@ class BinaryOps:
     def fmod(self, other):
         """C-style modulo with the sign of the dividend: ``a - trunc(a / b) * b``."""
         a, b, _, dtype = binary_operands(self, other)
-        r = a.remainder(b)
-        # remainder and fmod differ exactly when r != 0 and the signs of a and b differ
-        fix = (r != 0).logical_and((a < 0).logical_xor(b < 0))
-        return r.where_(fix, r - b)
+        # fmod(a, b) = sign(a) * remainder(|a|, |b|): exact, and right for an infinite divisor
+        r = a.abs().remainder(b.abs())
+        return where(a < 0, -r, r)
 
     def neg(self):
         """``-self`` (``(-1) * self``); not defined for bool."""
@@ -103,11 +124,11 @@ class BinaryOps:
         """
         if is_scalar(exponent) and not isinstance(exponent, bool):
             e = float(exponent)
+            dtype = operand_dtype(self, exponent)
             if e.is_integer() and abs(e) <= 1024:
                 n = int(e)
-                if n < 0 and not self.dtype.is_float:
+                if n < 0 and not dtype.is_float:
                     raise ValueError("integers to negative integer powers are not allowed (as in PyTorch)")
-                dtype = operand_dtype(self, exponent)
                 x = self.cast(dtype)
                 if n == 0:
                     return constant(self.graph, 1, dtype, ()).expand(self.dims)
@@ -119,14 +140,15 @@ class BinaryOps:
                     if k:
                         base = base * base
                 return result.recip() if n < 0 else result
-            if e == 0.5:
-                return self.cast(operand_dtype(self, exponent)).sqrt()
-            x = self.cast(operand_dtype(self, exponent))
-            return (x.log2() * e).exp2()
+            if e == 0.5:  # PyTorch uses sqrt / rsqrt for these two scalar exponents
+                return self.cast(dtype).sqrt()
+            if e == -0.5:
+                return self.cast(dtype).rsqrt()
+            exponent = constant(self.graph, e, dtype)  # the general path below fixes signs, inf and NaN cases
         dtype = operand_dtype(self, exponent)
         if not dtype.is_float:
             # integer tensor exponents: compute in float64 and round (exact for representable results)
-            if not self.dtype.is_float and not getattr(exponent, "dtype", DType.float32).is_float:
+            if not self.dtype.is_float and not getattr(exponent, "dtype", dtype).is_float:  # Expression: int
                 return self.cast(DType.float64).pow(as_tensor(self, exponent).cast(DType.float64)).round().cast(dtype)
             dtype = DType.float32
         x, y, _, _ = binary_operands(self, exponent, dtype)
@@ -134,9 +156,11 @@ class BinaryOps:
         y_int = y.eq(y.floor())
         y_odd = y_int.logical_and(y.remainder(2.0).eq(1.0))
         signed = where(y_odd, -mag, mag)
-        negative_base = where(y_int, signed, math.nan)  # a negative base to a fractional power is NaN
+        # a negative base to a fractional power is NaN, except -inf (C pow: +inf, or +0 for y < 0)
+        negative_base = where(y_int, signed, where(x.eq(-math.inf), mag, math.nan))
         result = where(x < 0, negative_base, mag)
-        return where(y.eq(0.0).logical_or(x.eq(1.0)), 1.0, result)  # x**0 == 1 and 1**y == 1, even for NaN
+        one = y.eq(0.0).logical_or(x.eq(1.0)).logical_or(x.eq(-1.0).logical_and(y.isinf()))  # (-1)**±inf == 1
+        return where(one, 1.0, result)  # x**0 == 1 and 1**y == 1, even for NaN
 
     def rpow(self, base):
         """``base ** self``."""
@@ -310,6 +334,12 @@ class BinaryOps:
         return self.logical_xor(other)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+
+def _reject_bool_subtraction(a, b) -> None:
+    if a.dtype == DType.bool or getattr(b, "dtype", None) == DType.bool or isinstance(b, (bool, np.bool_)):
+        raise TypeError("subtraction with a bool operand is not supported (PyTorch rejects it too); use "
+                        "logical_xor() or ~ instead")
 
 
 def where(cond, a, b):

@@ -45,7 +45,8 @@ def iota(graph, expr, shape, dtype=DType.int32):
     """Evaluate ``expr`` (of the flat index ``z``) at every element of ``shape``."""
     dims = _shape(shape)
     dtype = as_dtype(dtype)
-    node = graph.add_op(ops.Iota(to_expr(expr), dtype), (), dims, dtype)
+    expr = to_expr(expr)
+    node = graph.add_op(ops.Iota(expr, dtype), (), dims, dtype)
     return _tensor(graph, node, dims, dtype)
 
 

@@ -68,6 +68,7 @@ class MatmulOps:
             raise GraphError(f"dot needs two 1-D tensors, got shapes {[str(d) for d in self.dims]} and "
                              f"{[str(d) for d in other.dims]}")
         if self.dims[0] != other.dims[0]:
-            raise GraphError(f"dot: sizes differ ({self.dims[0]} vs {other.dims[0]})")
+            raise GraphError(f"dot: sizes differ: {[str(d) for d in self.dims]} and {[str(d) for d in other.dims]} "
+                             f"({self.dims[0]} vs {other.dims[0]})")
         prod = self * other
         return prod._apply(ops.SumReduce(0), dims=())

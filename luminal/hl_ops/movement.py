@@ -118,7 +118,8 @@ class MovementOps:
     def unflatten(self, axis: int, sizes):
         """Split ``axis`` into ``sizes``."""
         axis = normalize_axis(axis, self.ndim)
-        return self.reshape(self.dims[:axis] + tuple(to_expr(s) for s in sizes) + self.dims[axis + 1:])
+        sizes = tuple(s if isinstance(s, (int, np.integer)) else to_expr(s) for s in sizes)  # keep -1 (inferred)
+        return self.reshape(self.dims[:axis] + sizes + self.dims[axis + 1:])
 
     def merge_dims(self, axis1: int, axis2: int):
         """Merge the adjacent axes ``axis1`` and ``axis2 = axis1 + 1``."""
@@ -232,6 +233,9 @@ class MovementOps:
             a, idx = tensor_index
             if idx.dtype == DType.bool:
                 raise IndexError("boolean mask indexing has a data-dependent shape; use where() instead")
+            if idx.dtype.is_int:  # negative entries count from the end, as in PyTorch's x[idx]
+                from .binary import where
+                idx = where(idx < 0, idx + x.dims[a], idx)
             x = x.index_select(a, idx)
         return x
 

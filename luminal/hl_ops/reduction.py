@@ -58,6 +58,8 @@ class ReductionOps:
         """Minimum over ``axis`` (``-max(-x)``)."""
         if self.dtype == DType.bool:
             return self.cast(DType.int32).min(axis, keepdim).cast(DType.bool)
+        if self.dtype.is_int:  # ~max(~x) with ~x = -x - 1: -x would overflow at the int minimum
+            return -((-self - 1).max(axis, keepdim)) - 1
         return -((-self).max(axis, keepdim))
 
     amin = min
@@ -123,7 +125,7 @@ class ReductionOps:
 
     def any(self, axis=None, keepdim: bool = False):
         """True where any element along ``axis`` is nonzero."""
-        return self._as_bool().cast(DType.int32).max(axis, keepdim).cast(DType.bool)
+        return self._as_bool().cast(DType.int32).max(axis, keepdim).gt(0)  # an empty axis gives False
 
     def all(self, axis=None, keepdim: bool = False):
         """True where every element along ``axis`` is nonzero."""

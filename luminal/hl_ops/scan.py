@@ -41,6 +41,8 @@ class ScanOps:
         return win.max(k)
 
     def cummin(self, axis: int = -1):
+        if self.dtype.is_int:  # ~cummax(~x): -x would overflow at the int minimum
+            return -((-self - 1).cummax(axis)) - 1
         return -((-self).cummax(axis))
 
     def cumprod(self, axis: int = -1):
@@ -58,7 +60,7 @@ class ScanOps:
         cols = self.graph.arange(n, dtype=DType.int64).unsqueeze(0).expand((m, n))
         diff = cols - rows
         mask = diff.le(k) if lower else diff.ge(k)
-        return where(mask, self, 0)
+        return where(mask, self, False if self.dtype == DType.bool else 0)  # keep the dtype (bool stays bool)
 
     def tril(self, diagonal: int = 0):
         """Keep the lower triangle (``col - row <= diagonal``) of the last two axes, zero elsewhere."""

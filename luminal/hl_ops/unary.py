@@ -95,16 +95,12 @@ class UnaryOps:
         return where(self < 0, -self, self)
 
     def sign(self):
-        """-1, 0 or 1 by the sign of x (NaN stays NaN for floats)."""
+        """-1, 0 or 1 by the sign of x (NaN gives 0, as ``torch.sign``)."""
         if self.dtype == DType.bool:
             return self
         pos = (self > 0).cast(self.dtype)
         neg = (self < 0).cast(self.dtype)
-        out = pos - neg
-        if self.dtype.is_float:
-            from .binary import where
-            out = where(self.isnan(), self, out)
-        return out
+        return pos - neg
 
     def floor(self):
         """Largest integer <= x (``x - (x mod 1)``; values beyond 2**mantissa bits are already integral)."""

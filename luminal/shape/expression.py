@@ -60,7 +60,9 @@ class Expression:
     def __init__(self, op: str, args: tuple):
         self.op = op
         self.args = args
-        if op == VAR:
+        if op == NUM:
+            self._hash = hash(args[0])  # so Expression.num(3) == 3 implies equal hashes
+        elif op == VAR:
             self._hash = hash((_OP_RANK[op], zlib.crc32(args[0].encode())))
         else:
             self._hash = hash((_OP_RANK[op],) + tuple(a._hash if isinstance(a, Expression) else a for a in args))
@@ -146,26 +148,63 @@ class Expression:
         return self._bounds
 
     # ------------------------------------------------------------------ operators
-    def __add__(self, other): return _add(self, to_expr(other))
-    def __radd__(self, other): return _add(to_expr(other), self)
-    def __sub__(self, other): return _add(self, _mul(_num(-1), to_expr(other)))
-    def __rsub__(self, other): return _add(to_expr(other), _mul(_num(-1), self))
-    def __mul__(self, other): return _mul(self, to_expr(other))
-    def __rmul__(self, other): return _mul(to_expr(other), self)
-    def __floordiv__(self, other): return _div(self, to_expr(other))
-    def __rfloordiv__(self, other): return _div(to_expr(other), self)
-    def __mod__(self, other): return _mod(self, to_expr(other))
-    def __rmod__(self, other): return _mod(to_expr(other), self)
+    def __add__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _add(self, o)
+    def __radd__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _add(o, self)
+    def __sub__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _add(self, _mul(_num(-1), o))
+    def __rsub__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _add(o, _mul(_num(-1), self))
+    def __mul__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _mul(self, o)
+    def __rmul__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _mul(o, self)
+    def __floordiv__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _div(self, o)
+    def __rfloordiv__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _div(o, self)
+    def __mod__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _mod(self, o)
+    def __rmod__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _mod(o, self)
     def __neg__(self): return _mul(_num(-1), self)
     def __pos__(self): return self
-    def __lt__(self, other): return _lt(self, to_expr(other))
-    def __ge__(self, other): return _ge(self, to_expr(other))
-    def __gt__(self, other): return _lt(to_expr(other), self)
-    def __le__(self, other): return _ge(to_expr(other), self)
-    def __and__(self, other): return _and(self, to_expr(other))
-    def __rand__(self, other): return _and(to_expr(other), self)
-    def __or__(self, other): return _or(self, to_expr(other))
-    def __ror__(self, other): return _or(to_expr(other), self)
+    def __lt__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _lt(self, o)
+    def __ge__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _ge(self, o)
+    def __gt__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _lt(o, self)
+    def __le__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _ge(o, self)
+    def __and__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _and(self, o)
+    def __rand__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _and(o, self)
+    def __or__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _or(self, o)
+    def __ror__(self, other):
+        o = _coerce(other)
+        return NotImplemented if o is None else _or(o, self)
+
 
     def min(self, other: IntLike) -> "Expression":
         """``min(self, other)``."""
@@ -241,6 +280,15 @@ C_PRELUDE = """\
 """
 
 
+def _coerce(value) -> "Expression | None":
+    """``to_expr`` for operator overloads: ``None`` (-> NotImplemented) for types we do not combine with."""
+    if isinstance(value, Expression):
+        return value
+    if isinstance(value, (int, np.integer, str)):
+        return to_expr(value)
+    return None
+
+
 def to_expr(value: IntLike) -> Expression:
     """Coerce an int, a symbol name (``str``) or an Expression to an Expression."""
     if isinstance(value, Expression):
@@ -250,8 +298,45 @@ def to_expr(value: IntLike) -> Expression:
     if isinstance(value, (int, np.integer)):
         return _num(int(value))
     if isinstance(value, str):
-        return Expression.symbol(value)
+        return Expression.symbol(value) if value.isidentifier() else parse(value)
     raise TypeError(f"cannot use {type(value).__name__} {value!r} as a symbolic integer expression")
+
+
+def parse(text: str) -> Expression:
+    """An Expression from text such as ``"z*2 + 1"``: ints, symbol names, ``+ - * / // %`` (``/`` is floor
+    division), ``< <= > >=`` and ``min(a, b)``/``max(a, b)``. A plain name is a symbol."""
+    import ast
+    import operator
+
+    if text.isidentifier():
+        return Expression.symbol(text)
+    binops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+    cmps = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+    def conv(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return _num(node.value)
+        if isinstance(node, ast.Name):
+            return Expression.symbol(node.id)
+        if isinstance(node, ast.BinOp) and type(node.op) in binops:
+            return binops[type(node.op)](conv(node.left), conv(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -conv(node.operand) if isinstance(node.op, ast.USub) else conv(node.operand)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in cmps:
+            return cmps[type(node.ops[0])](conv(node.left), conv(node.comparators[0]))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max")
+                and len(node.args) == 2 and not node.keywords):
+            a, b = conv(node.args[0]), conv(node.args[1])
+            return a.min(b) if node.func.id == "min" else a.max(b)
+        raise ValueError(f"cannot parse {text!r} as a symbolic integer expression")
+
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot parse {text!r} as a symbolic integer expression") from None
+    result = conv(tree.body)
+    return result if isinstance(result, Expression) else _num(int(result))
 
 
 def sym(name: str) -> Expression:
@@ -561,6 +646,8 @@ def _truthy(e: Expression) -> bool | None:
 
 
 def _and(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(bool(a.args[0]) and bool(b.args[0])))
     for x, y in ((a, b), (b, a)):
         if x.op == NUM:
             if x.args[0] == 0:
@@ -572,6 +659,8 @@ def _and(a: Expression, b: Expression) -> Expression:
 
 
 def _or(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(bool(a.args[0]) or bool(b.args[0])))
     for x, y in ((a, b), (b, a)):
         if x.op == NUM:
             if x.args[0] != 0:
@@ -588,7 +677,9 @@ def _is_boolean(e: Expression) -> bool:
 
 
 _BUILDERS: dict[str, Callable[..., Expression]] = {
-    ADD: lambda *xs: _fold(_add, xs), MUL: lambda *xs: _fold(_mul, xs),
+    # MUL folds its constant factors last: a product node keeps its coefficient outside a sum factor
+    # (c*(x + 1)*y), so distributing it first would make simplify() non-idempotent.
+    ADD: lambda *xs: _fold(_add, xs), MUL: lambda *xs: _fold(_mul, sorted(xs, key=lambda e: e.op == NUM)),
     DIV: _div, MOD: _mod, MIN: _min, MAX: _max, LT: _lt, GE: _ge, AND: _and, OR: _or,
 }
 
@@ -652,12 +743,14 @@ def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
 def _mul_intervals(x, y):
     (alo, ahi), (blo, bhi) = x, y
     if None in (alo, ahi, blo, bhi):
-        # Only the all-non-negative case stays half-bounded.
-        if alo is not None and blo is not None and alo >= 0 and blo >= 0:
-            return alo * blo, None if ahi is None or bhi is None else ahi * bhi
-        if alo is not None and ahi is not None and alo == ahi == 0 or blo is not None and bhi is not None and blo == bhi == 0:
-            return 0, 0
-        return None, None
+        # Extended-real corners with 0 * inf = 0, so e.g. -1 * [0, inf) is (-inf, 0] (keeps bounds(a - b) and
+        # bounds(b - a) mirror images, which min/max/lt/ge rely on for order-independent simplification).
+        inf = float("inf")
+        xs = (-inf if alo is None else alo, inf if ahi is None else ahi)
+        ys = (-inf if blo is None else blo, inf if bhi is None else bhi)
+        products = [0 if p == 0 or q == 0 else p * q for p in xs for q in ys]
+        lo, hi = min(products), max(products)
+        return (None if lo == -inf else lo), (None if hi == inf else hi)
     products = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
     return min(products), max(products)
 

@@ -155,6 +155,8 @@ class ShapeTracker:
         return phys, valid
 
     def _flat_index_vars(self, flat: Expression) -> list[Expression]:
+        if any(d == 0 for d in self.dims):  # an empty view addresses nothing (and `% 0` would raise)
+            return [ZERO] * self.ndim
         idx = []
         acc = ONE
         for j in range(self.ndim - 1, -1, -1):
