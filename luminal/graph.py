@@ -96,6 +96,8 @@ class Graph:
         self.runtime = None  # a compiled backend replaces the reference interpreter here
         # replaced node -> (its replacement, view rewrite or None), for remapping user handles
         self.redirects: dict[int, tuple[int, Callable | None]] = {}
+        self.version = 0  # bumped on every structural change (compiled runtimes rebuild when it moves)
+        self.device: str | None = None
         self._next_id = 0
         self._order: list[int] | None = None
         self._consumer_counts: dict[tuple[int, int], int] | None = None
@@ -190,6 +192,7 @@ class Graph:
 
     # ------------------------------------------------------------------ structure queries
     def _invalidate(self) -> None:
+        self.version += 1
         self._order = None
         self._consumer_counts = None
 
@@ -331,19 +334,30 @@ class Graph:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ compilation
-    def compile(self, compiler, remap=()):
-        """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them).
+    def compile(self, compiler=None, remap=(), device: str | None = None):
+        """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them), then
+        choose the runtime: ``device="cpu"`` (generated C) or ``"reference"`` (numpy interpreter).
 
         ``remap`` holds the user's ``GraphTensor`` handles (nested tuples, lists, dicts or modules) so passes
-        that replace nodes keep them valid.
+        that replace nodes keep them valid. ``device`` defaults to ``$LUMINAL_DEVICE`` (else ``"reference"``).
+        Returns the compiler's output.
         """
-        from .compiler.base import run  # passes live above the graph layer; this is the user's entry point
+        out = None
+        if compiler is not None:
+            from .compiler.base import run  # passes live above the graph layer; this is the user's entry point
 
-        out = run(compiler, self, remap)
+            out = run(compiler, self, remap)
         self._invalidate()
         self.toposort()
         self.reset()
+        self.device = device or os.environ.get("LUMINAL_DEVICE", "reference")
+        self._attach_runtime()
         return out
+
+    def _attach_runtime(self) -> None:
+        from .runtime import attach  # backends are plug-ins above the graph layer
+
+        attach(self, self.device)
 
     def reset(self) -> None:
         """Drop every stored tensor that is not an input's data or in ``no_delete``."""
@@ -357,6 +371,10 @@ class Graph:
     # ------------------------------------------------------------------ execution
     def execute(self) -> None:
         """Run the graph. Results of ``retrieve()``d tensors are then available through ``data()``."""
+        if self.device is None and os.environ.get("LUMINAL_DEVICE", "reference") != "reference":
+            self.device = os.environ["LUMINAL_DEVICE"]  # uncompiled graphs follow LUMINAL_DEVICE
+        if self.device not in (None, "reference") and (self.runtime is None or self.runtime.stale(self)):
+            self._attach_runtime()
         if self.runtime is not None:
             self.runtime.execute(self)
         else:

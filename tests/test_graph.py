@@ -254,7 +254,7 @@ def test_gather_primitive_matches_torch_and_checks_range():
     np.testing.assert_array_equal(got, torch.gather(torch.from_numpy(data), 0, torch.from_numpy(index)).numpy())
     bad = index.copy()
     bad[1, 2] = 9
-    with pytest.raises(IndexError, match="index 9 is out of range"):
+    with pytest.raises(IndexError, match="out of range"):
         _run_primitive(ops.Gather(0), [data, bad], dims=(3, 5))
 
 

@@ -63,7 +63,7 @@ class Expression:
         if op == NUM:
             self._hash = hash(args[0])  # so Expression.num(3) == 3 implies equal hashes
         elif op == VAR:
-            self._hash = hash((_OP_RANK[op], zlib.crc32(args[0].encode())))
+            self._hash = hash((_OP_RANK[op], zlib.crc32(args[0].encode())) + args[1:])
         else:
             self._hash = hash((_OP_RANK[op],) + tuple(a._hash if isinstance(a, Expression) else a for a in args))
         self._bounds = None
@@ -75,11 +75,18 @@ class Expression:
         return _num(value)
 
     @staticmethod
-    def symbol(name: str) -> "Expression":
-        """A named non-negative integer symbol, e.g. ``Expression.symbol("batch")``."""
+    def symbol(name: str, upper: int | None = None) -> "Expression":
+        """A named non-negative integer symbol, e.g. ``Expression.symbol("batch")``.
+
+        ``upper`` (inclusive) bounds it for simplification — code generators use it for loop variables.
+        """
         if not isinstance(name, str) or not name:
             raise TypeError(f"a symbol name must be a non-empty string, got {name!r}")
-        return Expression(VAR, (name,))
+        if upper is None:
+            return Expression(VAR, (name,))
+        if upper <= 0:
+            return ZERO
+        return Expression(VAR, (name, int(upper)))
 
     @staticmethod
     def raw(op: str, *args: IntLike) -> "Expression":
@@ -134,7 +141,7 @@ class Expression:
         """The names of all symbols the expression mentions."""
         if self._symbols is None:
             if self.op == VAR:
-                self._symbols = frozenset(self.args)
+                self._symbols = frozenset(self.args[:1])
             elif self.op == NUM:
                 self._symbols = frozenset()
             else:
@@ -701,7 +708,7 @@ def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
     if op == NUM:
         return e.args[0], e.args[0]
     if op == VAR:
-        return 0, None
+        return 0, (e.args[1] if len(e.args) > 1 else None)
     if op == ADD:
         lo, hi = 0, 0
         for t in e.args:

@@ -1,0 +1,246 @@
+"""Kernel IR: loop nests over output elements with view-indexed loads, reductions, and library calls.
+
+Lowering partitions the primitive graph into kernels. A node is *materialized*
+(gets a buffer and a kernel) when it is an input, is retrieved or kept, is a
+reduction, a GEMM, a ``GraphBreak``, has more than one consumer, or is read
+through a view that is not its own row-major layout. Every other node is
+*inlined*: its value is recomputed inside the consumer's loop body, so chains
+of elementwise ops (and a reduction's elementwise producers) fuse into one loop.
+Constants and ``Iota`` are always inlined, through any view.
+
+Values in a kernel body are expressions over the kernel's *index variables*
+(one per logical axis of the space being iterated): ``Load`` reads a buffer
+through a :class:`ShapeTracker` at those variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ops
+from ..dtype import DType
+from ..graph import Graph
+from ..shape import Expression, ShapeTracker
+
+
+# ---------------------------------------------------------------------------- values
+@dataclass(frozen=True)
+class Load:
+    """Read ``buffer`` (a materialized node) through ``view`` at the current index variables."""
+    buffer: int
+    view: ShapeTracker
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class ConstValue:
+    """A scalar constant (number or symbolic expression) read through ``view`` (masks give 0)."""
+    value: object
+    dtype: DType
+    view: ShapeTracker
+
+
+@dataclass(frozen=True)
+class IotaValue:
+    """``expr(z)`` where ``z`` is the flat offset the view maps the index variables to."""
+    expr: Expression
+    dtype: DType
+    view: ShapeTracker
+
+
+@dataclass(frozen=True)
+class Compute:
+    """An elementwise primitive applied to argument values (``op`` is the primitive op object)."""
+    op: object
+    args: tuple
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class GatherValue:
+    """``data`` read at the index variables with axis ``axis`` replaced by the value ``index``."""
+    data: object  # Load-like: (buffer, view) or an inlined value tree over the data's own index space
+    data_buffer: int
+    data_view: ShapeTracker
+    axis: int
+    index: object
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Remapped:
+    """Evaluate ``value`` (built over a producer's own index space of ``dims``) at index vars that ``view``
+    maps the consumer's index vars to (a flat offset into the producer's row-major layout)."""
+    value: object
+    dims: tuple
+    view: ShapeTracker
+    dtype: DType
+
+
+# ---------------------------------------------------------------------------- kernels
+@dataclass
+class ElementwiseKernel:
+    """``out[i] = value(i)`` over ``dims``."""
+    out: int
+    dims: tuple
+    value: object
+    dtype: DType
+
+
+@dataclass
+class ReduceKernel:
+    """``out[i] = reduce_r value(i with r inserted at axis)``; ``kind`` is ``"sum"`` or ``"max"``."""
+    out: int
+    dims: tuple           # output dims
+    axis: int
+    extent: Expression    # size of the reduced axis
+    value: object         # over the input space (dims with the reduced axis inserted)
+    kind: str
+    dtype: DType
+
+
+@dataclass
+class GemmKernel:
+    """``C[b, m, n] = sum_k A[b, m, k] * B[b, n, k]`` through strided views (a BLAS call per batch index)."""
+    out: int
+    a: int
+    a_view: ShapeTracker  # dims (*batch, M, N, K), stride 0 on N
+    b: int
+    b_view: ShapeTracker  # dims (*batch, M, N, K), stride 0 on M
+    dims: tuple           # (*batch, M, N)
+    dtype: DType
+
+
+@dataclass
+class Program:
+    """The lowered graph: kernels in execution order and the buffers they use."""
+    kernels: list
+    buffers: dict = field(default_factory=dict)  # node id -> (dims, dtype)
+    inputs: list = field(default_factory=list)   # node ids of Input nodes
+    outputs: list = field(default_factory=list)  # retrieved/kept node ids (own host arrays)
+    aliases: dict = field(default_factory=dict)  # node id -> node id whose buffer it shares (GraphBreak etc.)
+
+
+# ---------------------------------------------------------------------------- lowering
+_ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Cast)
+
+
+def find_gemm(graph: Graph, node) -> tuple | None:
+    """Recognise ``SumReduce(last)(Mul(a_view, b_view))`` with broadcast M/N axes; returns operand edges."""
+    if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float or node.dtype == DType.float16:
+        return None
+    edge = node.inputs[0]
+    mul = graph.nodes[edge.src]
+    nd = edge.shape.ndim
+    if not isinstance(mul.op, ops.Mul) or nd < 3 or node.op.axis != nd - 1 or not edge.shape.is_contiguous():
+        return None
+    x, y = mul.inputs
+    for a, b in ((x, y), (y, x)):
+        if a.shape.masks or b.shape.masks:
+            continue
+        if a.shape.strides[nd - 2] == 0 and b.shape.strides[nd - 3] == 0:
+            return a, b
+    return None
+
+
+def lower(graph: Graph) -> Program:
+    """Partition ``graph`` into kernels (see the module docstring)."""
+    order = graph.toposort()
+    consumers = graph.consumer_edges()
+    gemms = {}
+    for node_id in order:
+        node = graph.nodes[node_id]
+        found = find_gemm(graph, node)
+        if found is not None and len(consumers[node.inputs[0].src]) == 1 and \
+                node.inputs[0].src not in graph.to_retrieve and node.inputs[0].src not in graph.no_delete:
+            gemms[node_id] = found
+    gemm_muls = {graph.nodes[g].inputs[0].src for g in gemms}
+
+    materialized: set[int] = set()
+    for node_id in order:
+        node = graph.nodes[node_id]
+        op = node.op
+        if node_id in gemm_muls:
+            continue
+        if isinstance(op, (ops.Input, ops.SumReduce, ops.MaxReduce, ops.GraphBreak)) or node_id in gemms:
+            materialized.add(node_id)
+        elif node_id in graph.to_retrieve or node_id in graph.no_delete:
+            materialized.add(node_id)
+        elif isinstance(op, (ops.Constant, ops.Iota)):
+            continue
+        elif len(consumers[node_id]) != 1:
+            materialized.add(node_id)
+        else:
+            consumer_id, slot = consumers[node_id][0]
+            view = graph.nodes[consumer_id].inputs[slot].shape
+            if consumer_id in gemm_muls or not view.is_contiguous():
+                materialized.add(node_id)
+    for g, (a, b) in gemms.items():
+        materialized.add(a.src)
+        materialized.add(b.src)
+
+    program = Program([])
+    memo: dict[int, object] = {}
+
+    def value_of(src: int, view: ShapeTracker):
+        """The value a consumer reads from ``src`` through ``view`` at its own index variables."""
+        node = graph.nodes[src]
+        if isinstance(node.op, ops.Constant):
+            return ConstValue(node.op.value, node.dtype, view)
+        if isinstance(node.op, ops.Iota):
+            return IotaValue(node.op.expr, node.dtype, view)
+        if src in materialized:
+            return Load(src, view, node.dtype)
+        body = body_of(src)
+        if view.is_contiguous() and view.dims == node.dims:
+            return body
+        return Remapped(body, node.dims, view, node.dtype)
+
+    def body_of(node_id: int):
+        """The value of ``node_id`` at its own index variables (inlining non-materialized producers)."""
+        if node_id in memo:
+            return memo[node_id]
+        node = graph.nodes[node_id]
+        op = node.op
+        if isinstance(op, (ops.Contiguous, ops.GraphBreak)):
+            e = node.inputs[0]
+            out = value_of(e.src, e.shape)
+        elif isinstance(op, _ELEMENTWISE):
+            out = Compute(op, tuple(value_of(e.src, e.shape) for e in node.inputs), node.dtype)
+        elif isinstance(op, ops.Gather):
+            data_edge, index_edge = node.inputs
+            index = value_of(index_edge.src, index_edge.shape)
+            if data_edge.src in materialized:
+                out = GatherValue(None, data_edge.src, data_edge.shape, op.axis, index, node.dtype)
+            else:
+                inner = body_of(data_edge.src)
+                out = GatherValue(inner, data_edge.src, data_edge.shape, op.axis, index, node.dtype)
+        elif isinstance(op, (ops.Constant, ops.Iota)):
+            out = value_of(node_id, ShapeTracker.contiguous_of(node.dims))
+        else:
+            raise NotImplementedError(f"no lowering for {op}")
+        memo[node_id] = out
+        return out
+
+    for node_id in order:
+        node = graph.nodes[node_id]
+        if node_id not in materialized:
+            continue
+        program.buffers[node_id] = (node.dims, node.dtype)
+        op = node.op
+        if isinstance(op, ops.Input):
+            program.inputs.append(node_id)
+            continue
+        if node_id in gemms:
+            a, b = gemms[node_id]
+            program.kernels.append(GemmKernel(node_id, a.src, a.shape, b.src, b.shape, node.dims, node.dtype))
+        elif isinstance(op, (ops.SumReduce, ops.MaxReduce)):
+            e = node.inputs[0]
+            program.kernels.append(ReduceKernel(node_id, node.dims, op.axis, e.shape.dims[op.axis],
+                                                value_of(e.src, e.shape), "sum" if isinstance(op, ops.SumReduce)
+                                                else "max", node.dtype))
+        else:
+            program.kernels.append(ElementwiseKernel(node_id, node.dims, body_of(node_id), node.dtype))
+        if node_id in graph.to_retrieve or node_id in graph.no_delete:
+            program.outputs.append(node_id)
+    return program

@@ -1,0 +1,228 @@
+"""The compiled CPU runtime: lower the graph, render C, compile once (cached on disk), run with one call.
+
+* C compiler: ``$CC`` or ``cc``/``gcc``; flags ``-O3 -march=native -fopenmp -fno-math-errno
+  -fno-trapping-math`` (``LUMINAL_CFLAGS`` replaces the optimization part). No ``-ffast-math``: it would
+  break NaN/inf semantics (``isnan``-based ops, ``where`` over ``inf``) that the reference defines; sums
+  vectorize through ``omp simd reduction`` instead, which allows reassociation in exactly those loops.
+* Cache: the shared object is keyed by a hash of source, flags and compiler; it lives in
+  ``LUMINAL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/luminal`` or ``~/.cache/luminal``) and is written to a
+  temporary name and renamed, so a crash never leaves a half-written library.
+* Memory: intermediates live in one arena, planned from buffer lifetimes in kernel order (first-fit with
+  offset reuse, 64-byte aligned). The plan is recomputed only when the symbol bindings change; the arena
+  grows when a symbol grows. Inputs are passed by pointer (no copy when the dtype already matches);
+  retrieved/kept tensors get their own arrays, which ``GraphTensor.data()`` reads.
+* Symbolic dims are arguments of the entry function: changing a bound value never recompiles.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from typing import Mapping
+
+import numpy as np
+
+from .. import ops
+from ..codegen.c import CProgram, CRenderer
+from ..codegen.kernel import Program, lower
+from ..graph import Graph, GraphError
+
+BASE_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
+_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero")}
+
+
+def cache_dir() -> str:
+    """Where compiled libraries are cached (``LUMINAL_CACHE_DIR`` or the user cache folder)."""
+    base = os.environ.get("LUMINAL_CACHE_DIR")
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "luminal")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def find_compiler() -> str | None:
+    """The C compiler to use: ``$CC``, else ``cc`` or ``gcc`` on PATH; None when there is none."""
+    for candidate in (os.environ.get("CC"), "cc", "gcc"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _blas():
+    """(include dir, lib dir, library name) of scipy-openblas32, or None when it is not installed."""
+    try:
+        import scipy_openblas32 as sob
+    except ImportError:
+        return None
+    return sob.get_include_dir(), sob.get_lib_dir(), sob.get_library()
+
+
+class CompileStats:
+    """Counters for tests and benchmarks: C compilations actually run and cache hits."""
+    compilations = 0
+    cache_hits = 0
+
+
+def build_library(cprogram: CProgram) -> str:
+    """Compile ``cprogram`` to a shared object (or reuse the cached one); returns its path."""
+    cc = find_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC or install gcc)")
+    opt = os.environ.get("LUMINAL_CFLAGS")
+    flags = (opt.split() if opt else list(BASE_FLAGS)) + ["-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
+    link = []
+    blas = _blas() if cprogram.uses_blas else None
+    if blas is not None:
+        inc, libdir, name = blas
+        flags += [f"-I{inc}"]
+        link = [f"-L{libdir}", f"-l{name}", f"-Wl,-rpath,{libdir}"]
+    link.append("-lm")
+    key = hashlib.sha256("\0".join([cprogram.source, cc, *flags, *link]).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir(), f"luminal_{key}.so")
+    if os.path.exists(path):
+        CompileStats.cache_hits += 1
+        return path
+    folder = cache_dir()
+    fd, src = tempfile.mkstemp(suffix=".c", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(cprogram.source)
+    tmp_out = f"{path}.tmp{os.getpid()}"
+    try:
+        proc = subprocess.run([cc, *flags, src, "-o", tmp_out, *link], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"C compilation failed ({cc}):\n{proc.stderr[-4000:]}\nsource kept at {src}")
+        os.replace(tmp_out, path)
+        os.unlink(src)
+    finally:
+        if os.path.exists(tmp_out):
+            os.unlink(tmp_out)
+    CompileStats.compilations += 1
+    return path
+
+
+class CPURuntime:
+    """Executes a graph through generated C (see the module docstring)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.program: Program = lower(graph)
+        blas = _blas() is not None
+        if not blas:
+            warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
+        self.cprogram = CRenderer(self.program, blas).render()
+        self.library_path = build_library(self.cprogram)
+        self._lib = ctypes.CDLL(self.library_path)
+        self._run = self._lib.luminal_run
+        self._run.restype = ctypes.c_int
+        self._run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong)]
+        self._plan_key = None
+        self._arena = np.empty(0, np.uint8)
+        self._offsets: dict[int, int] = {}
+        self._version = graph.version
+
+    @property
+    def source(self) -> str:
+        """The generated C source."""
+        return self.cprogram.source
+
+    def stale(self, graph: Graph) -> bool:
+        """True when the graph changed since this runtime was built (it is then rebuilt)."""
+        return graph.version != self._version
+
+    # ------------------------------------------------------------------ memory planning
+    def _plan(self, bindings: Mapping[str, int]) -> None:
+        key = tuple(bindings.get(s, None) for s in self.cprogram.symbols)
+        if key == self._plan_key:
+            return
+        program = self.program
+        kernel_of = {k.out: i for i, k in enumerate(program.kernels)}
+        last_use: dict[int, int] = {}
+        from ..codegen.c import _kernel_buffers
+        for i, kernel in enumerate(program.kernels):
+            for b in _kernel_buffers(kernel):
+                last_use[b] = i
+        owned = set(program.inputs) | set(program.outputs)
+        intervals = []
+        for node_id, (dims, dtype) in program.buffers.items():
+            if node_id in owned:
+                continue
+            size = dtype.itemsize
+            for d in dims:
+                size *= d.evaluate(bindings)
+            start = kernel_of[node_id]
+            intervals.append((start, last_use.get(node_id, start), max(size, 1), node_id))
+        offsets: dict[int, int] = {}
+        placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, size)
+        total = 0
+        for start, end, size, node_id in sorted(intervals, key=lambda t: -t[2]):
+            size = (size + 63) // 64 * 64
+            busy = sorted((o, o + s) for (s0, e0, o, s) in placed if not (e0 < start or end < s0))
+            offset = 0
+            for lo, hi in busy:
+                if offset + size <= lo:
+                    break
+                offset = max(offset, hi)
+            placed.append((start, end, offset, size))
+            offsets[node_id] = offset
+            total = max(total, offset + size)
+        if self._arena.size < total + 64:
+            self._arena = np.empty(total + 64, np.uint8)
+        base = self._arena.ctypes.data
+        shift = (-base) % 64
+        self._offsets = {n: o + shift for n, o in offsets.items()}
+        self._plan_key = key
+
+    # ------------------------------------------------------------------ execution
+    def execute(self, graph: Graph) -> None:
+        bindings = dict(graph.dyn_map)
+        missing = [s for s in self.cprogram.symbols if s not in bindings]
+        if missing:
+            from ..shape import UnboundSymbolError
+            raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
+                                     "Graph.set_dim")
+        graph.reset()
+        buffers = (ctypes.c_void_p * len(self.cprogram.buffer_order))()
+        keep_alive = []
+        for node_id in self.program.inputs:
+            node = graph.nodes[node_id]
+            shape = tuple(d.evaluate(bindings) for d in node.dims)
+            graph._load_input(node, shape, bindings)
+        self._plan(bindings)
+        for k, node_id in enumerate(self.cprogram.buffer_order):
+            if node_id in self.program.inputs:
+                arr = graph.tensors[(node_id, 0)]
+            elif node_id in self.program.outputs:
+                dims, dtype = self.program.buffers[node_id]
+                arr = np.empty(tuple(d.evaluate(bindings) for d in dims), dtype.numpy)
+                graph.tensors[(node_id, 0)] = arr
+            else:
+                buffers[k] = self._arena.ctypes.data + self._offsets[node_id]
+                continue
+            keep_alive.append(arr)
+            buffers[k] = arr.ctypes.data
+        syms = (ctypes.c_longlong * max(1, len(self.cprogram.symbols)))(
+            *[bindings[s] for s in self.cprogram.symbols])
+        code = self._run(buffers, syms)
+        if code:
+            exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
+            raise exc(f"compiled graph: {text}")
+
+
+def compile_graph(graph: Graph, device: str) -> None:
+    """Attach the runtime for ``device`` (``"cpu"`` or ``"reference"``) to ``graph``."""
+    if device == "reference":
+        graph.runtime = None
+        return
+    if device != "cpu":
+        raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'reference'")
+    if find_compiler() is None:
+        warnings.warn("no C compiler found: using the reference interpreter", stacklevel=3)
+        graph.runtime = None
+        return
+    graph.runtime = CPURuntime(graph)
