@@ -1,0 +1,43 @@
+"""Test configuration: the high-level-op and graph suites run on both backends.
+
+Every test in a module named ``test_hl_*`` or ``test_graph`` is parametrized over ``backend`` in
+``("reference", "cpu")``: the ``cpu`` variant sets ``LUMINAL_DEVICE=cpu``, so each ``graph.execute()`` of an
+uncompiled graph compiles it to C first. Compiled libraries go to a per-session cache folder.
+"""
+
+import os
+
+import pytest
+
+BOTH_BACKENDS = ("test_hl_", "test_graph")
+
+
+def pytest_generate_tests(metafunc):
+    name = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if name.startswith(BOTH_BACKENDS) and "backend" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("backend")
+        metafunc.parametrize("backend", ["reference", "cpu"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("luminal_cache")
+    old = os.environ.get("LUMINAL_CACHE_DIR")
+    os.environ["LUMINAL_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("LUMINAL_CACHE_DIR", None)
+    else:
+        os.environ["LUMINAL_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _device(request, monkeypatch):
+    """Point uncompiled graphs at the test's ``backend`` parameter (``"reference"`` or ``"cpu"``)."""
+    callspec = getattr(request.node, "callspec", None)
+    device = callspec.params.get("backend") if callspec is not None else None
+    if device is None:
+        monkeypatch.delenv("LUMINAL_DEVICE", raising=False)
+    else:
+        monkeypatch.setenv("LUMINAL_DEVICE", device)
+    yield device

@@ -1,0 +1,220 @@
+"""The compiled CPU backend: differential tests against the reference interpreter, symbolic dims without
+recompilation, caching, error reporting, no-compiler fallback, and a sanitizer run of generated kernels.
+
+Oracle: the reference interpreter on the same graph. Tolerance: rtol=atol=1e-5 for float32 (the C code
+sums with vectorized reassociation and calls libm), exact for integer results.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import luminal as lm
+from luminal.runtime.cpu import CompileStats, CPURuntime, find_compiler
+from test_compiler_passes import build, program
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
+
+
+def _both(make):
+    """Run a graph built by ``make(cx) -> [outputs]`` on the reference and the CPU backend."""
+    results = []
+    for device in ("reference", "cpu"):
+        cx = lm.Graph()
+        outs = make(cx)
+        cx.compile(device=device)
+        cx.execute()
+        results.append([o.data() for o in outs])
+    return results
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(program)
+def test_random_graphs_match_reference(prog):
+    cx, outs = build(prog)
+    cx.execute()
+    want = [o.data() for o in outs]
+    cx.compile(device="cpu")
+    cx.execute()
+    for o, w in zip(outs, want):
+        np.testing.assert_allclose(o.data(), w, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_dims_rerun_without_recompiling():
+    rng = np.random.default_rng(0)
+    cx = lm.Graph()
+    x = cx.tensor(("batch", "seq", 8), name="x")
+    w = cx.tensor((8, 5), name="w").set(rng.standard_normal((8, 5)).astype(np.float32))
+    y = ((x @ w).softmax(-1) * x.mean(-1, keepdim=True)).sum(1).retrieve()
+    x.set(rng.standard_normal((2, 3, 8)).astype(np.float32))
+    cx.compile(device="cpu")
+    compiled = CompileStats.compilations + CompileStats.cache_hits
+    runtime = cx.runtime
+    for shape in ((2, 3, 8), (5, 7, 8), (1, 1, 8), (3, 7, 8)):
+        data = rng.standard_normal(shape).astype(np.float32)
+        x.set(data)
+        cx.execute()
+        logits = data @ w.data()
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        want = (e / e.sum(-1, keepdims=True) * data.mean(-1, keepdims=True)).sum(1)
+        np.testing.assert_allclose(y.data(), want, rtol=1e-5, atol=1e-5)
+    assert cx.runtime is runtime
+    assert CompileStats.compilations + CompileStats.cache_hits == compiled
+
+
+def test_second_compile_of_the_same_graph_hits_the_cache():
+    def make():
+        cx = lm.Graph()
+        x = cx.tensor((4, 4)).set(np.eye(4, dtype=np.float32))
+        out = (x.exp() @ x).retrieve()
+        return cx, out
+
+    cx, out = make()
+    cx.compile(device="cpu")
+    hits, builds = CompileStats.cache_hits, CompileStats.compilations
+    cx2, out2 = make()
+    cx2.compile(device="cpu")
+    assert CompileStats.cache_hits == hits + 1 and CompileStats.compilations == builds
+    cx2.execute()
+    np.testing.assert_allclose(out2.data(), np.exp(np.eye(4)) @ np.eye(4), rtol=1e-6)
+
+
+def test_graph_changes_after_compile_trigger_a_rebuild():
+    cx = lm.Graph()
+    x = cx.tensor(3).set([1.0, 2.0, 3.0])
+    a = (x * 2.0).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    b = (a + 1.0).retrieve()  # added after compile
+    cx.execute()
+    np.testing.assert_array_equal(b.data(), [3.0, 5.0, 7.0])
+
+
+def test_gemm_layouts_and_batches():
+    rng = np.random.default_rng(1)
+    a_np = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    b_np = rng.standard_normal((3, 7, 4)).astype(np.float32)
+    w_np = rng.standard_normal((6, 7)).astype(np.float32)
+
+    def make(cx):
+        a, b, w = cx.tensor((3, 5, 7)).set(a_np), cx.tensor((3, 7, 4)).set(b_np), cx.tensor((6, 7)).set(w_np)
+        return [(a @ b).retrieve(), (a @ w.T).retrieve(), (b.mT @ a.mT).retrieve(), (a[:, 1:4, :] @ w.T).retrieve(),
+                (a.permute(1, 0, 2) @ w.T).retrieve(), (a[0] @ a[1].T).retrieve()]
+
+    ref, cpu = _both(make)
+    for r, c in zip(ref, cpu):
+        np.testing.assert_allclose(c, r, rtol=1e-5, atol=1e-5)
+
+
+def test_float64_and_int_paths():
+    rng = np.random.default_rng(2)
+    x64 = rng.standard_normal((4, 6))
+    i32 = rng.integers(-50, 50, (4, 6)).astype(np.int32)
+
+    def make(cx):
+        a = cx.tensor((4, 6), lm.float64).set(x64)
+        i = cx.tensor((4, 6), lm.int32).set(i32)
+        return [(a @ a.T).softmax(-1).retrieve(), (i % 7 + i.max(1, keepdim=True)).retrieve(),
+                i.sum(0).retrieve(), (i // 3).retrieve(), a.cumsum(1).retrieve()]
+
+    ref, cpu = _both(make)
+    for r, c in zip(ref, cpu):
+        assert r.dtype == c.dtype
+        np.testing.assert_allclose(c, r, rtol=1e-12, atol=1e-12)
+
+
+def test_runtime_errors_are_python_exceptions():
+    cx = lm.Graph()
+    table = cx.tensor((4, 2)).set(np.ones((4, 2), np.float32))
+    ids = cx.tensor(3, lm.int64).set([0, 1, 7])
+    out = table.index_select(0, ids).retrieve()
+    cx.compile(device="cpu")
+    with pytest.raises(IndexError, match="out of range"):
+        cx.execute()
+    ids.set([0, 1, 3])
+    cx.execute()
+    np.testing.assert_array_equal(out.data(), np.ones((3, 2)))
+    cx = lm.Graph()
+    i = cx.tensor(2, lm.int32).set(np.array([5, 6], np.int32))
+    j = cx.tensor(2, lm.int32).set(np.array([2, 0], np.int32))
+    (i % j).retrieve()
+    cx.compile(device="cpu")
+    with pytest.raises(ZeroDivisionError):
+        cx.execute()
+
+
+def test_unbound_symbol_raises_before_running():
+    cx = lm.Graph()
+    x = cx.tensor(("n",))
+    (x * 2.0).retrieve()
+    cx.compile(device="cpu")
+    with pytest.raises(lm.UnboundSymbolError, match="n"):
+        cx.execute()
+
+
+def test_no_compiler_falls_back_to_reference(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CC", raising=False)
+    cx = lm.Graph()
+    x = cx.tensor(2).set([1.0, 2.0])
+    out = (x * 3.0).retrieve()
+    with pytest.warns(UserWarning, match="no C compiler"):
+        cx.compile(device="cpu")
+    assert cx.runtime is None
+    cx.execute()
+    np.testing.assert_array_equal(out.data(), [3.0, 6.0])
+
+
+def test_unknown_device():
+    cx = lm.Graph()
+    with pytest.raises(ValueError, match="unknown device"):
+        cx.compile(device="tpu")
+
+
+def test_elementwise_chains_fuse_into_one_kernel():
+    cx = lm.Graph()
+    x = cx.tensor((64, 64)).set(np.ones((64, 64), np.float32))
+    out = ((x * 1.5 + 0.5).sigmoid() * x).retrieve()
+    cx.compile(device="cpu")
+    assert len(cx.runtime.program.kernels) == 1
+    assert isinstance(cx.runtime, CPURuntime) and "#pragma omp parallel for" in cx.runtime.source
+
+
+SANITIZER_SCRIPT = textwrap.dedent("""
+    import numpy as np, luminal as lm
+    def graphs(cx):
+        rng = np.random.default_rng(0)
+        x = cx.tensor((5, 7)).set(rng.standard_normal((5, 7)).astype(np.float32))
+        ids = cx.tensor((3, 2), lm.int64).set(rng.integers(0, 5, (3, 2)))
+        outs = [x.pad([(2, 1), (0, 3)]).pool_last_dim(3, 2, 2).sum(-1),
+                x[::-2, 1:6:2].flip(0).exp() @ x[:3, :3],
+                x.index_select(0, ids).softmax(-1),
+                (x.T.reshape((35,))[3:30].reshape((3, 9)).cumsum(1)),
+                x.layer_norm(-1).max(0), lm.where(x > 0, x, x.sum(0).unsqueeze(0) * 0 + 1.0)[:, :5]]
+        return [o.retrieve() for o in outs]
+    ref = lm.Graph(); ro = graphs(ref); ref.execute()
+    cpu = lm.Graph(); co = graphs(cpu); cpu.compile(device="cpu"); cpu.execute()
+    for a, b in zip(ro, co):
+        np.testing.assert_allclose(b.data(), a.data(), rtol=1e-5, atol=1e-5)
+    print("SANITIZED-OK")
+""")
+
+
+def test_generated_kernels_under_address_and_undefined_sanitizers(tmp_path):
+    cc = find_compiler()
+    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(libasan) or not os.path.exists(libasan):
+        pytest.skip("libasan is not available for this compiler")
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(tmp_path), LD_PRELOAD=libasan,
+               LUMINAL_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined "
+                              "-fno-omit-frame-pointer",
+               ASAN_OPTIONS="detect_leaks=0", OMP_NUM_THREADS="2")
+    env.pop("LUMINAL_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
