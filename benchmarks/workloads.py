@@ -56,12 +56,21 @@ def transformer_layer(batch: int = 8, seq: int = 128, d: int = 256, heads: int =
 
 
 def torch_transformer_layer(x: np.ndarray, params: dict, heads: int = 4) -> np.ndarray:
-    """The same layer in PyTorch (the oracle), from numpy parameters."""
+    """The same layer in PyTorch (the oracle), from numpy input and parameters."""
+    import torch
+
+    t = {k: torch.from_numpy(v) for k, v in params.items()}
+    t["x"] = torch.from_numpy(x)
+    with torch.no_grad():
+        return torch_transformer_layer_t(t, heads).numpy()
+
+
+def torch_transformer_layer_t(t: dict, heads: int = 4):
+    """The layer on a dict of torch tensors (``x`` plus the parameters)."""
     import torch
     import torch.nn.functional as F
 
-    t = {k: torch.from_numpy(v) for k, v in params.items()}
-    xt = torch.from_numpy(x)
+    xt = t["x"]
     b, s, d = xt.shape
     hd = d // heads
     qkv = F.linear(F.layer_norm(xt, (d,), t["ln1.weight"], t["ln1.bias"], 1e-5), t["qkv.weight"], t["qkv.bias"])
@@ -70,4 +79,25 @@ def torch_transformer_layer(x: np.ndarray, params: dict, heads: int = 4) -> np.n
     h = xt + F.linear(att.permute(0, 2, 1, 3).reshape(b, s, d), t["out.weight"], t["out.bias"])
     f = F.gelu(F.linear(F.layer_norm(h, (d,), t["ln2.weight"], t["ln2.bias"], 1e-5), t["ffn1.weight"],
                         t["ffn1.bias"]), approximate="tanh")
-    return (h + F.linear(f, t["ffn2.weight"], t["ffn2.bias"])).numpy()
+    return h + F.linear(f, t["ffn2.weight"], t["ffn2.bias"])
+
+
+def jax_transformer_layer(t: dict, heads: int = 4):
+    """The layer in JAX (for jax.jit), on a dict of arrays."""
+    import jax
+    import jax.numpy as jnp
+
+    def ln(h, g, b):
+        mu = h.mean(-1, keepdims=True)
+        var = ((h - mu) ** 2).mean(-1, keepdims=True)
+        return (h - mu) / jnp.sqrt(var + 1e-5) * g + b
+
+    x = t["x"]
+    b, s, d = x.shape
+    hd = d // heads
+    qkv = ln(x, t["ln1.weight"], t["ln1.bias"]) @ t["qkv.weight"].T + t["qkv.bias"]
+    q, k, v = qkv.reshape(b, s, 3, heads, hd).transpose(2, 0, 3, 1, 4)
+    att = jax.nn.softmax(q @ k.swapaxes(-1, -2) / math.sqrt(hd), -1) @ v
+    h = x + att.transpose(0, 2, 1, 3).reshape(b, s, d) @ t["out.weight"].T + t["out.bias"]
+    f = jax.nn.gelu(ln(h, t["ln2.weight"], t["ln2.bias"]) @ t["ffn1.weight"].T + t["ffn1.bias"], approximate=True)
+    return h + f @ t["ffn2.weight"].T + t["ffn2.bias"]

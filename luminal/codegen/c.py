@@ -42,7 +42,96 @@ static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0
 static inline float lm_maxf(float acc, float v) { return (v > acc || v != v) ? v : acc; }
 static inline double lm_max(double acc, double v) { return (v > acc || v != v) ? v : acc; }
 static inline long long lm_maxi(long long acc, long long v) { return v > acc ? v : acc; }
+#include <omp.h>
+/* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
+   -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
+   (relative error ~1e-7); log2: mantissa in [sqrt(1/2), sqrt(2)), atanh series in t=(m-1)/(m+1).
+   NaN, +-inf, 0, negatives and subnormal inputs follow IEEE/libm; results below 2^-126 flush to 0. */
+static inline float lm_exp2f(float x) {
+    float xc = x < -126.0f ? -126.0f : x;
+    xc = xc > 128.0f ? 128.0f : xc;
+    xc = xc == xc ? xc : 0.0f;
+    float r = rintf(xc), f = xc - r;
+    float p = 1.0f + f * (0.69314718f + f * (0.24022651f + f * (0.05550411f + f * (0.00961813f
+              + f * (0.00133336f + f * (0.00015404f + f * 0.0000152527f))))));
+    int i = (int)r;
+    uint32_t bits = (uint32_t)(i + 126) << 23;
+    float scale; memcpy(&scale, &bits, 4);
+    float y = (p * scale) * 2.0f;
+    y = x > 128.0f ? INFINITY : y;
+    y = x < -126.0f ? 0.0f : y;
+    return x == x ? y : x;
+}
+static inline float lm_log2f(float x) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t bits; memcpy(&bits, &xs, 4);
+    int e = (int)((bits >> 23) & 0xff) - 127 - (sub ? 23 : 0);
+    uint32_t mb = (bits & 0x7fffffu) | 0x3f800000u;
+    float m; memcpy(&m, &mb, 4);
+    int big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    e += big;
+    float t = (m - 1.0f) / (m + 1.0f), t2 = t * t;
+    float y = (float)e + t * (2.88539008f + t2 * (0.96179669f + t2 * (0.57707802f + t2 * (0.41219858f
+              + t2 * 0.32059890f))));
+    y = x == 0.0f ? -INFINITY : y;
+    y = x < 0.0f ? NAN : y;
+    y = x == INFINITY ? INFINITY : y;
+    return x == x ? y : x;
+}
 """
+
+_GEMM_HELPER = r"""
+/* C[M,N] = A[M,K] . B[K,N] with A(m,k) = A[m*sam + k*sak], B(k,n) = B[n*sbn + k*sbk]; C row-major (ldc = N).
+   One BLAS call per OpenMP thread on a block of rows (or columns): OpenBLAS itself runs single-threaded so
+   its threads never fight the OpenMP pool. Falls back to loops when the layout is not BLAS-compatible. */
+static void lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                      const T *B, long long sbn, long long sbk, T *C) {
+    int ta = -1, tb = -1; long long lda = 0, ldb = 0;
+#ifdef LUMINAL_BLAS
+    if (sak == 1 || K == 1) { ta = 0; lda = M == 1 ? K : sam; } else if (sam == 1 || M == 1) { ta = 1; lda = K == 1 ? M : sak; }
+    if ((ta == 0 && lda < K) || (ta == 1 && lda < M)) ta = -1;
+    if (sbn == 1 || N == 1) { tb = 0; ldb = K == 1 ? N : sbk; } else if (sbk == 1 || K == 1) { tb = 1; ldb = N == 1 ? K : sbn; }
+    if ((tb == 0 && ldb < N) || (tb == 1 && ldb < K)) tb = -1;
+    if (M >= INT_MAX || N >= INT_MAX || K >= INT_MAX || lda >= INT_MAX || ldb >= INT_MAX) ta = -1;
+#endif
+    if (M == 0 || N == 0) return;
+    if (K == 0 || ta < 0 || tb < 0) {
+        #pragma omp parallel for schedule(static) if(M * N * K >= 32768)
+        for (long long m = 0; m < M; m++)
+            for (long long n = 0; n < N; n++) {
+                ACC acc = 0;
+                for (long long k = 0; k < K; k++) acc += (ACC)A[m * sam + k * sak] * (ACC)B[n * sbn + k * sbk];
+                C[m * N + n] = (T)acc;
+            }
+        return;
+    }
+#ifdef LUMINAL_BLAS
+    #pragma omp parallel if(M * N * K >= 262144)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        if (M >= N) {
+            long long m0 = M * t / nt, m1 = M * (t + 1) / nt;
+            if (m1 > m0) GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                 (int)(m1 - m0), (int)N, (int)K, 1, A + (ta ? m0 : m0 * lda), (int)lda, B, (int)ldb, 0, C + m0 * N, (int)N);
+        } else {
+            long long n0 = N * t / nt, n1 = N * (t + 1) / nt;
+            if (n1 > n0) GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                 (int)M, (int)(n1 - n0), (int)K, 1, A, (int)lda, B + (tb ? n0 * ldb : n0), (int)ldb, 0, C + n0, (int)N);
+        }
+    }
+#endif
+}
+"""
+
+
+def _gemm_helpers() -> str:
+    f32 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f32").replace("ACC", "float").replace("const T", "const float") \
+        .replace("T *C", "float *C").replace("(T)acc", "(float)acc").replace("GEMM", "scipy_cblas_sgemm")
+    f64 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f64").replace("ACC", "double").replace("const T", "const double") \
+        .replace("T *C", "double *C").replace("(T)acc", "(double)acc").replace("GEMM", "scipy_cblas_dgemm")
+    return f32 + f64
 
 
 @dataclass
@@ -153,9 +242,12 @@ class _KernelWriter:
         f = "" if dtype == DType.float64 else "f"
 
         def fn(name, x):
+            fast = f"lm_{name}f" if name in ("exp2", "log2") else f"{name}f"
             if half:
-                return f"(_Float16){name}f((float){x})"
-            return f"{name}{f}({x})"
+                return f"(_Float16){fast}((float){x})"
+            if dtype == DType.float32:
+                return f"{fast}({x})"
+            return f"{name}({x})"
 
         if isinstance(op, ops.Log2):
             return fn("log2", args[0])
@@ -221,6 +313,8 @@ class CRenderer:
 
     def render(self) -> CProgram:
         parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + _HELPERS, C_PRELUDE]
+        if any(isinstance(k, GemmKernel) for k in self.program.kernels):
+            parts.append(_gemm_helpers())
         calls = []
         for k, kernel in enumerate(self.program.kernels):
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
@@ -234,7 +328,9 @@ class CRenderer:
             lines += ["    return err;", "}"]
             parts.append("\n".join(lines))
             calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
-        parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + "\n".join(calls)
+        init = ("    static int blas_threads_set = 0;\n    if (!blas_threads_set) { scipy_openblas_set_num_threads(1); "
+                "blas_threads_set = 1; }\n") if self.blas else ""
+        parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + init + "\n".join(calls)
                      + "\n    return err;\n}\n")
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas)
 
@@ -259,7 +355,7 @@ class CRenderer:
         cond = f"if(({self.index(total)}) >= {PARALLEL_THRESHOLD})"
         if parallel:
             if n == 1:
-                lines.append(f"{indent}#pragma omp parallel for schedule(static) {cond}")
+                lines.append(f"{indent}#pragma omp parallel for simd schedule(static) {cond}")
             else:
                 lines.append(f"{indent}#pragma omp parallel for collapse({n - 1}) schedule(static) {cond}")
         for j, (v, d) in enumerate(zip(vars_, dims)):
@@ -327,49 +423,31 @@ class CRenderer:
         k = av.dims[-1]
         ctype = kernel.dtype.c_type
         idx = self.index
-        sam, sak = av.strides[nb], av.strides[nb + 2]
-        sbn, sbk = bv.strides[nb + 1], bv.strides[nb + 2]
-        batch_vars = tuple(Expression.symbol(f"i{j}") for j in range(nb))
+        batch_vars = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+                           for j, d in enumerate(dims[:nb]))
         zero = to_expr(0)
         a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], batch_vars)), zero)
         b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], batch_vars)), zero)
         c_off = to_expr(0)
         for v, s in zip(batch_vars, ShapeTracker.contiguous_of(dims).strides[:nb]):
             c_off = c_off + v * s
-        A, B, C = self.pointer(kernel.a), self.pointer(kernel.b), self.pointer(kernel.out)
-        body = [f"const {ctype} *A = {A} + {idx(a_off)};", f"const {ctype} *B = {B} + {idx(b_off)};",
-                f"{ctype} *C = {C} + {idx(c_off)};",
-                f"const long long M = {idx(m)}, N = {idx(n)}, K = {idx(k)};",
-                f"const long long sam = {idx(sam)}, sak = {idx(sak)}, sbn = {idx(sbn)}, sbk = {idx(sbk)};"]
-        if self.blas:
-            fn = "scipy_cblas_sgemm" if kernel.dtype == DType.float32 else "scipy_cblas_dgemm"
-            body += [
-                "int ta = -1, tb = -1; long long lda = 0, ldb = 0;",
-                "if (sak == 1 || K == 1) { ta = 0; lda = M == 1 ? K : sam; } else if (sam == 1 || M == 1) { ta = 1; lda = sak; }",
-                "if (ta == 0 && lda < K) ta = -1;",
-                "if (ta == 1 && lda < M) ta = -1;",
-                "if (sbn == 1 || N == 1) { tb = 0; ldb = K == 1 ? N : sbk; } else if (sbk == 1 || K == 1) { tb = 1; ldb = N == 1 ? K : sbn; }",
-                "if (tb == 0 && ldb < N) tb = -1;",
-                "if (tb == 1 && ldb < K) tb = -1;",
-                "if (M > 0 && N > 0 && K > 0 && ta >= 0 && tb >= 0 && M < INT_MAX && N < INT_MAX && K < INT_MAX) {",
-                f"    {fn}(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1, A, (int)(lda > 0 ? lda : 1), B, (int)(ldb > 0 ? ldb : 1), 0, C, (int)(N > 0 ? N : 1));",
-                "} else {",
-            ]
-            close = ["}"]
-        else:
-            close = []
-        fallback = [
-            "#pragma omp parallel for schedule(static) if(M * N * K >= 32768)",
-            "for (long long mm = 0; mm < M; mm++) {",
-            "    for (long long nn = 0; nn < N; nn++) {",
-            f"        {'float' if ctype == 'float' else ctype} acc = 0;",
-            "        for (long long kk = 0; kk < K; kk++) acc += A[mm * sam + kk * sak] * B[nn * sbn + kk * sbk];",
-            "        C[mm * N + nn] = acc;",
-            "    }",
-            "}",
-        ]
-        body += (["    " + x for x in fallback] if self.blas else fallback) + close
-        self._loops(dims[:nb], lines, lambda vars_, flat: body, parallel=False)
+        fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
+        call = (f"{fn}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + {idx(a_off)}, {idx(av.strides[nb])}, "
+                f"{idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + {idx(b_off)}, {idx(bv.strides[nb + 1])}, "
+                f"{idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + {idx(c_off)});")
+        if nb == 0:
+            lines.append("    " + call)
+            return
+        batch = to_expr(1)
+        for d in dims[:nb]:
+            batch = batch * d
+        # batched: one single-threaded GEMM per batch index across the OpenMP pool (nested regions serialize)
+        lines.append(f"    #pragma omp parallel for collapse({nb}) schedule(static) if(({idx(batch)}) >= 2)")
+        for j, d in enumerate(dims[:nb]):
+            lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
+        lines.append("    " + "    " * nb + call)
+        for j in range(nb - 1, -1, -1):
+            lines.append(f"    {'    ' * j}}}")
 
 
 # ---------------------------------------------------------------------------- analysis helpers

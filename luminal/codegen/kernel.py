@@ -122,6 +122,8 @@ class Program:
 
 
 # ---------------------------------------------------------------------------- lowering
+MAX_RECOMPUTE = 6  # a node read by several kernels is recomputed in each when its body has at most this many ops
+
 _ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Cast)
 
 
@@ -157,6 +159,7 @@ def lower(graph: Graph) -> Program:
     gemm_muls = {graph.nodes[g].inputs[0].src for g in gemms}
 
     materialized: set[int] = set()
+    cost: dict[int, int] = {}  # elementwise ops a node's inlined body recomputes
     for node_id in order:
         node = graph.nodes[node_id]
         op = node.op
@@ -168,13 +171,14 @@ def lower(graph: Graph) -> Program:
             materialized.add(node_id)
         elif isinstance(op, (ops.Constant, ops.Iota)):
             continue
-        elif len(consumers[node_id]) != 1:
-            materialized.add(node_id)
         else:
-            consumer_id, slot = consumers[node_id][0]
-            view = graph.nodes[consumer_id].inputs[slot].shape
-            if consumer_id in gemm_muls or not view.is_contiguous():
+            cost[node_id] = 1 + sum(cost.get(e.src, 0) for e in node.inputs if e.src not in materialized)
+            readers = consumers[node_id]
+            if not readers or any(c in gemm_muls or not graph.nodes[c].inputs[k].shape.is_contiguous()
+                                  for c, k in readers):
                 materialized.add(node_id)
+            elif len(readers) > 1 and cost[node_id] > MAX_RECOMPUTE:
+                materialized.add(node_id)  # cheap values are recomputed by each reader instead of stored
     for g, (a, b) in gemms.items():
         materialized.add(a.src)
         materialized.add(b.src)

@@ -32,6 +32,11 @@ from ..codegen.c import CProgram, CRenderer
 from ..codegen.kernel import Program, lower
 from ..graph import Graph, GraphError
 
+# GCC's OpenMP workers spin ~300k iterations after each parallel region by default; between our many short
+# regions (and while Python runs between executes) that spinning steals the second core. A short spin keeps
+# region start-up fast without the contention (set GOMP_SPINCOUNT yourself to override).
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
 BASE_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero")}
 
@@ -124,6 +129,7 @@ class CPURuntime:
         self._plan_key = None
         self._arena = np.empty(0, np.uint8)
         self._offsets: dict[int, int] = {}
+        self._out_arrays: dict[int, np.ndarray] = {}  # data() copies out, so these can be reused
         self._version = graph.version
 
     @property
@@ -199,7 +205,10 @@ class CPURuntime:
                 arr = graph.tensors[(node_id, 0)]
             elif node_id in self.program.outputs:
                 dims, dtype = self.program.buffers[node_id]
-                arr = np.empty(tuple(d.evaluate(bindings) for d in dims), dtype.numpy)
+                shape = tuple(d.evaluate(bindings) for d in dims)
+                arr = self._out_arrays.get(node_id)
+                if arr is None or arr.shape != shape:  # reuse last run's array: no fresh page faults
+                    arr = self._out_arrays[node_id] = np.empty(shape, dtype.numpy)
                 graph.tensors[(node_id, 0)] = arr
             else:
                 buffers[k] = self._arena.ctypes.data + self._offsets[node_id]
