@@ -3,36 +3,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 import luminal as lm
-
-
-def make(dtype, shape, seed):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind == "i":
-        return rng.integers(-9, 10, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def run(fn, *arrays):
-    cx = lm.Graph()
-    ts = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = fn(*ts).retrieve()
-    cx.execute()
-    return out.data()
-
-
-def check(got, expected: torch.Tensor, rtol=0.0, atol=0.0):
-    exp = expected.numpy()
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    if exp.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol)
+from hl_helpers import check, make, run
+make = functools.partial(make, low=-9, high=10)
 
 
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12), np.int32: {},

@@ -9,43 +9,16 @@ import torch
 import torch.nn.functional as F
 
 import luminal as lm
-
-# ---------------------------------------------------------------------------- helpers
-DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
+import hl_helpers
+from hl_helpers import check, run
 
 
 def make(dtype=np.float32, shape=(2, 3, 4), seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind == "i":
-        return rng.integers(-50, 50, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+    return hl_helpers.make(dtype, shape, seed, low=-50, high=50)
 
 
-def run(fn, *arrays):
-    """Build ``fn`` over inputs holding ``arrays``, execute, return the numpy result(s) (a list for a list)."""
-    cx = lm.Graph()
-    ts = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = fn(*ts)
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
-        o.retrieve()
-    cx.execute()
-    res = [o.data() for o in outs]
-    return res if isinstance(out, (list, tuple)) else res[0]
-
-
-def check(got, expected, rtol=0.0, atol=0.0):
-    """Shape, dtype and values equal to a torch tensor or numpy array (movement is exact by default)."""
-    exp = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    if exp.dtype.kind in "biu" or (rtol == 0 and atol == 0):
-        np.testing.assert_array_equal(got, exp)
-    else:
-        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol)
+# ---------------------------------------------------------------------------- helpers
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
 
 
 T = torch.from_numpy

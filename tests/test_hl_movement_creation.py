@@ -7,28 +7,7 @@ import pytest
 import torch
 
 import luminal as lm
-
-
-def evaluate(build):
-    """``build(cx)`` returns a tensor (or a list); execute and return the numpy value(s)."""
-    cx = lm.Graph()
-    out = build(cx)
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
-        o.retrieve()
-    cx.execute()
-    res = [o.data() for o in outs]
-    return res if isinstance(out, (list, tuple)) else res[0]
-
-
-def check(got, expected: torch.Tensor, rtol=0.0, atol=0.0):
-    exp = expected.numpy()
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    if exp.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol)
+from hl_helpers import check, evaluate
 
 
 # ---------------------------------------------------------------------------- arange

@@ -2,52 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 import luminal as lm
+from hl_helpers import check, make, run
+check = functools.partial(check, rtol=1e-5, atol=1e-6)  # this file's default float tolerance
+
 
 # ---------------------------------------------------------------------------- helpers
 TORCH_DT = {np.dtype(k): v for k, v in {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
                                           "int64": torch.int64, "bool": torch.bool}.items()}
 SHAPE = (3, 4, 5)
 AXES = [0, 1, -1, (0, 2), (-1, 0), (0, 1, 2), None]
-
-
-def make(dtype, shape=SHAPE, seed=0, low=-5, high=5):
-    """Seeded random data of a numpy ``dtype``."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind == "i":
-        return rng.integers(low, high, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def run(fn, *arrays):
-    """Build ``fn`` over inputs holding ``arrays``, execute, return the numpy result(s)."""
-    cx = lm.Graph()
-    ts = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = fn(*ts)
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
-        o.retrieve()
-    cx.execute()
-    res = [o.data() for o in outs]
-    return res if isinstance(out, (list, tuple)) else res[0]
-
-
-def check(got, expected: torch.Tensor, rtol=1e-5, atol=1e-6):
-    """Same shape, same dtype as torch and values within tolerance (exact for ints and bools)."""
-    exp = expected.detach().numpy()
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    if exp.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
 
 
 def tdims(axis, ndim):

@@ -9,21 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import luminal as lm
-
-
-def run(fn, *arrays):
-    cx = lm.Graph()
-    ts = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = fn(*ts).retrieve()
-    cx.execute()
-    return out.data()
-
-
-def check(got, expected: torch.Tensor, rtol, atol):
-    exp = expected.numpy()
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol)
+from hl_helpers import check, run
 
 
 def make(dtype, shape=(3, 4, 6), seed=0, scale=2.0):

@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 import luminal as lm
-
-
-def make(dtype, shape=(3, 4, 5), seed=0, low=-4, high=5):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind == "i":
-        return rng.integers(low, high, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def run(fn, *arrays):
-    cx = lm.Graph()
-    ts = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = fn(*ts).retrieve()
-    cx.execute()
-    return out.data()
-
-
-def check(got, expected: torch.Tensor, rtol=0.0, atol=0.0):
-    exp = expected.numpy()
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    if exp.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
+from hl_helpers import check, make, run
+make = functools.partial(make, low=-4, high=5)
 
 
 T = torch.from_numpy

@@ -1,0 +1,46 @@
+"""Shared helpers of the high-level-op tests: seeded data, run a graph, compare with PyTorch/numpy."""
+
+import numpy as np
+import torch
+
+import luminal as lm
+
+
+def make(dtype, shape=(3, 4, 5), seed=0, low=-5, high=5):
+    """Seeded random data of a numpy ``dtype``: bools ~ Bernoulli(0.5), ints uniform in [low, high), floats N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind == "i":
+        return rng.integers(low, high, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def evaluate(build):
+    """``build(cx)`` returns a tensor (or a list/tuple); execute and return the numpy value(s)."""
+    cx = lm.Graph()
+    out = build(cx)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    for o in outs:
+        o.retrieve()
+    cx.execute()
+    res = [o.data() for o in outs]
+    return res if isinstance(out, (list, tuple)) else res[0]
+
+
+def run(fn, *arrays):
+    """``fn`` applied to graph inputs holding ``arrays``, executed; the numpy result (a list for a list/tuple)."""
+    return evaluate(lambda cx: fn(*[cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]))
+
+
+def check(got, expected, rtol=0.0, atol=0.0):
+    """Same shape and dtype as ``expected`` (a torch tensor or numpy array); values exact for bool/int results,
+    within ``rtol``/``atol`` for floats (NaN matches NaN)."""
+    exp = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert got.shape == exp.shape, (got.shape, exp.shape)
+    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
+    if exp.dtype.kind in "biu" or (rtol == 0 and atol == 0):
+        np.testing.assert_array_equal(got, exp)
+    else:
+        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
