@@ -183,6 +183,9 @@ def test_elementwise_chains_fuse_into_one_kernel():
     cx.compile(device="cpu")
     assert len(cx.runtime.program.kernels) == 1
     assert isinstance(cx.runtime, CPURuntime) and "#pragma omp parallel for" in cx.runtime.source
+    cx.execute()
+    want = 1.0 / (1.0 + np.exp(-2.0)) * np.ones((64, 64))
+    np.testing.assert_allclose(out.data(), want, rtol=1e-6, atol=1e-6)
 
 
 SANITIZER_SCRIPT = textwrap.dedent("""

@@ -448,7 +448,7 @@ def test_gather_out_of_range_raises_at_execute(bad):
     cx = lm.Graph()
     d = cx.tensor(data.shape).set(data)
     i = cx.tensor(index.shape, dtype=lm.int64).set(index)
-    out = d.gather(1, i).retrieve()  # building is fine: the values are only known at execute
+    d.gather(1, i).retrieve()  # building is fine: the values are only known at execute
     with pytest.raises(IndexError):
         cx.execute()
     with pytest.raises((IndexError, RuntimeError)):

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import luminal as lm
 from hl_helpers import check, run
 
 

@@ -17,8 +17,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from .. import ops
 from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
@@ -421,7 +419,6 @@ class CRenderer:
         m, n = dims[-2], dims[-1]
         av, bv = kernel.a_view, kernel.b_view
         k = av.dims[-1]
-        ctype = kernel.dtype.c_type
         idx = self.index
         batch_vars = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
                            for j, d in enumerate(dims[:nb]))

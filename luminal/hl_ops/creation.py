@@ -93,7 +93,6 @@ def ones(graph, shape, dtype=DType.float32):
 
 
 def _random_input(graph, shape, dtype, seed, sample, name):
-    from ..tensor import GraphTensor  # noqa: F401 - graph.tensor builds it
     t = graph.tensor(shape, dtype, name)
     cache = {}
 

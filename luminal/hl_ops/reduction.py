@@ -9,8 +9,6 @@ signs and zeros); over a symbolic axis it uses sign and ``exp(sum log|x|)``.
 
 from __future__ import annotations
 
-import math
-
 from .. import ops
 from ..dtype import DType
 from ..shape import to_expr
@@ -159,7 +157,6 @@ def _prod_axis(x, axis: int):
 
 
 def _prod_axis_symbolic(x, axis: int):
-    from .binary import where
     xf = x._floating()
     negatives = (xf < 0).cast(DType.int64).sum(axis)
     sign = 1.0 - (negatives.remainder(2).cast(xf.dtype) * 2.0)

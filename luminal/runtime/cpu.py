@@ -27,10 +27,9 @@ from typing import Mapping
 
 import numpy as np
 
-from .. import ops
 from ..codegen.c import CProgram, CRenderer
 from ..codegen.kernel import Program, lower
-from ..graph import Graph, GraphError
+from ..graph import Graph
 
 # GCC's OpenMP workers spin ~300k iterations after each parallel region by default; between our many short
 # regions (and while Python runs between executes) that spinning steals the second core. A short spin keeps

@@ -28,7 +28,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .expression import ONE, ZERO, Expression, IntLike, to_expr
+from .expression import Expression, IntLike, to_expr
+from .simplify import ONE, ZERO
 
 Mask = tuple[tuple[Expression, ...], Expression, Expression]  # (coeffs per axis, const, size)
 
@@ -70,7 +71,6 @@ class ShapeTracker:
         """A row-major contiguous tracker over ``dims``."""
         dims = tuple(to_expr(d) for d in dims)
         for d in dims:
-            lo = d.bounds()[0]
             if d.is_constant() and d.to_int() < 0:
                 raise ValueError(f"negative dimension {d} in shape {dims}")
         return ShapeTracker(dims, contiguous_strides(dims))

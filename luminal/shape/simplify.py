@@ -1,0 +1,422 @@
+"""Simplifying constructors of :class:`~luminal.shape.expression.Expression` and their interval analysis.
+
+Every operator on expressions goes through these functions, which keep trees canonical: constants folded,
+sums as sorted linear combinations with collected coefficients, products with the constant first, floor
+div/mod rules, and comparisons / min / max decided from bounds (symbols are non-negative).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .expression import ADD, AND, DIV, GE, LT, MAX, MIN, MOD, MUL, NUM, OR, VAR, _OP_RANK, Expression
+
+
+# ====================================================================== smart constructors
+_NUM_CACHE: dict[int, Expression] = {}
+
+
+def _num(v: int) -> Expression:
+    e = _NUM_CACHE.get(v)
+    if e is None:
+        e = Expression(NUM, (v,))
+        if -1024 <= v <= 1 << 20:
+            _NUM_CACHE[v] = e
+    return e
+
+
+ZERO, ONE = _num(0), _num(1)
+
+
+def _sort_key(e: Expression):
+    return (_OP_RANK[e.op], e._hash)
+
+
+def _split_coef(e: Expression) -> tuple[int, Expression]:
+    """``3*x*y`` -> ``(3, x*y)``; a non-product -> ``(1, e)``."""
+    if e.op == MUL and e.args[0].op == NUM:
+        rest = e.args[1:]
+        return e.args[0].args[0], rest[0] if len(rest) == 1 else Expression(MUL, rest)
+    return 1, e
+
+
+def _scale(coef: int, base: Expression) -> Expression:
+    if coef == 1:
+        return base
+    if base.op == MUL:
+        return Expression(MUL, (_num(coef),) + base.args)
+    return Expression(MUL, (_num(coef), base))
+
+
+def _add(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(a.args[0] + b.args[0])
+    if a.op == NUM and a.args[0] == 0:
+        return b
+    if b.op == NUM and b.args[0] == 0:
+        return a
+    coefs: dict[Expression, int] = {}
+    const = _collect_terms((a, b), 1, coefs)
+    if len(coefs) >= 2:
+        const += _recombine_div_mod(coefs)
+    terms = sorted((_scale(c, base) for base, c in coefs.items() if c != 0), key=_sort_key)
+    if const != 0:
+        terms.insert(0, _num(const))
+    if not terms:
+        return ZERO
+    if len(terms) == 1:
+        return terms[0]
+    return Expression(ADD, tuple(terms))
+
+
+def _collect_terms(parts, k: int, coefs: dict) -> int:
+    """Accumulate ``k * sum(parts)`` into ``coefs`` (base -> coefficient); returns the constant part."""
+    const = 0
+    for part in parts:
+        for t in (part.args if part.op == ADD else (part,)):
+            if t.op == NUM:
+                const += k * t.args[0]
+            else:
+                c, base = _split_coef(t)
+                coefs[base] = coefs.get(base, 0) + k * c
+    return const
+
+
+def _recombine_div_mod(coefs: dict[Expression, int]) -> int:
+    """``k*c*(x//c) + k*(x%c)`` -> ``k*x`` (the identity that makes merged views simple).
+
+    Rewrites ``coefs`` in place; returns the constant that the expansion of ``x`` adds.
+    """
+    const = 0
+    changed = True
+    while changed:
+        changed = False
+        for base, k in coefs.items():
+            if base.op != MOD or k == 0 or base.args[1].op != NUM:
+                continue
+            x, c = base.args
+            div = Expression(DIV, (x, c))
+            if coefs.get(div, 0) != k * c.args[0]:
+                continue
+            del coefs[base], coefs[div]
+            const += _collect_terms((x,), k, coefs)
+            changed = True
+            break
+    return const
+
+
+def _mul(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(a.args[0] * b.args[0])
+    if a.op == NUM:
+        a, b = b, a
+    if b.op == NUM:
+        c = b.args[0]
+        if c == 0:
+            return ZERO
+        if c == 1:
+            return a
+        if a.op == ADD:  # distribute constants over sums: keeps index math linear
+            out = ZERO
+            for t in a.args:
+                out = _add(out, _mul(t, b))
+            return out
+        ac, base = _split_coef(a)
+        if ac * c == 1:
+            return base
+        return _scale(ac * c, base)
+    const = 1
+    factors = []
+    for part in (a, b):
+        for f in (part.args if part.op == MUL else (part,)):
+            if f.op == NUM:
+                const *= f.args[0]
+            else:
+                factors.append(f)
+    if const == 0:
+        return ZERO
+    factors.sort(key=_sort_key)
+    if const != 1:
+        factors.insert(0, _num(const))
+    if len(factors) == 1:
+        return factors[0]
+    return Expression(MUL, tuple(factors))
+
+
+def _remove_factor(a: Expression, f: Expression) -> Expression | None:
+    """``a / f`` when ``f`` is literally one of ``a``'s symbolic factors, else None."""
+    if a == f:
+        return ONE
+    if a.op == MUL and f in a.args:
+        rest = list(a.args)
+        rest.remove(f)
+        out = ONE
+        for r in rest:
+            out = _mul(out, r)
+        return out
+    return None
+
+
+def _div(a: Expression, b: Expression) -> Expression:
+    if b.op == NUM:
+        d = b.args[0]
+        if d == 0:
+            raise ZeroDivisionError(f"symbolic division of {a} by zero")
+        if d == 1:
+            return a
+        if a.op == NUM:
+            return _num(a.args[0] // d)
+        if d > 0:
+            lo, hi = a.bounds()
+            if lo is not None and hi is not None and lo // d == hi // d:
+                return _num(lo // d)
+            if a.op == DIV and a.args[1].op == NUM and a.args[1].args[0] > 0:
+                return _div(a.args[0], _num(a.args[1].args[0] * d))
+            if a.op == MUL:
+                c, base = _split_coef(a)
+                if c % d == 0:
+                    return _scale(c // d, base) if c // d != 0 else ZERO
+            if a.op == ADD:
+                whole = ZERO
+                rest = []
+                for t in a.args:
+                    c, base = (t.args[0], ONE) if t.op == NUM else _split_coef(t)
+                    if c % d == 0:
+                        whole = _add(whole, _mul(_num(c // d), base))
+                    else:
+                        rest.append(t)
+                if whole != ZERO:
+                    rem = ZERO
+                    for t in rest:
+                        rem = _add(rem, t)
+                    return _add(whole, _div(rem, b))
+    else:
+        if a == b:
+            return ONE
+        if a.op != NUM:
+            q = _remove_factor(a, b)
+            if q is not None:
+                return q
+        if a.op == NUM and a.args[0] == 0:
+            return ZERO
+        lo, hi = a.bounds()
+        blo, _ = b.bounds()
+        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
+            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
+            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
+                return ZERO
+    return Expression(DIV, (a, b))
+
+
+def _mod(a: Expression, b: Expression) -> Expression:
+    if b.op == NUM:
+        d = b.args[0]
+        if d == 0:
+            raise ZeroDivisionError(f"symbolic modulo of {a} by zero")
+        if d == 1 or d == -1:
+            return ZERO
+        if a.op == NUM:
+            return _num(a.args[0] % d)
+        if d > 0:
+            lo, hi = a.bounds()
+            if lo is not None and hi is not None and lo >= 0 and hi < d:
+                return a
+            if a.op == MOD and a.args[1].op == NUM and a.args[1].args[0] > 0 and a.args[1].args[0] % d == 0:
+                return _mod(a.args[0], b)
+            if a.op == MUL:
+                c, _ = _split_coef(a)
+                if c % d == 0:
+                    return ZERO
+            if a.op == ADD:
+                kept = []
+                changed = False
+                for t in a.args:
+                    if t.op == NUM:
+                        if t.args[0] % d != t.args[0]:
+                            changed = True
+                        if t.args[0] % d:
+                            kept.append(_num(t.args[0] % d))
+                        continue
+                    c, base = _split_coef(t)
+                    if c % d == 0:
+                        changed = True
+                        continue
+                    kept.append(t)
+                if changed:
+                    rem = ZERO
+                    for t in kept:
+                        rem = _add(rem, t)
+                    return _mod(rem, b)
+    else:
+        if a == b:
+            return ZERO
+        if a.op != NUM and _remove_factor(a, b) is not None:
+            return ZERO
+        if a.op == NUM and a.args[0] == 0:
+            return ZERO
+        lo, _ = a.bounds()
+        blo, _ = b.bounds()
+        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
+            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
+            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
+                return a
+    return Expression(MOD, (a, b))
+
+
+def _minmax(op: str, a: Expression, b: Expression) -> Expression:
+    pick_min = op == MIN
+    if a.op == NUM and b.op == NUM:
+        return _num(min(a.args[0], b.args[0]) if pick_min else max(a.args[0], b.args[0]))
+    if a == b:
+        return a
+    diff_lo, diff_hi = _add(a, _mul(_num(-1), b)).bounds()  # bounds of a - b
+    if diff_hi is not None and diff_hi <= 0:  # a <= b
+        return a if pick_min else b
+    if diff_lo is not None and diff_lo >= 0:  # a >= b
+        return b if pick_min else a
+    args = tuple(sorted((a, b), key=_sort_key))
+    return Expression(op, args)
+
+
+def _min(a, b): return _minmax(MIN, a, b)
+def _max(a, b): return _minmax(MAX, a, b)
+
+
+def _lt(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(a.args[0] < b.args[0]))
+    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
+    if hi is not None and hi < 0:
+        return ONE
+    if lo is not None and lo >= 0:
+        return ZERO
+    return Expression(LT, (a, b))
+
+
+def _ge(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(a.args[0] >= b.args[0]))
+    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
+    if lo is not None and lo >= 0:
+        return ONE
+    if hi is not None and hi < 0:
+        return ZERO
+    return Expression(GE, (a, b))
+
+
+def _and(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(bool(a.args[0]) and bool(b.args[0])))
+    for x, y in ((a, b), (b, a)):
+        if x.op == NUM:
+            if x.args[0] == 0:
+                return ZERO
+            return y if _is_boolean(y) else Expression(AND, (ONE, y))
+    if a == b and _is_boolean(a):
+        return a
+    return Expression(AND, tuple(sorted((a, b), key=_sort_key)))
+
+
+def _or(a: Expression, b: Expression) -> Expression:
+    if a.op == NUM and b.op == NUM:
+        return _num(int(bool(a.args[0]) or bool(b.args[0])))
+    for x, y in ((a, b), (b, a)):
+        if x.op == NUM:
+            if x.args[0] != 0:
+                return ONE
+            return y if _is_boolean(y) else Expression(OR, (ZERO, y))
+    if a == b and _is_boolean(a):
+        return a
+    return Expression(OR, tuple(sorted((a, b), key=_sort_key)))
+
+
+def _is_boolean(e: Expression) -> bool:
+    lo, hi = e.bounds()
+    return lo is not None and hi is not None and lo >= 0 and hi <= 1
+
+
+_BUILDERS: dict[str, Callable[..., Expression]] = {
+    # MUL folds its constant factors last: a product node keeps its coefficient outside a sum factor
+    # (c*(x + 1)*y), so distributing it first would make simplify() non-idempotent.
+    ADD: lambda *xs: _fold(_add, xs), MUL: lambda *xs: _fold(_mul, sorted(xs, key=lambda e: e.op == NUM)),
+    DIV: _div, MOD: _mod, MIN: _min, MAX: _max, LT: _lt, GE: _ge, AND: _and, OR: _or,
+}
+
+
+def _fold(fn, xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = fn(out, x)
+    return out
+
+
+# ====================================================================== bounds
+def _b_add(x, y):
+    return None if x is None or y is None else x + y
+
+
+def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
+    op = e.op
+    if op == NUM:
+        return e.args[0], e.args[0]
+    if op == VAR:
+        return 0, (e.args[1] if len(e.args) > 1 else None)
+    if op == ADD:
+        lo, hi = 0, 0
+        for t in e.args:
+            tl, th = t.bounds()
+            lo, hi = _b_add(lo, tl), _b_add(hi, th)
+        return lo, hi
+    if op == MUL:
+        lo, hi = 1, 1
+        for f in e.args:
+            lo, hi = _mul_intervals((lo, hi), f.bounds())
+        return lo, hi
+    if op in (LT, GE, AND, OR):
+        return 0, 1
+    a, b = e.args
+    (alo, ahi), (blo, bhi) = a.bounds(), b.bounds()
+    if op == MIN:
+        lo = None if alo is None or blo is None else min(alo, blo)
+        hi = bhi if ahi is None else ahi if bhi is None else min(ahi, bhi)
+        return lo, hi
+    if op == MAX:
+        lo = blo if alo is None else alo if blo is None else max(alo, blo)
+        hi = None if ahi is None or bhi is None else max(ahi, bhi)
+        return lo, hi
+    if op == MOD:
+        if blo is not None and blo > 0:
+            if alo is not None and alo >= 0:
+                return 0, (bhi - 1 if bhi is not None else ahi) if ahi is None else min(ahi, bhi - 1) if bhi is not None else ahi
+            return 0, None if bhi is None else bhi - 1
+        return None, None
+    if op == DIV:
+        if blo is not None and blo > 0 and alo is not None and alo >= 0:
+            return 0, None if ahi is None else ahi // blo
+        if blo is not None and blo > 0 and bhi is not None and blo == bhi:
+            return (None if alo is None else alo // blo), (None if ahi is None else ahi // blo)
+        return None, None
+    return None, None
+
+
+def _mul_intervals(x, y):
+    (alo, ahi), (blo, bhi) = x, y
+    if None in (alo, ahi, blo, bhi):
+        # Extended-real corners with 0 * inf = 0, so e.g. -1 * [0, inf) is (-inf, 0] (keeps bounds(a - b) and
+        # bounds(b - a) mirror images, which min/max/lt/ge rely on for order-independent simplification).
+        inf = float("inf")
+        xs = (-inf if alo is None else alo, inf if ahi is None else ahi)
+        ys = (-inf if blo is None else blo, inf if bhi is None else bhi)
+        products = [0 if p == 0 or q == 0 else p * q for p in xs for q in ys]
+        lo, hi = min(products), max(products)
+        return (None if lo == -inf else lo), (None if hi == inf else hi)
+    products = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+    return min(products), max(products)
+
+
+def _substitute(e: Expression, mapping: Mapping[str, Expression]) -> Expression:
+    if e.op == VAR:
+        return mapping.get(e.args[0], e)
+    if e.op == NUM or not (e.symbols() & mapping.keys()):
+        return e
+    return _BUILDERS[e.op](*(_substitute(a, mapping) for a in e.args))
