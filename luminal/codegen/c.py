@@ -82,8 +82,9 @@ static inline float lm_log2f(float x) {
 
 _GEMM_HELPER = r"""
 /* C[M,N] = A[M,K] . B[K,N] with A(m,k) = A[m*sam + k*sak], B(k,n) = B[n*sbn + k*sbk]; C row-major (ldc = N).
-   One BLAS call per OpenMP thread on a block of rows (or columns): OpenBLAS itself runs single-threaded so
-   its threads never fight the OpenMP pool. Falls back to loops when the layout is not BLAS-compatible. */
+   One (OpenBLAS-threaded) BLAS call; falls back to loops when the layout is not BLAS-compatible. Measured on
+   W6: splitting one GEMM into per-OpenMP-thread single-threaded BLAS calls ran at half speed (concurrent
+   calls serialize inside OpenBLAS), so threading is left to OpenBLAS. */
 static void lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                       const T *B, long long sbn, long long sbk, T *C) {
     int ta = -1, tb = -1; long long lda = 0, ldb = 0;
@@ -106,19 +107,8 @@ static void lm_gemm_T(long long M, long long N, long long K, const T *A, long lo
         return;
     }
 #ifdef LUMINAL_BLAS
-    #pragma omp parallel if(M * N * K >= 262144)
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        if (M >= N) {
-            long long m0 = M * t / nt, m1 = M * (t + 1) / nt;
-            if (m1 > m0) GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                 (int)(m1 - m0), (int)N, (int)K, 1, A + (ta ? m0 : m0 * lda), (int)lda, B, (int)ldb, 0, C + m0 * N, (int)N);
-        } else {
-            long long n0 = N * t / nt, n1 = N * (t + 1) / nt;
-            if (n1 > n0) GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                 (int)M, (int)(n1 - n0), (int)K, 1, A, (int)lda, B + (tb ? n0 * ldb : n0), (int)ldb, 0, C + n0, (int)N);
-        }
-    }
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1,
+         A, (int)lda, B, (int)ldb, 0, C, (int)N);
 #endif
 }
 """
@@ -326,14 +316,12 @@ class CRenderer:
             lines += ["    return err;", "}"]
             parts.append("\n".join(lines))
             calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
-        init = ("    static int blas_threads_set = 0;\n    if (!blas_threads_set) { scipy_openblas_set_num_threads(1); "
-                "blas_threads_set = 1; }\n") if self.blas else ""
-        parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + init + "\n".join(calls)
+        parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + "\n".join(calls)
                      + "\n    return err;\n}\n")
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas)
 
     # ------------------------------------------------------------------ loop nests
-    def _loops(self, dims, lines, body_fn, indent="    ", parallel=True):
+    def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False):
         """Nested loops over ``dims`` (outer ones parallel); ``body_fn(vars, flat_expr)`` returns statements."""
         n = len(dims)
         vars_ = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
@@ -357,6 +345,8 @@ class CRenderer:
             else:
                 lines.append(f"{indent}#pragma omp parallel for collapse({n - 1}) schedule(static) {cond}")
         for j, (v, d) in enumerate(zip(vars_, dims)):
+            if j == n - 1 and n > 1 and simd_inner:
+                lines.append(f"{indent}{'    ' * j}#pragma omp simd")
             lines.append(f"{indent}{'    ' * j}for (long long i{j} = 0; i{j} < {self.index(d)}; i{j}++) {{")
         inner = indent + "    " * n
         lines += [inner + b for b in body]
@@ -371,7 +361,7 @@ class CRenderer:
             result = w.emit(value, vars_)
             return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};"]
 
-        self._loops(dims, lines, body)
+        self._loops(dims, lines, body, simd_inner=True)
 
     def _reduce(self, kernel: ReduceKernel, lines):
         dtype = kernel.dtype
@@ -435,11 +425,7 @@ class CRenderer:
         if nb == 0:
             lines.append("    " + call)
             return
-        batch = to_expr(1)
-        for d in dims[:nb]:
-            batch = batch * d
-        # batched: one single-threaded GEMM per batch index across the OpenMP pool (nested regions serialize)
-        lines.append(f"    #pragma omp parallel for collapse({nb}) schedule(static) if(({idx(batch)}) >= 2)")
+        # batched: one BLAS call per batch index, in sequence (OpenBLAS threads each call)
         for j, d in enumerate(dims[:nb]):
             lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
         lines.append("    " + "    " * nb + call)
