@@ -4,7 +4,8 @@
 order and returns 0, or an error code (1: gather index out of range, 2: integer
 modulo by zero). Buffers are indexed as listed in :attr:`CProgram.buffer_order`;
 symbols (bound dims) in :attr:`CProgram.symbols` order. Kernels are OpenMP
-parallel loops (static schedule, skipped below ``PARALLEL_THRESHOLD`` elements)
+parallel loops (static schedule, run serially below ``PARALLEL_WORK`` element-ops: waking the pool
+costs more than a small kernel)
 whose innermost loop walks contiguous memory where the views allow;
 elementwise iteration spaces are flattened whenever every view in the body can
 be merged affinely. GEMMs call OpenBLAS (``scipy_cblas_[sd]gemm``) when the
@@ -23,7 +24,8 @@ from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped)
 
-PARALLEL_THRESHOLD = 32768
+PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
+_TRANSCENDENTAL_COST = 8
 
 _HELPERS = r"""
 #include <math.h>
@@ -37,9 +39,6 @@ _HELPERS = r"""
 static inline float lm_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
 static inline double lm_fmod(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }
 static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline float lm_maxf(float acc, float v) { return (v > acc || v != v) ? v : acc; }
-static inline double lm_max(double acc, double v) { return (v > acc || v != v) ? v : acc; }
-static inline long long lm_maxi(long long acc, long long v) { return v > acc ? v : acc; }
 #include <omp.h>
 /* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
    -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
@@ -321,7 +320,7 @@ class CRenderer:
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas)
 
     # ------------------------------------------------------------------ loop nests
-    def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False):
+    def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
         """Nested loops over ``dims`` (outer ones parallel); ``body_fn(vars, flat_expr)`` returns statements."""
         n = len(dims)
         vars_ = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
@@ -338,7 +337,7 @@ class CRenderer:
             lines += [indent + "    " + b for b in body]
             lines.append(indent + "}")
             return
-        cond = f"if(({self.index(total)}) >= {PARALLEL_THRESHOLD})"
+        cond = f"if(({self.index(total * work)}) >= {PARALLEL_WORK})"
         if parallel:
             if n == 1:
                 lines.append(f"{indent}#pragma omp parallel for simd schedule(static) {cond}")
@@ -361,7 +360,7 @@ class CRenderer:
             result = w.emit(value, vars_)
             return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};"]
 
-        self._loops(dims, lines, body, simd_inner=True)
+        self._loops(dims, lines, body, simd_inner=True, work=_work(value))
 
     def _reduce(self, kernel: ReduceKernel, lines):
         dtype = kernel.dtype
@@ -371,37 +370,48 @@ class CRenderer:
             combine = lambda acc, v: f"{acc} += {v};"  # noqa: E731
         else:
             init = ("-INFINITY" if dtype.is_float else "LLONG_MIN" if dtype == DType.int64 else "INT_MIN")
-            fn = "lm_maxf" if dtype in (DType.float32, DType.float16) else "lm_max" if dtype == DType.float64 \
-                else "lm_maxi"
-            combine = lambda acc, v: f"{acc} = {fn}({acc}, {v});"  # noqa: E731
+            # vectorizable max; NaN is tracked in a flag so it still propagates
+            if dtype.is_float:
+                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc}; nanf |= ({v} != {v});"  # noqa: E731
+            else:
+                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc};"  # noqa: E731
         reduce_var = Expression.symbol("r", kernel.extent.to_int() - 1 if kernel.extent.is_constant() else None)
-        simd = "#pragma omp simd reduction(+:acc)" if kernel.kind == "sum" and dtype.is_float else ""
+        track_nan = kernel.kind == "max" and dtype.is_float
+        if kernel.kind == "sum":
+            simd = "#pragma omp simd reduction(+:acc)" if dtype.is_float else ""
+        else:
+            simd = "#pragma omp simd reduction(max:acc)" + (" reduction(|:nanf)" if track_nan else "")
+        work = _work(kernel.value) * kernel.extent
 
         def body(vars_, flat):
             w = _KernelWriter(self)
             in_vars = vars_[:kernel.axis] + (reduce_var,) + vars_[kernel.axis:]
             v = w.emit(kernel.value, in_vars)
-            out = [f"{acc_type} acc = {init};"]
+            out = [f"{acc_type} acc = {init};"] + (["int nanf = 0;"] if track_nan else [])
             if simd:
                 out.append(simd)
             out.append(f"for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
             out += ["    " + x for x in w.lines] + ["    " + combine("acc", v), "}"]
+            if track_nan:
+                out.append("if (nanf) acc = NAN;")
             out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = ({dtype.c_type})acc;")
             return out
 
         if not kernel.dims:
             # a full reduction: parallelize the reduced loop itself
             w = _KernelWriter(self)
-            v = w.emit(kernel.value, (reduce_var,) if True else ())
-            lines.append(f"    {acc_type} acc = {init};")
-            if kernel.kind == "sum":
-                lines.append(f"    #pragma omp parallel for reduction(+:acc) schedule(static) "
-                             f"if(({self.index(kernel.extent)}) >= {PARALLEL_THRESHOLD})")
+            v = w.emit(kernel.value, (reduce_var,))
+            lines.append(f"    {acc_type} acc = {init};" + (" int nanf = 0;" if track_nan else ""))
+            op = "+" if kernel.kind == "sum" else "max"
+            lines.append(f"    #pragma omp parallel for simd reduction({op}:acc)" + (" reduction(|:nanf)" if track_nan else "")
+                         + f" schedule(static) if(({self.index(work)}) >= {PARALLEL_WORK})")
             lines.append(f"    for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
             lines += ["        " + x for x in w.lines] + ["        " + combine("acc", v), "    }"]
+            if track_nan:
+                lines.append("    if (nanf) acc = NAN;")
             lines.append(f"    {self.pointer(kernel.out)}[0] = ({dtype.c_type})acc;")
             return
-        self._loops(kernel.dims, lines, body)
+        self._loops(kernel.dims, lines, body, work=work)
 
     def _gemm(self, kernel: GemmKernel, lines):
         dims = kernel.dims
@@ -447,6 +457,17 @@ def _walk(value):
                 stack.append(v.data)
         elif isinstance(v, Remapped):
             stack.append(v.value)
+
+
+def _work(value) -> int:
+    """Rough ops per element of a value tree (transcendentals weigh more), for the parallel threshold."""
+    total = 0
+    for v in _walk(value):
+        if isinstance(v, Compute) and isinstance(v.op, (ops.Exp2, ops.Log2, ops.Sin)):
+            total += _TRANSCENDENTAL_COST
+        else:
+            total += 2 if isinstance(v, (GatherValue, Remapped)) else 1
+    return total
 
 
 def _views(value):
