@@ -1,6 +1,6 @@
 """Test configuration: the high-level-op and graph suites run on both backends.
 
-Every test in a module named ``test_hl_*`` or ``test_graph`` is parametrized over ``backend`` in
+Every test in a module named ``test_hl_*``, ``test_nn_*`` or ``test_graph`` is parametrized over ``backend`` in
 ``("reference", "cpu")``: the ``cpu`` variant sets ``LUMINAL_DEVICE=cpu``, so each ``graph.execute()`` of an
 uncompiled graph compiles it to C first. Compiled libraries go to a per-session cache folder.
 """
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-BOTH_BACKENDS = ("test_hl_", "test_graph")
+BOTH_BACKENDS = ("test_hl_", "test_graph", "test_nn_")
 
 
 def pytest_generate_tests(metafunc):

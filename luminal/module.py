@@ -1,0 +1,339 @@
+"""Modules: PyTorch-style containers of parameters that build graph nodes when called.
+
+Design (one rule, used by every layer): **a module owns its parameters as host
+arrays and binds them to a graph lazily.** ``nn.Linear(784, 128)`` initializes
+its weights in numpy right away (seeded, PyTorch's default init) without any
+graph; the first time the module is called on a ``GraphTensor``, each parameter
+becomes an input of that tensor's graph (``keep()``-ed, data set). The same
+module can be used in several graphs; ``load_state_dict`` updates the host
+arrays *and* every graph the parameters are bound to.
+
+Example::
+
+    >>> import luminal as lm, luminal.nn as nn, numpy as np
+    >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    >>> cx = lm.Graph()
+    >>> y = model(cx.tensor(("batch", 4))).retrieve()
+    >>> sorted(model.state_dict())
+    ['0.bias', '0.weight', '2.bias', '2.weight']
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterator
+
+import numpy as np
+
+from .dtype import DType, as_dtype
+from .graph import Graph, GraphError
+from .tensor import GraphTensor
+
+
+class Parameter:
+    """A named host array bound lazily to graphs as a kept input (see the module docstring).
+
+    Attributes:
+        data: the current value (numpy, the parameter's dtype).
+        requires_grad: whether training should update it.
+    """
+
+    def __init__(self, data, dtype=None, requires_grad: bool = True):
+        arr = np.asarray(data)
+        self.dtype = as_dtype(dtype) if dtype is not None else (
+            as_dtype(arr.dtype) if arr.dtype.kind in "biu" else DType.float32)
+        self.data = np.ascontiguousarray(arr, dtype=self.dtype.numpy)
+        self.requires_grad = requires_grad
+        self._bound: dict[int, tuple[Graph, GraphTensor]] = {}
+        self.name = "param"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    def bind(self, graph: Graph) -> GraphTensor:
+        """This parameter as an input tensor of ``graph`` (created once per graph)."""
+        hit = self._bound.get(id(graph))
+        if hit is not None and hit[0] is graph:
+            return hit[1]
+        tensor = graph.tensor(self.data.shape, self.dtype, self.name).set(self.data).keep()
+        self._bound[id(graph)] = (graph, tensor)
+        return tensor
+
+    def bound_tensors(self) -> list[GraphTensor]:
+        return [t for _, t in self._bound.values()]
+
+    def copy_(self, value) -> None:
+        """Replace the value (same shape; cast to the parameter's dtype) everywhere it is bound."""
+        arr = np.asarray(value)
+        if arr.shape != self.data.shape:
+            raise ValueError(f"parameter '{self.name}': shape {arr.shape} does not match {self.data.shape}")
+        self.data = np.ascontiguousarray(arr, dtype=self.dtype.numpy)
+        for tensor in self.bound_tensors():
+            tensor.set(self.data)
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.shape}, dtype={self.dtype.value})"
+
+
+class Module:
+    """Base class of layers: assign ``Parameter``s and sub-modules as attributes; implement ``forward``."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # ------------------------------------------------------------------ registration
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning "
+                                 f"attribute '{name}'")
+        for registry in (self._parameters, self._buffers, self._modules):
+            registry.pop(name, None)
+        if isinstance(value, Parameter):
+            value.name = name
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def register_buffer(self, name: str, value) -> Parameter:
+        """A non-trainable state array (e.g. BatchNorm's running mean), saved in the state dict."""
+        buf = value if isinstance(value, Parameter) else Parameter(value, requires_grad=False)
+        buf.requires_grad = False
+        buf.name = name
+        object.__setattr__(self, name, buf)
+        self._buffers[name] = buf
+        return buf
+
+    # ------------------------------------------------------------------ calling
+    def forward(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ------------------------------------------------------------------ traversal
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        yield prefix, self
+        for name, child in self._modules.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def children(self) -> Iterator["Module"]:
+        return iter(self._modules.values())
+
+    def modules(self) -> Iterator["Module"]:
+        return (m for _, m in self.named_modules())
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """``(dotted name, Parameter)`` in PyTorch's order: own parameters first, then each child's."""
+        seen = set()
+        for mod_prefix, module in self.named_modules(prefix):
+            for name, p in module._parameters.items():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), p
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        for mod_prefix, module in self.named_modules(prefix):
+            for name, b in module._buffers.items():
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), b
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Parameters and buffers by dotted name (copies of the host arrays)."""
+        out = OrderedDict()
+        for name, p in self.named_parameters():
+            out[name] = p.data.copy()
+        for name, b in self.named_buffers():
+            out[name] = b.data.copy()
+        return out
+
+    def load_state_dict(self, state, strict: bool = True) -> tuple[list[str], list[str]]:
+        """Load arrays by name (numpy arrays, torch tensors, anything ``np.asarray`` takes).
+
+        With ``strict``, missing or unexpected keys raise ``KeyError`` listing them; a shape mismatch always
+        raises ``ValueError`` naming the key and both shapes. Returns ``(missing, unexpected)``.
+        """
+        own = OrderedDict(self.named_parameters())
+        own.update(self.named_buffers())
+        state = {k: _to_numpy(v) for k, v in state.items()}
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        mismatched = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {own[k].shape}" for k in own
+                      if k in state and tuple(state[k].shape) != own[k].shape]
+        if mismatched:
+            raise ValueError("load_state_dict: shape mismatch for " + "; ".join(mismatched))
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for k, p in own.items():
+            if k in state:
+                p.copy_(state[k])
+        return missing, unexpected
+
+    # ------------------------------------------------------------------ modes
+    def train(self, mode: bool = True) -> "Module":
+        """Set training mode (affects graphs built afterwards: Dropout, BatchNorm)."""
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for name, child in self._modules.items():
+            child_repr = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {child_repr}")
+        return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
+
+
+def _to_numpy(value) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def bind(param: Parameter, like: GraphTensor) -> GraphTensor:
+    """``param`` as a tensor in ``like``'s graph (what layers call inside ``forward``)."""
+    if not isinstance(like, GraphTensor):
+        raise TypeError(f"modules are called on GraphTensors, got {type(like).__name__}")
+    return param.bind(like.graph)
+
+
+class Sequential(Module):
+    """Apply modules in order; children are named ``"0"``, ``"1"``... (or by an ordered dict's keys)."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            for name, m in modules[0].items():
+                setattr(self, name, _as_module(m))
+        else:
+            for k, m in enumerate(modules):
+                setattr(self, str(k), _as_module(m))
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, index):
+        return list(self._modules.values())[index]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleList(Module):
+    """A list of modules registered as children ``"0"``, ``"1"``...; calling it chains them."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module) -> "ModuleList":
+        setattr(self, str(len(self._modules)), _as_module(module))
+        return self
+
+    def extend(self, modules) -> "ModuleList":
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, index):
+        return list(self._modules.values())[index]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class ModuleDict(Module):
+    """A dict of named child modules."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for name, m in (modules or {}).items():
+            self[name] = m
+
+    def __setitem__(self, name: str, module) -> None:
+        setattr(self, name, _as_module(module))
+
+    def __getitem__(self, name: str) -> Module:
+        return self._modules[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+
+class _Chain(Module):
+    """Tuples and lists of modules chain, as in the seed."""
+
+    def __init__(self, modules):
+        super().__init__()
+        for k, m in enumerate(modules):
+            setattr(self, str(k), _as_module(m))
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class _Lambda(Module):
+    def __init__(self, fn):
+        super().__init__()
+        object.__setattr__(self, "fn", fn)
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _as_module(value) -> Module:
+    if isinstance(value, Module):
+        return value
+    if isinstance(value, (tuple, list)):
+        return _Chain(value)
+    if callable(value):
+        return _Lambda(value)
+    raise TypeError(f"expected a Module (or a tuple/list of them), got {type(value).__name__}")
+
+
+def check_graph_tensor(x, where: str) -> GraphTensor:
+    if not isinstance(x, GraphTensor):
+        raise GraphError(f"{where} expects a GraphTensor input, got {type(x).__name__}")
+    return x

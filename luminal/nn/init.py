@@ -1,0 +1,131 @@
+"""Parameter initializers (``torch.nn.init`` names and semantics), seeded and reproducible.
+
+All draw from one numpy ``Generator`` seeded by :func:`manual_seed` (default seed 0), or from the
+``generator`` argument. The same seed and the same construction order give bit-identical weights.
+Functions modify the :class:`~luminal.module.Parameter` in place and return it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..module import Parameter
+
+_generator = np.random.default_rng(0)
+
+
+def manual_seed(seed: int) -> None:
+    """Reseed the global initializer generator."""
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def _rng(generator):
+    return generator if generator is not None else _generator
+
+
+def _fill(param: Parameter, values: np.ndarray) -> Parameter:
+    param.copy_(np.asarray(values).reshape(param.shape))
+    return param
+
+
+def calculate_fan_in_and_fan_out(shape) -> tuple[int, int]:
+    """PyTorch's fans: dim 1 x receptive field is fan_in, dim 0 x receptive field is fan_out."""
+    if len(shape) < 2:
+        raise ValueError(f"fan in and fan out need at least 2 dims, got shape {tuple(shape)}")
+    receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    """``torch.nn.init.calculate_gain``."""
+    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+              "sigmoid")
+    if nonlinearity in linear:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else float(param)
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
+
+
+def uniform_(param: Parameter, a: float = 0.0, b: float = 1.0, generator=None) -> Parameter:
+    return _fill(param, _rng(generator).uniform(a, b, param.shape))
+
+
+def normal_(param: Parameter, mean: float = 0.0, std: float = 1.0, generator=None) -> Parameter:
+    return _fill(param, _rng(generator).normal(mean, std, param.shape))
+
+
+def constant_(param: Parameter, value: float) -> Parameter:
+    return _fill(param, np.full(param.shape, value))
+
+
+def zeros_(param: Parameter) -> Parameter:
+    return constant_(param, 0.0)
+
+
+def ones_(param: Parameter) -> Parameter:
+    return constant_(param, 1.0)
+
+
+def xavier_uniform_(param: Parameter, gain: float = 1.0, generator=None) -> Parameter:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(param.shape)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(param, -bound, bound, generator)
+
+
+def xavier_normal_(param: Parameter, gain: float = 1.0, generator=None) -> Parameter:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(param.shape)
+    return normal_(param, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+
+def _fan(param, mode):
+    fan_in, fan_out = calculate_fan_in_and_fan_out(param.shape)
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def kaiming_uniform_(param: Parameter, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                     generator=None) -> Parameter:
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(param, mode))
+    bound = math.sqrt(3.0) * std
+    return uniform_(param, -bound, bound, generator)
+
+
+def kaiming_normal_(param: Parameter, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                    generator=None) -> Parameter:
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(param, mode))
+    return normal_(param, 0.0, std, generator)
+
+
+def orthogonal_(param: Parameter, gain: float = 1.0, generator=None) -> Parameter:
+    """A (semi-)orthogonal matrix from the QR decomposition of a normal sample (PyTorch's construction)."""
+    if len(param.shape) < 2:
+        raise ValueError("orthogonal_ needs at least 2 dims")
+    rows = param.shape[0]
+    cols = int(np.prod(param.shape[1:]))
+    flat = _rng(generator).normal(0.0, 1.0, (rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(param, gain * q)
+
+
+def default_bound_uniform_(param: Parameter, fan_in: int, generator=None) -> Parameter:
+    """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: PyTorch's default for biases (and, via kaiming a=sqrt(5),
+    the resulting bound for Linear/Conv weights)."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    return uniform_(param, -bound, bound, generator)
