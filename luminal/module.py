@@ -42,7 +42,7 @@ class Parameter:
         arr = np.asarray(data)
         self.dtype = as_dtype(dtype) if dtype is not None else (
             as_dtype(arr.dtype) if arr.dtype.kind in "biu" else DType.float32)
-        self.data = np.ascontiguousarray(arr, dtype=self.dtype.numpy)
+        self.data = np.array(arr, dtype=self.dtype.numpy, order="C")  # keeps 0-d shapes (unlike ascontiguousarray)
         self.requires_grad = requires_grad
         self._bound: dict[int, tuple[Graph, GraphTensor]] = {}
         self.name = "param"
@@ -68,12 +68,19 @@ class Parameter:
         arr = np.asarray(value)
         if arr.shape != self.data.shape:
             raise ValueError(f"parameter '{self.name}': shape {arr.shape} does not match {self.data.shape}")
-        self.data = np.ascontiguousarray(arr, dtype=self.dtype.numpy)
+        self.data = np.array(arr, dtype=self.dtype.numpy, order="C")
         for tensor in self.bound_tensors():
             tensor.set(self.data)
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.shape}, dtype={self.dtype.value})"
+
+    def __deepcopy__(self, memo) -> "Parameter":
+        """A copy of the value that is bound to no graph (``copy.deepcopy(module)`` clones layers)."""
+        out = type(self)(self.data.copy(), self.dtype, self.requires_grad)
+        out.name = self.name
+        memo[id(self)] = out
+        return out
 
 
 class Module:

@@ -1,15 +1,24 @@
 """Neural-network layers with PyTorch's constructor arguments, parameter names and layouts.
 
 Modules own their parameters as host arrays and bind them to a graph when called (see :mod:`luminal.module`).
+The full list is in docs/nn.md.
 """
 
 from ..module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from . import functional, init
 from .activation import (CELU, ELU, GELU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid,
                          LogSoftmax, Mish, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softplus, Softsign, Tanh)
+from .attention import MultiheadAttention
+from .blocks import LoRALinear, ResNetBlock
+from .conv import Conv1d, Conv2d, Conv3d, Conv4d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Flatten, Identity, Linear
+from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
+                            InstanceNorm3d, LayerNorm, RMSNorm)
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                      AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, GlobalAvgPool, MaxPool1d, MaxPool2d,
+                      MaxPool3d)
+from .sparse import Embedding
+from .transformer import MLP, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
 
-__all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Parameter", "functional", "init", "Linear",
-           "Identity", "Flatten", "ReLU", "ReLU6", "LeakyReLU", "PReLU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid",
-           "Softplus", "ELU", "SELU", "CELU", "Hardswish", "Hardsigmoid", "Hardtanh", "Softsign", "LogSigmoid",
-           "Softmax", "LogSoftmax"]
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..graph import GraphError
 from ..hl_ops import where
 
@@ -65,4 +63,15 @@ def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     return x.normalize(p, dim, eps)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("np", "GraphError", "annotations")]
+# The functional forms that live beside their layers.
+from .attention import flash_attention, repeat_kv, rotary_embedding, scaled_dot_product_attention  # noqa: E402
+from .conv import (conv1d, conv2d, conv3d, conv4d, conv_nd, conv_transpose1d, conv_transpose2d,  # noqa: E402
+                   conv_transpose3d, conv_transpose_nd)
+from .dropout import dropout  # noqa: E402
+from .normalization import batch_norm, group_norm, instance_norm, layer_norm, rms_norm  # noqa: E402
+from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: E402
+                      adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,
+                      max_pool1d, max_pool2d, max_pool3d)
+from .sparse import embedding  # noqa: E402
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("GraphError", "annotations", "where")]

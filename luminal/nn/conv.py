@@ -1,0 +1,371 @@
+"""Convolutions (``Conv1d..Conv4d``, ``ConvTranspose1d..3d``) built from views: pad, sliding windows, contract.
+
+One N-d implementation, :func:`conv_nd`, serves every rank:
+
+1. zero-pad each spatial axis (a view);
+2. ``pool`` each spatial axis into ``(n_windows, kernel)`` (a zero-copy view, ``i = stride*w + dilation*k``);
+3. split the channels into ``(groups, in_channels/groups)`` and contract the windows with the weight: a
+   broadcast ``Mul`` and a ``SumReduce`` over ``(in_channels/groups, *kernel)`` -- the matmul pattern.
+
+Transposed convolutions are convolutions of the zero-interleaved (stride-dilated) input with the spatially
+flipped, in/out-swapped kernel. Layouts, parameter names and default initialization follow PyTorch, so
+``load_state_dict(torch_module.state_dict())`` works.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..graph import GraphError
+from ..module import Module, Parameter, bind, check_graph_tensor
+from . import init
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def _ntuple(value, n: int, name: str) -> tuple:
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * n
+    value = tuple(int(v) for v in value)
+    if len(value) == 1 and n != 1:
+        return value * n
+    if len(value) != n:
+        raise ValueError(f"{name} needs {n} values (one per spatial dim), got {value}")
+    return value
+
+
+def _dims_str(x) -> list:
+    return [str(d) for d in x.dims]
+
+
+def _const(d) -> int:
+    if not d.is_constant():
+        raise GraphError(f"a concrete size is needed here, got the symbolic size {d}")
+    return d.to_int()
+
+
+def _resolve_padding(padding, n: int, kernel, stride, dilation) -> list[tuple[int, int]]:
+    """``(before, after)`` per spatial dim for int/tuple/``'same'``/``'valid'`` padding (PyTorch's rules)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * n
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            pairs = []
+            for k, d in zip(kernel, dilation):
+                total = d * (k - 1)
+                pairs.append((total // 2, total - total // 2))  # PyTorch puts the odd extra element after
+            return pairs
+        raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+    pads = _ntuple(padding, n, "padding")
+    if any(p < 0 for p in pads):
+        raise ValueError(f"padding must be non-negative, got {padding}")
+    return [(p, p) for p in pads]
+
+
+# ---------------------------------------------------------------------------------------------------- conv
+def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """N-d cross-correlation (``torch.nn.functional.conv{n}d``) with ``n = weight.ndim - 2`` spatial dims.
+
+    ``x``: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``; ``weight``: ``(C_out, C_in/groups,
+    *kernel)``; ``bias``: ``(C_out,)`` or None. ``padding``: int, tuple, ``'same'`` (stride 1; an odd total
+    pads one more after, as PyTorch) or ``'valid'``. Returns ``(N, C_out, *out)`` (or ``(C_out, *out)``).
+    """
+    n = weight.ndim - 2
+    if n < 1:
+        raise GraphError(f"conv: the weight needs (out, in/groups, *kernel) dims, got {_dims_str(weight)}")
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if x.ndim != n + 2:
+        raise GraphError(f"conv{n}d: expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input, got shape "
+                         f"{_dims_str(x)}")
+    groups = int(groups)
+    c_out, c_in_g = _const(weight.dims[0]), _const(weight.dims[1])
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    stride = _ntuple(stride, n, "stride")
+    dilation = _ntuple(dilation, n, "dilation")
+    if groups < 1 or c_out % groups:
+        raise ValueError(f"conv{n}d: out_channels {c_out} must be divisible by groups {groups}")
+    c_in = x.dims[1]
+    if c_in != c_in_g * groups:
+        raise GraphError(f"conv{n}d: input has {c_in} channels but the weight {_dims_str(weight)} with groups="
+                         f"{groups} expects {c_in_g * groups}")
+    pads = _resolve_padding(padding, n, kernel, stride, dilation)
+
+    # 1. zero padding, 2. windows: (N, C, O1, K1, ..., On, Kn)
+    x = x.pad([(0, 0), (0, 0)] + pads)
+    for i in range(n):
+        x = x.pool(2 + 2 * i, kernel[i], stride[i], dilation[i])
+    # 3. channels -> (G, C/G); order (N, G, 1, O..., Cg, K...)
+    x = x.split_dims(1, c_in_g)
+    o_axes = [3 + 2 * i for i in range(n)]
+    k_axes = [4 + 2 * i for i in range(n)]
+    x = x.permute([0, 1] + o_axes + [2] + k_axes).unsqueeze(2)
+    # weight (C_out, Cg, K...) -> (G, C_out/G, 1 x n, Cg, K...)
+    w = weight.split_dims(0, c_out // groups)
+    for _ in range(n):
+        w = w.unsqueeze(2)
+    prod = x * w                                        # (N, G, C_out/G, O..., Cg, K...)
+    out = prod.sum(tuple(range(3 + n, 4 + 2 * n)))      # (N, G, C_out/G, O...)
+    out = out.merge_dims(1, 2)                          # (N, C_out, O...)
+    if bias is not None:
+        out = out + bias.reshape((c_out,) + (1,) * n)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv1d``."""
+    _check_rank(weight, 1, "conv1d")
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv2d``."""
+    _check_rank(weight, 2, "conv2d")
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv3d``."""
+    _check_rank(weight, 3, "conv3d")
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv4d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """4-d convolution over ``(N, C, t, x, y, z)`` (no PyTorch counterpart; same semantics)."""
+    _check_rank(weight, 4, "conv4d")
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _check_rank(weight, n, name):
+    if weight.ndim != n + 2:
+        raise GraphError(f"{name}: the weight must have {n + 2} dims, got {_dims_str(weight)}")
+
+
+# ---------------------------------------------------------------------------------------------------- transposed
+def _zero_interleave(x, axis: int, stride: int):
+    """Insert ``stride - 1`` zeros between consecutive elements of ``axis``: length ``(L-1)*stride + 1``."""
+    if stride == 1:
+        return x
+    length = x.dims[axis]
+    x = x.unsqueeze(axis + 1).pad_axis(axis + 1, 0, stride - 1)   # (..., L, stride): element then zeros
+    x = x.merge_dims(axis, axis + 1)                              # (..., L*stride)
+    return x.slice_axis(axis, 0, (length - 1) * stride + 1)
+
+
+def conv_transpose_nd(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1,
+                      dilation=1):
+    """N-d transposed convolution (``torch.nn.functional.conv_transpose{n}d``; note PyTorch's argument order:
+    ``groups`` before ``dilation``).
+
+    ``weight``: ``(C_in, C_out/groups, *kernel)``. Built as a stride-1 convolution of the zero-interleaved
+    input, padded by ``dilation*(k-1) - padding`` (+ ``output_padding`` after), with the flipped kernel.
+    Output size per dim: ``(L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1``.
+    """
+    n = weight.ndim - 2
+    if n < 1:
+        raise GraphError(f"conv_transpose: the weight needs (in, out/groups, *kernel) dims, got {_dims_str(weight)}")
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if x.ndim != n + 2:
+        raise GraphError(f"conv_transpose{n}d: expected a {n + 1}-D (unbatched) or {n + 2}-D (batched) input, "
+                         f"got shape {_dims_str(x)}")
+    groups = int(groups)
+    c_in, c_out_g = _const(weight.dims[0]), _const(weight.dims[1])
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    stride = _ntuple(stride, n, "stride")
+    dilation = _ntuple(dilation, n, "dilation")
+    padding = _ntuple(padding, n, "padding")
+    output_padding = _ntuple(output_padding, n, "output_padding")
+    if groups < 1 or c_in % groups:
+        raise ValueError(f"conv_transpose{n}d: in_channels {c_in} must be divisible by groups {groups}")
+    if x.dims[1] != c_in:
+        raise GraphError(f"conv_transpose{n}d: input has {x.dims[1]} channels, the weight {_dims_str(weight)} "
+                         f"expects {c_in}")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op < 0 or (op >= s and op >= d):
+            raise ValueError(f"output_padding must be smaller than either stride or dilation, got "
+                             f"output_padding={output_padding}, stride={stride}, dilation={dilation}")
+    for i in range(n):
+        x = _zero_interleave(x, 2 + i, stride[i])
+    pads = [(0, 0), (0, 0)] + [(d * (k - 1) - p, d * (k - 1) - p + op)
+                               for k, d, p, op in zip(kernel, dilation, padding, output_padding)]
+    x = x.pad(pads)  # negative amounts crop (padding larger than the kernel reach)
+    # (C_in, C_out/G, K...) -> (G, C_in/G, C_out/G, K...) -> (G, C_out/G, C_in/G, K...) -> (C_out, C_in/G, K...)
+    c_in_g = c_in // groups
+    w = weight.split_dims(0, c_in_g).transpose(1, 2)
+    w = w.reshape((groups * c_out_g, c_in_g) + kernel).flip(tuple(range(2, 2 + n)))
+    out = conv_nd(x, w, bias, 1, 0, dilation, groups)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose1d``."""
+    _check_rank(weight, 1, "conv_transpose1d")
+    return conv_transpose_nd(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose2d``."""
+    _check_rank(weight, 2, "conv_transpose2d")
+    return conv_transpose_nd(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose3d``."""
+    _check_rank(weight, 3, "conv_transpose3d")
+    return conv_transpose_nd(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+class _ConvNd(Module):
+    _n = 0
+    _transposed = False
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", output_padding=0,
+                 device=None, dtype=None):
+        super().__init__()
+        n = self._n
+        if groups < 1 or in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise ValueError(f"padding_mode={padding_mode!r} is not supported (only 'zeros')")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _ntuple(kernel_size, n, "kernel_size")
+        self.stride = _ntuple(stride, n, "stride")
+        self.dilation = _ntuple(dilation, n, "dilation")
+        self.padding_mode = padding_mode
+        if isinstance(padding, str):
+            if self._transposed:
+                raise ValueError("string padding is not supported for transposed convolutions")
+            if padding not in ("same", "valid"):
+                raise ValueError(f"padding must be 'same' or 'valid', got {padding!r}")
+            if padding == "same" and any(s != 1 for s in self.stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            self.padding = padding
+        else:
+            self.padding = _ntuple(padding, n, "padding")
+        self.output_padding = _ntuple(output_padding, n, "output_padding")
+        for op, st, d in zip(self.output_padding, self.stride, self.dilation):
+            if op < 0 or (op >= st and op >= d):
+                raise ValueError(f"output_padding must be smaller than either stride or dilation, got "
+                                 f"output_padding={self.output_padding}, stride={self.stride}, "
+                                 f"dilation={self.dilation}")
+        if self._transposed:
+            shape = (in_channels, out_channels // groups) + self.kernel_size
+        else:
+            shape = (out_channels, in_channels // groups) + self.kernel_size
+        self.weight = Parameter(np.zeros(shape), dtype)
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if bias:
+            fan_in, _ = init.calculate_fan_in_and_fan_out(shape)  # PyTorch: from the weight's layout
+            self.bias = Parameter(np.zeros(out_channels), dtype)
+            init.default_bound_uniform_(self.bias, fan_in)
+        else:
+            self.bias = None
+
+    def _params(self, x):
+        check_graph_tensor(x, type(self).__name__)
+        return bind(self.weight, x), (bind(self.bias, x) if self.bias is not None else None)
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}")
+        if self.padding != (0,) * self._n:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self._n:
+            s += f", dilation={self.dilation}"
+        if self._transposed and self.output_padding != (0,) * self._n:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class _Conv(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, 0, device, dtype)
+
+    def forward(self, x):
+        w, b = self._params(x)
+        return conv_nd(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_Conv):
+    """``torch.nn.Conv1d``: input ``(N, C_in, L)`` or ``(C_in, L)``."""
+    _n = 1
+
+
+class Conv2d(_Conv):
+    """``torch.nn.Conv2d``: input ``(N, C_in, H, W)`` or ``(C_in, H, W)``."""
+    _n = 2
+
+
+class Conv3d(_Conv):
+    """``torch.nn.Conv3d``: input ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)``."""
+    _n = 3
+
+
+class Conv4d(_Conv):
+    """4-d convolution: input ``(N, C_in, T, X, Y, Z)`` or ``(C_in, T, X, Y, Z)``; weight
+    ``(C_out, C_in/groups, kT, kX, kY, kZ)``; PyTorch's conventions and init otherwise."""
+    _n = 4
+
+
+class _ConvTranspose(_ConvNd):
+    _transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, output_padding, device, dtype)
+
+    def forward(self, x, output_size: Sequence[int] | None = None):
+        """``output_size`` (optional, the trailing spatial sizes) picks ``output_padding`` as PyTorch does."""
+        w, b = self._params(x)
+        output_padding = self.output_padding
+        if output_size is not None:
+            n = self._n
+            sizes = list(output_size)[-n:]
+            spatial = x.dims[-n:]
+            output_padding = []
+            for i in range(n):
+                smallest = ((_const(spatial[i]) - 1) * self.stride[i] - 2 * self.padding[i]
+                            + self.dilation[i] * (self.kernel_size[i] - 1) + 1)
+                extra = int(sizes[i]) - smallest
+                if not 0 <= extra < max(self.stride[i], self.dilation[i]):
+                    raise ValueError(f"requested output size {tuple(sizes)} is not reachable from input "
+                                     f"{[str(d) for d in x.dims]}")
+                output_padding.append(extra)
+        return conv_transpose_nd(x, w, b, self.stride, self.padding, output_padding, self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTranspose):
+    """``torch.nn.ConvTranspose1d``: weight ``(C_in, C_out/groups, k)``."""
+    _n = 1
+
+
+class ConvTranspose2d(_ConvTranspose):
+    """``torch.nn.ConvTranspose2d``: weight ``(C_in, C_out/groups, kH, kW)``."""
+    _n = 2
+
+
+class ConvTranspose3d(_ConvTranspose):
+    """``torch.nn.ConvTranspose3d``: weight ``(C_in, C_out/groups, kD, kH, kW)``."""
+    _n = 3
+
+
+__all__ = ["conv_nd", "conv1d", "conv2d", "conv3d", "conv4d", "conv_transpose_nd", "conv_transpose1d",
+           "conv_transpose2d", "conv_transpose3d", "Conv1d", "Conv2d", "Conv3d", "Conv4d", "ConvTranspose1d",
+           "ConvTranspose2d", "ConvTranspose3d"]
