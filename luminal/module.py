@@ -218,35 +218,8 @@ def bind(param: Parameter, like: GraphTensor) -> GraphTensor:
     return param.bind(like.graph)
 
 
-class Sequential(Module):
-    """Apply modules in order; children are named ``"0"``, ``"1"``... (or by an ordered dict's keys)."""
-
-    def __init__(self, *modules):
-        super().__init__()
-        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
-            for name, m in modules[0].items():
-                setattr(self, name, _as_module(m))
-        else:
-            for k, m in enumerate(modules):
-                setattr(self, str(k), _as_module(m))
-
-    def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
-        return x
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __getitem__(self, index):
-        return list(self._modules.values())[index]
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-
 class ModuleList(Module):
-    """A list of modules registered as children ``"0"``, ``"1"``...; calling it chains them."""
+    """A list of modules registered as children ``"0"``, ``"1"``...; calling it chains them in order."""
 
     def __init__(self, modules=()):
         super().__init__()
@@ -275,6 +248,18 @@ class ModuleList(Module):
         for m in self._modules.values():
             x = m(x)
         return x
+
+
+class Sequential(ModuleList):
+    """Apply modules in order; children are named ``"0"``, ``"1"``... (or by an ordered dict's keys)."""
+
+    def __init__(self, *modules):
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            super().__init__()
+            for name, m in modules[0].items():
+                setattr(self, name, _as_module(m))
+        else:
+            super().__init__(modules)
 
 
 class ModuleDict(Module):
@@ -307,20 +292,6 @@ class ModuleDict(Module):
         return self._modules.items()
 
 
-class _Chain(Module):
-    """Tuples and lists of modules chain, as in the seed."""
-
-    def __init__(self, modules):
-        super().__init__()
-        for k, m in enumerate(modules):
-            setattr(self, str(k), _as_module(m))
-
-    def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
-        return x
-
-
 class _Lambda(Module):
     def __init__(self, fn):
         super().__init__()
@@ -334,7 +305,7 @@ def _as_module(value) -> Module:
     if isinstance(value, Module):
         return value
     if isinstance(value, (tuple, list)):
-        return _Chain(value)
+        return ModuleList(value)  # tuples/lists of modules chain, as in the seed
     if callable(value):
         return _Lambda(value)
     raise TypeError(f"expected a Module (or a tuple/list of them), got {type(value).__name__}")
