@@ -217,7 +217,7 @@ def lower(graph: Graph) -> Program:
             if data_edge.src in materialized:
                 out = GatherValue(None, data_edge.src, data_edge.shape, op.axis, index, node.dtype)
             else:
-                inner = body_of(data_edge.src)
+                inner = value_of(data_edge.src, data_edge.shape)  # the producer's body seen through the view
                 out = GatherValue(inner, data_edge.src, data_edge.shape, op.axis, index, node.dtype)
         elif isinstance(op, (ops.Constant, ops.Iota)):
             out = value_of(node_id, ShapeTracker.contiguous_of(node.dims))

@@ -1,0 +1,537 @@
+"""Reverse-mode automatic differentiation as a graph transformation.
+
+``grad(loss, params)`` adds the backward pass to ``loss``'s graph and returns one gradient tensor per
+parameter — ordinary lazy ``GraphTensor``s, so the forward pass, the gradients and (with an optimizer) the
+parameter update all compile into one program.
+
+How it works:
+
+* Only the nodes that lie on a path from a parameter to the loss are differentiated, in reverse
+  topological order; a node read by several consumers accumulates their contributions.
+* Each of the primitive ops has one local rule (below). High-level ops (softmax, layer norm, attention,
+  convolutions...) need none: they are made of primitives.
+* Every graph edge reads its source through a ``ShapeTracker`` view; the gradient that arrives at the view
+  is sent back to the source buffer by *undoing the view* (:func:`unview`): broadcast axes are summed,
+  permutations inverted, flips flipped back, slices padded and pads sliced — all as zero-copy views — and
+  views that read an element more than once (sliding windows of convolutions and pooling, strided slices)
+  become a scatter-add written as a fused gather-and-sum over the source elements.
+* Non-differentiable ops (``LessThan``, integer and bool tensors, ``Gather``'s index) pass no gradient.
+  Asking for the gradient of an integer tensor raises ``TypeError``.
+
+Example::
+
+    >>> import luminal as lm, numpy as np
+    >>> from luminal.training import grad
+    >>> cx = lm.Graph()
+    >>> w = cx.tensor(3).set(np.array([1.0, 2.0, 3.0], np.float32))
+    >>> (gw,) = grad((w * w).sum(), [w])
+    >>> gw.retrieve(); cx.execute(); gw.data().tolist()
+    [2.0, 4.0, 6.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+from .. import ops
+from ..dtype import DType
+from ..graph import Graph, GraphError
+from ..shape import Expression, ShapeTracker, to_expr
+from ..shape.tracker import contiguous_strides
+from ..tensor import GraphTensor
+
+__all__ = ["grad", "backward", "unview"]
+
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------- public API
+def grad(output: GraphTensor, inputs: Sequence, grad_output=None, allow_unused: bool = False) -> list:
+    """Gradients of ``output`` with respect to each of ``inputs`` (``torch.autograd.grad`` semantics).
+
+    Args:
+        output: the tensor to differentiate; a one-element tensor (the loss) unless ``grad_output`` is given.
+        inputs: ``GraphTensor``s (node outputs such as inputs or intermediates — not views of them) or
+            :class:`~luminal.module.Parameter`s (bound to ``output``'s graph on demand).
+        grad_output: the upstream gradient, a tensor or array-like of ``output``'s shape (default: ones).
+        allow_unused: return ``None`` for an input the output does not depend on instead of raising.
+
+    Returns:
+        one ``GraphTensor`` per input, with the input's dims and dtype (lazy: ``retrieve()`` and execute).
+    """
+    if not isinstance(output, GraphTensor):
+        raise TypeError(f"grad: output must be a GraphTensor, got {type(output).__name__}")
+    graph = output.graph
+    if not output.dtype.is_float:
+        raise TypeError(f"grad: output has dtype {output.dtype}; only floating-point tensors have gradients")
+    targets = [_as_target(graph, x, k) for k, x in enumerate(inputs)]
+    if grad_output is None:
+        n = output.numel()
+        if not (n.is_constant() and n.to_int() == 1):
+            raise GraphError(f"grad: output has shape {[str(d) for d in output.dims]}; pass grad_output for a "
+                             "non-scalar output (or reduce it to one element first)")
+        seed = graph.constant(1.0, output.dtype, output.dims)
+    else:
+        seed = _as_seed(output, grad_output)
+
+    grads = _backprop(graph, output, seed, {t.id for t in targets})
+    out = []
+    for k, t in enumerate(targets):
+        g = grads.get(t.id)
+        if g is None:
+            if not allow_unused:
+                raise GraphError(f"grad: input {k} (node {t.id} '{graph.nodes[t.id].label}') is not used to "
+                                 "compute the output; pass allow_unused=True to get None for it")
+            out.append(None)
+        else:
+            out.append(g)
+    return out
+
+
+def backward(loss: GraphTensor, params, allow_unused: bool = True) -> dict:
+    """Gradients of ``loss`` for ``params`` (a Module, or an iterable of Parameters / tensors) as a dict.
+
+    The keys are the given objects (``Parameter``s or tensors); parameters that do not influence the loss
+    map to ``None`` (unless ``allow_unused=False``, which raises). Frozen parameters
+    (``requires_grad=False``) are skipped.
+    """
+    from ..module import Module, Parameter
+
+    if isinstance(params, Module):
+        params = list(params.parameters())
+    params = [p for p in params if not (isinstance(p, Parameter) and not p.requires_grad)]
+    grads = grad(loss, params, allow_unused=allow_unused)
+    return dict(zip(params, grads))
+
+
+# ---------------------------------------------------------------------------- helpers
+def _as_target(graph: Graph, x, k: int) -> GraphTensor:
+    from ..module import Parameter
+
+    if isinstance(x, Parameter):
+        x = x.bind(graph)
+    if not isinstance(x, GraphTensor):
+        raise TypeError(f"grad: input {k} must be a GraphTensor or Parameter, got {type(x).__name__}")
+    if x.graph is not graph:
+        raise GraphError(f"grad: input {k} belongs to a different graph than the output")
+    node = graph.nodes[x.id]
+    if not x.dtype.is_float:
+        raise TypeError(f"grad: input {k} ('{node.label}') has dtype {x.dtype}; only floating-point tensors "
+                        "have gradients (integer and bool tensors are not differentiable)")
+    if x.shape != ShapeTracker.contiguous_of(node.dims):
+        raise GraphError(f"grad: input {k} is a view of node {x.id} '{node.label}'; pass the tensor itself "
+                         "(differentiate with respect to the node, then apply the view to its gradient)")
+    return x
+
+
+def _as_seed(output: GraphTensor, grad_output) -> GraphTensor:
+    graph = output.graph
+    if isinstance(grad_output, GraphTensor):
+        if grad_output.graph is not graph:
+            raise GraphError("grad: grad_output belongs to a different graph")
+        g = grad_output
+    else:
+        import numpy as np
+
+        arr = np.asarray(grad_output, dtype=output.dtype.numpy)
+        g = graph.tensor(arr.shape, output.dtype, "grad_output").set(arr)
+    if len(g.dims) != len(output.dims) or any(a != b for a, b in zip(g.dims, output.dims)):
+        raise GraphError(f"grad: grad_output has shape {[str(d) for d in g.dims]} but the output has "
+                         f"{[str(d) for d in output.dims]}")
+    return g.cast(output.dtype)
+
+
+def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[int]) -> dict[int, GraphTensor]:
+    """Gradient tensors (node dims) for the nodes in ``wanted``; the backward nodes are added to ``graph``."""
+    order = graph.toposort()
+    # forward-reachable from the wanted nodes, through float nodes only
+    reach = set(wanted)
+    for nid in order:
+        node = graph.nodes[nid]
+        if nid not in reach and node.dtype.is_float and any(e.src in reach for e in node.inputs):
+            reach.add(nid)
+    if output.id not in reach:
+        return {}
+    # backward-reachable from the output
+    needed = {output.id}
+    for nid in reversed(order):
+        if nid in needed:
+            for e in graph.nodes[nid].inputs:
+                if e.src in reach:
+                    needed.add(e.src)
+    relevant = needed & reach
+    pending: dict[int, list[GraphTensor]] = {}
+    out_node = graph.nodes[output.id]
+    pending[output.id] = [unview(seed, output.shape, out_node.dims)]
+    result: dict[int, GraphTensor] = {}
+    for nid in reversed(order):
+        if nid not in relevant or nid not in pending:
+            continue
+        parts = pending.pop(nid)
+        g = parts[0]
+        for p in parts[1:]:
+            g = g + p
+        node = graph.nodes[nid]
+        if nid in wanted:
+            result[nid] = g
+        for slot, local in _local_grads(graph, node, g):
+            edge = node.inputs[slot]
+            if edge.src not in relevant or local is None:
+                continue
+            src = graph.nodes[edge.src]
+            local = local.cast(src.dtype)
+            pending.setdefault(edge.src, []).append(unview(local, edge.shape, src.dims))
+    return result
+
+
+def _operand(graph: Graph, node, slot: int) -> GraphTensor:
+    e = node.inputs[slot]
+    return GraphTensor(graph, e.src, e.shape, graph.nodes[e.src].dtype)
+
+
+def _local_grads(graph: Graph, node, g: GraphTensor):
+    """``(input slot, gradient at that input's view)`` pairs for one node (``None`` = no gradient)."""
+    op = node.op
+    y = GraphTensor(graph, node.id, ShapeTracker.contiguous_of(node.dims), node.dtype)
+    x = lambda k: _operand(graph, node, k)  # noqa: E731
+    if isinstance(op, (ops.Input, ops.Constant, ops.Iota)):
+        return []
+    if isinstance(op, ops.Add):
+        return [(0, g), (1, g)]
+    if isinstance(op, ops.Mul):
+        return [(0, g * x(1)), (1, g * x(0))]
+    if isinstance(op, ops.Mod):
+        # a - floor(a / b) * b: d/da = 1, d/db = -floor(a / b) = -(a - y) / b  (torch.remainder)
+        a, b = x(0), x(1)
+        return [(0, g), (1, -(g * ((a - y) / b)))]
+    if isinstance(op, ops.LessThan):
+        return []
+    if isinstance(op, ops.Log2):
+        return [(0, g / (x(0) * _LN2))]
+    if isinstance(op, ops.Exp2):
+        return [(0, g * y * _LN2)]
+    if isinstance(op, ops.Sin):
+        return [(0, g * x(0).cos())]
+    if isinstance(op, ops.Sqrt):
+        return [(0, g * 0.5 / y)]
+    if isinstance(op, ops.Recip):
+        return [(0, -(g * y * y))]
+    if isinstance(op, ops.SumReduce):
+        n = x(0).dims[op.axis]
+        return [(0, g.expand_dim(op.axis, n))]
+    if isinstance(op, ops.MaxReduce):
+        # the gradient is shared evenly by the maxima (torch.amax)
+        xv = x(0)
+        n = xv.dims[op.axis]
+        hit = xv.eq(y.expand_dim(op.axis, n)).cast(node.dtype)
+        share = g / hit.sum(op.axis)
+        return [(0, share.expand_dim(op.axis, n) * hit)]
+    if isinstance(op, (ops.Contiguous, ops.GraphBreak)):
+        return [(0, g)]
+    if isinstance(op, ops.Cast):
+        src = graph.nodes[node.inputs[0].src].dtype
+        return [(0, g.cast(src))] if src.is_float else []
+    if isinstance(op, ops.Gather):
+        return [(0, _gather_grad(graph, x(0), x(1), op.axis, g))]
+    raise NotImplementedError(f"autograd: no rule for primitive {op.name}")
+
+
+def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int, g: GraphTensor) -> GraphTensor:
+    """Scatter-add ``g`` (index dims) back to ``data``'s dims: a one-hot comparison summed over the gathered axis."""
+    size = data.dims[axis]
+    slots = graph.arange(size, dtype=index.dtype)  # (size,)
+    hit = index.unsqueeze(-1).eq(slots).cast(g.dtype)  # index dims + (size,)
+    scattered = (g.unsqueeze(-1) * hit).sum(axis)  # index dims without axis + (size,)
+    nd = data.ndim
+    perm = list(range(nd - 1))
+    perm.insert(axis, nd - 1)
+    scattered = scattered.permute(perm)
+    for j in range(nd):  # the index may cover only a leading block of the other axes (torch.gather)
+        if j != axis and scattered.dims[j] != data.dims[j]:
+            scattered = scattered.pad_axis(j, 0, data.dims[j] - scattered.dims[j])
+    return scattered
+
+
+# ---------------------------------------------------------------------------- undoing views
+def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> GraphTensor:
+    """The transpose of reading a buffer of ``src_dims`` through ``st``: send ``g`` (at ``st.dims``) back.
+
+    ``out[p] = sum of g[i] over the valid view indices i that read source element p``. Returns a tensor with
+    ``src_dims``; zero-copy views where the view is one-to-one per axis, a fused gather-and-sum otherwise.
+    """
+    src_dims = tuple(to_expr(d) for d in src_dims)
+    if st == ShapeTracker.contiguous_of(src_dims):
+        return g
+    out = _unview_affine(g, st, src_dims)
+    if out is None:
+        out = _unview_gather(g, st, src_dims)
+    return out
+
+
+def _const(e: Expression) -> int | None:
+    return e.to_int() if e.is_constant() else None
+
+
+def _sign(e: Expression) -> int | None:
+    c = _const(e)
+    if c is not None:
+        return (c > 0) - (c < 0)
+    lo, hi = e.bounds()
+    if lo is not None and lo > 0:
+        return 1
+    if hi is not None and hi < 0:
+        return -1
+    return None
+
+
+def _drop_axis(st: ShapeTracker, axis: int) -> ShapeTracker:
+    drop = lambda v: v[:axis] + v[axis + 1:]  # noqa: E731
+    return ShapeTracker(drop(st.dims), drop(st.strides), st.offset, [(drop(c), k, s) for c, k, s in st.masks])
+
+
+def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
+    """Undo views that map each view axis to its own source axis with stride +-1; ``None`` if not that kind."""
+    # 1. broadcast axes: sum (only when no mask reads them)
+    for j in range(st.ndim - 1, -1, -1):
+        if st.strides[j] == 0:
+            if any(c[j] != 0 for c, _, _ in st.masks):
+                return None
+            g = g.sum(j)
+            st = _drop_axis(st, j)
+    # 2. size-1 axes carry no addressing
+    for j in range(st.ndim - 1, -1, -1):
+        if st.dims[j] == 1:
+            if any(c[j] != 0 for c, _, _ in st.masks):
+                return None
+            g = g.squeeze(j)
+            st = _drop_axis(st, j)
+    # 3. negative strides: flip both the gradient and the view
+    for j in range(st.ndim):
+        sign = _sign(st.strides[j])
+        if sign is None:
+            return None
+        if sign < 0:
+            g = g.flip(j)
+            st = st.flip(j)
+    src_strides = contiguous_strides(src_dims)
+    # 4. a permutation/reshape of the whole source
+    if not st.masks and st.offset == 0:
+        est = [_estimate(s) for s in st.strides]
+        order = sorted(range(st.ndim), key=lambda j: -est[j])
+        dims = [st.dims[j] for j in order]
+        if tuple(st.strides[j] for j in order) == contiguous_strides(dims) and _same_count(dims, src_dims):
+            if order != list(range(st.ndim)):
+                g = g.permute(order)
+            return g.reshape(src_dims) if tuple(g.dims) != tuple(src_dims) else g
+    # 5. one view axis per source axis, stride equal to the source axis' stride
+    src_of: dict[int, int] = {}
+    used: set[int] = set()
+    for j, s in enumerate(st.strides):
+        cands = [a for a, cs in enumerate(src_strides) if cs == s and a not in used and src_dims[a] != 1]
+        if len(cands) != 1:
+            return None
+        src_of[j] = cands[0]
+        used.add(cands[0])
+    # valid interval of each view axis (masks must each involve a single axis with coefficient 1)
+    lo = {j: to_expr(0) for j in range(st.ndim)}
+    hi = {j: st.dims[j] for j in range(st.ndim)}
+    for coeffs, k, size in st.masks:
+        axes = [j for j, c in enumerate(coeffs) if c != 0]
+        if len(axes) != 1 or coeffs[axes[0]] != 1:
+            return None
+        j = axes[0]
+        lo[j] = _max_expr(lo[j], -k)
+        hi[j] = _min_expr(hi[j], size - k)
+        if lo[j] is None or hi[j] is None:
+            return None
+    # offsets per source axis: offset = sum off_a * stride_a, with off_a + [lo, hi) inside [0, n_a)
+    offs = _split_offset(st.offset, src_dims, src_strides, {a: (lo[j], hi[j]) for j, a in src_of.items()})
+    if offs is None:
+        return None
+    # build: crop to the valid interval, move axes to source order (new size-1 axes for the rest), pad
+    for j in range(st.ndim):
+        if lo[j] != 0 or hi[j] != st.dims[j]:
+            g = g.slice_axis(j, lo[j], hi[j])
+    pos = {a: j for j, a in src_of.items()}
+    order = [pos[a] for a in range(len(src_dims)) if a in pos]
+    if order != list(range(len(order))):
+        g = g.permute(order)
+    for a in range(len(src_dims)):
+        if a not in pos:
+            g = g.unsqueeze(a)
+    for a in range(len(src_dims)):
+        if a in pos:
+            j = pos[a]
+            before, after = offs[a] + lo[j], src_dims[a] - offs[a] - hi[j]
+        else:
+            before, after = offs[a], src_dims[a] - offs[a] - 1
+        if before != 0 or after != 0:
+            g = g.pad_axis(a, before, after)
+    return g
+
+
+def _max_expr(a: Expression, b: Expression) -> Expression | None:
+    ca, cb = _const(a), _const(b)
+    if ca is not None and cb is not None:
+        return to_expr(max(ca, cb))
+    if a == b:
+        return a
+    return None
+
+
+def _min_expr(a: Expression, b: Expression) -> Expression | None:
+    ca, cb = _const(a), _const(b)
+    if ca is not None and cb is not None:
+        return to_expr(min(ca, cb))
+    if a == b:
+        return a
+    return None
+
+
+def _same_count(a: Sequence[Expression], b: Sequence[Expression]) -> bool:
+    pa, pb = to_expr(1), to_expr(1)
+    for d in a:
+        pa = pa * d
+    for d in b:
+        pb = pb * d
+    return pa == pb or _estimate(pa) == _estimate(pb) and not (pa.symbols() ^ pb.symbols())
+
+
+def _split_offset(offset: Expression, src_dims, src_strides, ranges: dict) -> dict | None:
+    """Per-source-axis offsets ``off_a`` with ``sum off_a * stride_a == offset`` and every valid view index
+    in range (``0 <= off_a + lo``, ``off_a + hi <= n_a``); ``None`` when that cannot be established."""
+    n = len(src_dims)
+    if offset == 0:
+        offs = {a: 0 for a in range(n)}
+        for a in range(n):
+            lo, hi = ranges.get(a, (to_expr(0), to_expr(1)))
+            if _const(lo) is not None and _const(lo) < 0:
+                return None
+            if not (hi == src_dims[a] or (_const(hi) is not None and _const(src_dims[a]) is not None
+                                          and _const(hi) <= _const(src_dims[a]))):
+                return None
+        return offs
+    rest = _const(offset)
+    if rest is None:
+        return None
+    offs = {}
+    for a in range(n - 1, -1, -1):
+        stride = _const(src_strides[a])
+        size = _const(src_dims[a])
+        lo, hi = ranges.get(a, (to_expr(0), to_expr(1)))
+        lo_c, hi_c = _const(lo), _const(hi)
+        if stride is None or lo_c is None or hi_c is None or rest % stride:
+            return None
+        t = rest // stride
+        if a == 0:
+            off = t
+        else:
+            if size is None or size <= 0:
+                return None
+            # the one value congruent to t (mod size) in [-lo, size - hi]
+            off = -lo_c + (t + lo_c) % size
+        if size is None:
+            if off != 0 or not (hi == src_dims[a] and lo_c >= 0):
+                return None
+        elif off + lo_c < 0 or off + hi_c > size:
+            return None
+        offs[a] = off
+        rest -= off * stride
+    return offs if rest == 0 else None
+
+
+def _estimate(e: Expression) -> int:
+    """A numeric stand-in for an expression: symbols (dims) replaced by large distinct values."""
+    syms = sorted(e.symbols())
+    if not syms:
+        return e.to_int()
+    return e.evaluate({s: 1009 + 31 * k for k, s in enumerate(syms)})
+
+
+def _unview_gather(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor:
+    """General transpose: for each source element, gather the view elements that read it and sum them.
+
+    View axes whose strides form a non-overlapping lattice are decoded from the source index with divisions;
+    the other axes (window axes of pooling/convolution, broadcast axes read by masks) are enumerated as a
+    small extra axis that is summed.
+    """
+    graph = g.graph
+    n_src = to_expr(1)
+    for d in src_dims:
+        n_src = n_src * d
+    ndim = st.ndim
+    est_dims = [_estimate(d) for d in st.dims]
+    est_strides = [_estimate(s) for s in st.strides]
+    # choose decoded axes: largest dims first, kept if the set stays non-overlapping
+    kept: list[int] = []
+    for j in sorted(range(ndim), key=lambda j: -est_dims[j]):
+        if est_strides[j] == 0:
+            continue
+        trial = sorted(kept + [j], key=lambda a: abs(est_strides[a]))
+        span, ok = 1, True
+        for a in trial:
+            if abs(est_strides[a]) < span:
+                ok = False
+                break
+            span += abs(est_strides[a]) * (est_dims[a] - 1)
+        if ok:
+            kept.append(j)
+    loops = [j for j in range(ndim) if j not in kept]
+    n_loop = to_expr(1)
+    for j in loops:
+        n_loop = n_loop * st.dims[j]
+    z = to_expr("z")
+    p = z // n_loop if n_loop != 1 else z
+    rem = z % n_loop if n_loop != 1 else to_expr(0)
+    idx: dict[int, Expression] = {}
+    for j in reversed(loops):  # mixed radix, last loop axis fastest
+        d = st.dims[j]
+        idx[j] = rem % d if j != loops[0] else rem
+        rem = rem // d
+    q = p - st.offset
+    for j in loops:
+        if st.strides[j] != 0:
+            q = q - st.strides[j] * idx[j]
+    for j in kept:  # negative strides: count from the other end
+        if est_strides[j] < 0:
+            q = q - st.strides[j] * (st.dims[j] - 1)
+    valid = q >= 0
+    r = q.max(0)
+    for j in sorted(kept, key=lambda a: -abs(est_strides[a])):
+        s = st.strides[j] if est_strides[j] > 0 else -st.strides[j]
+        u = r // s
+        r = r % s
+        valid = valid & (u < st.dims[j])
+        idx[j] = u if est_strides[j] > 0 else st.dims[j] - 1 - u
+    valid = valid & (r < 1)
+    for coeffs, k, size in st.masks:
+        lin = k
+        for c, j in zip(coeffs, range(ndim)):
+            if c != 0:
+                lin = lin + c * idx[j]
+        valid = valid & (lin >= 0) & (lin < size)
+    flat = to_expr(0)
+    for j, cs in enumerate(contiguous_strides(st.dims)):
+        flat = flat + cs * idx[j]
+    total = n_src * n_loop
+    n_view = g.numel()
+    index_dtype = DType.int64
+    picked_at = graph.iota(flat * valid, (total,), index_dtype)
+    weight = graph.iota(valid, (total,), g.dtype)
+    data = g.contiguous().reshape((n_view,))
+    if n_view.is_constant() and n_view.to_int() == 0:
+        return graph.zeros(src_dims, g.dtype)
+    picked = data.gather(0, picked_at) * weight
+    if n_loop != 1:
+        picked = picked.reshape((n_src, n_loop)).sum(1)
+    return picked.reshape(src_dims)
+
+
+def parameters_of(params: Iterable) -> list:
+    """Flatten a Module / iterable of Parameters into a list (helper for optimizers)."""
+    from ..module import Module
+
+    if isinstance(params, Module):
+        return list(params.parameters())
+    return list(params)
