@@ -92,6 +92,8 @@ class Graph:
         self.to_retrieve: set[int] = set()
         self.deferred: dict[int, Callable[[Mapping[str, int]], object]] = {}
         self.post_execute_hooks: list[Callable[["Graph"], None]] = []
+        # (output node, input node): after each execute the input takes the output's value (training state)
+        self.carries: list[tuple[int, int]] = []
         self.diff_results: dict[str, dict] = {}
         self.runtime = None  # a compiled backend replaces the reference interpreter here
         # replaced node -> (its replacement, view rewrite or None), for remapping user handles
@@ -236,6 +238,41 @@ class Graph:
         self.redirects[old] = (new, shape_fn)
         self._invalidate()
 
+    def add_carry(self, output: int, input: int) -> None:
+        """After every ``execute()``, hand the value of node ``output`` to the input node ``input``.
+
+        This is how state crosses steps (updated parameters, optimizer moments): the step's result becomes
+        the next step's input without a copy (the buffers are swapped; the compiled runtime writes the next
+        result into the input's previous array). ``output`` is marked for retrieval.
+        """
+        for nid in (output, input):
+            if nid not in self.nodes:
+                raise GraphError(f"add_carry: node {nid} is not in this graph")
+        src, dst = self.nodes[output], self.nodes[input]
+        if not isinstance(dst.op, ops.Input):
+            raise GraphError(f"add_carry: node {input} '{dst.label}' is a {dst.op.name}, not an input")
+        if output == input:
+            raise GraphError(f"add_carry: node {input} cannot carry into itself")
+        if src.dtype != dst.dtype or src.dims != dst.dims:
+            raise GraphError(f"add_carry: '{src.label}' is {src.dtype}{[str(d) for d in src.dims]} but input "
+                             f"'{dst.label}' is {dst.dtype}{[str(d) for d in dst.dims]}; they must match")
+        if any(i == input for _, i in self.carries):
+            raise GraphError(f"add_carry: input '{dst.label}' already receives a carried value")
+        self.carries.append((output, input))
+        self.to_retrieve.add(output)
+
+    def _apply_carries(self) -> None:
+        for output, input in self.carries:
+            output, _ = self.resolve(output, ShapeTracker.contiguous_of(()))
+            new = self.tensors.get((output, 0))
+            if new is None:
+                raise GraphError(f"carry: node {output} produced no value")
+            old = self.tensors.get((input, 0))
+            self.tensors[(input, 0)] = new
+            recycle = getattr(self.runtime, "recycle", None)
+            if recycle is not None:
+                recycle(output, old if old is not new else None)
+
     def remove_node(self, node_id: int) -> None:
         """Delete a node that nothing reads any more (its data and schedule edges go with it)."""
         users = self.consumers(node_id)
@@ -379,6 +416,7 @@ class Graph:
             self.runtime.execute(self)
         else:
             self._interpret(None)
+        self._apply_carries()
         for hook in list(self.post_execute_hooks):
             hook(self)
 
@@ -386,6 +424,7 @@ class Graph:
         """Like :meth:`execute` (reference interpreter) but times each op; prints and returns the table."""
         rows: list[OpTiming] = []
         self._interpret(rows)
+        self._apply_carries()
         for hook in list(self.post_execute_hooks):
             hook(self)
         if print_table:

@@ -183,6 +183,17 @@ class CPURuntime:
         self._offsets = {n: o + shift for n, o in offsets.items()}
         self._plan_key = key
 
+    def recycle(self, node_id: int, arr) -> None:
+        """Write output ``node_id`` into ``arr`` next time (the array its value was carried away from), or
+        into a fresh array when ``arr`` cannot be reused; never into the array just carried away."""
+        dims_dtype = self.program.buffers.get(node_id)
+        self._out_arrays.pop(node_id, None)
+        if arr is None or dims_dtype is None or node_id not in self.program.outputs:
+            return
+        if arr.dtype == dims_dtype[1].numpy and arr.flags.c_contiguous and arr.flags.writeable and \
+                arr.flags.aligned:
+            self._out_arrays[node_id] = arr
+
     # ------------------------------------------------------------------ execution
     def execute(self, graph: Graph) -> None:
         bindings = dict(graph.dyn_map)
