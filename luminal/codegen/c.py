@@ -268,9 +268,10 @@ class _KernelWriter:
 class CRenderer:
     """Turns a :class:`Program` into a :class:`CProgram`."""
 
-    def __init__(self, program: Program, blas: bool):
+    def __init__(self, program: Program, blas: bool, profile: bool = False):
         self.program = program
         self.blas = blas
+        self.profile = profile
         self.buffer_order = list(program.buffers)
         self.slot = {b: k for k, b in enumerate(self.buffer_order)}
         symbols = set()
@@ -314,7 +315,15 @@ class CRenderer:
                 self._gemm(kernel, lines)
             lines += ["    return err;", "}"]
             parts.append("\n".join(lines))
-            calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
+            if self.profile:
+                calls.append(f"    {{ double t = omp_get_wtime(); err = kernel_{k}(bufs, syms); "
+                             f"lm_prof[{k}] += omp_get_wtime() - t; if (err) return err; }}")
+            else:
+                calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
+        if self.profile:  # LUMINAL_PROFILE=1: seconds per kernel, summed over runs, read by the runtime
+            n = max(1, len(self.program.kernels))
+            parts.append(f"static double lm_prof[{n}];\n"
+                         f"void luminal_profile(double *out) {{ for (int k = 0; k < {n}; k++) out[k] = lm_prof[k]; }}")
         parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + "\n".join(calls)
                      + "\n    return err;\n}\n")
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas)

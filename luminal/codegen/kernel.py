@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import ops
 from ..dtype import DType
-from ..graph import Graph
+from ..graph import Edge, Graph
 from ..shape import Expression, ShapeTracker
 
 
@@ -128,21 +128,66 @@ _ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.M
 
 
 def find_gemm(graph: Graph, node) -> tuple | None:
-    """Recognise ``SumReduce(last)(Mul(a_view, b_view))`` with broadcast M/N axes; returns operand edges."""
+    """Recognise ``SumReduce(r)(Mul(x_view, y_view))`` as a (batched) matrix product; returns operand edges.
+
+    The output's last two axes are M and N: M read only by one operand (stride 0 in the other), N only by
+    the other; every other axis is a batch axis (one BLAS call per batch index; an operand may broadcast it). This covers ``a @ b`` with any transposes and the
+    products the autograd pass writes for matmul gradients (reduction over a middle axis). The returned edges
+    are the operand views permuted to ``(*batch, M, N, K)`` (stride 0 on N for the first, on M for the second).
+    """
     if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float or node.dtype == DType.float16:
         return None
     edge = node.inputs[0]
     mul = graph.nodes[edge.src]
     nd = edge.shape.ndim
-    if not isinstance(mul.op, ops.Mul) or nd < 3 or node.op.axis != nd - 1 or not edge.shape.is_contiguous():
+    if not isinstance(mul.op, ops.Mul) or nd < 3 or not edge.shape.is_contiguous() or edge.shape.dims != mul.dims:
         return None
     x, y = mul.inputs
-    for a, b in ((x, y), (y, x)):
-        if a.shape.masks or b.shape.masks:
-            continue
-        if a.shape.strides[nd - 2] == 0 and b.shape.strides[nd - 3] == 0:
-            return a, b
-    return None
+    if x.shape.masks or y.shape.masks:
+        return None
+    r = node.op.axis
+    if x.shape.strides[r] == 0 or y.shape.strides[r] == 0:
+        return None
+    rest = [j for j in range(nd) if j != r]
+    first, second = rest[-2], rest[-1]  # the output's last two axes are M and N; the others are batch axes
+
+    def only(a, b, j):  # read by a, broadcast in b
+        return a.shape.strides[j] != 0 and b.shape.strides[j] == 0
+
+    if only(x, y, first) and only(y, x, second):
+        a, b = x, y
+    elif only(y, x, first) and only(x, y, second):
+        a, b = y, x
+    else:
+        return None
+    batch, m, n = rest[:-2], first, second
+    perm = batch + [m, n, r]
+    return (Edge(a.src, a.output, a.shape.permute(perm)), Edge(b.src, b.output, b.shape.permute(perm)))
+
+
+def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DType):
+    """The GEMM operand ``(buffer, view)``; a view BLAS cannot address (neither its K nor its M/N axis has
+    stride 1, e.g. a strided slice) is first copied into a packed temporary by an elementwise kernel.
+
+    Broadcast (stride-0) axes are not copied: the temporary keeps them as stride-0 axes of its view.
+    """
+    view = edge.shape
+    if view.strides[k_axis] == 1 or view.strides[mn_axis] == 1:
+        return edge.src, view
+    keep = [j for j, s in enumerate(view.strides) if s != 0]
+    packed = ShapeTracker([view.dims[j] for j in keep], [view.strides[j] for j in keep], view.offset)
+    temp = -1 - len([b for b in program.buffers if b < 0])  # synthetic buffer id (not a graph node)
+    dims = tuple(packed.dims)
+    program.buffers[temp] = (dims, dtype)
+    program.kernels.append(ElementwiseKernel(temp, dims, Load(edge.src, packed, dtype), dtype))
+    strides, acc = [], 1
+    for j in range(len(view.dims) - 1, -1, -1):
+        if view.strides[j] == 0:
+            strides.append(0)
+        else:
+            strides.append(acc)
+            acc = acc * view.dims[j]
+    return temp, ShapeTracker(view.dims, tuple(reversed(strides)))
 
 
 def lower(graph: Graph) -> Program:
@@ -237,7 +282,10 @@ def lower(graph: Graph) -> Program:
             continue
         if node_id in gemms:
             a, b = gemms[node_id]
-            program.kernels.append(GemmKernel(node_id, a.src, a.shape, b.src, b.shape, node.dims, node.dtype))
+            nb = len(node.dims) - 2
+            a_src, a_view = _blas_operand(program, a, nb + 2, nb, node.dtype)
+            b_src, b_view = _blas_operand(program, b, nb + 2, nb + 1, node.dtype)
+            program.kernels.append(GemmKernel(node_id, a_src, a_view, b_src, b_view, node.dims, node.dtype))
         elif isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             e = node.inputs[0]
             program.kernels.append(ReduceKernel(node_id, node.dims, op.axis, e.shape.dims[op.axis],

@@ -67,6 +67,13 @@ def _resolve_padding(padding, n: int, kernel, stride, dilation) -> list[tuple[in
 
 
 # ---------------------------------------------------------------------------------------------------- conv
+def _prod(values):
+    out = 1
+    for v in values:
+        out = out * v
+    return out
+
+
 def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """N-d cross-correlation (``torch.nn.functional.conv{n}d``) with ``n = weight.ndim - 2`` spatial dims.
 
@@ -100,18 +107,18 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     x = x.pad([(0, 0), (0, 0)] + pads)
     for i in range(n):
         x = x.pool(2 + 2 * i, kernel[i], stride[i], dilation[i])
-    # 3. channels -> (G, C/G); order (N, G, 1, O..., Cg, K...)
+    # 3. channels -> (G, C/G); order (N, G, O..., Cg, K...), then im2col: (N, G, O, Cg*K) materialized once
     x = x.split_dims(1, c_in_g)
     o_axes = [3 + 2 * i for i in range(n)]
     k_axes = [4 + 2 * i for i in range(n)]
-    x = x.permute([0, 1] + o_axes + [2] + k_axes).unsqueeze(2)
-    # weight (C_out, Cg, K...) -> (G, C_out/G, 1 x n, Cg, K...)
-    w = weight.split_dims(0, c_out // groups)
-    for _ in range(n):
-        w = w.unsqueeze(2)
-    prod = x * w                                        # (N, G, C_out/G, O..., Cg, K...)
-    out = prod.sum(tuple(range(3 + n, 4 + 2 * n)))      # (N, G, C_out/G, O...)
-    out = out.merge_dims(1, 2)                          # (N, C_out, O...)
+    x = x.permute([0, 1] + o_axes + [2] + k_axes)
+    out_dims = x.dims[2:2 + n]
+    o_total, ck = _prod(out_dims), c_in_g * _prod(kernel)
+    cols = x.reshape((x.dims[0], groups, o_total, ck))
+    # 4. one (batched) matrix product per image and group: (C_out/G, CK) x (O, CK)^T -> (N, G, C_out/G, O)
+    w = weight.reshape((groups, c_out // groups, ck))
+    prod = cols.unsqueeze(2) * w.unsqueeze(0).unsqueeze(3)   # (N, G, C_out/G, O, CK)
+    out = prod.sum(-1).reshape((x.dims[0], c_out) + tuple(out_dims))
     if bias is not None:
         out = out + bias.reshape((c_out,) + (1,) * n)
     return out.squeeze(0) if unbatched else out

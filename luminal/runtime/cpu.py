@@ -119,7 +119,8 @@ class CPURuntime:
         blas = _blas() is not None
         if not blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
-        self.cprogram = CRenderer(self.program, blas).render()
+        self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
+        self.cprogram = CRenderer(self.program, blas, self.profiling).render()
         self.library_path = build_library(self.cprogram)
         self._lib = ctypes.CDLL(self.library_path)
         self._run = self._lib.luminal_run
@@ -182,6 +183,26 @@ class CPURuntime:
         shift = (-base) % 64
         self._offsets = {n: o + shift for n, o in offsets.items()}
         self._plan_key = key
+
+    def profile(self, top: int | None = 20) -> str:
+        """Seconds spent per kernel over all runs so far (needs ``LUMINAL_PROFILE=1`` when the graph compiled)."""
+        if not self.profiling:
+            raise RuntimeError("kernel profiling is off: set LUMINAL_PROFILE=1 before compiling the graph")
+        from ..codegen.kernel import GemmKernel, ReduceKernel
+        n = len(self.program.kernels)
+        out = (ctypes.c_double * max(1, n))()
+        self._lib.luminal_profile(out)
+        rows = []
+        for k, kernel in enumerate(self.program.kernels):
+            kind = "gemm" if isinstance(kernel, GemmKernel) else "reduce" if isinstance(kernel, ReduceKernel) else "elementwise"
+            label = self.graph.nodes[kernel.out].label if kernel.out in self.graph.nodes else "?"
+            rows.append((out[k], k, kind, [str(d) for d in kernel.dims], label))
+        total = sum(r[0] for r in rows) or 1.0
+        rows.sort(key=lambda r: -r[0])
+        lines = [f"{'kernel':>6} {'kind':<12} {'seconds':>10} {'share':>6}  dims / node"]
+        for sec, k, kind, dims, label in rows[:top]:
+            lines.append(f"{k:>6} {kind:<12} {sec:>10.4f} {sec / total:>6.1%}  {dims} {label}")
+        return "\n".join(lines)
 
     def recycle(self, node_id: int, arr) -> None:
         """Write output ``node_id`` into ``arr`` next time (the array its value was carried away from), or

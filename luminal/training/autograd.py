@@ -175,9 +175,10 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
         node = graph.nodes[nid]
         if nid in wanted:
             result[nid] = g
-        for slot, local in _local_grads(graph, node, g):
+        slots = {k for k, e in enumerate(node.inputs) if e.src in relevant}
+        for slot, local in _local_grads(graph, node, g, slots):
             edge = node.inputs[slot]
-            if edge.src not in relevant or local is None:
+            if local is None:
                 continue
             src = graph.nodes[edge.src]
             local = local.cast(src.dtype)
@@ -190,50 +191,58 @@ def _operand(graph: Graph, node, slot: int) -> GraphTensor:
     return GraphTensor(graph, e.src, e.shape, graph.nodes[e.src].dtype)
 
 
-def _local_grads(graph: Graph, node, g: GraphTensor):
-    """``(input slot, gradient at that input's view)`` pairs for one node (``None`` = no gradient)."""
+def _local_grads(graph: Graph, node, g: GraphTensor, slots: set[int]):
+    """``(input slot, gradient at that input's view)`` for the input ``slots`` that need one (only those are
+    built, so no dead nodes are added)."""
+    return [(k, fn()) for k, fn in _local_rules(graph, node, g) if k in slots]
+
+
+def _local_rules(graph: Graph, node, g: GraphTensor):
+    """``(input slot, thunk building the gradient at that input's view)`` pairs for one node."""
     op = node.op
     y = GraphTensor(graph, node.id, ShapeTracker.contiguous_of(node.dims), node.dtype)
     x = lambda k: _operand(graph, node, k)  # noqa: E731
     if isinstance(op, (ops.Input, ops.Constant, ops.Iota)):
         return []
     if isinstance(op, ops.Add):
-        return [(0, g), (1, g)]
+        return [(0, lambda: g), (1, lambda: g)]
     if isinstance(op, ops.Mul):
-        return [(0, g * x(1)), (1, g * x(0))]
+        return [(0, lambda: g * x(1)), (1, lambda: g * x(0))]
     if isinstance(op, ops.Mod):
         # a - floor(a / b) * b: d/da = 1, d/db = -floor(a / b) = -(a - y) / b  (torch.remainder)
         a, b = x(0), x(1)
-        return [(0, g), (1, -(g * ((a - y) / b)))]
+        return [(0, lambda: g), (1, lambda: -(g * ((a - y) / b)))]
     if isinstance(op, ops.LessThan):
         return []
     if isinstance(op, ops.Log2):
-        return [(0, g / (x(0) * _LN2))]
+        return [(0, lambda: g / (x(0) * _LN2))]
     if isinstance(op, ops.Exp2):
-        return [(0, g * y * _LN2)]
+        return [(0, lambda: g * y * _LN2)]
     if isinstance(op, ops.Sin):
-        return [(0, g * x(0).cos())]
+        return [(0, lambda: g * x(0).cos())]
     if isinstance(op, ops.Sqrt):
-        return [(0, g * 0.5 / y)]
+        return [(0, lambda: g * 0.5 / y)]
     if isinstance(op, ops.Recip):
-        return [(0, -(g * y * y))]
+        return [(0, lambda: -(g * y * y))]
     if isinstance(op, ops.SumReduce):
         n = x(0).dims[op.axis]
-        return [(0, g.expand_dim(op.axis, n))]
+        return [(0, lambda: g.expand_dim(op.axis, n))]
     if isinstance(op, ops.MaxReduce):
         # the gradient is shared evenly by the maxima (torch.amax)
-        xv = x(0)
-        n = xv.dims[op.axis]
-        hit = xv.eq(y.expand_dim(op.axis, n)).cast(node.dtype)
-        share = g / hit.sum(op.axis)
-        return [(0, share.expand_dim(op.axis, n) * hit)]
+        def max_grad():
+            xv = x(0)
+            n = xv.dims[op.axis]
+            hit = xv.eq(y.expand_dim(op.axis, n)).cast(node.dtype)
+            share = g / hit.sum(op.axis)
+            return share.expand_dim(op.axis, n) * hit
+        return [(0, max_grad)]
     if isinstance(op, (ops.Contiguous, ops.GraphBreak)):
-        return [(0, g)]
+        return [(0, lambda: g)]
     if isinstance(op, ops.Cast):
         src = graph.nodes[node.inputs[0].src].dtype
-        return [(0, g.cast(src))] if src.is_float else []
+        return [(0, lambda: g.cast(src))] if src.is_float else []
     if isinstance(op, ops.Gather):
-        return [(0, _gather_grad(graph, x(0), x(1), op.axis, g))]
+        return [(0, lambda: _gather_grad(graph, x(0), x(1), op.axis, g))]
     raise NotImplementedError(f"autograd: no rule for primitive {op.name}")
 
 
@@ -242,7 +251,8 @@ def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int,
     size = data.dims[axis]
     slots = graph.arange(size, dtype=index.dtype)  # (size,)
     hit = index.unsqueeze(-1).eq(slots).cast(g.dtype)  # index dims + (size,)
-    scattered = (g.unsqueeze(-1) * hit).sum(axis)  # index dims without axis + (size,)
+    scattered = g.unsqueeze(-1) * hit  # index dims + (size,)
+    scattered = scattered.squeeze(axis) if index.dims[axis] == 1 else scattered.sum(axis)
     nd = data.ndim
     perm = list(range(nd - 1))
     perm.insert(axis, nd - 1)
@@ -264,6 +274,8 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
     if st == ShapeTracker.contiguous_of(src_dims):
         return g
     out = _unview_affine(g, st, src_dims)
+    if out is None:
+        out = _unview_windows(g, st, src_dims)
     if out is None:
         out = _unview_gather(g, st, src_dims)
     return out
@@ -292,12 +304,25 @@ def _drop_axis(st: ShapeTracker, axis: int) -> ShapeTracker:
 
 def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
     """Undo views that map each view axis to its own source axis with stride +-1; ``None`` if not that kind."""
-    # 1. broadcast axes: sum (only when no mask reads them)
+    # 1. broadcast axes: sum (a mask on such an axis alone keeps an interval of it: slice first)
     for j in range(st.ndim - 1, -1, -1):
         if st.strides[j] == 0:
-            if any(c[j] != 0 for c, _, _ in st.masks):
-                return None
-            g = g.sum(j)
+            lo, hi, rest = to_expr(0), st.dims[j], []
+            for c, k, size in st.masks:
+                if c[j] == 0:
+                    rest.append((c, k, size))
+                    continue
+                if any(cc != 0 for i, cc in enumerate(c) if i != j) or c[j] != 1:
+                    return None
+                lo, hi = _max_expr(lo, -k), _min_expr(hi, size - k)
+                if lo is None or hi is None:
+                    return None
+            if rest != list(st.masks):
+                if _const(hi - lo) is not None and _const(hi - lo) <= 0:
+                    return None  # nothing valid: the general path yields zeros
+                g = g.slice_axis(j, lo, hi)
+                st = ShapeTracker(st.dims[:j] + (hi - lo,) + st.dims[j + 1:], st.strides, st.offset, rest)
+            g = g.squeeze(j) if st.dims[j] == 1 else g.sum(j)
             st = _drop_axis(st, j)
     # 2. size-1 axes carry no addressing
     for j in range(st.ndim - 1, -1, -1):
@@ -421,9 +446,14 @@ def _split_offset(offset: Expression, src_dims, src_strides, ranges: dict) -> di
         size = _const(src_dims[a])
         lo, hi = ranges.get(a, (to_expr(0), to_expr(1)))
         lo_c, hi_c = _const(lo), _const(hi)
-        if stride is None or lo_c is None or hi_c is None or rest % stride:
+        if stride is None or rest % stride:
             return None
         t = rest // stride
+        if lo_c is None or hi_c is None:  # a symbolic extent: only a whole, unshifted axis is understood
+            if t != 0 or lo != 0 or hi != src_dims[a] or (a > 0 and size is None):
+                return None
+            offs[a] = 0
+            continue
         if a == 0:
             off = t
         else:
@@ -449,6 +479,59 @@ def _estimate(e: Expression) -> int:
     return e.evaluate({s: 1009 + 31 * k for k, s in enumerate(syms)})
 
 
+MAX_WINDOW_TERMS = 64
+
+
+def _split_axes(st: ShapeTracker) -> tuple[list[int], list[int]]:
+    """(decodable axes, enumerated axes): the largest axes whose strides form a non-overlapping lattice are
+    decodable; the rest (window offsets, broadcast axes) are enumerated."""
+    est_dims = [_estimate(d) for d in st.dims]
+    est_strides = [_estimate(s) for s in st.strides]
+    kept: list[int] = []
+    for j in sorted(range(st.ndim), key=lambda j: -est_dims[j]):
+        if est_strides[j] == 0:
+            continue
+        trial = sorted(kept + [j], key=lambda a: abs(est_strides[a]))
+        span, ok = 1, True
+        for a in trial:
+            if abs(est_strides[a]) < span:
+                ok = False
+                break
+            span += abs(est_strides[a]) * (est_dims[a] - 1)
+        if ok:
+            kept.append(j)
+    return kept, [j for j in range(st.ndim) if j not in kept]
+
+
+def _unview_windows(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
+    """Sliding windows (stride-1 convolution/pooling reads): one zero-copy transpose per window offset, summed.
+
+    Fixing every enumerated axis (the window offsets) at a value leaves a one-to-one view; its transpose is a
+    padded view of ``g``, so the scatter-add becomes one fused sum of shifted views (no index arithmetic).
+    """
+    _, loops = _split_axes(st)
+    if not loops or any(_const(st.dims[j]) is None for j in loops):
+        return None
+    terms = 1
+    for j in loops:
+        terms *= _const(st.dims[j])
+    if terms > MAX_WINDOW_TERMS or terms == 0:
+        return None
+    import itertools
+
+    total = None
+    for values in itertools.product(*[range(_const(st.dims[j])) for j in loops]):
+        gs, ss = g, st
+        for j, v in sorted(zip(loops, values), reverse=True):
+            gs = gs.slice_axis(j, v, v + 1).squeeze(j)
+            ss = ss.slice(j, v, v + 1).squeeze(j)
+        part = _unview_affine(gs, ss, src_dims)
+        if part is None:
+            return None
+        total = part if total is None else total + part
+    return total
+
+
 def _unview_gather(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor:
     """General transpose: for each source element, gather the view elements that read it and sum them.
 
@@ -461,23 +544,8 @@ def _unview_gather(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor:
     for d in src_dims:
         n_src = n_src * d
     ndim = st.ndim
-    est_dims = [_estimate(d) for d in st.dims]
     est_strides = [_estimate(s) for s in st.strides]
-    # choose decoded axes: largest dims first, kept if the set stays non-overlapping
-    kept: list[int] = []
-    for j in sorted(range(ndim), key=lambda j: -est_dims[j]):
-        if est_strides[j] == 0:
-            continue
-        trial = sorted(kept + [j], key=lambda a: abs(est_strides[a]))
-        span, ok = 1, True
-        for a in trial:
-            if abs(est_strides[a]) < span:
-                ok = False
-                break
-            span += abs(est_strides[a]) * (est_dims[a] - 1)
-        if ok:
-            kept.append(j)
-    loops = [j for j in range(ndim) if j not in kept]
+    kept, loops = _split_axes(st)
     n_loop = to_expr(1)
     for j in loops:
         n_loop = n_loop * st.dims[j]
