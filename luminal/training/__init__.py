@@ -1,7 +1,12 @@
-"""Training: autograd as a graph pass, optimizers as graph builders, schedulers, losses and a fit loop."""
+"""Training: autograd as a graph pass, optimizers as graph builders, schedulers, a fit loop, checkpoints.
+
+The losses live in :mod:`luminal.nn` (``luminal.nn.functional.cross_entropy``, ``luminal.nn.CrossEntropyLoss``...),
+learning-rate schedulers in :mod:`luminal.training.lr_scheduler`, data loading in :mod:`luminal.data`.
+"""
 
 from .autograd import backward, grad, unview
 from .optim import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop, clip_grad_norm, clip_grad_value
+from .trainer import Trainer, load_checkpoint, save_checkpoint
 
 __all__ = ["grad", "backward", "unview", "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad",
-           "clip_grad_norm", "clip_grad_value"]
+           "clip_grad_norm", "clip_grad_value", "Trainer", "save_checkpoint", "load_checkpoint"]

@@ -1,0 +1,363 @@
+"""A small training loop: compile the step once, iterate batches with a progress bar, evaluate, checkpoint.
+
+Example::
+
+    from luminal.data import DataLoader, TensorDataset
+    from luminal.training import Adam, Trainer
+    import luminal.nn as nn, luminal.nn.functional as F
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    trainer = Trainer(model, Adam(model.parameters(), lr=1e-3), F.cross_entropy)
+    history = trainer.fit(DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, seed=0), epochs=5,
+                          val_loader=DataLoader(TensorDataset(xv, yv), batch_size=256))
+    print(trainer.evaluate(DataLoader(TensorDataset(xt, yt), batch_size=256)))
+
+The training graph is built at the first batch with a *symbolic* batch dimension, so the last, smaller batch
+of an epoch reuses the same compiled code. Forward, backward and the optimizer update run in one compiled
+call per batch. A batch is ``(input, target)`` or ``(input_1, ..., input_k, target)`` (numpy arrays).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..dtype import as_dtype
+from ..graph import Graph
+from ..module import Module
+from .optim import Optimizer
+
+__all__ = ["Trainer", "save_checkpoint", "load_checkpoint"]
+
+
+def _device(device: str | None) -> str:
+    if device is not None:
+        return device
+    env = os.environ.get("LUMINAL_DEVICE")
+    if env:
+        return env
+    from ..runtime.cpu import find_compiler
+    return "cpu" if find_compiler() is not None else "reference"
+
+
+def _split(batch):
+    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        raise ValueError("a training batch must be a tuple (input, ..., target) of arrays, got "
+                         f"{type(batch).__name__}")
+    return [np.asarray(b) for b in batch[:-1]], np.asarray(batch[-1])
+
+
+def _input_dtype(arr: np.ndarray):
+    if arr.dtype == np.float64:
+        return as_dtype("float32")  # like torch.from_numpy(...).float(): models run in float32
+    return as_dtype(arr.dtype.name if arr.dtype != np.bool_ else "bool")
+
+
+class _Step:
+    """One compiled graph: inputs, loss, and the number of correct predictions (classification)."""
+
+    def __init__(self, graph: Graph, inputs, target, loss, correct):
+        self.graph, self.inputs, self.target, self.loss, self.correct = graph, inputs, target, loss, correct
+
+    def run(self, xs, y) -> tuple[float, int | None]:
+        for t, x in zip(self.inputs, xs):
+            t.set(x.astype(t.dtype.numpy, copy=False))
+        self.target.set(y.astype(self.target.dtype.numpy, copy=False))
+        self.graph.execute()
+        correct = None if self.correct is None else int(self.correct.item())
+        return float(self.loss.item()), correct
+
+
+class Trainer:
+    """Compile-once training loop with evaluation and checkpoints (see the module docstring).
+
+    Args:
+        model: a :class:`~luminal.module.Module` (called as ``model(*inputs)``).
+        optimizer: an :class:`~luminal.training.optim.Optimizer` over the model's parameters.
+        loss_fn: ``loss_fn(output, target) -> scalar tensor`` (e.g. ``luminal.nn.functional.cross_entropy``).
+        scheduler: an LR scheduler stepped every ``scheduler_interval`` (``"epoch"`` or ``"step"``); a
+            ``ReduceLROnPlateau`` is stepped with the validation (else training) loss each epoch.
+        device: ``"cpu"`` (compiled C, the default when a C compiler exists) or ``"reference"``.
+        max_grad_norm, max_grad_value: optional gradient clipping.
+        batch_symbol: the name of the symbolic batch dimension.
+    """
+
+    def __init__(self, model: Module, optimizer: Optimizer, loss_fn: Callable, scheduler=None,
+                 scheduler_interval: str = "epoch", device: str | None = None, max_grad_norm: float | None = None,
+                 max_grad_value: float | None = None, batch_symbol: str = "batch"):
+        if not isinstance(model, Module):
+            raise TypeError(f"Trainer: model must be a luminal Module, got {type(model).__name__}")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"Trainer: optimizer must be a luminal Optimizer, got {type(optimizer).__name__}")
+        if scheduler_interval not in ("epoch", "step"):
+            raise ValueError(f"scheduler_interval must be 'epoch' or 'step', got {scheduler_interval!r}")
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.scheduler, self.scheduler_interval = scheduler, scheduler_interval
+        self.device = _device(device)
+        self.max_grad_norm, self.max_grad_value = max_grad_norm, max_grad_value
+        self.batch_symbol = batch_symbol
+        self.epoch = 0
+        self.global_step = 0
+        self.history: list[dict] = []
+        self._train: _Step | None = None
+        self._eval: _Step | None = None
+        self._signature = None
+
+    # ------------------------------------------------------------------ graphs
+    def _build(self, xs, y, training: bool) -> _Step:
+        graph = Graph()
+        sym = self.batch_symbol
+        inputs = [graph.tensor((sym,) + x.shape[1:], _input_dtype(x), f"input{k}") for k, x in enumerate(xs)]
+        target = graph.tensor((sym,) + y.shape[1:], _input_dtype(y), "target")
+        was = self.model.training
+        self.model.train(training)
+        try:
+            out = self.model(*inputs)
+            loss = self.loss_fn(out, target)
+        finally:
+            self.model.train(was)
+        if loss.numel().to_int() != 1:
+            raise ValueError(f"loss_fn must return a scalar, got shape {[str(d) for d in loss.dims]}")
+        loss = loss.cast("float32").retrieve()
+        correct = None
+        if target.dtype.is_int and out.ndim == target.ndim + 1:
+            correct = out.argmax(1).cast(target.dtype).eq(target).sum().retrieve()
+        if training:
+            self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value)
+        graph.compile(device=self.device)
+        return _Step(graph, inputs, target, loss, correct)
+
+    def _check_signature(self, xs, y) -> None:
+        sig = (tuple((x.shape[1:], x.dtype) for x in xs), (y.shape[1:], y.dtype))
+        if self._signature is None:
+            self._signature = sig
+        elif sig != self._signature:
+            raise ValueError(f"batch shapes/dtypes changed: the step was compiled for {self._signature}, got {sig} "
+                             "(only the batch dimension may vary)")
+
+    # ------------------------------------------------------------------ public
+    def train_step(self, batch) -> float:
+        """Run one optimizer step on ``batch``; returns the loss (before the update)."""
+        xs, y = _split(batch)
+        self._check_signature(xs, y)
+        if self._train is None:
+            self._train = self._build(xs, y, training=True)
+        loss, _ = self._train.run(xs, y)
+        self.global_step += 1
+        if self.scheduler is not None and self.scheduler_interval == "step" and not _is_plateau(self.scheduler):
+            self.scheduler.step()
+        return loss
+
+    def evaluate(self, loader: Iterable) -> dict:
+        """Mean loss (weighted by batch size) and, for class-index targets, accuracy over ``loader``."""
+        total, n, correct = 0.0, 0, 0
+        has_acc = True
+        for batch in loader:
+            xs, y = _split(batch)
+            self._check_signature(xs, y)
+            if self._eval is None:
+                self._eval = self._build(xs, y, training=False)
+            loss, c = self._eval.run(xs, y)
+            b = len(y)
+            total += loss * b
+            n += b
+            if c is None:
+                has_acc = False
+            else:
+                correct += c
+        if n == 0:
+            raise ValueError("evaluate: the loader produced no batches")
+        out = {"loss": total / n}
+        if has_acc:
+            out["accuracy"] = correct / n
+        return out
+
+    def predict(self, *inputs) -> np.ndarray:
+        """The model's output on numpy ``inputs`` (eval mode; a separate graph compiled once per input shape)."""
+        key = tuple((np.asarray(x).shape, np.asarray(x).dtype) for x in inputs)
+        cache = self.__dict__.setdefault("_predict", {})
+        if key not in cache:
+            graph = Graph()
+            ts = [graph.tensor(np.asarray(x).shape, _input_dtype(np.asarray(x)), f"input{k}")
+                  for k, x in enumerate(inputs)]
+            was = self.model.training
+            self.model.eval()
+            try:
+                out = self.model(*ts).retrieve()
+            finally:
+                self.model.train(was)
+            graph.compile(device=self.device)
+            cache[key] = (graph, ts, out)
+        graph, ts, out = cache[key]
+        for t, x in zip(ts, inputs):
+            t.set(np.asarray(x).astype(t.dtype.numpy, copy=False))
+        graph.execute()
+        return out.data()
+
+    def fit(self, train_loader: Iterable, epochs: int = 1, val_loader: Iterable | None = None,
+            checkpoint: str | None = None, resume: bool = False, progress: bool = True) -> list[dict]:
+        """Train until ``epochs`` epochs are done in total (a later call with a larger ``epochs`` continues).
+
+        Each epoch records ``loss`` (mean over batches), ``accuracy`` when targets are class indices,
+        ``val_loss``/``val_accuracy`` with a ``val_loader``, ``steps_per_s`` and ``samples_per_s``. With
+        ``checkpoint`` a checkpoint (model, optimizer, scheduler, counters) is written atomically after every
+        epoch; ``resume=True`` first loads it when the file exists and continues from its epoch.
+        """
+        if epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {epochs}")
+        if resume and checkpoint and os.path.exists(checkpoint):
+            self.load_checkpoint(checkpoint)
+        for epoch in range(self.epoch, epochs):
+            if hasattr(train_loader, "set_epoch"):
+                train_loader.set_epoch(epoch)
+            bar = _progress(train_loader, f"epoch {epoch + 1}/{epochs}", progress)
+            losses, seen, correct, acc_ok = [], 0, 0, True
+            t0 = time.perf_counter()
+            for batch in bar:
+                xs, y = _split(batch)
+                self._check_signature(xs, y)
+                if self._train is None:
+                    self._train = self._build(xs, y, training=True)
+                    t0 = time.perf_counter()  # compile time is not training throughput
+                loss, c = self._train.run(xs, y)
+                self.global_step += 1
+                if self.scheduler is not None and self.scheduler_interval == "step" and \
+                        not _is_plateau(self.scheduler):
+                    self.scheduler.step()
+                losses.append(loss)
+                seen += len(y)
+                if c is None:
+                    acc_ok = False
+                else:
+                    correct += c
+                if hasattr(bar, "set_postfix") and (len(losses) % 5 == 0 or len(losses) == 1):
+                    dt = max(time.perf_counter() - t0, 1e-9)
+                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", samples_s=f"{seen / dt:.0f}")
+            dt = max(time.perf_counter() - t0, 1e-9)
+            if hasattr(bar, "close"):
+                bar.close()
+            if not losses:
+                raise ValueError("fit: the training loader produced no batches")
+            record = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "steps_per_s": len(losses) / dt,
+                      "samples_per_s": seen / dt}
+            if acc_ok:
+                record["accuracy"] = correct / seen
+            if val_loader is not None:
+                val = self.evaluate(val_loader)
+                record.update({f"val_{k}": v for k, v in val.items()})
+            if self.scheduler is not None:
+                if _is_plateau(self.scheduler):
+                    self.scheduler.step(record.get("val_loss", record["loss"]))
+                elif self.scheduler_interval == "epoch":
+                    self.scheduler.step()
+            self.epoch = epoch + 1
+            self.history.append(record)
+            if progress:
+                print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+            if checkpoint:
+                self.save_checkpoint(checkpoint)
+        return self.history
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "epoch": self.epoch, "global_step": self.global_step, "history": self.history}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.epoch = int(state.get("epoch", 0))
+        self.global_step = int(state.get("global_step", 0))
+        self.history = list(state.get("history", []))
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write model, optimizer, scheduler and counters to ``path`` atomically (see :func:`save_checkpoint`)."""
+        save_checkpoint(path, self.state_dict())
+
+    def load_checkpoint(self, path: str) -> None:
+        self.load_state_dict(load_checkpoint(path))
+
+
+def _is_plateau(scheduler) -> bool:
+    return type(scheduler).__name__ == "ReduceLROnPlateau"
+
+
+def _progress(iterable, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return iterable
+    total = len(iterable) if hasattr(iterable, "__len__") else None
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+# ---------------------------------------------------------------------------- checkpoint files
+def _flatten(obj, prefix: str, arrays: dict):
+    """JSON-able structure with numpy arrays replaced by references into ``arrays``."""
+    if isinstance(obj, np.ndarray):
+        key = f"a{len(arrays)}"
+        arrays[key] = obj
+        return {"__array__": key}
+    if isinstance(obj, dict):
+        return {"__dict__": [[_flatten(k, prefix, arrays), _flatten(v, prefix, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {"__tuple__" if isinstance(obj, tuple) else "__list__": [_flatten(v, prefix, arrays) for v in obj]}
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"checkpoint: cannot store a value of type {type(obj).__name__}")
+
+
+def _unflatten(obj, arrays):
+    if isinstance(obj, dict):
+        if "__array__" in obj:
+            return np.array(arrays[obj["__array__"]])
+        if "__dict__" in obj:
+            return {_unflatten(k, arrays): _unflatten(v, arrays) for k, v in obj["__dict__"]}
+        if "__tuple__" in obj:
+            return tuple(_unflatten(v, arrays) for v in obj["__tuple__"])
+        if "__list__" in obj:
+            return [_unflatten(v, arrays) for v in obj["__list__"]]
+    return obj
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    """Save a nested dict of numpy arrays, numbers and strings (model/optimizer/scheduler state dicts) to one
+    ``.npz`` file. Written to a temporary file in the same folder and renamed: a crash never leaves a
+    half-written checkpoint."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = _flatten(state, "", arrays)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_checkpoint(path: str) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as z:
+        if "__meta__" not in z:
+            raise ValueError(f"{path} is not a luminal checkpoint (no __meta__ entry)")
+        meta = json.loads(bytes(z["__meta__"]).decode())
+        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    return _unflatten(meta, arrays)
