@@ -131,8 +131,9 @@ def find_gemm(graph: Graph, node) -> tuple | None:
     """Recognise ``SumReduce(r)(Mul(x_view, y_view))`` as a (batched) matrix product; returns operand edges.
 
     The output's last two axes are M and N: M read only by one operand (stride 0 in the other), N only by
-    the other; every other axis is a batch axis (one BLAS call per batch index; an operand may broadcast it). This covers ``a @ b`` with any transposes and the
-    products the autograd pass writes for matmul gradients (reduction over a middle axis). The returned edges
+    the other; every other axis is a batch axis (one BLAS call per batch index; an operand may broadcast
+    it). This covers ``a @ b`` with any transposes and the products the autograd pass writes for matmul
+    gradients (reduction over a middle axis, operands broadcast along M or K by a constant gradient). The returned edges
     are the operand views permuted to ``(*batch, M, N, K)`` (stride 0 on N for the first, on M for the second).
     """
     if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float or node.dtype == DType.float16:
@@ -140,29 +141,45 @@ def find_gemm(graph: Graph, node) -> tuple | None:
     edge = node.inputs[0]
     mul = graph.nodes[edge.src]
     nd = edge.shape.ndim
-    if not isinstance(mul.op, ops.Mul) or nd < 3 or not edge.shape.is_contiguous() or edge.shape.dims != mul.dims:
+    if not isinstance(mul.op, ops.Mul) or nd < 3 or not edge.shape.is_contiguous():
         return None
     x, y = mul.inputs
     if x.shape.masks or y.shape.masks:
         return None
+    if edge.shape.dims != mul.dims:  # the reduction reads a reshape of the product: reshape the operands too
+        xs, ys = x.shape.reshape(edge.shape.dims), y.shape.reshape(edge.shape.dims)
+        if xs is None or ys is None:
+            return None
+        x, y = Edge(x.src, x.output, xs), Edge(y.src, y.output, ys)
     r = node.op.axis
-    if x.shape.strides[r] == 0 or y.shape.strides[r] == 0:
-        return None
+    if x.shape.strides[r] == 0 and y.shape.strides[r] == 0:
+        return None  # (an operand broadcast along K, e.g. a constant upstream gradient, is packed for BLAS)
     rest = [j for j in range(nd) if j != r]
     first, second = rest[-2], rest[-1]  # the output's last two axes are M and N; the others are batch axes
 
-    def only(a, b, j):  # read by a, broadcast in b
-        return a.shape.strides[j] != 0 and b.shape.strides[j] == 0
+    def fits(a, b):  # a supplies M (b broadcasts it), b supplies N (a broadcasts it)
+        return b.shape.strides[first] == 0 and a.shape.strides[second] == 0 and \
+            (a.shape.strides[first] != 0 or b.shape.strides[second] != 0)
 
-    if only(x, y, first) and only(y, x, second):
+    if fits(x, y):
         a, b = x, y
-    elif only(y, x, first) and only(x, y, second):
+    elif fits(y, x):
         a, b = y, x
     else:
         return None
     batch, m, n = rest[:-2], first, second
     perm = batch + [m, n, r]
-    return (Edge(a.src, a.output, a.shape.permute(perm)), Edge(b.src, b.output, b.shape.permute(perm)))
+    av, bv = a.shape.permute(perm), b.shape.permute(perm)
+    # fold trailing batch axes into M while the first operand addresses them affinely and the second
+    # broadcasts them: fewer, larger BLAS calls (e.g. (batch, seq) rows of a Linear's input gradient)
+    nb = len(batch)
+    while nb > 0 and bv.strides[nb - 1] == 0 and bv.strides[nb] == 0:
+        merged = av.merge_dims(nb - 1)
+        if merged is None:
+            break
+        av, bv = merged, bv.merge_dims(nb - 1)
+        nb -= 1
+    return (Edge(a.src, a.output, av), Edge(b.src, b.output, bv))
 
 
 def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DType):
@@ -172,9 +189,11 @@ def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DTyp
     Broadcast (stride-0) axes are not copied: the temporary keeps them as stride-0 axes of its view.
     """
     view = edge.shape
-    if view.strides[k_axis] == 1 or view.strides[mn_axis] == 1:
+    sk, smn = view.strides[k_axis], view.strides[mn_axis]
+    if (sk == 1 and smn != 0) or (smn == 1 and sk != 0) or (sk == 1 and view.dims[mn_axis] == 1):
         return edge.src, view
-    keep = [j for j, s in enumerate(view.strides) if s != 0]
+    # pack: M/N and K always (a broadcast operand is materialized), other broadcast axes stay broadcast
+    keep = [j for j, s in enumerate(view.strides) if s != 0 or j in (k_axis, mn_axis)]
     packed = ShapeTracker([view.dims[j] for j in keep], [view.strides[j] for j in keep], view.offset)
     temp = -1 - len([b for b in program.buffers if b < 0])  # synthetic buffer id (not a graph node)
     dims = tuple(packed.dims)
@@ -182,7 +201,7 @@ def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DTyp
     program.kernels.append(ElementwiseKernel(temp, dims, Load(edge.src, packed, dtype), dtype))
     strides, acc = [], 1
     for j in range(len(view.dims) - 1, -1, -1):
-        if view.strides[j] == 0:
+        if j not in keep:
             strides.append(0)
         else:
             strides.append(acc)
@@ -282,10 +301,11 @@ def lower(graph: Graph) -> Program:
             continue
         if node_id in gemms:
             a, b = gemms[node_id]
-            nb = len(node.dims) - 2
+            nb = a.shape.ndim - 3
+            dims = tuple(a.shape.dims[:nb + 1]) + (b.shape.dims[nb + 1],)
             a_src, a_view = _blas_operand(program, a, nb + 2, nb, node.dtype)
             b_src, b_view = _blas_operand(program, b, nb + 2, nb + 1, node.dtype)
-            program.kernels.append(GemmKernel(node_id, a_src, a_view, b_src, b_view, node.dims, node.dtype))
+            program.kernels.append(GemmKernel(node_id, a_src, a_view, b_src, b_view, dims, node.dtype))
         elif isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             e = node.inputs[0]
             program.kernels.append(ReduceKernel(node_id, node.dims, op.axis, e.shape.dims[op.axis],

@@ -273,12 +273,53 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
     src_dims = tuple(to_expr(d) for d in src_dims)
     if st == ShapeTracker.contiguous_of(src_dims):
         return g
-    out = _unview_affine(g, st, src_dims)
+    for method in (_unview_affine, _unview_split, _unview_windows):
+        out = _attempt(g.graph, method, g, st, src_dims)
+        if out is not None:
+            return out
+    return _unview_gather(g, st, src_dims)
+
+
+def _attempt(graph: Graph, method, *args):
+    """Run an unview strategy; when it gives up, remove the nodes it added (dead nodes would be computed
+    and would hide matrix products from the GEMM lowering)."""
+    start = graph._next_id
+    out = method(*args)
     if out is None:
-        out = _unview_windows(g, st, src_dims)
-    if out is None:
-        out = _unview_gather(g, st, src_dims)
+        for nid in sorted((n for n in graph.nodes if n >= start), reverse=True):
+            graph.remove_node(nid)
     return out
+
+
+def _unview_split(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
+    """Views that address part of a source axis with their own stride (heads split out of a feature axis,
+    q/k/v sliced from a fused projection): split the source axes to match, undo the view there, reshape back."""
+    src_dims = tuple(src_dims)
+    fine = list(src_dims)
+    changed = True
+    while changed:
+        changed = False
+        strides = contiguous_strides(fine)
+        for s in st.strides:
+            sc = _const(s)
+            if sc is None or sc == 0 or any(cs == s for cs in strides):
+                continue
+            for a in range(len(fine)):
+                cs, n = _const(strides[a]), _const(fine[a])
+                if cs is None or n is None or sc % cs or not cs < abs(sc) < cs * n:
+                    continue
+                inner = abs(sc) // cs
+                if n % inner:
+                    continue
+                fine[a:a + 1] = [to_expr(n // inner), to_expr(inner)]
+                changed = True
+                break
+            if changed:
+                break
+    if len(fine) == len(src_dims):
+        return None
+    out = _unview_affine(g, st, tuple(fine))
+    return None if out is None else out.reshape(src_dims)
 
 
 def _const(e: Expression) -> int | None:
@@ -304,7 +345,13 @@ def _drop_axis(st: ShapeTracker, axis: int) -> ShapeTracker:
 
 def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
     """Undo views that map each view axis to its own source axis with stride +-1; ``None`` if not that kind."""
-    # 1. broadcast axes: sum (a mask on such an axis alone keeps an interval of it: slice first)
+    # 1. broadcast axes: sum (a mask on such an axis alone keeps an interval of it: slice first); adjacent
+    #    unmasked ones are merged first so one reduction (one GEMM for a weight gradient) covers them
+    for j in range(st.ndim - 2, -1, -1):
+        if st.strides[j] == 0 and st.strides[j + 1] == 0 and all(c[j] == 0 and c[j + 1] == 0 for c, _, _ in st.masks):
+            gm, sm = g.shape.merge_dims(j), st.merge_dims(j)
+            if gm is not None and sm is not None:
+                g, st = g._view(gm), sm
     for j in range(st.ndim - 1, -1, -1):
         if st.strides[j] == 0:
             lo, hi, rest = to_expr(0), st.dims[j], []
