@@ -331,9 +331,11 @@ class CRenderer:
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
         """Nested loops over ``dims`` (outer ones parallel); ``body_fn(vars, flat_expr)`` returns statements."""
-        n = len(dims)
-        vars_ = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+        # size-1 axes get no loop (their index is 0): an inner loop of trip count 1 would block vectorization
+        vars_ = tuple(to_expr(0) if d == 1 else Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
                       for j, d in enumerate(dims))
+        active = [j for j, d in enumerate(dims) if d != 1]
+        n = len(active)
         total = to_expr(1)
         for d in dims:
             total = total * d
@@ -352,14 +354,14 @@ class CRenderer:
                 lines.append(f"{indent}#pragma omp parallel for simd schedule(static) {cond}")
             else:
                 lines.append(f"{indent}#pragma omp parallel for collapse({n - 1}) schedule(static) {cond}")
-        for j, (v, d) in enumerate(zip(vars_, dims)):
-            if j == n - 1 and n > 1 and simd_inner:
-                lines.append(f"{indent}{'    ' * j}#pragma omp simd")
-            lines.append(f"{indent}{'    ' * j}for (long long i{j} = 0; i{j} < {self.index(d)}; i{j}++) {{")
+        for pos, j in enumerate(active):
+            if pos == n - 1 and n > 1 and simd_inner:
+                lines.append(f"{indent}{'    ' * pos}#pragma omp simd")
+            lines.append(f"{indent}{'    ' * pos}for (long long i{j} = 0; i{j} < {self.index(dims[j])}; i{j}++) {{")
         inner = indent + "    " * n
         lines += [inner + b for b in body]
-        for j in range(n - 1, -1, -1):
-            lines.append(f"{indent}{'    ' * j}}}")
+        for pos in range(n - 1, -1, -1):
+            lines.append(f"{indent}{'    ' * pos}}}")
 
     def _elementwise(self, kernel: ElementwiseKernel, lines):
         dims, value = _flatten_space(kernel.dims, kernel.value)
@@ -545,10 +547,9 @@ def _merge_value(value, axis: int):
                 return None
             args.append(m)
         return Compute(value.op, tuple(args), value.dtype)
-    if isinstance(value, Remapped):
-        st = value.view.merge_dims(axis)
-        return None if st is None else Remapped(value.value, value.dims, st, value.dtype)
-    return None  # gathers keep their axes
+    # Remapped values (an inlined producer seen through a view) and gathers keep their axes: the producer's
+    # indices are recovered from the view's offset, which is division-free only over separate loop variables
+    return None
 
 
 def _flatten_space(dims, value):

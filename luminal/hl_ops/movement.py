@@ -265,7 +265,7 @@ class MovementOps:
         x = self
         for axis, (before, after) in enumerate(padding):
             x = x.pad_axis(axis, before, after)
-        if value != 0:
+        if value != 0 and any(to_expr(b) != 0 or to_expr(a) != 0 for b, a in padding):
             from .binary import where
             from ._util import constant
             inside = constant(self.graph, True, DType.bool, self.dims)

@@ -107,18 +107,19 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     x = x.pad([(0, 0), (0, 0)] + pads)
     for i in range(n):
         x = x.pool(2 + 2 * i, kernel[i], stride[i], dilation[i])
-    # 3. channels -> (G, C/G); order (N, G, O..., Cg, K...), then im2col: (N, G, O, Cg*K) materialized once
+    # 3. channels -> (G, C/G); order (N, G, Cg, K..., O...), then im2col: (N, G, Cg*K, O) materialized once
+    #    (output positions innermost: the copy streams rows of the input, the GEMM reads O with stride 1)
     x = x.split_dims(1, c_in_g)
     o_axes = [3 + 2 * i for i in range(n)]
     k_axes = [4 + 2 * i for i in range(n)]
-    x = x.permute([0, 1] + o_axes + [2] + k_axes)
-    out_dims = x.dims[2:2 + n]
+    out_dims = tuple(x.dims[a] for a in o_axes)
+    x = x.permute([0, 1, 2] + k_axes + o_axes)
     o_total, ck = _prod(out_dims), c_in_g * _prod(kernel)
-    cols = x.reshape((x.dims[0], groups, o_total, ck))
-    # 4. one (batched) matrix product per image and group: (C_out/G, CK) x (O, CK)^T -> (N, G, C_out/G, O)
+    cols = x.reshape((x.dims[0], groups, ck, o_total))
+    # 4. one (batched) matrix product per image and group: (C_out/G, CK) x (CK, O) -> (N, G, C_out/G, O)
     w = weight.reshape((groups, c_out // groups, ck))
-    prod = cols.unsqueeze(2) * w.unsqueeze(0).unsqueeze(3)   # (N, G, C_out/G, O, CK)
-    out = prod.sum(-1).reshape((x.dims[0], c_out) + tuple(out_dims))
+    prod = cols.unsqueeze(2) * w.unsqueeze(0).unsqueeze(-1)   # (N, G, C_out/G, CK, O)
+    out = prod.sum(3).reshape((x.dims[0], c_out) + out_dims)
     if bias is not None:
         out = out + bias.reshape((c_out,) + (1,) * n)
     return out.squeeze(0) if unbatched else out
