@@ -408,6 +408,8 @@ class CRenderer:
             out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = ({dtype.c_type})acc;")
             return out
 
+        if self._column_reduce(kernel, lines, reduce_var, work):
+            return
         if not kernel.dims:
             # a full reduction: parallelize the reduced loop itself
             w = _KernelWriter(self)
@@ -423,6 +425,63 @@ class CRenderer:
             lines.append(f"    {self.pointer(kernel.out)}[0] = ({dtype.c_type})acc;")
             return
         self._loops(kernel.dims, lines, body, work=work)
+
+    def _column_reduce(self, kernel: ReduceKernel, lines, reduce_var, work) -> bool:
+        """A float sum over a non-innermost axis with a long contiguous run of outputs after it (bias gradients:
+        sums over the batch): accumulate whole output rows, reduced axis outside, the row inside (vectorized;
+        threads split the row). The per-output loop would walk the reduced axis with a large stride."""
+        if kernel.kind != "sum" or kernel.dtype not in (DType.float32, DType.float64):
+            return False
+        a = kernel.axis
+        inner_dims = kernel.dims[a:]
+        if not inner_dims:
+            return False
+        value = kernel.value
+        nin = len(kernel.dims) + 1
+        # merge the trailing (input) axes a+1.. into one
+        for _ in range(len(inner_dims) - 1):
+            value = _merge_value(value, a + 1)
+            if value is None:
+                return False
+        row = to_expr(1)
+        for d in inner_dims:
+            row = row * d
+        if not row.is_constant() or row.to_int() < 16:
+            return False
+        outer = kernel.dims[:a]
+        outer_vars = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+                           for j, d in enumerate(outer))
+        jvar = Expression.symbol("j", row.to_int() - 1)
+        w = _KernelWriter(self)
+        v = w.emit(value, outer_vars + (reduce_var, jvar))
+        base = to_expr(0)
+        for var, st in zip(outer_vars, ShapeTracker.contiguous_of(tuple(outer) + (row,)).strides[:-1]):
+            base = base + var * st
+        out = self.pointer(kernel.out)
+        n_row = self.index(row)
+        del nin
+        lines.append(f"    #pragma omp parallel if(({self.index(work)}) >= {PARALLEL_WORK})")
+        lines.append("    {")
+        lines.append("        long long nt = omp_get_num_threads(), t = omp_get_thread_num();")
+        lines.append(f"        long long lo = ({n_row} * t) / nt, hi = ({n_row} * (t + 1)) / nt;")
+        ind = "        "
+        for j, d in enumerate(outer):
+            lines.append(f"{ind}for (long long i{j} = 0; i{j} < {self.index(d)}; i{j}++) {{")
+            ind += "    "
+        lines.append(f"{ind}{kernel.dtype.c_type} *restrict row = {out} + {self.index(base)};")
+        lines.append(f"{ind}for (long long j = lo; j < hi; j++) row[j] = 0;")
+        lines.append(f"{ind}for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
+        lines.append(f"{ind}    #pragma omp simd")
+        lines.append(f"{ind}    for (long long j = lo; j < hi; j++) {{")
+        lines += [f"{ind}        " + x for x in w.lines]
+        lines.append(f"{ind}        row[j] += {v};")
+        lines.append(f"{ind}    }}")
+        lines.append(f"{ind}}}")
+        for j in range(len(outer) - 1, -1, -1):
+            ind = ind[:-4]
+            lines.append(f"{ind}}}")
+        lines.append("    }")
+        return True
 
     def _gemm(self, kernel: GemmKernel, lines):
         dims = kernel.dims
