@@ -128,6 +128,39 @@ class CProgram:
     buffer_order: list
     symbols: list
     uses_blas: bool
+    groups: list = None  # kernel indices rendered together (one C function each)
+
+
+def kernel_groups(program: Program) -> list[list[int]]:
+    """Runs of consecutive elementwise kernels over the same iteration space, rendered as one loop nest
+    (horizontal fusion: an optimizer's parameter and moment updates read the gradient once). A later kernel of
+    a run may read an earlier one's output only at the same element (a contiguous view of the same dims)."""
+    groups: list[list[int]] = []
+    for k, kernel in enumerate(program.kernels):
+        if groups and isinstance(kernel, ElementwiseKernel):
+            run = groups[-1]
+            first = program.kernels[run[0]]
+            if isinstance(first, ElementwiseKernel) and tuple(first.dims) == tuple(kernel.dims) and \
+                    _reads_only_elementwise(kernel.value, {program.kernels[i].out for i in run}, kernel.dims):
+                run.append(k)
+                continue
+        groups.append([k])
+    return groups
+
+
+def _reads_only_elementwise(value, outs: set, dims) -> bool:
+    same = ShapeTracker.contiguous_of(dims)
+    for v in _walk(value):
+        if isinstance(v, Load) and v.buffer in outs and v.view != same:
+            return False
+        if isinstance(v, GatherValue) and v.data is None and v.data_buffer in outs:
+            return False
+        if isinstance(v, GatherValue) and v.data is not None and any(
+                isinstance(u, Load) and u.buffer in outs for u in _walk(v.data)):
+            return False
+        if isinstance(v, Remapped) and any(isinstance(u, Load) and u.buffer in outs for u in _walk(v.value)):
+            return False
+    return True
 
 
 def _c_name(symbol: str) -> str:
@@ -290,13 +323,15 @@ class CRenderer:
     def pointer(self, buffer: int) -> str:
         return f"b{self.slot[buffer]}"
 
-    def _prologue(self, kernel, lines: list[str]) -> None:
+    def _prologue(self, kernels, lines: list[str]) -> None:
+        kernels = kernels if isinstance(kernels, list) else [kernels]
         for s in self.symbols:
             lines.append(f"    const long long {self.names[s]} = syms[{self.symbols.index(s)}]; (void){self.names[s]};")
-        used = _kernel_buffers(kernel)
+        used = set().union(*[_kernel_buffers(k) for k in kernels])
+        outs = {k.out for k in kernels}
         for b in sorted(used, key=lambda x: self.slot[x]):
             dtype = self.program.buffers[b][1]
-            const = "" if b == kernel.out else "const "
+            const = "" if b in outs else "const "
             lines.append(f"    {const}{dtype.c_type} *restrict {self.pointer(b)} = ({const}{dtype.c_type} *)bufs[{self.slot[b]}];")
 
     def render(self) -> CProgram:
@@ -304,10 +339,14 @@ class CRenderer:
         if any(isinstance(k, GemmKernel) for k in self.program.kernels):
             parts.append(_gemm_helpers())
         calls = []
-        for k, kernel in enumerate(self.program.kernels):
+        groups = kernel_groups(self.program)
+        for k, group in enumerate(groups):
+            kernel = self.program.kernels[group[0]]
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
-            self._prologue(kernel, lines)
-            if isinstance(kernel, ElementwiseKernel):
+            self._prologue([self.program.kernels[i] for i in group], lines)
+            if len(group) > 1:
+                self._elementwise_group([self.program.kernels[i] for i in group], lines)
+            elif isinstance(kernel, ElementwiseKernel):
                 self._elementwise(kernel, lines)
             elif isinstance(kernel, ReduceKernel):
                 self._reduce(kernel, lines)
@@ -321,12 +360,12 @@ class CRenderer:
             else:
                 calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
         if self.profile:  # LUMINAL_PROFILE=1: seconds per kernel, summed over runs, read by the runtime
-            n = max(1, len(self.program.kernels))
+            n = max(1, len(groups))
             parts.append(f"static double lm_prof[{n}];\n"
                          f"void luminal_profile(double *out) {{ for (int k = 0; k < {n}; k++) out[k] = lm_prof[k]; }}")
         parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + "\n".join(calls)
                      + "\n    return err;\n}\n")
-        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas)
+        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups)
 
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
@@ -362,6 +401,28 @@ class CRenderer:
         lines += [inner + b for b in body]
         for pos in range(n - 1, -1, -1):
             lines.append(f"{indent}{'    ' * pos}}}")
+
+    def _elementwise_group(self, kernels, lines):
+        values = [k.value for k in kernels]
+        dims = tuple(kernels[0].dims)
+        j = 0
+        while j < len(dims) - 1:  # merge axes only where every kernel's views stay affine
+            merged = [_merge_value(v, j) for v in values]
+            if any(m is None for m in merged):
+                j += 1
+                continue
+            values = merged
+            dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
+
+        def body(vars_, flat):
+            w = _KernelWriter(self)
+            stores = []
+            for kernel, value in zip(kernels, values):
+                result = w.emit(value, vars_)
+                w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};")
+            return w.lines + stores
+
+        self._loops(dims, lines, body, simd_inner=True, work=sum(_work(v) for v in values))
 
     def _elementwise(self, kernel: ElementwiseKernel, lines):
         dims, value = _flatten_space(kernel.dims, kernel.value)

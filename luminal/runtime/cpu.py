@@ -147,12 +147,17 @@ class CPURuntime:
         if key == self._plan_key:
             return
         program = self.program
-        kernel_of = {k.out: i for i, k in enumerate(program.kernels)}
-        last_use: dict[int, int] = {}
+        # lifetimes in units of rendered groups (kernels fused into one loop nest run together)
         from ..codegen.c import _kernel_buffers
+        step = {}
+        for g, group in enumerate(self.cprogram.groups or [[i] for i in range(len(program.kernels))]):
+            for i in group:
+                step[i] = g
+        kernel_of = {k.out: step[i] for i, k in enumerate(program.kernels)}
+        last_use: dict[int, int] = {}
         for i, kernel in enumerate(program.kernels):
             for b in _kernel_buffers(kernel):
-                last_use[b] = i
+                last_use[b] = step[i]
         owned = set(program.inputs) | set(program.outputs)
         intervals = []
         for node_id, (dims, dtype) in program.buffers.items():
@@ -189,12 +194,15 @@ class CPURuntime:
         if not self.profiling:
             raise RuntimeError("kernel profiling is off: set LUMINAL_PROFILE=1 before compiling the graph")
         from ..codegen.kernel import GemmKernel, ReduceKernel
-        n = len(self.program.kernels)
-        out = (ctypes.c_double * max(1, n))()
+        groups = self.cprogram.groups
+        out = (ctypes.c_double * max(1, len(groups)))()
         self._lib.luminal_profile(out)
         rows = []
-        for k, kernel in enumerate(self.program.kernels):
+        for k, group in enumerate(groups):
+            kernel = self.program.kernels[group[0]]
             kind = "gemm" if isinstance(kernel, GemmKernel) else "reduce" if isinstance(kernel, ReduceKernel) else "elementwise"
+            if len(group) > 1:
+                kind += f" x{len(group)}"
             label = self.graph.nodes[kernel.out].label if kernel.out in self.graph.nodes else "?"
             rows.append((out[k], k, kind, [str(d) for d in kernel.dims], label))
         total = sum(r[0] for r in rows) or 1.0

@@ -161,6 +161,7 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
                 if e.src in reach:
                     needed.add(e.src)
     relevant = needed & reach
+    readers = {nid: len(edges) for nid, edges in graph.consumer_edges().items()}
     pending: dict[int, list[GraphTensor]] = {}
     out_node = graph.nodes[output.id]
     pending[output.id] = [unview(seed, output.shape, out_node.dims)]
@@ -176,6 +177,19 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
         if nid in wanted:
             result[nid] = g
         slots = {k for k, e in enumerate(node.inputs) if e.src in relevant}
+        if isinstance(node.op, ops.Gather) and 0 in slots:
+            stacked = _stacked_select(graph, node, readers)
+            if stacked is not None:  # where(): route each branch's share straight to it (see below)
+                slots.discard(0)
+                add_node, picks = stacked
+                index = _operand(graph, node, 1)
+                for e, n in zip(add_node.inputs, picks):
+                    if e.src not in relevant:
+                        continue
+                    size = add_node.dims[node.op.axis]
+                    share = (g * index.eq(n).cast(g.dtype)).pad_axis(node.op.axis, n, size - 1 - n)
+                    src = graph.nodes[e.src]
+                    pending.setdefault(e.src, []).append(unview(share.cast(src.dtype), e.shape, src.dims))
         for slot, local in _local_grads(graph, node, g, slots):
             edge = node.inputs[slot]
             if local is None:
@@ -184,6 +198,46 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
             local = local.cast(src.dtype)
             pending.setdefault(edge.src, []).append(unview(local, edge.shape, src.dims))
     return result
+
+
+def _stacked_select(graph: Graph, gather, readers) -> tuple | None:
+    """Recognise a Gather that selects among branches stacked by padding (how ``where`` is built: the data is
+    ``Add(a padded to slot 1, b padded to slot 0)`` along the gathered axis, read only by this Gather).
+
+    Returns ``(the Add node, the slot each of its inputs occupies)``. The Gather's gradient is then sent to
+    each branch as ``g * (index == slot)`` directly — the same values the generic rule produces through the
+    Add, without materializing the stacked scatter (which BLAS consumers would have to copy again).
+    """
+    data_edge, index_edge = gather.inputs
+    axis = gather.op.axis
+    add = graph.nodes[data_edge.src]
+    if not isinstance(add.op, ops.Add) or readers.get(add.id, 0) != 1 or \
+            data_edge.shape != ShapeTracker.contiguous_of(add.dims):
+        return None
+    size = _const(add.dims[axis])
+    if size is None or size > 8 or index_edge.shape.dims[axis] != 1:
+        return None
+    if any(i != d for j, (i, d) in enumerate(zip(index_edge.shape.dims, add.dims)) if j != axis):
+        return None
+    picks = []
+    for e in add.inputs:
+        st = e.shape
+        if st.strides[axis] != 0:
+            return None
+        lo, hi = 0, size
+        for c, k, sz in st.masks:
+            if c[axis] == 0:
+                continue
+            if c[axis] != 1 or any(cc != 0 for j, cc in enumerate(c) if j != axis) or \
+                    _const(k) is None or _const(sz) is None:
+                return None
+            lo, hi = max(lo, -_const(k)), min(hi, _const(sz) - _const(k))
+        if hi - lo != 1:
+            return None
+        picks.append(lo)
+    if len(set(picks)) != len(picks):
+        return None
+    return add, picks
 
 
 def _operand(graph: Graph, node, slot: int) -> GraphTensor:

@@ -172,13 +172,17 @@ class Optimizer:
             if not live:
                 continue
             hyper_len = len(self._hyper(group, 1))
-            h_in = graph.tensor((hyper_len,), "float64", f"hyper{gi}")
-            h_in.set_deferred(lambda b, group=group, live=live: np.asarray(
-                self._hyper(group, self._next_step(live)), np.float64))
+            hypers: dict = {}  # one hyperparameter input per parameter dtype (no casts in the update)
+            for p in live:
+                if p.dtype not in hypers:
+                    h_in = graph.tensor((hyper_len,), p.dtype, f"hyper{gi}")
+                    h_in.set_deferred(lambda b, group=group, live=live, dt=p.dtype.numpy: np.asarray(
+                        self._hyper(group, self._next_step(live)), np.float64).astype(dt))
+                    hypers[p.dtype] = _Hyper(h_in, p.dtype)
             for p in live:
                 pt = p.bind(graph)
                 g = grads[p]
-                h = _Hyper(h_in, p.dtype)
+                h = hypers[p.dtype]
                 st = self.state.setdefault(p, {"step": 0})
                 bufs = {}
                 for name in self._state_names(group):
@@ -290,7 +294,7 @@ class _Hyper:
 
     def __getitem__(self, i: int) -> GraphTensor:
         if i not in self._cache:
-            self._cache[i] = self.tensor[i].cast(self.dtype)
+            self._cache[i] = self.tensor[i]  # a zero-copy view of the input
         return self._cache[i]
 
 
