@@ -73,5 +73,6 @@ from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_poo
                       adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,
                       max_pool1d, max_pool2d, max_pool3d)
 from .sparse import embedding  # noqa: E402
+from .losses import binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss  # noqa: E402
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("GraphError", "annotations", "where")]
