@@ -4,7 +4,7 @@ The whole training step (forward, backward, Adam update) is one compiled C progr
 of each epoch reuses it (symbolic batch dimension). Prints a progress bar per epoch, the test accuracy and
 the training speed. Runs in well under a minute on 2 cores.
 
-    python examples/digits_cnn.py [--epochs 12] [--device cpu|reference]
+    python examples/digits_cnn.py [--epochs 20] [--device cpu|reference]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def make_model() -> nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--device", default=None, help="cpu (compiled C, default) or reference (numpy)")

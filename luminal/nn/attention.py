@@ -165,42 +165,45 @@ class MultiheadAttention(Module):
         value = key if value is None else value
         unbatched = query.ndim == 2
         if unbatched:
-            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif self.batch_first:
+        elif not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        # now (L, N, E)
-        L, N, E = query.dims
-        S = key.dims[0]
+        # now (N, L, E): heads are split out of E, so every reshape below is a view of a contiguous buffer
+        N, L, E = query.dims
+        S = key.dims[1]
         H, hd = self.num_heads, self.embed_dim // self.num_heads
         (wq, wk, wv), (bq, bk, bv) = self._projections(query)
-        q = linear(query, wq, bq).reshape((L, N * H, hd)).transpose(0, 1)   # (N*H, L, hd)
-        k = linear(key, wk, bk).reshape((S, N * H, hd)).transpose(0, 1)
-        v = linear(value, wv, bv).reshape((S, N * H, hd)).transpose(0, 1)
-        scores = (q @ k.mT) * (1.0 / math.sqrt(hd))                        # (N*H, L, S)
+        q = linear(query, wq, bq).reshape((N, L, H, hd)).permute(0, 2, 1, 3)   # (N, H, L, hd)
+        k = linear(key, wk, bk).reshape((N, S, H, hd)).permute(0, 2, 1, 3)
+        v = linear(value, wv, bv).reshape((N, S, H, hd)).permute(0, 2, 1, 3)
+        scores = (q @ k.mT) * (1.0 / math.sqrt(hd))                            # (N, H, L, S)
         if is_causal and attn_mask is None:
             scores = where(_tril_bool(query.graph, L, S), scores, -math.inf)
         if attn_mask is not None:  # bool: True = NOT allowed (PyTorch's MHA convention); float: added
+            mask = attn_mask
+            if mask.ndim == 3:  # (N*H, L, S)
+                mask = mask.reshape((N, H, L, S))
             if attn_mask.dtype == DType.bool:
-                scores = where(attn_mask, -math.inf, scores)
+                scores = where(mask, -math.inf, scores)
             else:
-                scores = scores + attn_mask
+                scores = scores + mask
         if key_padding_mask is not None:  # (N, S), True = padding (ignored)
-            pad = key_padding_mask.unsqueeze(1).unsqueeze(2).expand((N, H, L, S)).reshape((N * H, L, S))
+            pad = key_padding_mask.unsqueeze(1).unsqueeze(2)                   # (N, 1, 1, S)
             if key_padding_mask.dtype == DType.bool:
                 scores = where(pad, -math.inf, scores)
             else:
                 scores = scores + pad
         weights = scores.softmax(-1)
-        out = (weights @ v).transpose(0, 1).reshape((L, N, E))               # (L, N, E)
+        out = (weights @ v).permute(0, 2, 1, 3).reshape((N, L, E))               # (N, L, E)
         out = self.out_proj(out)
         if unbatched:
-            out = out.squeeze(1)
-        elif self.batch_first:
+            out = out.squeeze(0)
+        elif not self.batch_first:
             out = out.transpose(0, 1)
         if not need_weights:
             return out, None
-        w = weights.reshape((N, H, L, S))
+        w = weights
         w = w.mean(1) if average_attn_weights else w
         return out, (w.squeeze(0) if unbatched else w)

@@ -385,7 +385,7 @@ def _sign(e: Expression) -> int | None:
     if c is not None:
         return (c > 0) - (c < 0)
     lo, hi = e.bounds()
-    if lo is not None and lo > 0:
+    if lo is not None and lo >= 0:  # symbolic strides are products of dims: zero only for empty tensors
         return 1
     if hi is not None and hi < 0:
         return -1
@@ -404,7 +404,7 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
     for j in range(st.ndim - 2, -1, -1):
         if st.strides[j] == 0 and st.strides[j + 1] == 0 and all(c[j] == 0 and c[j + 1] == 0 for c, _, _ in st.masks):
             gm, sm = g.shape.merge_dims(j), st.merge_dims(j)
-            if gm is not None and sm is not None:
+            if gm is not None and sm is not None and _factors_merge(g, j):
                 g, st = g._view(gm), sm
     for j in range(st.ndim - 1, -1, -1):
         if st.strides[j] == 0:
@@ -495,6 +495,16 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
         if before != 0 or after != 0:
             g = g.pad_axis(a, before, after)
     return g
+
+
+def _factors_merge(g: GraphTensor, j: int) -> bool:
+    """When ``g`` is a product node (a matmul's local gradient), merging its axes ``j, j+1`` before the sum
+    only pays if both factors can be addressed through the merged axis too (then the sum is one GEMM);
+    otherwise summing the axes one at a time keeps each step a (batched) GEMM."""
+    node = g.graph.nodes[g.id]
+    if not isinstance(node.op, ops.Mul) or g.shape != ShapeTracker.contiguous_of(node.dims):
+        return True
+    return all(e.shape.merge_dims(j) is not None for e in node.inputs)
 
 
 def _max_expr(a: Expression, b: Expression) -> Expression | None:

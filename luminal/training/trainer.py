@@ -69,7 +69,7 @@ class _Step:
             t.set(x.astype(t.dtype.numpy, copy=False))
         self.target.set(y.astype(self.target.dtype.numpy, copy=False))
         self.graph.execute()
-        correct = None if self.correct is None else int(self.correct.item())
+        correct = None if self.correct is None else float(self.correct.item())
         return float(self.loss.item()), correct
 
 
@@ -126,7 +126,16 @@ class Trainer:
         loss = loss.cast("float32").retrieve()
         correct = None
         if target.dtype.is_int and out.ndim == target.ndim + 1:
-            correct = out.argmax(1).cast(target.dtype).eq(target).sum().retrieve()
+            # class axis: 1 as in cross_entropy's (N, C, ...) layout, else the last one (N, ..., C)
+            for axis in dict.fromkeys((1, out.ndim - 1)):
+                if tuple(d for j, d in enumerate(out.dims) if j != axis) == tuple(target.dims):
+                    hits = out.argmax(axis).cast(target.dtype).eq(target).cast("int64")
+                    per_sample = hits.reshape((hits.dims[0], -1)).sum(1) if hits.ndim > 1 else hits
+                    # a sample counts its positions' mean (one number per sample, like the loss)
+                    n_pos = hits.numel() // hits.dims[0] if hits.ndim > 1 else 1
+                    correct = (per_sample.cast("float32") / n_pos).sum().retrieve() if hits.ndim > 1 \
+                        else per_sample.sum().retrieve()
+                    break
         if training:
             self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value)
         graph.compile(device=self.device)
