@@ -173,9 +173,15 @@ class UnaryOps:
         return where(self > 0, self, ((self / alpha).minimum(0.0).exp() - 1.0) * alpha)
 
     def sigmoid(self):
-        """``1 / (1 + exp(-x))``."""
+        """``1 / (1 + exp(-x))``, computed as ``where(x >= 0, 1, z) / (1 + z)`` with ``z = exp(-|x|)``.
+
+        ``exp`` never overflows, so values and gradients stay finite at any input (the naive form's
+        gradient is ``inf / inf`` below about -89 in float32).
+        """
+        from .binary import where
         x = self._floating()
-        return ((-x).exp() + 1.0).recip()
+        z = (-x.abs()).exp()
+        return where(x >= 0, 1.0, z) / (z + 1.0)
 
     def logsigmoid(self):
         """``log(sigmoid(x)) = -softplus(-x)`` (stable)."""
