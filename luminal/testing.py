@@ -28,9 +28,9 @@ def _build(fn: Callable, inputs: Sequence, seed: int):
     graph = Graph()
     tensors, arrays, diff = [], [], []
     for k, x in enumerate(inputs):
-        arr = np.ascontiguousarray(x)
+        arr = np.array(x, order="C")  # (ascontiguousarray would turn a 0-d array into shape (1,))
         if arr.dtype.kind == "f":
-            arr = np.ascontiguousarray(arr, dtype=np.float64)
+            arr = np.array(arr, dtype=np.float64, order="C")
             diff.append(k)
         t = graph.tensor(arr.shape, arr.dtype.name if arr.dtype != np.bool_ else "bool", f"x{k}").set(arr)
         tensors.append(t)

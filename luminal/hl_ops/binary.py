@@ -152,15 +152,24 @@ class BinaryOps:
                 return self.cast(DType.float64).pow(as_tensor(self, exponent).cast(DType.float64)).round().cast(dtype)
             dtype = DType.float32
         x, y, _, _ = binary_operands(self, exponent, dtype)
-        mag = (y * x.abs().log2()).exp2()
+        # |x| ** y through exp2/log2 on a safe base: a zero base gets its value from a where, so no
+        # 0 * inf reaches the gradient (d/dx x**2.5 and d/dy 0**y are 0 at x = 0, as in PyTorch)
+        ax = x.abs()
+        zero = ax.eq(0.0)
+        mag = where(zero, where(y < 0, math.inf, where(y > 0, 0.0, y * 0.0 + 1.0)),
+                    (y * where(zero, 1.0, ax).log2()).exp2())
         y_int = y.eq(y.floor())
         y_odd = y_int.logical_and(y.remainder(2.0).eq(1.0))
         signed = where(y_odd, -mag, mag)
         # a negative base to a fractional power is NaN, except -inf (C pow: +inf, or +0 for y < 0)
         negative_base = where(y_int, signed, where(x.eq(-math.inf), mag, math.nan))
         result = where(x < 0, negative_base, mag)
-        one = y.eq(0.0).logical_or(x.eq(1.0)).logical_or(x.eq(-1.0).logical_and(y.isinf()))  # (-1)**±inf == 1
-        return where(one, 1.0, result)  # x**0 == 1 and 1**y == 1, even for NaN
+        # x**0 == 1 and 1**y == 1 even for NaN/inf, and (-1)**±inf == 1; only the cases exp2/log2 get wrong
+        # are overridden, so finite cases keep their gradients (d/dy x**y at y = 0 is log x)
+        one = y.eq(0.0).logical_and(x.isfinite().logical_not())
+        one = one.logical_or(x.eq(1.0).logical_and(y.isfinite().logical_not()))
+        one = one.logical_or(x.eq(-1.0).logical_and(y.isinf()))
+        return where(one, 1.0, result)
 
     def rpow(self, base):
         """``base ** self``."""

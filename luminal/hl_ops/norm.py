@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._util import normalize_axes
+from .binary import where
 
 
 class NormOps:
@@ -40,7 +41,11 @@ class NormOps:
         axes = normalize_axes(axis, self.ndim)
         x = self._floating()
         if p == 2:
-            norm = x.square().sum(axes, keepdim=True).sqrt()
+            squares = x.square().sum(axes, keepdim=True)
+            # sqrt on a safe value: an all-zero slice gets norm 0 (then epsilon) and a zero gradient
+            # for the norm, not 0 * inf (PyTorch: x / epsilon)
+            positive = squares > 0
+            norm = where(positive, where(positive, squares, 1.0).sqrt(), 0.0)
         elif p == 1:
             norm = x.abs().sum(axes, keepdim=True)
         elif p == float("inf"):
