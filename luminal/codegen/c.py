@@ -194,7 +194,9 @@ class _KernelWriter:
     def temp(self, dtype: DType, expr: str) -> str:
         name = f"t{self.counter}"
         self.counter += 1
-        self.lines.append(f"{dtype.c_type} {name} = {expr};")
+        # bool temporaries are ints: GCC does not vectorize loops that mix unsigned char values with
+        # float/64-bit ones ("no vectype"); bool buffers stay one byte per element
+        self.lines.append(f"{'int' if dtype == DType.bool else dtype.c_type} {name} = {expr};")
         return name
 
     def index(self, e: Expression) -> str:
@@ -209,6 +211,20 @@ class _KernelWriter:
         self.memo[key] = (value, out)  # keep value alive so id() stays unique
         return out
 
+    def _in_bounds(self, buffer: int, off: Expression) -> bool:
+        """Whether ``off`` lies inside ``buffer`` for every value of the loop variables (constant sizes only)."""
+        entry = self.r.program.buffers.get(buffer)
+        if entry is None:
+            return False
+        size = 1
+        for d in entry[0]:
+            d = to_expr(d).to_int()
+            if d is None:
+                return False
+            size *= d
+        lo, hi = off.bounds()
+        return lo is not None and hi is not None and 0 <= lo and hi < size
+
     def _masked(self, view: ShapeTracker, vars_, text: str, dtype: DType) -> str:
         _, valid = view.axis_expressions(vars_)
         if valid == 1:
@@ -221,6 +237,11 @@ class _KernelWriter:
             ptr = self.r.pointer(value.buffer)
             if valid == 1:
                 return self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
+            if self._in_bounds(value.buffer, off):
+                # the address is valid even where the view masks the value out: load unconditionally and
+                # select (branch-free, so the loop vectorizes; a conditional load cannot be if-converted)
+                loaded = self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
+                return self.temp(value.dtype, f"({self.index(valid)}) ? {loaded} : ({value.dtype.c_type})0")
             return self.temp(value.dtype, f"({self.index(valid)}) ? {ptr}[{self.index(off)}] : "
                                           f"({value.dtype.c_type})0")
         if isinstance(value, ConstValue):
@@ -240,10 +261,15 @@ class _KernelWriter:
             idx = self.emit(value.index, vars_)
             g = f"g{self.counter}"
             self.counter += 1
-            extent = self.index(value.data_view.dims[value.axis])
+            extent_expr = value.data_view.dims[value.axis]
+            extent = self.index(extent_expr)
             self.lines.append(f"long long {g} = (long long)({idx});")
-            self.lines.append(f"if ({g} < 0 || {g} >= {extent}) {{ err = 1; {g} = 0; }}")
-            gvars = vars_[:value.axis] + (Expression.symbol(g),) + vars_[value.axis + 1:]
+            lo, hi = _value_range(value.index)
+            n = extent_expr.to_int()
+            if not (lo is not None and hi is not None and n is not None and 0 <= lo and hi < n):
+                self.lines.append(f"if ({g} < 0 || {g} >= {extent}) {{ err = 1; {g} = 0; }}")
+            gsym = Expression.symbol(g, n - 1) if n is not None else Expression.symbol(g)
+            gvars = vars_[:value.axis] + (gsym,) + vars_[value.axis + 1:]
             if value.data is None:
                 return self.emit(Load(value.data_buffer, value.data_view, value.dtype), gvars)
             return self.emit(value.data, gvars)
@@ -388,11 +414,35 @@ class CRenderer:
             lines.append(indent + "}")
             return
         cond = f"if(({self.index(total * work)}) >= {PARALLEL_WORK})"
+        # tiny constant innermost loops (e.g. a 2-wide pooling window) are unrolled and the loop around them is
+        # the vector loop: a 2-trip simd loop cannot vectorize, a 2x-unrolled body over a longer loop can
+        simd_pos = n - 1
+        if simd_inner and n > 1:
+            tail = 1
+            while simd_pos > 0:
+                t = dims[active[simd_pos]].to_int()
+                if t is None or t > 4 or tail * t > 16:
+                    break
+                tail *= t
+                simd_pos -= 1
+            if simd_pos == 0 or dims[active[simd_pos]].to_int() is not None and \
+                    dims[active[simd_pos]].to_int() <= 4:
+                simd_pos = n - 1  # (the outermost loop stays the parallel one)
+        # collapse only as many outer loops as give the threads enough chunks: every collapsed loop costs
+        # index arithmetic per iteration
+        n_collapse, chunks = 0, 1
+        while n_collapse < min(simd_pos, n - 1) and chunks < 256:
+            t = dims[active[n_collapse]].to_int()
+            chunks = chunks * t if t is not None else 1 << 30
+            n_collapse += 1
+        n_collapse = max(n_collapse, 1)
         if parallel:
             if n == 1:
                 lines.append(f"{indent}#pragma omp parallel for simd schedule(static) {cond}")
             else:
-                lines.append(f"{indent}#pragma omp parallel for collapse({n - 1}) schedule(static) {cond}")
+                lines.append(f"{indent}#pragma omp parallel for collapse({n_collapse}) schedule(static) {cond}")
+        if simd_pos < n - 1:  # interchange: the tiny loops go outside the vector loop (strided, but vectorized)
+            active = active[:simd_pos] + active[simd_pos + 1:] + [active[simd_pos]]
         for pos, j in enumerate(active):
             if pos == n - 1 and n > 1 and simd_inner:
                 lines.append(f"{indent}{'    ' * pos}#pragma omp simd")
@@ -575,6 +625,22 @@ class CRenderer:
 
 
 # ---------------------------------------------------------------------------- analysis helpers
+def _value_range(value) -> tuple:
+    """Inclusive integer range of a kernel value when it is known statically (bools and casts of bools)."""
+    if value.dtype == DType.bool:
+        return 0, 1
+    if isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
+        return 0, 1
+    if isinstance(value, Remapped):  # masked-out positions read 0
+        lo, hi = _value_range(value.value)
+        return (None, None) if lo is None else (min(lo, 0), max(hi, 0))
+    if isinstance(value, ConstValue) and not isinstance(value.value, Expression):
+        v = value.value
+        if float(v).is_integer():
+            return int(v), int(v)
+    return None, None
+
+
 def _walk(value):
     stack = [value]
     while stack:

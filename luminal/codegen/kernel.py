@@ -122,6 +122,42 @@ class Program:
 
 
 # ---------------------------------------------------------------------------- lowering
+def _inlinable_view(view, cost: int) -> bool:
+    """Whether a consumer may recompute a producer through ``view`` instead of reading a stored buffer:
+    its own layout, or a cheap producer seen through a view that reads each element at most once
+    (permutes, pads, slices, the stacked branches of a ``where``), never a broadcast or overlapping windows."""
+    if view.is_contiguous():
+        return True
+    if cost > MAX_RECOMPUTE:
+        return False
+    single = set()  # axes a mask restricts to one valid index (a where() branch's slot in the stack)
+    for coeffs, _, size in view.masks:
+        nonzero = [j for j, c in enumerate(coeffs) if c != 0]
+        if len(nonzero) == 1 and abs(coeffs[nonzero[0]].to_int() or 0) == 1 and size.to_int() == 1:
+            single.add(nonzero[0])
+    # symbolic sizes (a batch dim) are judged at a representative value: the decision only trades recompute
+    # against memory traffic, results are the same either way
+    probe = {name: 1009 for name in view.symbols()}
+    axes = []
+    for j, (d, st) in enumerate(zip(view.dims, view.strides)):
+        try:
+            d, st = d.evaluate(probe), st.evaluate(probe)
+        except Exception:  # noqa: BLE001 - an expression the probe cannot evaluate: keep the buffer
+            return False
+        if d == 1 or j in single:
+            continue
+        if st == 0:
+            return False
+        axes.append((abs(st), d))
+    axes.sort()
+    span = 1
+    for st, d in axes:
+        if st < span:
+            return False  # overlaps the axes inside it
+        span = st * d
+    return True
+
+
 MAX_RECOMPUTE = 6  # a node read by several kernels is recomputed in each when its body has at most this many ops
 
 _ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Cast)
@@ -238,7 +274,9 @@ def lower(graph: Graph) -> Program:
         else:
             cost[node_id] = 1 + sum(cost.get(e.src, 0) for e in node.inputs if e.src not in materialized)
             readers = consumers[node_id]
-            if not readers or any(c in gemm_muls or not graph.nodes[c].inputs[k].shape.is_contiguous()
+            # a single reader recomputes nothing through a view that reads each element once
+            budget = 0 if len(readers) == 1 else cost[node_id]
+            if not readers or any(c in gemm_muls or not _inlinable_view(graph.nodes[c].inputs[k].shape, budget)
                                   for c, k in readers):
                 materialized.add(node_id)
             elif len(readers) > 1 and cost[node_id] > MAX_RECOMPUTE:

@@ -173,15 +173,15 @@ class UnaryOps:
         return where(self > 0, self, ((self / alpha).minimum(0.0).exp() - 1.0) * alpha)
 
     def sigmoid(self):
-        """``1 / (1 + exp(-x))``, computed as ``where(x >= 0, 1, z) / (1 + z)`` with ``z = exp(-|x|)``.
-
-        ``exp`` never overflows, so values and gradients stay finite at any input (the naive form's
-        gradient is ``inf / inf`` below about -89 in float32).
-        """
+        """``1 / (1 + exp(-x))``; exactly 0 where ``exp(-x)`` would overflow (x below -88 in float32, -709 in
+        float64, -11 in float16; the true value is under the dtype's normal range there). ``-x`` is clamped
+        inside the ``exp`` too, so the gradient stays finite (unclamped it is ``0 * inf``). One fused loop."""
         from .binary import where
         x = self._floating()
-        z = (-x.abs()).exp()
-        return where(x >= 0, 1.0, z) / (z + 1.0)
+        limit = {DType.float16: 11.0, DType.float64: 709.0}.get(x.dtype, 88.0)
+        nx = -x
+        big = nx > limit
+        return where(big, 0.0, (where(big, limit, nx).exp() + 1.0).recip())
 
     def logsigmoid(self):
         """``log(sigmoid(x)) = -softplus(-x)`` (stable)."""

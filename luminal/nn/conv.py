@@ -107,19 +107,22 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     x = x.pad([(0, 0), (0, 0)] + pads)
     for i in range(n):
         x = x.pool(2 + 2 * i, kernel[i], stride[i], dilation[i])
-    # 3. channels -> (G, C/G); order (N, G, Cg, K..., O...), then im2col: (N, G, Cg*K, O) materialized once
-    #    (output positions innermost: the copy streams rows of the input, the GEMM reads O with stride 1)
+    # 3. channels -> (G, C/G); order (G, Cg, K..., N, O...), then im2col: (G, Cg*K, N*O) materialized once
+    #    (images and output positions innermost: the copy streams rows of the input, and the whole batch is one
+    #    GEMM per group with N*O columns; the weight gradient is one GEMM with K = N*O, no per-image partials)
     x = x.split_dims(1, c_in_g)
     o_axes = [3 + 2 * i for i in range(n)]
     k_axes = [4 + 2 * i for i in range(n)]
     out_dims = tuple(x.dims[a] for a in o_axes)
-    x = x.permute([0, 1, 2] + k_axes + o_axes)
+    batch = x.dims[0]
+    x = x.permute([1, 2] + k_axes + [0] + o_axes)
     o_total, ck = _prod(out_dims), c_in_g * _prod(kernel)
-    cols = x.reshape((x.dims[0], groups, ck, o_total))
-    # 4. one (batched) matrix product per image and group: (C_out/G, CK) x (CK, O) -> (N, G, C_out/G, O)
+    cols = x.reshape((groups, ck, batch * o_total))
+    # 4. one matrix product per group: (C_out/G, CK) x (CK, N*O) -> (G, C_out/G, N, O...), seen as (N, C_out, O...)
     w = weight.reshape((groups, c_out // groups, ck))
-    prod = cols.unsqueeze(2) * w.unsqueeze(0).unsqueeze(-1)   # (N, G, C_out/G, CK, O)
-    out = prod.sum(3).reshape((x.dims[0], c_out) + out_dims)
+    prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
+    out = prod.sum(2).reshape((groups, c_out // groups, batch) + out_dims)
+    out = out.permute([2, 0, 1] + [3 + i for i in range(n)]).reshape((batch, c_out) + out_dims)
     if bias is not None:
         out = out + bias.reshape((c_out,) + (1,) * n)
     return out.squeeze(0) if unbatched else out

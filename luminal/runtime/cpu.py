@@ -35,6 +35,11 @@ from ..graph import Graph
 # regions (and while Python runs between executes) that spinning steals the second core. A short spin keeps
 # region start-up fast without the contention (set GOMP_SPINCOUNT yourself to override).
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+# OpenBLAS's own worker threads likewise busy-wait after every GEMM (default ~2**28 cycles), which halves the
+# speed of the OpenMP kernels that follow on a 2-core machine (W4 training step: 80 -> 57 ms with a short
+# timeout). 2**4 cycles: they sleep at once and are woken by the next GEMM. Read when OpenBLAS loads, i.e.
+# the first compiled graph that links it; set OPENBLAS_THREAD_TIMEOUT yourself to override.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 BASE_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero")}
