@@ -286,7 +286,9 @@ def _local_rules(graph: Graph, node, g: GraphTensor):
         def max_grad():
             xv = x(0)
             n = xv.dims[op.axis]
-            hit = xv.eq(y.expand_dim(op.axis, n)).cast(node.dtype)
+            # x <= max everywhere, so "x == max" is "not x < max": one comparison instead of eq's four
+            # (a NaN maximum shares the gradient over the whole slice instead of giving NaN)
+            hit = (xv < y.expand_dim(op.axis, n)).logical_not().cast(node.dtype)
             share = g / hit.sum(op.axis)
             return share.expand_dim(op.axis, n) * hit
         return [(0, max_grad)]
