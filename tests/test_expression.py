@@ -246,6 +246,27 @@ def test_affine_floordiv_simplifies():
             assert e.evaluate({"x": xv, "y": yv}) == (xv * 6 + yv + 9) // 3
 
 
+def test_div_mod_of_a_view_over_a_view_splits_off_the_bounded_part():
+    """(k*B + r) // d == B // (d/k) and (k*B + r) % d == k*(B % (d/k)) + r when 0 <= r < k and k | d;
+    checked against Python integer arithmetic over the whole bounded range."""
+    from luminal.shape import Expression as E
+    i2, i3 = E.symbol("i2", 23), E.symbol("i3", 23)
+    q, m = (i3 + 24 * i2) // 48, (i3 + 24 * i2) % 48
+    assert q == i2 // 2 and m == i3 + 24 * (i2 % 2)
+    assert i3 + 48 * q + 24 * (i2 % 2) == i3 + 24 * i2  # the pooled-gradient index becomes affine
+    cases = [(24, 48, 23), (4, 12, 3), (6, 18, 5), (8, 16, 7), (3, 9, 1)]
+    for k, d, r_hi in cases:
+        r, bsym = E.symbol("r", r_hi), E.symbol("b", 40)
+        for off in (0, 2 * k, 5):
+            e = r + k * bsym + off
+            e_q, e_m = e // d, e % d
+            for bv in range(41):
+                for rv in range(r_hi + 1):
+                    env, val = {"b": bv, "r": rv}, k * bv + rv + off
+                    assert e_q.evaluate(env) == val // d, (k, d, off, str(e_q), env)
+                    assert e_m.evaluate(env) == val % d, (k, d, off, str(e_m), env)
+
+
 def test_identities():
     assert x + 0 == x
     assert 0 + x == x

@@ -7,6 +7,8 @@ div/mod rules, and comparisons / min / max decided from bounds (symbols are non-
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable, Mapping
 
 from .expression import ADD, AND, DIV, GE, LT, MAX, MIN, MOD, MUL, NUM, OR, VAR, _OP_RANK, Expression
@@ -190,6 +192,10 @@ def _div(a: Expression, b: Expression) -> Expression:
                     for t in rest:
                         rem = _add(rem, t)
                     return _add(whole, _div(rem, b))
+                split = _split_small(a, d)
+                if split is not None:  # (k*B + r) // d == B // (d/k) when 0 <= r < k and k | d
+                    k, big, _ = split
+                    return _div(big, _num(d // k))
     else:
         if a == b:
             return ONE
@@ -206,6 +212,36 @@ def _div(a: Expression, b: Expression) -> Expression:
             if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
                 return ZERO
     return Expression(DIV, (a, b))
+
+
+def _split_small(a: Expression, d: int):
+    """``a`` (a sum) as ``k*big + small`` with ``k`` a proper divisor of ``d`` and ``0 <= small < k``, or None.
+
+    Candidates for ``k`` are ``gcd(coefficient, d)`` of the sum's terms, e.g. ``i3 + 24*i2`` with
+    ``0 <= i3 < 24`` and ``d = 48`` splits as ``24*i2 + i3``: index math of a view over a view.
+    """
+    coefs = []
+    for t in a.args:
+        c, base = (t.args[0], ONE) if t.op == NUM else _split_coef(t)
+        coefs.append((c, base, t))
+    tried = set()
+    for c, _, _ in coefs:
+        k = math.gcd(c, d)
+        if k <= 1 or k >= d or k in tried:
+            continue
+        tried.add(k)
+        big, small = ZERO, ZERO
+        for c2, base, t in coefs:
+            if c2 % k == 0:
+                big = _add(big, _scale(c2 // k, base))
+            else:
+                small = _add(small, t)
+        if big == ZERO:
+            continue
+        lo, hi = small.bounds()
+        if lo is not None and hi is not None and lo >= 0 and hi < k:
+            return k, big, small
+    return None
 
 
 def _mod(a: Expression, b: Expression) -> Expression:
@@ -247,6 +283,10 @@ def _mod(a: Expression, b: Expression) -> Expression:
                     for t in kept:
                         rem = _add(rem, t)
                     return _mod(rem, b)
+                split = _split_small(a, d)
+                if split is not None:  # (k*B + r) % d == k*(B % (d/k)) + r when 0 <= r < k and k | d
+                    k, big, small = split
+                    return _add(_scale(k, _mod(big, _num(d // k))), small)
     else:
         if a == b:
             return ZERO
