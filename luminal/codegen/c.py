@@ -21,105 +21,12 @@ from dataclasses import dataclass
 from .. import ops
 from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
+from .c_support import HELPERS, gemm_helpers
+from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, value_range, walk, work_per_element
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped)
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
-_TRANSCENDENTAL_COST = 8
-
-_HELPERS = r"""
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#include <float.h>
-#include <limits.h>
-#ifdef LUMINAL_BLAS
-#include <cblas.h>
-#endif
-static inline float lm_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
-static inline double lm_fmod(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }
-static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-#include <omp.h>
-/* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
-   -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
-   (relative error ~1e-7); log2: mantissa in [sqrt(1/2), sqrt(2)), atanh series in t=(m-1)/(m+1).
-   NaN, +-inf, 0, negatives and subnormal inputs follow IEEE/libm; results below 2^-126 flush to 0. */
-static inline float lm_exp2f(float x) {
-    float xc = x < -126.0f ? -126.0f : x;
-    xc = xc > 128.0f ? 128.0f : xc;
-    xc = xc == xc ? xc : 0.0f;
-    float r = rintf(xc), f = xc - r;
-    float p = 1.0f + f * (0.69314718f + f * (0.24022651f + f * (0.05550411f + f * (0.00961813f
-              + f * (0.00133336f + f * (0.00015404f + f * 0.0000152527f))))));
-    int i = (int)r;
-    uint32_t bits = (uint32_t)(i + 126) << 23;
-    float scale; memcpy(&scale, &bits, 4);
-    float y = (p * scale) * 2.0f;
-    y = x > 128.0f ? INFINITY : y;
-    y = x < -126.0f ? 0.0f : y;
-    return x == x ? y : x;
-}
-static inline float lm_log2f(float x) {
-    int sub = x < 1.17549435e-38f;
-    float xs = sub ? x * 8388608.0f : x;
-    uint32_t bits; memcpy(&bits, &xs, 4);
-    int e = (int)((bits >> 23) & 0xff) - 127 - (sub ? 23 : 0);
-    uint32_t mb = (bits & 0x7fffffu) | 0x3f800000u;
-    float m; memcpy(&m, &mb, 4);
-    int big = m > 1.41421356f;
-    m = big ? m * 0.5f : m;
-    e += big;
-    float t = (m - 1.0f) / (m + 1.0f), t2 = t * t;
-    float y = (float)e + t * (2.88539008f + t2 * (0.96179669f + t2 * (0.57707802f + t2 * (0.41219858f
-              + t2 * 0.32059890f))));
-    y = x == 0.0f ? -INFINITY : y;
-    y = x < 0.0f ? NAN : y;
-    y = x == INFINITY ? INFINITY : y;
-    return x == x ? y : x;
-}
-"""
-
-_GEMM_HELPER = r"""
-/* C[M,N] = A[M,K] . B[K,N] with A(m,k) = A[m*sam + k*sak], B(k,n) = B[n*sbn + k*sbk]; C row-major (ldc = N).
-   One (OpenBLAS-threaded) BLAS call; falls back to loops when the layout is not BLAS-compatible. Measured on
-   W6: splitting one GEMM into per-OpenMP-thread single-threaded BLAS calls ran at half speed (concurrent
-   calls serialize inside OpenBLAS), so threading is left to OpenBLAS. */
-static void lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
-                      const T *B, long long sbn, long long sbk, T *C) {
-    int ta = -1, tb = -1; long long lda = 0, ldb = 0;
-#ifdef LUMINAL_BLAS
-    if (sak == 1 || K == 1) { ta = 0; lda = M == 1 ? K : sam; } else if (sam == 1 || M == 1) { ta = 1; lda = K == 1 ? M : sak; }
-    if ((ta == 0 && lda < K) || (ta == 1 && lda < M)) ta = -1;
-    if (sbn == 1 || N == 1) { tb = 0; ldb = K == 1 ? N : sbk; } else if (sbk == 1 || K == 1) { tb = 1; ldb = N == 1 ? K : sbn; }
-    if ((tb == 0 && ldb < N) || (tb == 1 && ldb < K)) tb = -1;
-    if (M >= INT_MAX || N >= INT_MAX || K >= INT_MAX || lda >= INT_MAX || ldb >= INT_MAX) ta = -1;
-#endif
-    if (M == 0 || N == 0) return;
-    if (K == 0 || ta < 0 || tb < 0) {
-        #pragma omp parallel for schedule(static) if(M * N * K >= 32768)
-        for (long long m = 0; m < M; m++)
-            for (long long n = 0; n < N; n++) {
-                ACC acc = 0;
-                for (long long k = 0; k < K; k++) acc += (ACC)A[m * sam + k * sak] * (ACC)B[n * sbn + k * sbk];
-                C[m * N + n] = (T)acc;
-            }
-        return;
-    }
-#ifdef LUMINAL_BLAS
-    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1,
-         A, (int)lda, B, (int)ldb, 0, C, (int)N);
-#endif
-}
-"""
-
-
-def _gemm_helpers() -> str:
-    f32 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f32").replace("ACC", "float").replace("const T", "const float") \
-        .replace("T *C", "float *C").replace("(T)acc", "(float)acc").replace("GEMM", "scipy_cblas_sgemm")
-    f64 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f64").replace("ACC", "double").replace("const T", "const double") \
-        .replace("T *C", "double *C").replace("(T)acc", "(double)acc").replace("GEMM", "scipy_cblas_dgemm")
-    return f32 + f64
-
 
 @dataclass
 class CProgram:
@@ -150,15 +57,15 @@ def kernel_groups(program: Program) -> list[list[int]]:
 
 def _reads_only_elementwise(value, outs: set, dims) -> bool:
     same = ShapeTracker.contiguous_of(dims)
-    for v in _walk(value):
+    for v in walk(value):
         if isinstance(v, Load) and v.buffer in outs and v.view != same:
             return False
         if isinstance(v, GatherValue) and v.data is None and v.data_buffer in outs:
             return False
         if isinstance(v, GatherValue) and v.data is not None and any(
-                isinstance(u, Load) and u.buffer in outs for u in _walk(v.data)):
+                isinstance(u, Load) and u.buffer in outs for u in walk(v.data)):
             return False
-        if isinstance(v, Remapped) and any(isinstance(u, Load) and u.buffer in outs for u in _walk(v.value)):
+        if isinstance(v, Remapped) and any(isinstance(u, Load) and u.buffer in outs for u in walk(v.value)):
             return False
     return True
 
@@ -264,7 +171,7 @@ class _KernelWriter:
             extent_expr = value.data_view.dims[value.axis]
             extent = self.index(extent_expr)
             self.lines.append(f"long long {g} = (long long)({idx});")
-            lo, hi = _value_range(value.index)
+            lo, hi = value_range(value.index)
             n = extent_expr.to_int()
             if not (lo is not None and hi is not None and n is not None and 0 <= lo and hi < n):
                 self.lines.append(f"if ({g} < 0 || {g} >= {extent}) {{ err = 1; {g} = 0; }}")
@@ -338,7 +245,7 @@ class CRenderer:
             for d in dims:
                 symbols |= d.symbols()
         for k in program.kernels:
-            symbols |= _kernel_symbols(k)
+            symbols |= kernel_symbols(k)
         symbols.discard("z")
         self.symbols = sorted(symbols)
         self.names = {s: _c_name(s) for s in self.symbols}
@@ -353,7 +260,7 @@ class CRenderer:
         kernels = kernels if isinstance(kernels, list) else [kernels]
         for s in self.symbols:
             lines.append(f"    const long long {self.names[s]} = syms[{self.symbols.index(s)}]; (void){self.names[s]};")
-        used = set().union(*[_kernel_buffers(k) for k in kernels])
+        used = set().union(*[kernel_buffers(k) for k in kernels])
         outs = {k.out for k in kernels}
         for b in sorted(used, key=lambda x: self.slot[x]):
             dtype = self.program.buffers[b][1]
@@ -361,9 +268,9 @@ class CRenderer:
             lines.append(f"    {const}{dtype.c_type} *restrict {self.pointer(b)} = ({const}{dtype.c_type} *)bufs[{self.slot[b]}];")
 
     def render(self) -> CProgram:
-        parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + _HELPERS, C_PRELUDE]
+        parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + HELPERS, C_PRELUDE]
         if any(isinstance(k, GemmKernel) for k in self.program.kernels):
-            parts.append(_gemm_helpers())
+            parts.append(gemm_helpers())
         calls = []
         groups = kernel_groups(self.program)
         for k, group in enumerate(groups):
@@ -457,7 +364,7 @@ class CRenderer:
         dims = tuple(kernels[0].dims)
         j = 0
         while j < len(dims) - 1:  # merge axes only where every kernel's views stay affine
-            merged = [_merge_value(v, j) for v in values]
+            merged = [merge_value(v, j) for v in values]
             if any(m is None for m in merged):
                 j += 1
                 continue
@@ -472,17 +379,17 @@ class CRenderer:
                 w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};")
             return w.lines + stores
 
-        self._loops(dims, lines, body, simd_inner=True, work=sum(_work(v) for v in values))
+        self._loops(dims, lines, body, simd_inner=True, work=sum(work_per_element(v) for v in values))
 
     def _elementwise(self, kernel: ElementwiseKernel, lines):
-        dims, value = _flatten_space(kernel.dims, kernel.value)
+        dims, value = flatten_space(kernel.dims, kernel.value)
 
         def body(vars_, flat):
             w = _KernelWriter(self)
             result = w.emit(value, vars_)
             return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};"]
 
-        self._loops(dims, lines, body, simd_inner=True, work=_work(value))
+        self._loops(dims, lines, body, simd_inner=True, work=work_per_element(value))
 
     def _reduce(self, kernel: ReduceKernel, lines):
         dtype = kernel.dtype
@@ -503,7 +410,7 @@ class CRenderer:
             simd = "#pragma omp simd reduction(+:acc)" if dtype.is_float else ""
         else:
             simd = "#pragma omp simd reduction(max:acc)" + (" reduction(|:nanf)" if track_nan else "")
-        work = _work(kernel.value) * kernel.extent
+        work = work_per_element(kernel.value) * kernel.extent
 
         def body(vars_, flat):
             w = _KernelWriter(self)
@@ -551,7 +458,7 @@ class CRenderer:
         nin = len(kernel.dims) + 1
         # merge the trailing (input) axes a+1.. into one
         for _ in range(len(inner_dims) - 1):
-            value = _merge_value(value, a + 1)
+            value = merge_value(value, a + 1)
             if value is None:
                 return False
         row = to_expr(1)
@@ -625,128 +532,3 @@ class CRenderer:
 
 
 # ---------------------------------------------------------------------------- analysis helpers
-def _value_range(value) -> tuple:
-    """Inclusive integer range of a kernel value when it is known statically (bools and casts of bools)."""
-    if value.dtype == DType.bool:
-        return 0, 1
-    if isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
-        return 0, 1
-    if isinstance(value, Remapped):  # masked-out positions read 0
-        lo, hi = _value_range(value.value)
-        return (None, None) if lo is None else (min(lo, 0), max(hi, 0))
-    if isinstance(value, ConstValue) and not isinstance(value.value, Expression):
-        v = value.value
-        if float(v).is_integer():
-            return int(v), int(v)
-    return None, None
-
-
-def _walk(value):
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        yield v
-        if isinstance(v, Compute):
-            stack.extend(v.args)
-        elif isinstance(v, GatherValue):
-            stack.append(v.index)
-            if v.data is not None:
-                stack.append(v.data)
-        elif isinstance(v, Remapped):
-            stack.append(v.value)
-
-
-def _work(value) -> int:
-    """Rough ops per element of a value tree (transcendentals weigh more), for the parallel threshold."""
-    total = 0
-    for v in _walk(value):
-        if isinstance(v, Compute) and isinstance(v.op, (ops.Exp2, ops.Log2, ops.Sin)):
-            total += _TRANSCENDENTAL_COST
-        else:
-            total += 2 if isinstance(v, (GatherValue, Remapped)) else 1
-    return total
-
-
-def _views(value):
-    for v in _walk(value):
-        if isinstance(v, (Load, ConstValue, IotaValue, Remapped)):
-            yield v.view
-        elif isinstance(v, GatherValue):
-            yield v.data_view
-
-
-def _kernel_symbols(kernel) -> set:
-    out = set()
-    if isinstance(kernel, GemmKernel):
-        for st in (kernel.a_view, kernel.b_view):
-            out |= st.symbols()
-        for d in kernel.dims:
-            out |= d.symbols()
-        return out
-    for d in kernel.dims:
-        out |= d.symbols()
-    if isinstance(kernel, ReduceKernel):
-        out |= kernel.extent.symbols()
-    for v in _walk(kernel.value):
-        if isinstance(v, (Load, ConstValue, IotaValue, Remapped)):
-            out |= v.view.symbols()
-        if isinstance(v, ConstValue) and isinstance(v.value, Expression):
-            out |= v.value.symbols()
-        if isinstance(v, IotaValue):
-            out |= v.expr.symbols()
-        if isinstance(v, GatherValue):
-            out |= v.data_view.symbols()
-        if isinstance(v, Remapped):
-            for d in v.dims:
-                out |= d.symbols()
-    return out
-
-
-def _kernel_buffers(kernel) -> set:
-    if isinstance(kernel, GemmKernel):
-        return {kernel.out, kernel.a, kernel.b}
-    out = {kernel.out}
-    for v in _walk(kernel.value):
-        if isinstance(v, Load):
-            out.add(v.buffer)
-        elif isinstance(v, GatherValue) and v.data is None:
-            out.add(v.data_buffer)
-    return out
-
-
-def _merge_value(value, axis: int):
-    """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None."""
-    if isinstance(value, Load):
-        st = value.view.merge_dims(axis)
-        return None if st is None else Load(value.buffer, st, value.dtype)
-    if isinstance(value, ConstValue):
-        st = value.view.merge_dims(axis)
-        return None if st is None else ConstValue(value.value, value.dtype, st)
-    if isinstance(value, IotaValue):
-        st = value.view.merge_dims(axis)
-        return None if st is None else IotaValue(value.expr, value.dtype, st)
-    if isinstance(value, Compute):
-        args = []
-        for a in value.args:
-            m = _merge_value(a, axis)
-            if m is None:
-                return None
-            args.append(m)
-        return Compute(value.op, tuple(args), value.dtype)
-    # Remapped values (an inlined producer seen through a view) and gathers keep their axes: the producer's
-    # indices are recovered from the view's offset, which is division-free only over separate loop variables
-    return None
-
-
-def _flatten_space(dims, value):
-    """Merge adjacent iteration axes while every view in ``value`` stays affine (fewer, longer loops)."""
-    dims = tuple(dims)
-    j = 0
-    while j < len(dims) - 1:
-        merged = _merge_value(value, j)
-        if merged is None:
-            j += 1
-            continue
-        value = merged
-        dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
-    return dims, value

@@ -153,7 +153,7 @@ class CPURuntime:
             return
         program = self.program
         # lifetimes in units of rendered groups (kernels fused into one loop nest run together)
-        from ..codegen.c import _kernel_buffers
+        from ..codegen.values import kernel_buffers
         step = {}
         for g, group in enumerate(self.cprogram.groups or [[i] for i in range(len(program.kernels))]):
             for i in group:
@@ -161,7 +161,7 @@ class CPURuntime:
         kernel_of = {k.out: step[i] for i, k in enumerate(program.kernels)}
         last_use: dict[int, int] = {}
         for i, kernel in enumerate(program.kernels):
-            for b in _kernel_buffers(kernel):
+            for b in kernel_buffers(kernel):
                 last_use[b] = step[i]
         owned = set(program.inputs) | set(program.outputs)
         intervals = []

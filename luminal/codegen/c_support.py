@@ -1,0 +1,98 @@
+"""C source the renderer puts in front of every generated translation unit: includes, float helpers
+(Python-semantics modulo, branch-free vectorizable ``exp2``/``log2``) and the GEMM wrappers around OpenBLAS
+with a plain-loop fallback."""
+
+from __future__ import annotations
+
+HELPERS = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <float.h>
+#include <limits.h>
+#ifdef LUMINAL_BLAS
+#include <cblas.h>
+#endif
+static inline float lm_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
+static inline double lm_fmod(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }
+static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+#include <omp.h>
+/* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
+   -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
+   (relative error ~1e-7); log2: mantissa in [sqrt(1/2), sqrt(2)), atanh series in t=(m-1)/(m+1).
+   NaN, +-inf, 0, negatives and subnormal inputs follow IEEE/libm; results below 2^-126 flush to 0. */
+static inline float lm_exp2f(float x) {
+    float xc = x < -126.0f ? -126.0f : x;
+    xc = xc > 128.0f ? 128.0f : xc;
+    xc = xc == xc ? xc : 0.0f;
+    float r = rintf(xc), f = xc - r;
+    float p = 1.0f + f * (0.69314718f + f * (0.24022651f + f * (0.05550411f + f * (0.00961813f
+              + f * (0.00133336f + f * (0.00015404f + f * 0.0000152527f))))));
+    int i = (int)r;
+    uint32_t bits = (uint32_t)(i + 126) << 23;
+    float scale; memcpy(&scale, &bits, 4);
+    float y = (p * scale) * 2.0f;
+    y = x > 128.0f ? INFINITY : y;
+    y = x < -126.0f ? 0.0f : y;
+    return x == x ? y : x;
+}
+static inline float lm_log2f(float x) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t bits; memcpy(&bits, &xs, 4);
+    int e = (int)((bits >> 23) & 0xff) - 127 - (sub ? 23 : 0);
+    uint32_t mb = (bits & 0x7fffffu) | 0x3f800000u;
+    float m; memcpy(&m, &mb, 4);
+    int big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    e += big;
+    float t = (m - 1.0f) / (m + 1.0f), t2 = t * t;
+    float y = (float)e + t * (2.88539008f + t2 * (0.96179669f + t2 * (0.57707802f + t2 * (0.41219858f
+              + t2 * 0.32059890f))));
+    y = x == 0.0f ? -INFINITY : y;
+    y = x < 0.0f ? NAN : y;
+    y = x == INFINITY ? INFINITY : y;
+    return x == x ? y : x;
+}
+"""
+
+_GEMM_HELPER = r"""
+/* C[M,N] = A[M,K] . B[K,N] with A(m,k) = A[m*sam + k*sak], B(k,n) = B[n*sbn + k*sbk]; C row-major (ldc = N).
+   One (OpenBLAS-threaded) BLAS call; falls back to loops when the layout is not BLAS-compatible. Measured on
+   W6: splitting one GEMM into per-OpenMP-thread single-threaded BLAS calls ran at half speed (concurrent
+   calls serialize inside OpenBLAS), so threading is left to OpenBLAS. */
+static void lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                      const T *B, long long sbn, long long sbk, T *C) {
+    int ta = -1, tb = -1; long long lda = 0, ldb = 0;
+#ifdef LUMINAL_BLAS
+    if (sak == 1 || K == 1) { ta = 0; lda = M == 1 ? K : sam; } else if (sam == 1 || M == 1) { ta = 1; lda = K == 1 ? M : sak; }
+    if ((ta == 0 && lda < K) || (ta == 1 && lda < M)) ta = -1;
+    if (sbn == 1 || N == 1) { tb = 0; ldb = K == 1 ? N : sbk; } else if (sbk == 1 || K == 1) { tb = 1; ldb = N == 1 ? K : sbn; }
+    if ((tb == 0 && ldb < N) || (tb == 1 && ldb < K)) tb = -1;
+    if (M >= INT_MAX || N >= INT_MAX || K >= INT_MAX || lda >= INT_MAX || ldb >= INT_MAX) ta = -1;
+#endif
+    if (M == 0 || N == 0) return;
+    if (K == 0 || ta < 0 || tb < 0) {
+        #pragma omp parallel for schedule(static) if(M * N * K >= 32768)
+        for (long long m = 0; m < M; m++)
+            for (long long n = 0; n < N; n++) {
+                ACC acc = 0;
+                for (long long k = 0; k < K; k++) acc += (ACC)A[m * sam + k * sak] * (ACC)B[n * sbn + k * sbk];
+                C[m * N + n] = (T)acc;
+            }
+        return;
+    }
+#ifdef LUMINAL_BLAS
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1,
+         A, (int)lda, B, (int)ldb, 0, C, (int)N);
+#endif
+}
+"""
+
+
+def gemm_helpers() -> str:
+    f32 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f32").replace("ACC", "float").replace("const T", "const float") \
+        .replace("T *C", "float *C").replace("(T)acc", "(float)acc").replace("GEMM", "scipy_cblas_sgemm")
+    f64 = _GEMM_HELPER.replace("lm_gemm_T", "lm_gemm_f64").replace("ACC", "double").replace("const T", "const double") \
+        .replace("T *C", "double *C").replace("(T)acc", "(double)acc").replace("GEMM", "scipy_cblas_dgemm")
+    return f32 + f64

@@ -1,0 +1,138 @@
+"""Queries over kernel value trees: the buffers and symbols a kernel touches, its rough cost per element,
+static value ranges, and merging adjacent iteration axes while every view stays affine."""
+
+from __future__ import annotations
+
+from .. import ops
+from ..dtype import DType
+from ..shape import Expression
+from .kernel import Compute, ConstValue, GatherValue, GemmKernel, IotaValue, Load, ReduceKernel, Remapped
+
+TRANSCENDENTAL_COST = 8  # exp2/log2/sin weigh this many simple ops in the parallel-work estimate
+
+
+def value_range(value) -> tuple:
+    """Inclusive integer range of a kernel value when it is known statically (bools and casts of bools)."""
+    if value.dtype == DType.bool:
+        return 0, 1
+    if isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
+        return 0, 1
+    if isinstance(value, Remapped):  # masked-out positions read 0
+        lo, hi = value_range(value.value)
+        return (None, None) if lo is None else (min(lo, 0), max(hi, 0))
+    if isinstance(value, ConstValue) and not isinstance(value.value, Expression):
+        v = value.value
+        if float(v).is_integer():
+            return int(v), int(v)
+    return None, None
+
+
+def walk(value):
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        yield v
+        if isinstance(v, Compute):
+            stack.extend(v.args)
+        elif isinstance(v, GatherValue):
+            stack.append(v.index)
+            if v.data is not None:
+                stack.append(v.data)
+        elif isinstance(v, Remapped):
+            stack.append(v.value)
+
+
+def work_per_element(value) -> int:
+    """Rough ops per element of a value tree (transcendentals weigh more), for the parallel threshold."""
+    total = 0
+    for v in walk(value):
+        if isinstance(v, Compute) and isinstance(v.op, (ops.Exp2, ops.Log2, ops.Sin)):
+            total += TRANSCENDENTAL_COST
+        else:
+            total += 2 if isinstance(v, (GatherValue, Remapped)) else 1
+    return total
+
+
+def views(value):
+    for v in walk(value):
+        if isinstance(v, (Load, ConstValue, IotaValue, Remapped)):
+            yield v.view
+        elif isinstance(v, GatherValue):
+            yield v.data_view
+
+
+def kernel_symbols(kernel) -> set:
+    out = set()
+    if isinstance(kernel, GemmKernel):
+        for st in (kernel.a_view, kernel.b_view):
+            out |= st.symbols()
+        for d in kernel.dims:
+            out |= d.symbols()
+        return out
+    for d in kernel.dims:
+        out |= d.symbols()
+    if isinstance(kernel, ReduceKernel):
+        out |= kernel.extent.symbols()
+    for v in walk(kernel.value):
+        if isinstance(v, (Load, ConstValue, IotaValue, Remapped)):
+            out |= v.view.symbols()
+        if isinstance(v, ConstValue) and isinstance(v.value, Expression):
+            out |= v.value.symbols()
+        if isinstance(v, IotaValue):
+            out |= v.expr.symbols()
+        if isinstance(v, GatherValue):
+            out |= v.data_view.symbols()
+        if isinstance(v, Remapped):
+            for d in v.dims:
+                out |= d.symbols()
+    return out
+
+
+def kernel_buffers(kernel) -> set:
+    if isinstance(kernel, GemmKernel):
+        return {kernel.out, kernel.a, kernel.b}
+    out = {kernel.out}
+    for v in walk(kernel.value):
+        if isinstance(v, Load):
+            out.add(v.buffer)
+        elif isinstance(v, GatherValue) and v.data is None:
+            out.add(v.data_buffer)
+    return out
+
+
+def merge_value(value, axis: int):
+    """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None."""
+    if isinstance(value, Load):
+        st = value.view.merge_dims(axis)
+        return None if st is None else Load(value.buffer, st, value.dtype)
+    if isinstance(value, ConstValue):
+        st = value.view.merge_dims(axis)
+        return None if st is None else ConstValue(value.value, value.dtype, st)
+    if isinstance(value, IotaValue):
+        st = value.view.merge_dims(axis)
+        return None if st is None else IotaValue(value.expr, value.dtype, st)
+    if isinstance(value, Compute):
+        args = []
+        for a in value.args:
+            m = merge_value(a, axis)
+            if m is None:
+                return None
+            args.append(m)
+        return Compute(value.op, tuple(args), value.dtype)
+    # Remapped values (an inlined producer seen through a view) and gathers keep their axes: the producer's
+    # indices are recovered from the view's offset, which is division-free only over separate loop variables
+    return None
+
+
+def flatten_space(dims, value):
+    """Merge adjacent iteration axes while every view in ``value`` stays affine (fewer, longer loops)."""
+    dims = tuple(dims)
+    j = 0
+    while j < len(dims) - 1:
+        merged = merge_value(value, j)
+        if merged is None:
+            j += 1
+            continue
+        value = merged
+        dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
+    return dims, value
