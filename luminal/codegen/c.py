@@ -27,6 +27,7 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
                      ReduceKernel, Remapped)
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
+SMALL_GEMM = 1 << 23  # multiply-adds per GEMM up to which a batch of GEMMs is split over the OpenMP threads
 
 @dataclass
 class CProgram:
@@ -523,12 +524,26 @@ class CRenderer:
         if nb == 0:
             lines.append("    " + call)
             return
-        # batched: one BLAS call per batch index, in sequence (OpenBLAS threads each call)
-        for j, d in enumerate(dims[:nb]):
-            lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
-        lines.append("    " + "    " * nb + call)
-        for j in range(nb - 1, -1, -1):
-            lines.append(f"    {'    ' * j}}}")
+        # batched: small GEMMs spread over the OpenMP threads, one single-threaded BLAS call each; large ones
+        # in sequence, each threaded by OpenBLAS (decided at run time: the sizes may be symbolic)
+        batch = to_expr(1)
+        for d in dims[:nb]:
+            batch = batch * d
+        lines.append(f"    if (({idx(batch)}) >= 2 && ({idx(m * n * k)}) <= {SMALL_GEMM}) {{")
+        lines.append("        int lm_nt = lm_blas_serial_begin();")
+        lines.append(f"        #pragma omp parallel for collapse({nb}) schedule(static)")
+        self._batch_loops(dims[:nb], call, lines, "        ")
+        lines.append("        lm_blas_serial_end(lm_nt);")
+        lines.append("    } else {")
+        self._batch_loops(dims[:nb], call, lines, "        ")
+        lines.append("    }")
+
+    def _batch_loops(self, dims, call, lines, indent):
+        for j, d in enumerate(dims):
+            lines.append(f"{indent}{'    ' * j}for (long long i{j} = 0; i{j} < {self.index(d)}; i{j}++) {{")
+        lines.append(indent + "    " * len(dims) + call)
+        for j in range(len(dims) - 1, -1, -1):
+            lines.append(f"{indent}{'    ' * j}}}")
 
 
 # ---------------------------------------------------------------------------- analysis helpers
