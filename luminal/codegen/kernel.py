@@ -122,19 +122,36 @@ class Program:
 
 
 # ---------------------------------------------------------------------------- lowering
-def _inlinable_view(view, cost: int) -> bool:
-    """Whether a consumer may recompute a producer through ``view`` instead of reading a stored buffer:
-    its own layout, or a cheap producer seen through a view that reads each element at most once
-    (permutes, pads, slices, the stacked branches of a ``where``), never a broadcast or overlapping windows."""
-    if view.is_contiguous():
-        return True
-    if cost > MAX_RECOMPUTE:
+def _same_index_view(view, dims) -> bool:
+    """Whether ``view`` reads a buffer of ``dims`` at the reader's own index: the row-major layout, possibly
+    with extra axes that a mask restricts to one slot (a ``where()`` branch's place in its stack)."""
+    keep = [j for j in range(len(view.dims)) if j not in _single_slot_axes(view)]
+    if len(keep) != len(dims):
         return False
-    single = set()  # axes a mask restricts to one valid index (a where() branch's slot in the stack)
+    contiguous = ShapeTracker.contiguous_of(dims)
+    return all(view.dims[j] == d and (d == 1 or view.strides[j] == s)
+               for j, d, s in zip(keep, contiguous.dims, contiguous.strides)) and view.offset == 0 and \
+        all(any(c != 0 for j, c in enumerate(coeffs) if j in keep) is False for coeffs, _, _ in view.masks)
+
+
+def _single_slot_axes(view) -> set:
+    """Axes that one of ``view``'s masks restricts to a single valid index."""
+    single = set()
     for coeffs, _, size in view.masks:
         nonzero = [j for j, c in enumerate(coeffs) if c != 0]
         if len(nonzero) == 1 and abs(coeffs[nonzero[0]].to_int() or 0) == 1 and size.to_int() == 1:
             single.add(nonzero[0])
+    return single
+
+
+def _inlinable_view(view) -> bool:
+    """Whether a consumer may compute a producer inline through ``view`` instead of reading a stored buffer:
+    its own layout, or a view that reads each element at most once (permutes, pads, slices, the stacked
+    branches of a ``where``), never a broadcast or overlapping windows (those would recompute the producer
+    per read). Values with several readers are further limited by ``MAX_RECOMPUTE``."""
+    if view.is_contiguous():
+        return True
+    single = _single_slot_axes(view)  # a where() branch's slot in the stack
     # symbolic sizes (a batch dim) are judged at a representative value: the decision only trades recompute
     # against memory traffic, results are the same either way
     probe = {name: 1009 for name in view.symbols()}
@@ -259,6 +276,7 @@ def lower(graph: Graph) -> Program:
     gemm_muls = {graph.nodes[g].inputs[0].src for g in gemms}
 
     materialized: set[int] = set()
+    shared: set[int] = set()  # materialized only because several readers would recompute them
     cost: dict[int, int] = {}  # elementwise ops a node's inlined body recomputes
     for node_id in order:
         node = graph.nodes[node_id]
@@ -274,16 +292,37 @@ def lower(graph: Graph) -> Program:
         else:
             cost[node_id] = 1 + sum(cost.get(e.src, 0) for e in node.inputs if e.src not in materialized)
             readers = consumers[node_id]
-            # a single reader recomputes nothing through a view that reads each element once
-            budget = 0 if len(readers) == 1 else cost[node_id]
-            if not readers or any(c in gemm_muls or not _inlinable_view(graph.nodes[c].inputs[k].shape, budget)
+            if not readers or any(c in gemm_muls or not _inlinable_view(graph.nodes[c].inputs[k].shape)
                                   for c, k in readers):
                 materialized.add(node_id)
             elif len(readers) > 1 and cost[node_id] > MAX_RECOMPUTE:
                 materialized.add(node_id)  # cheap values are recomputed by each reader instead of stored
+                shared.add(node_id)
     for g, (a, b) in gemms.items():
         materialized.add(a.src)
         materialized.add(b.src)
+        shared.discard(a.src)
+        shared.discard(b.src)
+    # A costly value with several readers needs no buffer when all its readers end up inlined into the same
+    # kernel and read it at the kernel's own index (e.g. the input of a where(): the comparison and the
+    # selected branch): the kernel body computes it once. Consumers first, so readers' kernels are known.
+    roots: dict[int, frozenset] = {}
+    for node_id in reversed(order):
+        if node_id in materialized and node_id not in shared:
+            continue
+        node = graph.nodes[node_id]
+        if isinstance(node.op, (ops.Constant, ops.Iota)) or node_id in gemm_muls:
+            continue
+        found: set = set()
+        for c, _ in consumers[node_id]:
+            found |= {c} if c in materialized else roots.get(c, {None})
+        if node_id in shared:
+            if len(found) == 1 and None not in found and all(
+                    _same_index_view(graph.nodes[c].inputs[k].shape, node.dims) for c, k in consumers[node_id]):
+                materialized.discard(node_id)
+            else:
+                continue
+        roots[node_id] = frozenset(found)
 
     program = Program([])
     memo: dict[int, object] = {}
