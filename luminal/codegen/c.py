@@ -322,8 +322,9 @@ class CRenderer:
             lines.append(indent + "}")
             return
         cond = f"if(({self.index(total * work)}) >= {PARALLEL_WORK})"
-        # tiny constant innermost loops (e.g. a 2-wide pooling window) are unrolled and the loop around them is
-        # the vector loop: a 2-trip simd loop cannot vectorize, a 2x-unrolled body over a longer loop can
+        # tiny constant innermost loops (e.g. a 2-wide pooling window) move outside the loop around them, which
+        # becomes the vector loop: a 2-trip simd loop cannot vectorize, a strided 12-trip one can. (Keeping the
+        # tiny loop inside, unrolled, under an outer `omp simd` miscompiled with GCC: a wrong pow() result.)
         simd_pos = n - 1
         if simd_inner and n > 1:
             tail = 1
