@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
+import torch
 from luminal.graph import GraphError
 from luminal.testing import analytic_grad, gradcheck
 from luminal.training import grad
@@ -491,13 +492,13 @@ def test_grad_of_integer_output_raises():
 
 
 def test_gradcheck_detects_a_wrong_gradient():
-    """Sanity check of the checker: at the kink of abs the rule's subgradient (1) differs from the central
-    difference (0)."""
+    """Sanity check of the checker: at the kink of relu the rule's subgradient (0, as PyTorch) differs from the
+    central difference (1/2)."""
     from luminal.testing import GradcheckError
 
     with pytest.raises(GradcheckError, match=r"input 0 \(shape \(2,\)\) element \(1,\)"):
-        gradcheck(lambda x: x.abs(), [np.array([0.5, 0.0])])
-    assert gradcheck(lambda x: x.abs(), [np.array([0.5, 0.0])], raise_exception=False) is False
+        gradcheck(lambda x: x.relu(), [np.array([0.5, 0.0])])
+    assert gradcheck(lambda x: x.relu(), [np.array([0.5, 0.0])], raise_exception=False) is False
 
 
 def test_gradcheck_rejects_non_float_output():
@@ -714,3 +715,38 @@ def test_degenerate_inputs_give_finite_exact_gradients(name, fn, inputs, w, expe
     for k, (g, e) in enumerate(zip(gs, expected(w, *inputs))):
         assert np.all(np.isfinite(g)), f"{name}: non-finite gradient for input {k}: {g}"
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12, err_msg=f"{name}: input {k}")
+
+
+KINKS = np.array([-np.inf, -6.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 6.0, 7.0, np.inf])
+KINK_FNS = [
+    ("relu", lambda x: x.relu(), lambda t: torch.relu(t)),
+    ("abs", lambda x: x.abs(), lambda t: t.abs()),
+    ("leaky_relu", lambda x: x.leaky_relu(0.1), lambda t: torch.nn.functional.leaky_relu(t, 0.1)),
+    ("relu6", lambda x: x.relu6(), lambda t: torch.nn.functional.relu6(t)),
+    ("hardtanh", lambda x: x.hardtanh(), lambda t: torch.nn.functional.hardtanh(t)),
+    ("clip", lambda x: x.clip(-1.0, 1.0), lambda t: t.clamp(-1.0, 1.0)),
+    ("softplus", lambda x: x.softplus(), lambda t: torch.nn.functional.softplus(t)),
+    ("logsigmoid", lambda x: x.logsigmoid(), lambda t: torch.nn.functional.logsigmoid(t)),
+    ("erf", lambda x: x.erf(), lambda t: torch.erf(t)),
+    ("elu", lambda x: x.elu(), lambda t: torch.nn.functional.elu(t)),
+    ("sigmoid", lambda x: x.sigmoid(), lambda t: torch.sigmoid(t)),
+]
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("name,ours,theirs", KINK_FNS, ids=[k[0] for k in KINK_FNS])
+def test_gradients_at_kinks_and_infinities_follow_torch(name, ours, theirs, device):
+    """At the non-differentiable points (0, the clamp ends) and at +-inf the gradient is PyTorch's choice:
+    relu'(0) = abs'(0) = 0, leaky_relu'(0) = slope, hardtanh/relu6 0 at their ends, clamp 1 at its ends,
+    softplus'(0) = 1/2. Oracle: torch.autograd in float64; tolerance rtol 1e-6, atol 1e-6 (erf: rtol 1e-5, the
+    derivative of its Abramowitz-Stegun approximation)."""
+    g = lm.Graph()
+    x = g.tensor(KINKS.shape, "float64").set(KINKS)
+    (gx,) = grad(ours(x).sum(), [x])
+    gx.retrieve()
+    g.compile(device=device)
+    g.execute()
+    t = torch.tensor(KINKS, dtype=torch.float64, requires_grad=True)
+    theirs(t).sum().backward()
+    np.testing.assert_allclose(gx.data(), t.grad.numpy(), rtol=1e-5 if name == "erf" else 1e-6, atol=1e-6,
+                               err_msg=f"{name} on {device}")

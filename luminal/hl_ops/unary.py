@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import ops
 from ..dtype import DType
 from ._util import constant
@@ -88,11 +90,10 @@ class UnaryOps:
         return self.sin() / self.cos()
 
     def abs(self):
-        """``|x|``."""
+        """``|x|`` as ``x * sign(x)``: exact, NaN propagates, and the gradient at 0 is 0 (``torch.abs``)."""
         if self.dtype == DType.bool:
             return self
-        from .binary import where
-        return where(self < 0, -self, self)
+        return self * self.sign()
 
     def sign(self):
         """-1, 0 or 1 by the sign of x (NaN gives 0, as ``torch.sign``)."""
@@ -137,27 +138,33 @@ class UnaryOps:
 
     def erf(self):
         """Error function (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
+        from .binary import where
         x = self._floating()
-        a = x.abs()
+        a = where(x < 0, -x, x)  # |x| with slope +1 at 0 (the branch the result takes there), not abs's 0
+        a = where(a > 9.0, 9.0, a)  # erf is 1 to double precision beyond 9; keeps gradients at +-inf finite (0)
         t = (a * 0.3275911 + 1.0).recip()
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
         y = 1.0 - poly * (-(a * a)).exp()
-        from .binary import where
         return where(x < 0, -y, y)
 
     # ------------------------------------------------------------------ activations
     def relu(self):
-        """``max(x, 0)`` (NaN propagates)."""
+        """``max(x, 0)``; NaN propagates and the gradient at 0 is 0 (``torch.relu``).
+
+        One comparison: ``x < t`` with ``t`` the smallest positive value of the dtype is ``x <= 0`` for every
+        number and False for NaN."""
         from .binary import where
-        return where(self < 0, constant(self.graph, 0, self.dtype, ()), self)
+        below = self < _above(0.0, self.dtype) if self.dtype.is_float else self < 1
+        return where(below, constant(self.graph, 0, self.dtype, ()), self)
 
     def relu6(self):
-        return self.relu().minimum(6.0)
+        """``min(max(x, 0), 6)`` with ``hardtanh``'s zero gradient at both ends (``torch.nn.functional.relu6``)."""
+        return self.hardtanh(0.0, 6.0)
 
     def leaky_relu(self, negative_slope: float = 0.01):
-        """``x`` for x >= 0, ``negative_slope * x`` below."""
+        """``x`` for x > 0, ``negative_slope * x`` otherwise (gradient ``negative_slope`` at 0, as PyTorch)."""
         from .binary import where
-        return where(self < 0, self * negative_slope, self)
+        return where(self > 0, self, self * negative_slope)
 
     def elu(self, alpha: float = 1.0):
         """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise."""
@@ -195,7 +202,13 @@ class UnaryOps:
         return self * (self + 3.0).relu6() / 6.0
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0):
-        return self.clip(min_val, max_val)
+        """``x`` clamped to ``[min_val, max_val]``; unlike ``clip``, the gradient is 0 at the two ends (PyTorch's
+        ``hardtanh_backward``). NaN propagates."""
+        from .binary import where
+        x = self._floating()
+        low = x < _above(min_val, x.dtype)    # x <= min_val, False for NaN
+        high = _below(max_val, x.dtype) < x   # x >= max_val, False for NaN
+        return where(low, min_val, where(high, max_val, x))
 
     def tanh(self):
         """Hyperbolic tangent = ``2 sigmoid(2x) - 1``."""
@@ -219,7 +232,9 @@ class UnaryOps:
         from .binary import where
         x = self._floating()
         bx = x * beta if beta != 1.0 else x
-        soft = (bx.relu() + ((-bx.abs()).exp() + 1.0).log())
+        # relu(bx) + log(1 + exp(-|bx|)); -|bx| written with slope +1 at 0 so that with relu's 0 there the
+        # derivative at 0 is exactly 1/2
+        soft = (bx.relu() + (where(bx > 0, -bx, bx).exp() + 1.0).log())
         if beta != 1.0:
             soft = soft / beta
         return where(bx > threshold, x, soft)
@@ -236,3 +251,15 @@ class UnaryOps:
 
     def quick_gelu(self):
         return self * (self * 1.702).sigmoid()
+
+
+def _above(value: float, dtype) -> float:
+    """The next value of ``dtype`` above ``value`` (``x < _above(v)`` is ``x <= v`` and False for NaN)."""
+    t = dtype.numpy
+    return float(np.nextafter(t.type(value), t.type(np.inf)))
+
+
+def _below(value: float, dtype) -> float:
+    """The next value of ``dtype`` below ``value``."""
+    t = dtype.numpy
+    return float(np.nextafter(t.type(value), t.type(-np.inf)))

@@ -386,9 +386,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     fn = "binary_cross_entropy_with_logits"
     reduction = _check_reduction(fn, _legacy_reduction(size_average, reduce, reduction))
     x, y = _elementwise_pair(fn, input, target)
-    # max(x, 0) as relu(x) (not max(-x, 0) = relu(-x)): at x == 0 its derivative (1) agrees with the branch |x|
-    # takes, so the derivative there is sigmoid(0) - y, exactly
-    log1p_term = (-x.abs()).exp().log1p()
+    # relu(x) has slope 0 at x == 0 and -|x| is written with slope +1 there, so the derivative at 0 is
+    # sigmoid(0) - y = 1/2 - y, exactly
+    log1p_term = where(x > 0, -x, x).exp().log1p()
     if pos_weight is None:
         loss = x.relu() - x * y + log1p_term
     else:
