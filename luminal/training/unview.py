@@ -118,7 +118,7 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
                     continue
                 if any(cc != 0 for i, cc in enumerate(c) if i != j) or c[j] != 1:
                     return None
-                lo, hi = _max_expr(lo, -k), _min_expr(hi, size - k)
+                lo, hi = _bound(max, lo, -k), _bound(min, hi, size - k)
                 if lo is None or hi is None:
                     return None
             if rest != list(st.masks):
@@ -170,8 +170,8 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
         if len(axes) != 1 or coeffs[axes[0]] != 1:
             return None
         j = axes[0]
-        lo[j] = _max_expr(lo[j], -k)
-        hi[j] = _min_expr(hi[j], size - k)
+        lo[j] = _bound(max, lo[j], -k)
+        hi[j] = _bound(min, hi[j], size - k)
         if lo[j] is None or hi[j] is None:
             return None
     # offsets per source axis: offset = sum off_a * stride_a, with off_a + [lo, hi) inside [0, n_a)
@@ -210,19 +210,11 @@ def _factors_merge(g: GraphTensor, j: int) -> bool:
     return all(e.shape.merge_dims(j) is not None for e in node.inputs)
 
 
-def _max_expr(a: Expression, b: Expression) -> Expression | None:
+def _bound(pick, a: Expression, b: Expression) -> Expression | None:
+    """``pick(a, b)`` (``max`` or ``min``) when it is known statically: both constant, or equal; else None."""
     ca, cb = _const(a), _const(b)
     if ca is not None and cb is not None:
-        return to_expr(max(ca, cb))
-    if a == b:
-        return a
-    return None
-
-
-def _min_expr(a: Expression, b: Expression) -> Expression | None:
-    ca, cb = _const(a), _const(b)
-    if ca is not None and cb is not None:
-        return to_expr(min(ca, cb))
+        return to_expr(pick(ca, cb))
     if a == b:
         return a
     return None
