@@ -126,12 +126,14 @@ def _same_index_view(view, dims) -> bool:
     """Whether ``view`` reads a buffer of ``dims`` at the reader's own index: the row-major layout, possibly
     with extra axes that a mask restricts to one slot (a ``where()`` branch's place in its stack)."""
     keep = [j for j in range(len(view.dims)) if j not in _single_slot_axes(view)]
-    if len(keep) != len(dims):
+    if len(keep) != len(dims) or view.offset != 0:
         return False
     contiguous = ShapeTracker.contiguous_of(dims)
-    return all(view.dims[j] == d and (d == 1 or view.strides[j] == s)
-               for j, d, s in zip(keep, contiguous.dims, contiguous.strides)) and view.offset == 0 and \
-        all(any(c != 0 for j, c in enumerate(coeffs) if j in keep) is False for coeffs, _, _ in view.masks)
+    if not all(view.dims[j] == d and (d == 1 or view.strides[j] == s)
+               for j, d, s in zip(keep, contiguous.dims, contiguous.strides)):
+        return False
+    # no mask may restrict the kept axes (only the slot axes are masked)
+    return not any(coeffs[j] != 0 for coeffs, _, _ in view.masks for j in keep)
 
 
 def _single_slot_axes(view) -> set:
