@@ -188,6 +188,20 @@ def test_elementwise_chains_fuse_into_one_kernel():
     np.testing.assert_allclose(out.data(), want, rtol=1e-6, atol=1e-6)
 
 
+def test_tanh_and_gelu_tanh_are_one_kernel_without_temporaries():
+    """tanh's clamped input is read three times (x^2 and the numerator) in the same loop: no buffer for it."""
+    cx = lm.Graph()
+    x = cx.tensor(4096).set(np.linspace(-12, 12, 4096, dtype=np.float32))
+    out = x.gelu(approximate="tanh").retrieve()
+    cx.compile(device="cpu")
+    assert len(cx.runtime.program.kernels) == 1
+    assert set(cx.runtime.program.buffers) == {x.id, out.id}
+    cx.execute()
+    xd = np.linspace(-12, 12, 4096, dtype=np.float32).astype(np.float64)
+    want = 0.5 * xd * (1 + np.tanh(np.sqrt(2 / np.pi) * (xd + 0.044715 * xd ** 3)))
+    np.testing.assert_allclose(out.data(), want, rtol=1e-6, atol=1e-6)
+
+
 SANITIZER_SCRIPT = textwrap.dedent("""
     import numpy as np, luminal as lm
     def graphs(cx):

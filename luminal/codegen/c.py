@@ -90,6 +90,14 @@ def _literal(value, dtype: DType) -> str:
     return f"(({dtype.c_type}){text})"
 
 
+def _zero(dtype: DType) -> str:
+    """The literal a statically masked-out read emits (recognised by the ``Add`` folding)."""
+    return _literal(0, dtype)
+
+
+SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects
+
+
 class _KernelWriter:
     """Emits the statements of one kernel body (SSA temporaries, memoized per value and index)."""
 
@@ -137,12 +145,16 @@ class _KernelWriter:
         _, valid = view.axis_expressions(vars_)
         if valid == 1:
             return text
+        if valid == 0:
+            return _zero(dtype)
         return f"(({self.index(valid)}) ? ({text}) : ({dtype.c_type})0)"
 
     def _emit(self, value, vars_) -> str:
         if isinstance(value, Load):
             off, valid = value.view.axis_expressions(vars_)
             ptr = self.r.pointer(value.buffer)
+            if valid == 0:  # statically masked out (a padded slot seen at a constant index)
+                return _zero(value.dtype)
             if valid == 1:
                 return self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
             if self._in_bounds(value.buffer, off):
@@ -164,9 +176,24 @@ class _KernelWriter:
             return self._masked(value.view, vars_, f"({value.dtype.c_type})({self.index(expr)})", value.dtype)
         if isinstance(value, Compute):
             args = [self.emit(a, vars_) for a in value.args]
+            if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
+                # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
+                # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
+                return args[1] if args[0] == _zero(value.dtype) else args[0]
             return self.temp(value.dtype, self._compute(value, args))
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
+            lo, hi = value_range(value.index)
+            n = value.data_view.dims[value.axis].to_int()
+            if value.data is not None and lo is not None and hi is not None and n is not None and \
+                    0 <= lo <= hi < n and hi - lo < SELECT_SLOTS:
+                # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
+                # stack's masks fold away, and select -- no index arithmetic in the loop
+                out = self.emit(value.data, vars_[:value.axis] + (to_expr(hi),) + vars_[value.axis + 1:])
+                for k in range(hi - 1, lo - 1, -1):
+                    slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
+                    out = self.temp(value.dtype, f"({idx} == {k}) ? {slot} : {out}")
+                return out
             g = f"g{self.counter}"
             self.counter += 1
             extent_expr = value.data_view.dims[value.axis]

@@ -124,13 +124,16 @@ class Program:
 # ---------------------------------------------------------------------------- lowering
 def _same_index_view(view, dims) -> bool:
     """Whether ``view`` reads a buffer of ``dims`` at the reader's own index: the row-major layout, possibly
-    with extra axes that a mask restricts to one slot (a ``where()`` branch's place in its stack)."""
-    keep = [j for j in range(len(view.dims)) if j not in _single_slot_axes(view)]
-    if len(keep) != len(dims) or view.offset != 0:
+    with extra axes that a mask restricts to one slot (a ``where()`` branch's place in its stack), and size-1
+    axes added or dropped (a ``where()`` result is gathered with a trailing size-1 axis, read squeezed)."""
+    slots = _single_slot_axes(view)
+    keep = [j for j in range(len(view.dims)) if j not in slots and view.dims[j] != 1]
+    if view.offset != 0:
         return False
     contiguous = ShapeTracker.contiguous_of(dims)
-    if not all(view.dims[j] == d and (d == 1 or view.strides[j] == s)
-               for j, d, s in zip(keep, contiguous.dims, contiguous.strides)):
+    own = [(d, s) for d, s in zip(contiguous.dims, contiguous.strides) if d != 1]
+    if len(keep) != len(own) or not all(view.dims[j] == d and view.strides[j] == s
+                                        for j, (d, s) in zip(keep, own)):
         return False
     # no mask may restrict the kept axes (only the slot axes are masked)
     return not any(coeffs[j] != 0 for coeffs, _, _ in view.masks for j in keep)
