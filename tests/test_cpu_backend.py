@@ -235,3 +235,62 @@ def test_generated_kernels_under_address_and_undefined_sanitizers(tmp_path):
     proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------- row groups and split GEMMs
+def _groups(cx):
+    from luminal.codegen.c import kernel_groups
+    return kernel_groups(cx.runtime.program)
+
+
+def test_softmax_and_layer_norm_rows_are_one_group_each():
+    """softmax (max, exp-sum, normalize) and layer norm (mean, variance, normalize) over the last axis each
+    render as one parallel loop over the rows; values against torch (rtol 1e-5, atol 1e-6)."""
+    import torch
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((6, 50, 37)) * 4).astype(np.float32)
+    for make, ref in ((lambda t: t.softmax(-1), lambda t: torch.softmax(t, -1)),
+                      (lambda t: t.layer_norm(-1), lambda t: torch.nn.functional.layer_norm(t, (37,))),
+                      (lambda t: t.log_softmax(-1), lambda t: torch.log_softmax(t, -1))):
+        cx = lm.Graph()
+        out = make(cx.tensor(x.shape).set(x)).retrieve()
+        cx.compile(device="cpu")
+        groups = _groups(cx)
+        assert len(groups) == 1 and len(groups[0]) == len(cx.runtime.program.kernels) > 1
+        cx.execute()
+        np.testing.assert_allclose(out.data(), ref(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_row_group_excludes_reads_of_other_rows():
+    """A kernel that reads the row maximum of *another* row (through a flip) cannot join the rows' loop (that
+    row may not be computed yet on another thread); results match numpy exactly (float64, no transcendental)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 33))
+    cx = lm.Graph()
+    t = cx.tensor(x.shape, dtype=lm.float64).set(x)
+    m = t.max(-1, keepdim=True)
+    out = (t - m.flip(0) + m * 2.0).retrieve()
+    cx.compile(device="cpu")
+    flip_reader = [k for k, kernel in enumerate(cx.runtime.program.kernels) if kernel.out == out.id]
+    assert not any(len(g) > 1 and flip_reader[0] in g for g in _groups(cx))
+    cx.execute()
+    mx = x.max(-1, keepdims=True)
+    np.testing.assert_array_equal(out.data(), x - mx[::-1] + mx * 2.0)
+
+
+@pytest.mark.parametrize("m,k,n", [(200, 300, 150), (37, 500, 401), (515, 64, 33), (1, 4096, 300)])
+@pytest.mark.parametrize("transpose", ["none", "a", "b", "both"])
+def test_large_gemms_split_over_threads_match_numpy(m, k, n, transpose):
+    """GEMMs above LM_SPLIT_MACS are split over the OpenMP threads by columns (N >= M) or rows (M > N), with
+    either operand transposed; against float64 numpy, rtol 1e-4 atol 1e-4 (float32 sums of up to 4096 terms)."""
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((k, m) if transpose in ("a", "both") else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transpose in ("b", "both") else (k, n)).astype(np.float32)
+    cx = lm.Graph()
+    ta, tb = cx.tensor(a.shape).set(a), cx.tensor(b.shape).set(b)
+    out = ((ta.T if transpose in ("a", "both") else ta) @ (tb.T if transpose in ("b", "both") else tb)).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    a64 = a.T.astype(np.float64) if transpose in ("a", "both") else a.astype(np.float64)
+    b64 = b.T.astype(np.float64) if transpose in ("b", "both") else b.astype(np.float64)
+    np.testing.assert_allclose(out.data(), a64 @ b64, rtol=1e-4, atol=1e-4)

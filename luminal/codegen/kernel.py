@@ -181,6 +181,7 @@ def _inlinable_view(view) -> bool:
 
 
 MAX_RECOMPUTE = 6  # a node read by several kernels is recomputed in each when its body has at most this many ops
+TRANSCENDENTAL_RECOMPUTE = 4  # exp2/log2/sin count as this many ops there (a softmax's exp is stored, not redone)
 
 _ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Cast)
 
@@ -283,6 +284,7 @@ def lower(graph: Graph) -> Program:
     materialized: set[int] = set()
     shared: set[int] = set()  # materialized only because several readers would recompute them
     cost: dict[int, int] = {}  # elementwise ops a node's inlined body recomputes
+    folded: set[int] = set()  # computed from constants only: the C compiler folds them
     for node_id in order:
         node = graph.nodes[node_id]
         op = node.op
@@ -294,8 +296,13 @@ def lower(graph: Graph) -> Program:
             materialized.add(node_id)
         elif isinstance(op, (ops.Constant, ops.Iota)):
             continue
+        elif isinstance(op, _ELEMENTWISE + (ops.Contiguous,)) and all(
+                isinstance(graph.nodes[e.src].op, ops.Constant) or e.src in folded for e in node.inputs):
+            folded.add(node_id)  # arithmetic on constants only (1 / n, -1 * c): inlined like a constant, any view
+            continue
         else:
-            cost[node_id] = 1 + sum(cost.get(e.src, 0) for e in node.inputs if e.src not in materialized)
+            own = TRANSCENDENTAL_RECOMPUTE if isinstance(op, (ops.Exp2, ops.Log2, ops.Sin)) else 1
+            cost[node_id] = own + sum(cost.get(e.src, 0) for e in node.inputs if e.src not in materialized)
             readers = consumers[node_id]
             if not readers or any(c in gemm_muls or not _inlinable_view(graph.nodes[c].inputs[k].shape)
                                   for c, k in readers):
