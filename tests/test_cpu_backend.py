@@ -294,3 +294,18 @@ def test_large_gemms_split_over_threads_match_numpy(m, k, n, transpose):
     a64 = a.T.astype(np.float64) if transpose in ("a", "both") else a.astype(np.float64)
     b64 = b.T.astype(np.float64) if transpose in ("b", "both") else b.astype(np.float64)
     np.testing.assert_allclose(out.data(), a64 @ b64, rtol=1e-4, atol=1e-4)
+
+
+def test_big_gemm_uses_openblas_threads_and_matches_numpy():
+    """A GEMM of at least 2^30 multiply-adds runs as one OpenBLAS-threaded call (then OpenBLAS goes back to one
+    thread); against float64 numpy, rtol 1e-4 atol 1e-3 (float32 sums of 1024 terms of size ~1)."""
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((1024, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
+    cx = lm.Graph()
+    x, y = cx.tensor(a.shape).set(a), cx.tensor(b.shape).set(b)
+    out = (x @ y.T).retrieve()
+    small = (x[:64, :64] @ y[:64, :64]).retrieve()  # a split GEMM after it in the same program
+    cx.compile(device="cpu")
+    cx.execute()
+    np.testing.assert_allclose(out.data(), a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(small.data(), a[:64, :64].astype(np.float64) @ b[:64, :64], rtol=1e-4, atol=1e-4)
