@@ -239,7 +239,7 @@ def test_generated_kernels_under_address_and_undefined_sanitizers(tmp_path):
 
 # ---------------------------------------------------------------------------- row groups and split GEMMs
 def _groups(cx):
-    from luminal.codegen.c import kernel_groups
+    from luminal.codegen.groups import kernel_groups
     return kernel_groups(cx.runtime.program)
 
 

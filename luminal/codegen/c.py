@@ -22,7 +22,8 @@ from .. import ops
 from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
-from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, value_range, walk, work_per_element
+from .groups import kernel_groups
+from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, value_range, work_per_element
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped)
 
@@ -37,121 +38,6 @@ class CProgram:
     symbols: list
     uses_blas: bool
     groups: list = None  # kernel indices rendered together (one C function each)
-
-
-def kernel_groups(program: Program) -> list[list[int]]:
-    """Kernels rendered together as one loop nest:
-
-    * a *row group*: a reduction over the innermost axis and the kernels after it that work row by row --
-      more innermost reductions over the same rows, per-row scalars, elementwise kernels over the same rows
-      -- each reading the group's earlier outputs only in its own row (softmax: max, exp-sum, normalize;
-      layer norm: mean, variance, normalize). One parallel loop over the rows runs every member's inner loop
-      in turn, so a row stays in L1 between the passes and the group pays one fork/join;
-    * a run of consecutive elementwise kernels over the same iteration space (horizontal fusion: an
-      optimizer's parameter and moment updates read the gradient once); a later kernel of a run may read an
-      earlier one's output only at the same element (a contiguous view of the same dims).
-    """
-    groups: list[list[int]] = []
-    k = 0
-    while k < len(program.kernels):
-        row = _row_group(program.kernels, k)
-        if len(row) > 1:
-            groups.append(row)
-            k += len(row)
-            continue
-        kernel = program.kernels[k]
-        k += 1
-        if groups and isinstance(kernel, ElementwiseKernel):
-            run = groups[-1]
-            first = program.kernels[run[0]]
-            if isinstance(first, ElementwiseKernel) and tuple(first.dims) == tuple(kernel.dims) and \
-                    _reads_only_elementwise(kernel.value, {program.kernels[i].out for i in run}, kernel.dims):
-                run.append(k - 1)
-                continue
-        groups.append([k - 1])
-    return groups
-
-
-MIN_ROWS = 8  # a row group needs at least this many rows to split over the threads (or symbolic ones)
-
-
-def _row_group(kernels, start: int) -> list[int]:
-    """The row group starting at kernel ``start`` (see :func:`kernel_groups`); ``[start]`` when there is none."""
-    red = kernels[start]
-    if not isinstance(red, ReduceKernel) or not red.dims or red.axis != len(red.dims) or red.extent == 1:
-        return [start]
-    rows, extent = tuple(red.dims), red.extent
-    count = to_expr(1)
-    for d in rows:
-        count = count * d
-    if count.is_constant() and count.to_int() < MIN_ROWS:
-        return [start]
-    scalar, interior = (rows, rows + (to_expr(1),)), rows + (extent,)
-    produced = {red.out: rows}  # buffer -> its dims, for the group's outputs so far
-    members = [start]
-    for k in range(start + 1, len(kernels)):
-        kernel = kernels[k]
-        if isinstance(kernel, ReduceKernel):
-            if tuple(kernel.dims) != rows or kernel.axis != len(rows) or kernel.extent != extent:
-                break
-            space = interior
-        elif isinstance(kernel, ElementwiseKernel) and tuple(kernel.dims) in (*scalar, interior):
-            space = tuple(kernel.dims)
-        else:
-            break
-        if not _reads_own_row(kernel.value, produced, space, len(rows)):
-            break
-        produced[kernel.out] = tuple(kernel.dims)
-        members.append(k)
-    return members
-
-
-def _reads_own_row(value, produced: dict, space: tuple, n: int) -> bool:
-    """Whether ``value`` (over ``space``: the rows, plus an inner axis or not) reads the buffers in ``produced``
-    only in its own row: a row's scalar broadcast along the inner axis, or the same element of a row."""
-    stack = [(value, False)]
-    while stack:
-        v, nested = stack.pop()
-        if isinstance(v, Load) and v.buffer in produced:
-            if nested:
-                return False  # read at indices remapped or gathered: not known to stay in the row
-            dims = produced[v.buffer]
-            own = ShapeTracker.contiguous_of(dims).strides
-            view = v.view
-            if view.offset != 0 or view.masks or tuple(view.dims) != tuple(space):
-                return False
-            if any(space[j] != 1 and view.strides[j] != own[j] for j in range(n)):
-                return False
-            if len(space) > n and space[n] != 1:  # the reader walks the row's inner axis
-                same_element = len(dims) > n and dims[n] != 1 and view.strides[n] == 1
-                if not (same_element or view.strides[n] == 0):
-                    return False
-        elif isinstance(v, GatherValue):
-            if v.data is None and v.data_buffer in produced:
-                return False
-            stack.append((v.index, nested))
-            if v.data is not None:
-                stack.append((v.data, True))
-        elif isinstance(v, Remapped):
-            stack.append((v.value, True))
-        elif isinstance(v, Compute):
-            stack.extend((a, nested) for a in v.args)
-    return True
-
-
-def _reads_only_elementwise(value, outs: set, dims) -> bool:
-    same = ShapeTracker.contiguous_of(dims)
-    for v in walk(value):
-        if isinstance(v, Load) and v.buffer in outs and v.view != same:
-            return False
-        if isinstance(v, GatherValue) and v.data is None and v.data_buffer in outs:
-            return False
-        if isinstance(v, GatherValue) and v.data is not None and any(
-                isinstance(u, Load) and u.buffer in outs for u in walk(v.data)):
-            return False
-        if isinstance(v, Remapped) and any(isinstance(u, Load) and u.buffer in outs for u in walk(v.value)):
-            return False
-    return True
 
 
 def _c_name(symbol: str) -> str:
