@@ -23,7 +23,7 @@ def kernel_groups(program: Program) -> list[list[int]]:
     groups: list[list[int]] = []
     k = 0
     while k < len(program.kernels):
-        row = _row_group(program.kernels, k)
+        row = _row_group_at(program.kernels, k)
         if len(row) > 1:
             groups.append(row)
             k += len(row)
@@ -44,7 +44,7 @@ def kernel_groups(program: Program) -> list[list[int]]:
 MIN_ROWS = 8  # a row group needs at least this many rows to split over the threads (or symbolic ones)
 
 
-def _row_group(kernels, start: int) -> list[int]:
+def _row_group_at(kernels, start: int) -> list[int]:
     """The row group starting at kernel ``start`` (see :func:`kernel_groups`); ``[start]`` when there is none."""
     red = kernels[start]
     if not isinstance(red, ReduceKernel) or not red.dims or red.axis != len(red.dims) or red.extent == 1:

@@ -1,0 +1,212 @@
+"""Kernel-body emission: a kernel's value tree (loads through views, constants, elementwise primitives,
+gathers) as C statements over SSA temporaries, for the loop nests :mod:`luminal.codegen.c` renders."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .. import ops
+from ..dtype import DType
+from ..shape import Expression, ShapeTracker, to_expr
+from .kernel import Compute, ConstValue, GatherValue, IotaValue, Load, Remapped
+from .values import value_range
+
+
+def _literal(value, dtype: DType) -> str:
+    if dtype == DType.bool:
+        return "1" if value else "0"
+    if dtype.is_int:
+        return f"{int(value)}LL"
+    v = float(value)
+    if math.isnan(v):
+        text = "NAN"
+    elif math.isinf(v):
+        text = "INFINITY" if v > 0 else "(-INFINITY)"
+    else:
+        text = repr(v)
+    return f"(({dtype.c_type}){text})"
+
+
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+_TEMP = re.compile(r"[tg]\d+")  # the writer's temporaries (values and gather indices)
+
+
+def _zero(dtype: DType) -> str:
+    """The literal a statically masked-out read emits (recognised by the ``Add`` folding)."""
+    return _literal(0, dtype)
+
+
+SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects
+
+
+class KernelWriter:
+    """Emits the statements of one kernel body (SSA temporaries, memoized per value and index)."""
+
+    def __init__(self, renderer, loop_var: str | None = None):
+        """``renderer``: the :class:`~luminal.codegen.c.CRenderer` (buffer pointers, index rendering)."""
+        self.r = renderer
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self.counter = 0
+        # with a loop_var, temporaries that do not depend on it go to ``hoisted`` (emitted before the loop):
+        # GCC does not vectorize an inner loop that reloads a value stored earlier in the same outer iteration
+        # (a row group's per-row scalars: "control flow in loop")
+        self.loop_var = loop_var
+        self.hoisted: list[str] = []
+        self.invariant: set[str] = set()
+
+    def temp(self, dtype: DType, expr: str) -> str:
+        name = f"t{self.counter}"
+        self.counter += 1
+        # bool temporaries are ints: GCC does not vectorize loops that mix unsigned char values with
+        # float/64-bit ones ("no vectype"); bool buffers stay one byte per element
+        line = f"{'int' if dtype == DType.bool else dtype.c_type} {name} = {expr};"
+        if self.loop_var is not None and all(
+                name_ in self.invariant or not _TEMP.fullmatch(name_) and name_ != self.loop_var
+                for name_ in _IDENT.findall(expr)):
+            self.invariant.add(name)
+            self.hoisted.append(line)
+        else:
+            self.lines.append(line)
+        return name
+
+    def index(self, e: Expression) -> str:
+        return self.r.index(e)
+
+    def emit(self, value, vars_: tuple) -> str:
+        key = (id(value), vars_)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit[1]
+        out = self._emit(value, vars_)
+        self.memo[key] = (value, out)  # keep value alive so id() stays unique
+        return out
+
+    def _in_bounds(self, buffer: int, off: Expression) -> bool:
+        """Whether ``off`` lies inside ``buffer`` for every value of the loop variables (constant sizes only)."""
+        entry = self.r.program.buffers.get(buffer)
+        if entry is None:
+            return False
+        size = 1
+        for d in entry[0]:
+            d = to_expr(d).to_int()
+            if d is None:
+                return False
+            size *= d
+        lo, hi = off.bounds()
+        return lo is not None and hi is not None and 0 <= lo and hi < size
+
+    def _masked(self, view: ShapeTracker, vars_, text: str, dtype: DType) -> str:
+        _, valid = view.axis_expressions(vars_)
+        if valid == 1:
+            return text
+        if valid == 0:
+            return _zero(dtype)
+        return f"(({self.index(valid)}) ? ({text}) : ({dtype.c_type})0)"
+
+    def _emit(self, value, vars_) -> str:
+        if isinstance(value, Load):
+            off, valid = value.view.axis_expressions(vars_)
+            ptr = self.r.pointer(value.buffer)
+            if valid == 0:  # statically masked out (a padded slot seen at a constant index)
+                return _zero(value.dtype)
+            if valid == 1:
+                return self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
+            if self._in_bounds(value.buffer, off):
+                # the address is valid even where the view masks the value out: load unconditionally and
+                # select (branch-free, so the loop vectorizes; a conditional load cannot be if-converted)
+                loaded = self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
+                return self.temp(value.dtype, f"({self.index(valid)}) ? {loaded} : ({value.dtype.c_type})0")
+            return self.temp(value.dtype, f"({self.index(valid)}) ? {ptr}[{self.index(off)}] : "
+                                          f"({value.dtype.c_type})0")
+        if isinstance(value, ConstValue):
+            if isinstance(value.value, Expression):
+                text = f"({value.dtype.c_type})({self.index(value.value)})"
+            else:
+                text = _literal(value.value, value.dtype)
+            return self._masked(value.view, vars_, text, value.dtype)
+        if isinstance(value, IotaValue):
+            off, _ = value.view.axis_expressions(vars_)
+            expr = value.expr.substitute("z", off) if "z" in value.expr.symbols() else value.expr
+            return self._masked(value.view, vars_, f"({value.dtype.c_type})({self.index(expr)})", value.dtype)
+        if isinstance(value, Compute):
+            args = [self.emit(a, vars_) for a in value.args]
+            if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
+                # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
+                # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
+                return args[1] if args[0] == _zero(value.dtype) else args[0]
+            return self.temp(value.dtype, self._compute(value, args))
+        if isinstance(value, GatherValue):
+            idx = self.emit(value.index, vars_)
+            lo, hi = value_range(value.index)
+            extent_expr = value.data_view.dims[value.axis]
+            n = extent_expr.to_int()
+            in_range = lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n
+            if value.data is not None and in_range and hi - lo < SELECT_SLOTS:
+                # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
+                # stack's masks fold away, and select -- no index arithmetic in the loop
+                out = self.emit(value.data, vars_[:value.axis] + (to_expr(hi),) + vars_[value.axis + 1:])
+                for k in range(hi - 1, lo - 1, -1):
+                    slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
+                    out = self.temp(value.dtype, f"({idx} == {k}) ? {slot} : {out}")
+                return out
+            g = f"g{self.counter}"
+            self.counter += 1
+            self.lines.append(f"long long {g} = (long long)({idx});")
+            if not in_range:
+                self.lines.append(f"if ({g} < 0 || {g} >= {self.index(extent_expr)}) {{ err = 1; {g} = 0; }}")
+            gsym = Expression.symbol(g, n - 1) if n is not None else Expression.symbol(g)
+            gvars = vars_[:value.axis] + (gsym,) + vars_[value.axis + 1:]
+            if value.data is None:
+                return self.emit(Load(value.data_buffer, value.data_view, value.dtype), gvars)
+            return self.emit(value.data, gvars)
+        if isinstance(value, Remapped):
+            off, valid = value.view.axis_expressions(vars_)
+            strides = ShapeTracker.contiguous_of(value.dims).strides
+            inner = tuple(off // s if j == 0 else (off // s) % d
+                          for j, (s, d) in enumerate(zip(strides, value.dims)))
+            text = self.emit(value.value, inner)
+            return self._masked(value.view, vars_, text, value.dtype)
+        raise NotImplementedError(type(value))
+
+    def _compute(self, value: Compute, args) -> str:
+        op, dtype = value.op, value.dtype
+        half = dtype == DType.float16
+        f = "" if dtype == DType.float64 else "f"
+
+        def fn(name, x):
+            fast = f"lm_{name}f" if name in ("exp2", "log2") else f"{name}f"
+            if half:
+                return f"(_Float16){fast}((float){x})"
+            if dtype == DType.float32:
+                return f"{fast}({x})"
+            return f"{name}({x})"
+
+        if isinstance(op, ops.Log2):
+            return fn("log2", args[0])
+        if isinstance(op, ops.Exp2):
+            return fn("exp2", args[0])
+        if isinstance(op, ops.Sin):
+            return fn("sin", args[0])
+        if isinstance(op, ops.Sqrt):
+            return fn("sqrt", args[0])
+        if isinstance(op, ops.Recip):
+            return f"(({dtype.c_type})1 / {args[0]})"
+        if isinstance(op, ops.Add):
+            return f"({args[0]} | {args[1]})" if dtype == DType.bool else f"({args[0]} + {args[1]})"
+        if isinstance(op, ops.Mul):
+            return f"({args[0]} & {args[1]})" if dtype == DType.bool else f"({args[0]} * {args[1]})"
+        if isinstance(op, ops.Mod):
+            if dtype.is_int:
+                return f"({dtype.c_type})lm_imod({args[0]}, {args[1]}, &err)"
+            if half:
+                return f"(_Float16)lm_fmodf((float){args[0]}, (float){args[1]})"
+            return f"lm_fmod{f}({args[0]}, {args[1]})"
+        if isinstance(op, ops.LessThan):
+            return f"({args[0]} < {args[1]})"
+        if isinstance(op, ops.Cast):
+            if dtype == DType.bool:
+                return f"({args[0]} != 0)"
+            return f"({dtype.c_type})({args[0]})"
+        raise NotImplementedError(str(op))
