@@ -103,6 +103,7 @@ class Graph:
         self._next_id = 0
         self._order: list[int] | None = None
         self._consumer_counts: dict[tuple[int, int], int] | None = None
+        self._input_ids: frozenset[int] | None = None
 
     # ------------------------------------------------------------------ building
     def add_op(self, op: Op, inputs: Sequence[tuple[int, ShapeTracker]] = (), dims: Iterable = (),
@@ -197,6 +198,7 @@ class Graph:
         self.version += 1
         self._order = None
         self._consumer_counts = None
+        self._input_ids = None
 
     def consumers(self, node_id: int) -> list[int]:
         """Nodes with a data edge from ``node_id`` (with repeats for repeated use)."""
@@ -403,7 +405,9 @@ class Graph:
             del self.tensors[key]
 
     def _persistent_ids(self) -> set[int]:
-        return {i for i, n in self.nodes.items() if isinstance(n.op, ops.Input)} | self.no_delete
+        if self._input_ids is None:  # cached until the structure changes (_invalidate)
+            self._input_ids = frozenset(i for i, n in self.nodes.items() if isinstance(n.op, ops.Input))
+        return self._input_ids | self.no_delete
 
     # ------------------------------------------------------------------ execution
     def execute(self) -> None:

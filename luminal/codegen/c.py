@@ -14,18 +14,44 @@ operand layouts are BLAS-compatible at run time and a plain loop otherwise.
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 from dataclasses import dataclass
 
 from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
-from .emit import KernelWriter
-from .groups import kernel_groups
+from .emit import KernelWriter, _literal
+from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
+STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
+
+
+def _last_level_cache() -> int:
+    """Bytes of CPU 0's last-level cache (Linux sysfs); 32 MiB where that cannot be read."""
+    best = (0, 0)
+    for entry in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(entry, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(entry, "size")) as f:
+                text = f.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, (level, int(digits) * scale))
+    return best[1] or 32 << 20
+
+
+# output bytes from which an elementwise loop uses streaming stores: an output bigger than the last-level cache
+# is not in cache for the next kernel anyway (this machine's L3; the code is compiled for it with -march=native)
+STREAM_BYTES = _last_level_cache()
 SMALL_GEMM = 1 << 23  # multiply-adds per GEMM up to which a batch of GEMMs is split over the OpenMP threads
 
 @dataclass
@@ -67,6 +93,21 @@ class CRenderer:
     def pointer(self, buffer: int) -> str:
         return f"b{self.slot[buffer]}"
 
+    def constant(self, value, dtype: DType) -> str:
+        """The C text of a constant in the kernel being rendered. float32/float64 numbers are locals read from a
+        ``volatile`` at the kernel's top: GCC (12) turns ``(x < c) ? c : x`` into one IEEE ``max``/``min``
+        instruction only when ``c`` is not a literal (with literals it emits a compare and a blend, twice the
+        instructions in a clamp); numbers also bound by the volatile read stay exact."""
+        text = _literal(value, dtype)
+        if dtype not in (DType.float32, DType.float64) or value == 0:
+            return text  # (0 stays a literal: the emitter folds x + 0 for a where() slot)
+        entry = self.constants.get(text)
+        if entry is None:
+            name = f"c{len(self.constants)}"
+            entry = self.constants[text] = (name, f"const {dtype.c_type} {name} = *(volatile const {dtype.c_type} *)"
+                                                  f"&(const {dtype.c_type}){{{text}}};")
+        return entry[0]
+
     def _prologue(self, kernels, lines: list[str]) -> None:
         kernels = kernels if isinstance(kernels, list) else [kernels]
         for s in self.symbols:
@@ -86,8 +127,14 @@ class CRenderer:
         groups = kernel_groups(self.program)
         for k, group in enumerate(groups):
             kernel = self.program.kernels[group[0]]
+            epilogue = "NULL"
+            if isinstance(kernel, GemmKernel) and len(group) == 2:
+                epilogue = f"epilogue_{k}"
+                parts.append(self._epilogue(epilogue, kernel, self.program.kernels[group[1]]))
+                group = group[:1]
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
             self._prologue([self.program.kernels[i] for i in group], lines)
+            self.constants, at = {}, len(lines)
             if len(group) > 1 and isinstance(kernel, ReduceKernel):
                 self._render_rows([self.program.kernels[i] for i in group], lines)
             elif len(group) > 1:
@@ -97,7 +144,8 @@ class CRenderer:
             elif isinstance(kernel, ReduceKernel):
                 self._reduce(kernel, lines)
             else:
-                self._gemm(kernel, lines)
+                self._gemm(kernel, lines, epilogue)
+            lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
             lines += ["    return err;", "}"]
             parts.append("\n".join(lines))
             if self.profile:
@@ -186,18 +234,58 @@ class CRenderer:
             values = merged
             dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
 
+        work = sum(work_per_element(v) for v in values)
+        if self._streamed(dims, [k.out for k in kernels], values, lines, work):
+            return
+
         def body(vars_, flat):
             w = KernelWriter(self)
-            stores = []
             for kernel, value in zip(kernels, values):
                 result = w.emit(value, vars_)
                 w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};")
-            return w.lines + stores
+            return w.lines
 
-        self._loops(dims, lines, body, simd_inner=True, work=sum(work_per_element(v) for v in values))
+        self._loops(dims, lines, body, simd_inner=True, work=work)
+
+    def _streamed(self, dims, outs, values, lines, work) -> bool:
+        """An elementwise loop whose outputs are bigger than the last-level cache (``STREAM_BYTES``): tiles of
+        ``STREAM_TILE`` elements are computed into per-thread L1 buffers and copied out with streaming stores
+        (``lm_stream``): the output's lines are not read before being written. Returns False (nothing rendered)
+        for loops that are not one constant-length axis or whose outputs are smaller."""
+        active = [j for j, d in enumerate(dims) if d != 1]
+        if len(active) != 1 or dims[active[0]].to_int() is None:
+            return False
+        n = dims[active[0]].to_int()
+        if n * sum(self.program.buffers[b][1].itemsize for b in outs) < STREAM_BYTES:
+            return False
+        j = active[0]
+        var = Expression.symbol(f"i{j}", n - 1)
+        vars_ = tuple(var if k == j else to_expr(0) for k in range(len(dims)))
+        w = KernelWriter(self)
+        results = [w.emit(v, vars_) for v in values]
+        ctypes_ = [self.program.buffers[b][1].c_type for b in outs]
+        lines.append(f"    #pragma omp parallel if(({n * work}) >= {PARALLEL_WORK})")
+        lines.append("    {")
+        lines += [f"        {t} lm_tile{k}[{STREAM_TILE}] __attribute__((aligned(64)));" for k, t in enumerate(ctypes_)]
+        lines.append("        #pragma omp for schedule(static)")
+        lines.append(f"        for (long long it = 0; it < {n}; it += {STREAM_TILE}) {{")
+        lines.append(f"            const long long iend = LUMINAL_MIN(it + {STREAM_TILE}, {n});")
+        lines.append("            #pragma omp simd")
+        lines.append(f"            for (long long i{j} = it; i{j} < iend; i{j}++) {{")
+        lines += ["                " + x for x in w.lines]
+        lines += [f"                lm_tile{k}[i{j} - it] = {r};" for k, r in enumerate(results)]
+        lines.append("            }")
+        lines += [f"            lm_stream({self.pointer(b)} + it, lm_tile{k}, (iend - it) * (long long)sizeof({t}));"
+                  for k, (b, t) in enumerate(zip(outs, ctypes_))]
+        lines.append("        }")
+        lines.append("        lm_sfence();")
+        lines.append("    }")
+        return True
 
     def _elementwise(self, kernel: ElementwiseKernel, lines):
         dims, value = flatten_space(kernel.dims, kernel.value)
+        if self._streamed(dims, [kernel.out], [value], lines, work_per_element(value)):
+            return
 
         def body(vars_, flat):
             w = KernelWriter(self)
@@ -367,7 +455,28 @@ class CRenderer:
         lines.append("    }")
         return True
 
-    def _gemm(self, kernel: GemmKernel, lines):
+    def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
+        """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and
+        columns ``[n0, n1)`` of ``gemm``'s product; ``lm_gemm_*`` calls it on each thread's block of C."""
+        m, n = gemm.dims
+        value, vars_ = epilogue_value(gemm, kernel)
+        lines = [f"static int {name}(void **bufs, const long long *syms, long long m0, long long m1, long long n0, "
+                 "long long n1) {", "    int err = 0;"]
+        self._prologue([kernel], lines)
+        self.constants, at = {}, len(lines)
+        w = KernelWriter(self, loop_var="i1")
+        v = w.emit(value, vars_)
+        lines.append("    for (long long i0 = m0; i0 < m1; i0++) {")
+        lines += ["        " + x for x in w.hoisted]
+        lines += ["        #pragma omp simd", "        for (long long i1 = n0; i1 < n1; i1++) {"]
+        lines += ["            " + x for x in w.lines]
+        lines.append(f"            {self.pointer(kernel.out)}[i1 + {self.index(n)} * i0] = {v};")
+        lines += ["        }", "    }"]
+        lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
+        lines += ["    return err;", "}"]
+        return "\n".join(lines)
+
+    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL"):
         dims = kernel.dims
         nb = len(dims) - 2
         m, n = dims[-2], dims[-1]
@@ -385,9 +494,9 @@ class CRenderer:
         fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
         call = (f"{fn}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + {idx(a_off)}, {idx(av.strides[nb])}, "
                 f"{idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + {idx(b_off)}, {idx(bv.strides[nb + 1])}, "
-                f"{idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + {idx(c_off)});")
+                f"{idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + {idx(c_off)}, {epilogue}, bufs, syms);")
         if nb == 0:
-            lines.append("    " + call)
+            lines.append("    err = " + call)
             return
         # batched: small GEMMs spread over the OpenMP threads, one BLAS call each (measured 2x faster than a
         # sequence of split calls: 32 x 128x128x64 in 0.45 instead of 0.9-1.0 ms on 2 cores); large ones in

@@ -36,6 +36,38 @@ static inline float lm_exp2f(float x) {
     y = x < -126.0f ? 0.0f : y;
     return x == x ? y : x;
 }
+/* Streaming stores, for outputs larger than the last-level cache (see CRenderer._streamed): a tile computed in
+   L1 is copied out with non-temporal stores, which do not read the destination's lines first (a plain store
+   does: 3 bytes of memory traffic per byte written instead of 2). lm_sfence() makes them visible before the
+   parallel region's closing barrier. */
+#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+static inline void lm_stream(void *restrict dst, const void *restrict src, long long bytes) {
+    char *d = (char *)dst; const char *s = (const char *)src;
+#if defined(__AVX__) || defined(__SSE2__)
+#if defined(__AVX__)
+    enum { W = 32 };
+#else
+    enum { W = 16 };
+#endif
+    long long head = (long long)((W - ((uintptr_t)d & (W - 1))) & (W - 1));
+    if (head > bytes) head = bytes;
+    memcpy(d, s, (size_t)head); d += head; s += head; bytes -= head;
+    for (; bytes >= W; bytes -= W, d += W, s += W)
+#if defined(__AVX__)
+        _mm256_stream_si256((__m256i *)d, _mm256_loadu_si256((const __m256i *)s));
+#else
+        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+#endif
+#endif
+    memcpy(d, s, (size_t)bytes);
+}
+static inline void lm_sfence(void) {
+#if defined(__AVX__) || defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
 static inline float lm_log2f(float x) {
     int sub = x < 1.17549435e-38f;
     float xs = sub ? x * 8388608.0f : x;
@@ -58,6 +90,8 @@ static inline float lm_log2f(float x) {
 
 _GEMM_HELPER = r"""
 /* C[M,N] = A[M,K] . B[K,N] with A(m,k) = A[m*sam + k*sak], B(k,n) = B[n*sbn + k*sbk]; C row-major (ldc = N).
+   epi (or NULL): the generated elementwise kernel that reads C, run over each block of C as soon as it is done
+   (epi(bufs, syms, m0, m1, n0, n1)); returns the first nonzero error code of the epilogue.
    BLAS calls are single-threaded (lm_blas_init): a GEMM of at least LM_SPLIT_MACS multiply-adds is split over
    the OpenMP threads -- N in column blocks, or M in row blocks when M > N -- one BLAS call per thread. OpenBLAS's
    own threads would share the cores with the OpenMP pool: on 2 cores, alternating threaded GEMMs and OpenMP
@@ -65,8 +99,9 @@ _GEMM_HELPER = r"""
    worker); split over the one pool, a 128x1024x256 GEMM takes 380-420 us instead of 430-1200, and the next
    region 13 us instead of 50-90. Inside a parallel region (batched GEMMs) a call stays whole. Layouts BLAS
    cannot address fall back to loops. */
-static void lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
-                      const T *B, long long sbn, long long sbk, T *C) {
+static int lm_gemm_T(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                     const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                     const long long *syms) {
     int ta = -1, tb = -1; long long lda = 0, ldb = 0;
 #ifdef LUMINAL_BLAS
     if (sak == 1 || K == 1) { ta = 0; lda = M == 1 ? K : sam; } else if (sam == 1 || M == 1) { ta = 1; lda = K == 1 ? M : sak; }
@@ -75,7 +110,7 @@ static void lm_gemm_T(long long M, long long N, long long K, const T *A, long lo
     if ((tb == 0 && ldb < N) || (tb == 1 && ldb < K)) tb = -1;
     if (M >= INT_MAX || N >= INT_MAX || K >= INT_MAX || lda >= INT_MAX || ldb >= INT_MAX) ta = -1;
 #endif
-    if (M == 0 || N == 0) return;
+    if (M == 0 || N == 0) return 0;
     if (K == 0 || ta < 0 || tb < 0) {
         #pragma omp parallel for schedule(static) if(M * N * K >= 32768 && !omp_in_parallel())
         for (long long m = 0; m < M; m++)
@@ -84,7 +119,7 @@ static void lm_gemm_T(long long M, long long N, long long K, const T *A, long lo
                 for (long long k = 0; k < K; k++) acc += (ACC)A[m * sam + k * sak] * (ACC)B[n * sbn + k * sbk];
                 C[m * N + n] = (T)acc;
             }
-        return;
+        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
 #ifdef LUMINAL_BLAS
     if (M * N * K >= LM_THREADED_MACS && M >= 256 && N >= 256 && !omp_in_parallel()) {
@@ -94,8 +129,9 @@ static void lm_gemm_T(long long M, long long N, long long K, const T *A, long lo
         BLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
              1, A, (int)lda, B, (int)ldb, 0, C, (int)N);
         lm_blas_threads(1);
-        return;
+        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
+    int err = 0;
     #pragma omp parallel if(M * N * K >= LM_SPLIT_MACS && !omp_in_parallel())
     {
         long long nt = omp_get_num_threads(), t = omp_get_thread_num(), lo = 0, hi;
@@ -111,9 +147,17 @@ static void lm_gemm_T(long long M, long long N, long long K, const T *A, long lo
             else
                 BLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
                      (int)(hi - lo), (int)K, 1, A, (int)lda, B + lo * sbn, (int)ldb, 0, C + lo, (int)N);
+            /* the epilogue over this thread's block of C, still in cache */
+            int e = !epi ? 0 : by_rows ? epi(bufs, syms, lo, hi, 0, N) : epi(bufs, syms, 0, M, lo, hi);
+            if (e) {
+                #pragma omp atomic write
+                err = e;
+            }
         }
     }
+    return err;
 #endif
+    return 0;
 }
 """
 
@@ -130,6 +174,24 @@ static void lm_blas_init(void) { static int done = 0; if (!done) { lm_blas_threa
 #else
 static void lm_blas_init(void) {}
 #endif
+/* A GEMM's epilogue: the generated elementwise kernel over rows [m0, m1) and columns [n0, n1) of the product */
+typedef int (*lm_epilogue)(void **bufs, const long long *syms, long long m0, long long m1, long long n0, long long n1);
+#define LM_EPILOGUE_PARALLEL (1LL << 18)
+/* an epilogue over all of C (a GEMM that was not split over the threads): rows split over the threads */
+static int lm_epilogue_all(lm_epilogue epi, void **bufs, const long long *syms, long long M, long long N) {
+    int err = 0;
+    #pragma omp parallel if(M * N >= LM_EPILOGUE_PARALLEL && !omp_in_parallel())
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long lo = M * t / nt, hi = M * (t + 1) / nt;
+        int e = hi > lo ? epi(bufs, syms, lo, hi, 0, N) : 0;
+        if (e) {
+            #pragma omp atomic write
+            err = e;
+        }
+    }
+    return err;
+}
 """
 
 

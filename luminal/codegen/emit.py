@@ -10,7 +10,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ConstValue, GatherValue, IotaValue, Load, Remapped
-from .values import value_range
+from .values import gather_slots, value_range
 
 
 def _literal(value, dtype: DType) -> str:
@@ -37,7 +37,6 @@ def _zero(dtype: DType) -> str:
     return _literal(0, dtype)
 
 
-SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects
 
 
 class KernelWriter:
@@ -124,7 +123,7 @@ class KernelWriter:
             if isinstance(value.value, Expression):
                 text = f"({value.dtype.c_type})({self.index(value.value)})"
             else:
-                text = _literal(value.value, value.dtype)
+                text = self.r.constant(value.value, value.dtype)
             return self._masked(value.view, vars_, text, value.dtype)
         if isinstance(value, IotaValue):
             off, _ = value.view.axis_expressions(vars_)
@@ -143,7 +142,7 @@ class KernelWriter:
             extent_expr = value.data_view.dims[value.axis]
             n = extent_expr.to_int()
             in_range = lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n
-            if value.data is not None and in_range and hi - lo < SELECT_SLOTS:
+            if gather_slots(value):
                 # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
                 # stack's masks fold away, and select -- no index arithmetic in the loop
                 out = self.emit(value.data, vars_[:value.axis] + (to_expr(hi),) + vars_[value.axis + 1:])

@@ -3,9 +3,9 @@ row groups (a reduction and the row-wise kernels after it) and runs of elementwi
 
 from __future__ import annotations
 
-from ..shape import ShapeTracker, to_expr
-from .kernel import Compute, ElementwiseKernel, GatherValue, Load, Program, ReduceKernel, Remapped
-from .values import walk
+from ..shape import Expression, ShapeTracker, to_expr
+from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
+from .values import merge_value, read_offsets, walk
 
 
 def kernel_groups(program: Program) -> list[list[int]]:
@@ -18,7 +18,11 @@ def kernel_groups(program: Program) -> list[list[int]]:
       in turn, so a row stays in L1 between the passes and the group pays one fork/join;
     * a run of consecutive elementwise kernels over the same iteration space (horizontal fusion: an
       optimizer's parameter and moment updates read the gradient once); a later kernel of a run may read an
-      earlier one's output only at the same element (a contiguous view of the same dims).
+      earlier one's output only at the same element (a contiguous view of the same dims);
+    * a GEMM and its *epilogue*: the elementwise kernel right after an unbatched GEMM, over the GEMM's
+      ``M x N`` elements, reading the product only at its own element (a bias, an activation, a residual
+      add). Each thread runs the epilogue over its block of the product right after its BLAS call, while the
+      block is in cache and without another fork/join (see :func:`epilogue_value`).
     """
     groups: list[list[int]] = []
     k = 0
@@ -29,6 +33,10 @@ def kernel_groups(program: Program) -> list[list[int]]:
             k += len(row)
             continue
         kernel = program.kernels[k]
+        if k + 1 < len(program.kernels) and epilogue_value(kernel, program.kernels[k + 1]):
+            groups.append([k, k + 1])
+            k += 2
+            continue
         k += 1
         if groups and isinstance(kernel, ElementwiseKernel):
             run = groups[-1]
@@ -39,6 +47,51 @@ def kernel_groups(program: Program) -> list[list[int]]:
                 continue
         groups.append([k - 1])
     return groups
+
+
+def epilogue_value(gemm, kernel):
+    """``(value, vars)`` when ``kernel`` can run as ``gemm``'s epilogue (see :func:`kernel_groups`), else None:
+    ``kernel``'s value, evaluated at index ``vars`` -- expressions over ``i0`` (the product's row) and ``i1``
+    (its column) -- gives the output's element ``i0 * N + i1``. The kernel's space must be the product's
+    elements: leading axes whose sizes multiply to ``M`` (their indices are taken apart from ``i0``, once per
+    row) and trailing ones that multiply to ``N`` (those longer than 1 merge into one affine axis, walked by
+    ``i1``); and the value must read the product only at its own element."""
+    if not isinstance(gemm, GemmKernel) or len(gemm.dims) != 2 or not isinstance(kernel, ElementwiseKernel):
+        return None
+    m, n = gemm.dims
+    dims, value = tuple(kernel.dims), kernel.value
+    split, prefix = None, to_expr(1)
+    for s in range(1, len(dims)):
+        prefix = prefix * dims[s - 1]
+        suffix = to_expr(1)
+        for d in dims[s:]:
+            suffix = suffix * d
+        if prefix == m and suffix == n:
+            split = s
+            break
+    if split is None:
+        return None
+    while True:  # the column axes longer than 1 merge into one
+        long_axes = [j for j in range(split, len(dims)) if dims[j] != 1]
+        if len(long_axes) <= 1:
+            break
+        j = long_axes[-1] - 1  # merge the last long axis with the axis before it
+        value = merge_value(value, j)
+        if value is None:
+            return None
+        dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
+    i0, i1 = (Expression.symbol(v, d.to_int() - 1 if d.is_constant() else None) for v, d in (("i0", m), ("i1", n)))
+    row_vars, inner = [], to_expr(1)
+    first = min((j for j in range(split) if dims[j] != 1), default=0)
+    for j in range(split - 1, -1, -1):  # i0 taken apart over the row axes
+        d = dims[j]
+        row_vars.insert(0, to_expr(0) if d == 1 else i0 // inner if j == first else (i0 // inner) % d)
+        inner = inner * d
+    vars_ = tuple(row_vars) + tuple(to_expr(0) if d == 1 else i1 for d in dims[split:])
+    own, _ = ShapeTracker.contiguous_of(dims).axis_expressions(vars_)  # = i0 * N + i1
+    if any(off != own for off in read_offsets(value, vars_, gemm.out)):
+        return None  # reads the product at another element (or at one not known statically)
+    return value, vars_
 
 
 MIN_ROWS = 8  # a row group needs at least this many rows to split over the threads (or symbolic ones)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .. import ops
 from ..dtype import DType
-from ..shape import Expression
+from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ConstValue, GatherValue, GemmKernel, IotaValue, Load, ReduceKernel, Remapped
 
+SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects (see emit.py)
 TRANSCENDENTAL_COST = 8  # exp2/log2/sin weigh this many simple ops in the parallel-work estimate
 
 
@@ -40,6 +41,48 @@ def walk(value):
                 stack.append(v.data)
         elif isinstance(v, Remapped):
             stack.append(v.value)
+
+
+def gather_slots(value: GatherValue) -> list | None:
+    """The constant indices a gather is evaluated at when it renders as selects (``where``), else None."""
+    lo, hi = value_range(value.index)
+    n = value.data_view.dims[value.axis].to_int()
+    if value.data is not None and lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n \
+            and hi - lo < SELECT_SLOTS:
+        return list(range(lo, hi + 1))
+    return None
+
+
+def read_offsets(value, vars_, buffer: int) -> list:
+    """The flat offsets (expressions over ``vars_``) at which ``value``, evaluated at index ``vars_`` the way the
+    C emitter evaluates it, reads ``buffer`` (reads a view masks out statically are left out). A gather at a
+    run-time index reads at an offset with the unknown symbol ``gather_index``."""
+    out, seen = [], set()
+    stack = [(value, tuple(vars_))]
+    while stack:
+        v, vs = stack.pop()
+        if (id(v), vs) in seen:
+            continue
+        seen.add((id(v), vs))
+        if isinstance(v, Load):
+            if v.buffer == buffer:
+                off, valid = v.view.axis_expressions(vs)
+                if not (isinstance(valid, (int, Expression)) and valid == 0):
+                    out.append(off)
+        elif isinstance(v, Compute):
+            stack.extend((a, vs) for a in v.args)
+        elif isinstance(v, GatherValue):
+            stack.append((v.index, vs))
+            n = v.data_view.dims[v.axis].to_int()
+            slots = gather_slots(v) or [Expression.symbol("gather_index", n - 1 if n else None)]
+            data = v.data if v.data is not None else Load(v.data_buffer, v.data_view, v.dtype)
+            stack.extend((data, vs[:v.axis] + (to_expr(k),) + vs[v.axis + 1:]) for k in slots)
+        elif isinstance(v, Remapped):
+            off, _ = v.view.axis_expressions(vs)
+            strides = ShapeTracker.contiguous_of(v.dims).strides
+            stack.append((v.value, tuple(off // s if j == 0 else (off // s) % d
+                                         for j, (s, d) in enumerate(zip(strides, v.dims)))))
+    return out
 
 
 def work_per_element(value) -> int:

@@ -233,7 +233,7 @@ class UnaryOps:
         if x.dtype == DType.float64:
             return (x * 2.0).sigmoid() * 2.0 - 1.0
         work = x if x.dtype == DType.float32 else x.cast(DType.float32)
-        xc = where(work < -TANH_CLAMP, -TANH_CLAMP, where(TANH_CLAMP < work, TANH_CLAMP, work))  # NaN passes
+        xc = _clamp(work, -TANH_CLAMP, TANH_CLAMP)
         s = xc * xc
 
         def horner(coef):
@@ -243,7 +243,7 @@ class UnaryOps:
             return acc
 
         t = xc * horner(TANH_P) / horner(TANH_Q)
-        t = where(t < -1.0, -1.0, where(1.0 < t, 1.0, t))
+        t = _clamp(t, -1.0, 1.0)
         return t if x.dtype == DType.float32 else t.cast(x.dtype)
 
     def silu(self):
@@ -295,3 +295,12 @@ def _below(value: float, dtype) -> float:
     """The next value of ``dtype`` below ``value``."""
     t = dtype.numpy
     return float(np.nextafter(t.type(value), t.type(-np.inf)))
+
+
+def _clamp(x, lo: float, hi: float):
+    """``x`` clamped to the constants ``[lo, hi]``, NaN passing through. The second select compares the first
+    one's result, so each is ``(a < b) ? b : a`` over one value: the CPU backend's C compiler makes that one
+    ``max``/``min`` instruction (with the IEEE NaN rule) instead of a compare and a blend."""
+    from .binary import where
+    x = where(hi < x, hi, x)
+    return where(x < lo, lo, x)
