@@ -212,7 +212,9 @@ SANITIZER_SCRIPT = textwrap.dedent("""
                 x[::-2, 1:6:2].flip(0).exp() @ x[:3, :3],
                 x.index_select(0, ids).softmax(-1),
                 (x.T.reshape((35,))[3:30].reshape((3, 9)).cumsum(1)),
-                x.layer_norm(-1).max(0), lm.where(x > 0, x, x.sum(0).unsqueeze(0) * 0 + 1.0)[:, :5]]
+                x.layer_norm(-1).max(0), lm.where(x > 0, x, x.sum(0).unsqueeze(0) * 0 + 1.0)[:, :5],
+                (x @ x.T + x[:, 0:1]).relu(),  # a GEMM epilogue, not split over the threads
+                (x.repeat((13, 10))[:64, :64] @ x.repeat((13, 10))[:64, :64].T + 1.0).gelu("tanh")]  # split GEMM
         return [o.retrieve() for o in outs]
     ref = lm.Graph(); ro = graphs(ref); ref.execute()
     cpu = lm.Graph(); co = graphs(cpu); cpu.compile(device="cpu"); cpu.execute()
@@ -309,3 +311,70 @@ def test_big_gemm_uses_openblas_threads_and_matches_numpy():
     cx.execute()
     np.testing.assert_allclose(out.data(), a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(small.data(), a[:64, :64].astype(np.float64) @ b[:64, :64], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------- GEMM epilogues
+@pytest.mark.parametrize("batch,seq,k,n", [(2, 60, 48, 300), (3, 200, 64, 40), (1, 8, 16, 24)])
+def test_gemm_epilogue_runs_in_the_gemm_group_and_matches_torch(batch, seq, k, n):
+    """Linear + bias + GELU(tanh) + a residual-like add: the elementwise kernel after the GEMM is its epilogue
+    (one group), for a GEMM split by columns (N >= M), by rows (M > N) and one too small to split; the batch
+    dim is symbolic and a second batch size re-runs the same library. Against torch float64, rtol 1e-4 atol
+    1e-5 (float32 sums of up to 64 terms and a 6-ulp tanh)."""
+    import torch
+    rng = np.random.default_rng(batch * 1000 + seq + n)
+    w = rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
+    b = rng.standard_normal(n).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(("B", seq, k))
+    tw, tb = cx.tensor((n, k)).set(w), cx.tensor(n).set(b)
+    h = x @ tw.T + tb
+    out = (h.gelu("tanh") * 0.5 + h).retrieve()
+    cx.compile(device="cpu")
+    gemm = [i for i, kernel in enumerate(cx.runtime.program.kernels) if type(kernel).__name__ == "GemmKernel"]
+    assert len(gemm) == 1 and [gemm[0], gemm[0] + 1] in _groups(cx)
+    before = CompileStats.compilations
+    for bsz in (batch, batch + 2):
+        xd = rng.standard_normal((bsz, seq, k)).astype(np.float32)
+        x.set(xd)
+        cx.execute()
+        ht = torch.from_numpy(xd).double() @ torch.from_numpy(w).double().T + torch.from_numpy(b).double()
+        want = torch.nn.functional.gelu(ht, approximate="tanh") * 0.5 + ht
+        np.testing.assert_allclose(out.data(), want.numpy(), rtol=1e-4, atol=1e-5)
+    assert CompileStats.compilations == before
+
+
+def test_gemm_successor_reading_other_elements_is_not_an_epilogue():
+    """A kernel that reads the product at another element (a flip of its rows) must wait for the whole GEMM:
+    it stays a kernel of its own; exact against numpy in float64 (integer-valued data, exact products)."""
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(-3, 4, (96, 40)).astype(np.float64), rng.integers(-3, 4, (40, 80)).astype(np.float64)
+    cx = lm.Graph()
+    p = cx.tensor(a.shape, dtype=lm.float64).set(a) @ cx.tensor(b.shape, dtype=lm.float64).set(b)
+    out = (p + p.flip(0)).retrieve()
+    cx.compile(device="cpu")
+    assert all(len(g) == 1 for g in _groups(cx))
+    cx.execute()
+    np.testing.assert_array_equal(out.data(), a @ b + (a @ b)[::-1])
+
+
+def test_epilogue_errors_come_back_as_python_exceptions():
+    """A gather inside an epilogue (rows of a table added to the product) with an index out of range raises
+    IndexError through the split GEMM's threads; in range, the result matches numpy (rtol 1e-5, atol 1e-5)."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((128, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    table = rng.standard_normal((10, 96)).astype(np.float32)
+    cx = lm.Graph()
+    ids = cx.tensor(128, lm.int64)
+    out = (cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b) + cx.tensor(table.shape).set(table)
+           .index_select(0, ids)).retrieve()
+    cx.compile(device="cpu")
+    assert any(len(g) == 2 for g in _groups(cx))
+    good = rng.integers(0, 10, 128)
+    ids.set(good)
+    cx.execute()
+    np.testing.assert_allclose(out.data(), a.astype(np.float64) @ b + table[good], rtol=1e-5, atol=1e-5)
+    bad = good.copy()
+    bad[100] = 10
+    ids.set(bad)
+    with pytest.raises(IndexError):
+        cx.execute()
