@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -117,6 +116,11 @@ def build_jax(case, data):
     return step
 
 
+def _peak_rss_mb() -> float:
+    from workloads import peak_rss_mb  # (imported at the end: luminal's import is not part of a peer's peak)
+    return peak_rss_mb()
+
+
 def run_case(case: str, framework: str, seconds: float, out_path: str) -> dict:
     data = inputs(case)
     start = time.perf_counter()
@@ -139,7 +143,7 @@ def run_case(case: str, framework: str, seconds: float, out_path: str) -> dict:
     result = result.data() if hasattr(result, "data") and callable(result.data) else result
     np.save(out_path, np.asarray(result, np.float32))
     return {"first_s": first, "median": statistics.median(times), "min": min(times), "max": max(times),
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "n": len(times)}
+            "rss_mb": _peak_rss_mb(), "n": len(times)}
 
 
 def main() -> None:

@@ -9,6 +9,21 @@ import numpy as np
 import luminal as lm
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM`` of /proc/self/status, which starts afresh at exec.
+    (``getrusage(RUSAGE_SELF).ru_maxrss`` keeps the maximum across exec on Linux, so a benchmark child
+    started by a big parent would report the parent's peak.)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def uniform_params(rng, fan_in: int, shape) -> np.ndarray:
     bound = 1.0 / math.sqrt(fan_in)
     return rng.uniform(-bound, bound, shape).astype(np.float32)
