@@ -203,8 +203,15 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
                                      f"bound symbols, but the data has {n}")
 
     # ------------------------------------------------------------------ data out
-    def data(self) -> np.ndarray:
-        """The tensor's value after ``execute()``, as a numpy array of its logical shape."""
+    def data(self, copy: bool = True) -> np.ndarray:
+        """The tensor's value after ``execute()``, as a numpy array of its logical shape.
+
+        ``copy=False`` hands over the backend's own array, without a copy, where the tensor is its buffer in
+        plain layout (a strided view of it otherwise, still without a copy). The array is then the caller's:
+        the next ``execute()`` writes this tensor into a new array instead of overwriting it (the compiled
+        backend otherwise reuses its output arrays across executions). An input's array is the one ``set()``
+        stored, which the next ``execute()`` reads again.
+        """
         buf = self.graph.tensors.get((self.id, 0))
         if buf is None:
             node = self.graph.nodes.get(self.id)
@@ -214,7 +221,13 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
                 raise GraphError(f"tensor {self.id} '{label}' was not marked with retrieve() (or keep()) before "
                                  "execute(), so its value was not kept")
             raise GraphError(f"tensor {self.id} '{label}' has no value yet; call graph.execute() first")
-        return np.array(self.shape.gather_numpy(buf, self.graph.dyn_map))
+        view = self.shape.gather_numpy(buf, self.graph.dyn_map)
+        if copy:
+            return np.array(view)
+        recycle = getattr(self.graph.runtime, "recycle", None)
+        if recycle is not None and np.shares_memory(view, buf):
+            recycle(self.id, None)  # handed over: the next execute writes a new array
+        return view
 
     def numpy(self) -> np.ndarray:
         """Alias of :meth:`data`."""

@@ -378,3 +378,27 @@ def test_epilogue_errors_come_back_as_python_exceptions():
     ids.set(bad)
     with pytest.raises(IndexError):
         cx.execute()
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_data_without_copy_hands_over_the_result(device):
+    """data(copy=False) returns the backend's result array itself (no copy); the next execute() writes a new
+    array, so the handed-over one keeps its values. Exact against numpy (float64 adds)."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((300, 40)), rng.standard_normal((300, 40))
+    cx = lm.Graph()
+    x = cx.tensor(a.shape, dtype=lm.float64).set(a)
+    out = (x * 2.0 + 1.0).retrieve()
+    cx.compile(device=device)
+    cx.execute()
+    first = out.data(copy=False)
+    assert np.shares_memory(first, cx.tensors[(out.id, 0)])
+    np.testing.assert_array_equal(first, a * 2.0 + 1.0)
+    x.set(b)
+    cx.execute()
+    np.testing.assert_array_equal(first, a * 2.0 + 1.0)
+    second = out.data(copy=False)
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(second, b * 2.0 + 1.0)
+    copied = out.data()
+    assert not np.shares_memory(copied, cx.tensors[(out.id, 0)])
