@@ -458,7 +458,7 @@ class CRenderer:
     def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and
         columns ``[n0, n1)`` of ``gemm``'s product; ``lm_gemm_*`` calls it on each thread's block of C."""
-        m, n = gemm.dims
+        n = gemm.dims[1]
         value, vars_ = epilogue_value(gemm, kernel)
         lines = [f"static int {name}(void **bufs, const long long *syms, long long m0, long long m1, long long n0, "
                  "long long n1) {", "    int err = 0;"]

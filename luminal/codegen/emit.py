@@ -138,18 +138,19 @@ class KernelWriter:
             return self.temp(value.dtype, self._compute(value, args))
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
+            slots = gather_slots(value)
+            if slots:
+                # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
+                # stack's masks fold away, and select -- no index arithmetic in the loop
+                out = self.emit(value.data, vars_[:value.axis] + (to_expr(slots[-1]),) + vars_[value.axis + 1:])
+                for k in reversed(slots[:-1]):
+                    slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
+                    out = self.temp(value.dtype, f"({idx} == {k}) ? {slot} : {out}")
+                return out
             lo, hi = value_range(value.index)
             extent_expr = value.data_view.dims[value.axis]
             n = extent_expr.to_int()
             in_range = lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n
-            if gather_slots(value):
-                # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
-                # stack's masks fold away, and select -- no index arithmetic in the loop
-                out = self.emit(value.data, vars_[:value.axis] + (to_expr(hi),) + vars_[value.axis + 1:])
-                for k in range(hi - 1, lo - 1, -1):
-                    slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
-                    out = self.temp(value.dtype, f"({idx} == {k}) ? {slot} : {out}")
-                return out
             g = f"g{self.counter}"
             self.counter += 1
             self.lines.append(f"long long {g} = (long long)({idx});")

@@ -67,7 +67,7 @@ def read_offsets(value, vars_, buffer: int) -> list:
         if isinstance(v, Load):
             if v.buffer == buffer:
                 off, valid = v.view.axis_expressions(vs)
-                if not (isinstance(valid, (int, Expression)) and valid == 0):
+                if valid != 0:
                     out.append(off)
         elif isinstance(v, Compute):
             stack.extend((a, vs) for a in v.args)
