@@ -166,7 +166,7 @@ class CRenderer:
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
         """Nested loops over ``dims`` (outer ones parallel); ``body_fn(vars, flat_expr)`` returns statements."""
         # size-1 axes get no loop (their index is 0): an inner loop of trip count 1 would block vectorization
-        vars_ = tuple(to_expr(0) if d == 1 else Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+        vars_ = tuple(to_expr(0) if d == 1 else Expression.symbol(f"i{j}", d - 1)
                       for j, d in enumerate(dims))
         active = [j for j, d in enumerate(dims) if d != 1]
         n = len(active)
@@ -300,7 +300,7 @@ class CRenderer:
         red = kernels[0]
         rows, extent = tuple(red.dims), red.extent
         n = len(rows)
-        jvar = Expression.symbol("j", extent.to_int() - 1 if extent.is_constant() else None)
+        jvar = Expression.symbol("j", extent - 1)
         work = to_expr(0)
         for kernel in kernels:
             per = work_per_element(kernel.value)
@@ -335,7 +335,7 @@ class CRenderer:
         dtype = kernel.dtype
         acc_type = "float" if dtype == DType.float16 else dtype.c_type
         init, combine, simd, track_nan = self._reduce_parts(kernel)
-        reduce_var = Expression.symbol("r", kernel.extent.to_int() - 1 if kernel.extent.is_constant() else None)
+        reduce_var = Expression.symbol("r", kernel.extent - 1)
         w = KernelWriter(self, loop_var="r")
         in_vars = vars_[:kernel.axis] + (reduce_var,) + vars_[kernel.axis:]
         v = w.emit(kernel.value, in_vars)
@@ -374,7 +374,7 @@ class CRenderer:
         dtype = kernel.dtype
         acc_type = "float" if dtype == DType.float16 else dtype.c_type
         init, combine, _, track_nan = self._reduce_parts(kernel)
-        reduce_var = Expression.symbol("r", kernel.extent.to_int() - 1 if kernel.extent.is_constant() else None)
+        reduce_var = Expression.symbol("r", kernel.extent - 1)
         work = work_per_element(kernel.value) * kernel.extent
 
         def body(vars_, flat):
@@ -421,7 +421,7 @@ class CRenderer:
         if not row.is_constant() or row.to_int() < 16:
             return False
         outer = kernel.dims[:a]
-        outer_vars = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+        outer_vars = tuple(Expression.symbol(f"i{j}", d - 1)
                            for j, d in enumerate(outer))
         jvar = Expression.symbol("j", row.to_int() - 1)
         w = KernelWriter(self)
@@ -483,7 +483,7 @@ class CRenderer:
         av, bv = kernel.a_view, kernel.b_view
         k = av.dims[-1]
         idx = self.index
-        batch_vars = tuple(Expression.symbol(f"i{j}", d.to_int() - 1 if d.is_constant() else None)
+        batch_vars = tuple(Expression.symbol(f"i{j}", d - 1)
                            for j, d in enumerate(dims[:nb]))
         zero = to_expr(0)
         a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], batch_vars)), zero)

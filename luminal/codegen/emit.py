@@ -156,7 +156,7 @@ class KernelWriter:
             self.lines.append(f"long long {g} = (long long)({idx});")
             if not in_range:
                 self.lines.append(f"if ({g} < 0 || {g} >= {self.index(extent_expr)}) {{ err = 1; {g} = 0; }}")
-            gsym = Expression.symbol(g, n - 1) if n is not None else Expression.symbol(g)
+            gsym = Expression.symbol(g, extent_expr - 1)  # out-of-range indices were clamped to 0 above
             gvars = vars_[:value.axis] + (gsym,) + vars_[value.axis + 1:]
             if value.data is None:
                 return self.emit(Load(value.data_buffer, value.data_view, value.dtype), gvars)

@@ -80,7 +80,7 @@ def epilogue_value(gemm, kernel):
         if value is None:
             return None
         dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
-    i0, i1 = (Expression.symbol(v, d.to_int() - 1 if d.is_constant() else None) for v, d in (("i0", m), ("i1", n)))
+    i0, i1 = (Expression.symbol(v, d - 1) for v, d in (("i0", m), ("i1", n)))
     row_vars, inner = [], to_expr(1)
     first = min((j for j in range(split) if dims[j] != 1), default=0)
     for j in range(split - 1, -1, -1):  # i0 taken apart over the row axes

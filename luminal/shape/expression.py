@@ -53,7 +53,7 @@ class UnboundSymbolError(KeyError):
 class Expression:
     """An immutable symbolic integer expression (see the module docstring)."""
 
-    __slots__ = ("op", "args", "_hash", "_bounds", "_symbols")
+    __slots__ = ("op", "args", "_hash", "_bounds", "_symbols", "_ranged", "_sbounds")
 
     # ------------------------------------------------------------------ construction
     def __init__(self, op: str, args: tuple):
@@ -67,6 +67,8 @@ class Expression:
             self._hash = hash((_OP_RANK[op],) + tuple(a._hash if isinstance(a, Expression) else a for a in args))
         self._bounds = None
         self._symbols = None
+        self._ranged = None  # does the tree hold a symbol with a symbolic upper bound? (see ranged())
+        self._sbounds = None  # cached symbolic bounds (simplify._sym_bounds)
 
     @staticmethod
     def num(value: int) -> "Expression":
@@ -74,18 +76,50 @@ class Expression:
         return _num(value)
 
     @staticmethod
-    def symbol(name: str, upper: int | None = None) -> "Expression":
+    def symbol(name: str, upper: "int | Expression | None" = None) -> "Expression":
         """A named non-negative integer symbol, e.g. ``Expression.symbol("batch")``.
 
-        ``upper`` (inclusive) bounds it for simplification — code generators use it for loop variables.
+        ``upper`` (inclusive) bounds it for simplification: an integer, or an expression over *other* symbols
+        (``Expression.symbol("i1", seq - 1)`` is a loop index with ``0 <= i1 < seq``). Code generators give
+        every loop variable its extent this way, so identities such as ``(i2 + 64*i1) // (64*seq) == 0`` are
+        proven and index expressions stay small however many views are chained.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"a symbol name must be a non-empty string, got {name!r}")
         if upper is None:
             return Expression(VAR, (name,))
+        if isinstance(upper, Expression):
+            if upper.op != NUM:
+                if name in upper.symbols():
+                    raise ValueError(f"the upper bound {upper} of symbol {name!r} may not mention {name!r}")
+                hi = upper.bounds()[1]
+                if hi is not None and hi <= 0:
+                    return ZERO
+                return Expression(VAR, (name, upper))
+            upper = upper.args[0]
+        if isinstance(upper, bool) or not isinstance(upper, (int, np.integer)):
+            raise TypeError(f"the upper bound of symbol {name!r} must be an int or an Expression, "
+                            f"got {type(upper).__name__}")
         if upper <= 0:
             return ZERO
         return Expression(VAR, (name, int(upper)))
+
+    def upper(self) -> "int | Expression | None":
+        """For a symbol: its declared inclusive upper bound (an int, an Expression, or ``None``)."""
+        if self.op != VAR:
+            raise TypeError(f"upper() is defined for symbols, not for {self}")
+        return self.args[1] if len(self.args) > 1 else None
+
+    def ranged(self) -> bool:
+        """True when the expression mentions a symbol whose upper bound is itself symbolic (a loop index)."""
+        if self._ranged is None:
+            if self.op == VAR:
+                self._ranged = len(self.args) > 1 and isinstance(self.args[1], Expression)
+            elif self.op == NUM:
+                self._ranged = False
+            else:
+                self._ranged = any(a.ranged() for a in self.args)
+        return self._ranged
 
     @staticmethod
     def raw(op: str, *args: IntLike) -> "Expression":
@@ -152,6 +186,15 @@ class Expression:
         if self._bounds is None:
             self._bounds = _compute_bounds(self)
         return self._bounds
+
+    def symbolic_bounds(self) -> tuple["Expression | None", "Expression | None"]:
+        """Inclusive bounds ``(lo, hi)`` as expressions free of loop indices (``None``: unknown).
+
+        Every symbol with a symbolic upper bound (a loop index ``0 <= i <= seq - 1``) is replaced by the end
+        of its range that maximizes/minimizes the expression; other symbols stay. ``(i2 + 64*i1).
+        symbolic_bounds()`` with ``i2 <= 63``, ``i1 <= seq - 1`` is ``(0, 64*seq - 1)``.
+        """
+        return _sym_bounds(self)
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other):
@@ -315,4 +358,4 @@ def sym(name: str) -> Expression:
 # The simplifying constructors and the interval analysis live in simplify.py; imported last because they
 # build Expression objects (the class above must exist first).
 from .simplify import (_BUILDERS, ZERO, _add, _and, _compute_bounds, _div, _ge, _lt, _max, _min,  # noqa: E402
-                       _mod, _mul, _num, _or, _substitute)
+                       _mod, _mul, _num, _or, _substitute, _sym_bounds)

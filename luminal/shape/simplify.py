@@ -196,6 +196,12 @@ def _div(a: Expression, b: Expression) -> Expression:
                 if split is not None:  # (k*B + r) // d == B // (d/k) when 0 <= r < k and k | d
                     k, big, _ = split
                     return _div(big, _num(d // k))
+        if a.ranged() and d > 0:  # symbolic ranges: lo // d == hi // d decides the quotient
+            slo, shi = _sym_bounds(a)
+            if slo is not None and shi is not None:
+                qlo, qhi = _div(slo, b), _div(shi, b)
+                if qlo == qhi:
+                    return qlo
     else:
         if a == b:
             return ONE
@@ -205,13 +211,48 @@ def _div(a: Expression, b: Expression) -> Expression:
                 return q
         if a.op == NUM and a.args[0] == 0:
             return ZERO
-        lo, hi = a.bounds()
-        blo, _ = b.bounds()
-        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
-            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
-            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
-                return ZERO
+        if a.op == ADD:  # (q*b + r) // b == q + r // b for any integer q and b != 0
+            whole, rest = _split_multiples(a, b)
+            if whole is not None:
+                return _add(whole, _div(rest, b))
+        if _non_negative(a) and _negative(_add(a, _mul(_num(-1), b))):  # 0 <= a < b
+            return ZERO
     return Expression(DIV, (a, b))
+
+
+def _exact_quotient(t: Expression, b: Expression) -> Expression | None:
+    """``t / b`` when the monomial ``b`` (a constant times symbols) divides the monomial ``t`` exactly."""
+    tc, tbase = (t.args[0], ONE) if t.op == NUM else _split_coef(t)
+    bc, bbase = _split_coef(b)
+    if bc == 0 or tc % bc:
+        return None
+    rest = list(tbase.args) if tbase.op == MUL else ([] if tbase == ONE else [tbase])
+    for f in (bbase.args if bbase.op == MUL else (bbase,)):
+        if f in rest:
+            rest.remove(f)
+        else:
+            return None
+    out = _num(tc // bc)
+    for f in rest:
+        out = _mul(out, f)
+    return out
+
+
+def _split_multiples(a: Expression, b: Expression):
+    """A sum ``a`` as ``(q, r)`` with ``a == q*b + r`` where ``q`` collects the terms ``b`` divides; ``(None, a)``
+    when no term is a multiple of ``b`` (a symbolic monomial such as ``64*seq``)."""
+    if b.op == ADD or b.op == NUM:
+        return None, a
+    whole, rest = ZERO, ZERO
+    found = False
+    for t in a.args:
+        q = _exact_quotient(t, b)
+        if q is None:
+            rest = _add(rest, t)
+        else:
+            whole = _add(whole, q)
+            found = True
+    return (whole, rest) if found else (None, a)
 
 
 def _split_small(a: Expression, d: int):
@@ -257,6 +298,8 @@ def _mod(a: Expression, b: Expression) -> Expression:
             lo, hi = a.bounds()
             if lo is not None and hi is not None and lo >= 0 and hi < d:
                 return a
+            if a.ranged() and _non_negative(a) and _negative(_add(a, _num(-d))):
+                return a
             if a.op == MOD and a.args[1].op == NUM and a.args[1].args[0] > 0 and a.args[1].args[0] % d == 0:
                 return _mod(a.args[0], b)
             if a.op == MUL:
@@ -294,12 +337,12 @@ def _mod(a: Expression, b: Expression) -> Expression:
             return ZERO
         if a.op == NUM and a.args[0] == 0:
             return ZERO
-        lo, _ = a.bounds()
-        blo, _ = b.bounds()
-        if lo is not None and lo >= 0 and blo is not None and blo >= 1:
-            hi_minus = _add(a, _mul(_num(-1), b)).bounds()[1]
-            if hi_minus is not None and hi_minus < 0:  # 0 <= a < b
-                return a
+        if a.op == ADD:  # (q*b + r) % b == r % b
+            whole, rest = _split_multiples(a, b)
+            if whole is not None:
+                return _mod(rest, b)
+        if _non_negative(a) and _negative(_add(a, _mul(_num(-1), b))):  # 0 <= a < b
+            return a
     return Expression(MOD, (a, b))
 
 
@@ -309,10 +352,10 @@ def _minmax(op: str, a: Expression, b: Expression) -> Expression:
         return _num(min(a.args[0], b.args[0]) if pick_min else max(a.args[0], b.args[0]))
     if a == b:
         return a
-    diff_lo, diff_hi = _add(a, _mul(_num(-1), b)).bounds()  # bounds of a - b
-    if diff_hi is not None and diff_hi <= 0:  # a <= b
+    diff = _add(a, _mul(_num(-1), b))
+    if _negative(_add(diff, _num(-1))):  # a <= b
         return a if pick_min else b
-    if diff_lo is not None and diff_lo >= 0:  # a >= b
+    if _non_negative(diff):  # a >= b
         return b if pick_min else a
     args = tuple(sorted((a, b), key=_sort_key))
     return Expression(op, args)
@@ -325,10 +368,10 @@ def _max(a, b): return _minmax(MAX, a, b)
 def _lt(a: Expression, b: Expression) -> Expression:
     if a.op == NUM and b.op == NUM:
         return _num(int(a.args[0] < b.args[0]))
-    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
-    if hi is not None and hi < 0:
+    diff = _add(a, _mul(_num(-1), b))
+    if _negative(diff):
         return ONE
-    if lo is not None and lo >= 0:
+    if _non_negative(diff):
         return ZERO
     return Expression(LT, (a, b))
 
@@ -336,10 +379,10 @@ def _lt(a: Expression, b: Expression) -> Expression:
 def _ge(a: Expression, b: Expression) -> Expression:
     if a.op == NUM and b.op == NUM:
         return _num(int(a.args[0] >= b.args[0]))
-    lo, hi = _add(a, _mul(_num(-1), b)).bounds()
-    if lo is not None and lo >= 0:
+    diff = _add(a, _mul(_num(-1), b))
+    if _non_negative(diff):
         return ONE
-    if hi is not None and hi < 0:
+    if _negative(diff):
         return ZERO
     return Expression(GE, (a, b))
 
@@ -400,7 +443,10 @@ def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
     if op == NUM:
         return e.args[0], e.args[0]
     if op == VAR:
-        return 0, (e.args[1] if len(e.args) > 1 else None)
+        if len(e.args) == 1:
+            return 0, None
+        up = e.args[1]
+        return 0, (up.bounds()[1] if isinstance(up, Expression) else up)
     if op == ADD:
         lo, hi = 0, 0
         for t in e.args:
@@ -460,3 +506,93 @@ def _substitute(e: Expression, mapping: Mapping[str, Expression]) -> Expression:
     if e.op == NUM or not (e.symbols() & mapping.keys()):
         return e
     return _BUILDERS[e.op](*(_substitute(a, mapping) for a in e.args))
+
+
+# ====================================================================== symbolic ranges
+def _negative(e: Expression) -> bool:
+    """Proof that ``e < 0`` for every value of its symbols within their ranges (numeric, then symbolic)."""
+    hi = e.bounds()[1]
+    if hi is not None and hi < 0:
+        return True
+    if e.ranged():
+        shi = _sym_bounds(e)[1]
+        if shi is not None:
+            hi = shi.bounds()[1]
+            return hi is not None and hi < 0
+    return False
+
+
+def _non_negative(e: Expression) -> bool:
+    """Proof that ``e >= 0`` for every value of its symbols within their ranges."""
+    lo = e.bounds()[0]
+    if lo is not None and lo >= 0:
+        return True
+    if e.ranged():
+        slo = _sym_bounds(e)[0]
+        if slo is not None:
+            lo = slo.bounds()[0]
+            return lo is not None and lo >= 0
+    return False
+
+
+def _expand(a: Expression, b: Expression) -> Expression:
+    """``a * b`` with sums distributed, so symbolic bounds such as ``64*(seq - 1) + 63 - 64*seq`` cancel."""
+    if a.op == ADD:
+        out = ZERO
+        for t in a.args:
+            out = _add(out, _expand(t, b))
+        return out
+    if b.op == ADD:
+        out = ZERO
+        for t in b.args:
+            out = _add(out, _expand(a, t))
+        return out
+    return _mul(a, b)
+
+
+def _sym_bounds(e: Expression) -> tuple[Expression | None, Expression | None]:
+    """Inclusive symbolic bounds of ``e`` free of ranged symbols (see ``Expression.symbolic_bounds``)."""
+    if e._sbounds is None:
+        e._sbounds = _compute_sym_bounds(e)
+    return e._sbounds
+
+
+def _compute_sym_bounds(e: Expression) -> tuple[Expression | None, Expression | None]:
+    op = e.op
+    if op == NUM or op == VAR and len(e.args) == 1:  # constants and free symbols (sizes) bound themselves
+        return e, e
+    if op == VAR:  # 0 <= i <= upper
+        up = e.args[1]
+        return ZERO, (_sym_bounds(up)[1] if isinstance(up, Expression) else _num(up))
+    if op == ADD:
+        lo, hi = ZERO, ZERO
+        for t in e.args:
+            tlo, thi = _sym_bounds(t)
+            lo = None if lo is None or tlo is None else _add(lo, tlo)
+            hi = None if hi is None or thi is None else _add(hi, thi)
+        return lo, hi
+    if op == MUL:
+        c, base = _split_coef(e)
+        factors = base.args if base.op == MUL else (base,)
+        lo, hi = ONE, ONE
+        for f in factors:  # monotone in each factor while all factors are non-negative
+            flo, fhi = _sym_bounds(f)
+            if flo is None or fhi is None or not _non_negative(flo):
+                return None, None
+            lo, hi = _expand(lo, flo), _expand(hi, fhi)
+        return (_expand(_num(c), lo), _expand(_num(c), hi)) if c > 0 else (_expand(_num(c), hi), _expand(_num(c), lo))
+    if op in (LT, GE, AND, OR):
+        return ZERO, ONE
+    a, b = e.args
+    if op in (DIV, MOD):
+        blo = b.bounds()[0]
+        if b.ranged() or blo is None or blo < 1:
+            return None, None
+        if op == MOD:
+            return ZERO, _add(b, _num(-1))
+        alo, ahi = _sym_bounds(a)  # floor division by a positive divisor is monotone in the dividend
+        return (None if alo is None else _div(alo, b)), (None if ahi is None else _div(ahi, b))
+    (alo, ahi), (blo, bhi) = _sym_bounds(a), _sym_bounds(b)
+    pick = _min if op == MIN else _max
+    return (None if alo is None or blo is None else pick(alo, blo)), \
+        (None if ahi is None or bhi is None else pick(ahi, bhi))
