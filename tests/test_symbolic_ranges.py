@@ -128,6 +128,10 @@ def test_index_identities_over_symbolic_extents():
     # a transposed layout: i1 + seq*i2 < 64*seq
     assert (i1 + seq * i2) // (64 * seq) == 0
     assert i1.min(seq) == i1 and i1.max(seq) == seq
+    # recombination over a symbolic divisor: a GEMM epilogue recovering (batch, seq) from its row index
+    row = E.symbol("r", batch * seq - 1)
+    assert i2 + 384 * (row % seq) + 384 * seq * (row // seq) == i2 + 384 * row
+    assert 3 * (row % (4 * seq)) + 12 * seq * (row // (4 * seq)) == 3 * row
     # nothing is claimed that does not hold: i1 may reach 1 or more
     assert (i1 < 1) != 1 and (i1 < 1) != 0
     assert i1 % 2 != i1

@@ -94,12 +94,20 @@ def _recombine_div_mod(coefs: dict[Expression, int]) -> int:
     while changed:
         changed = False
         for base, k in coefs.items():
-            if base.op != MOD or k == 0 or base.args[1].op != NUM:
+            if base.op != MOD or k == 0:
                 continue
             x, c = base.args
             div = Expression(DIV, (x, c))
-            if coefs.get(div, 0) != k * c.args[0]:
-                continue
+            if c.op == NUM:
+                if coefs.get(div, 0) != k * c.args[0]:
+                    continue
+            else:  # a symbolic monomial c = cc*cm: the term k*cc*cm*(x // c), stored as base cm*(x // c)
+                if c.op == ADD:
+                    continue
+                cc, cm = _split_coef(c)
+                div = _mul(cm, div)
+                if coefs.get(div, 0) != k * cc:
+                    continue
             del coefs[base], coefs[div]
             const += _collect_terms((x,), k, coefs)
             changed = True
