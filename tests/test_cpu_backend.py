@@ -402,3 +402,43 @@ def test_data_without_copy_hands_over_the_result(device):
     np.testing.assert_array_equal(second, b * 2.0 + 1.0)
     copied = out.data()
     assert not np.shares_memory(copied, cx.tensors[(out.id, 0)])
+
+
+def test_identical_kernels_share_one_compiled_body():
+    """Layers that do the same work on different buffers compile one C body each kernel shape (a 4-layer MLP
+    renders as many distinct bodies as a 1-layer one); every layer still reads and writes its own buffers."""
+    import re
+
+    rng = np.random.default_rng(3)
+
+    def build(layers, device):
+        cx = lm.Graph()
+        x = cx.tensor(("batch", 32))
+        h = x
+        ws = []
+        for _ in range(layers):
+            w = cx.tensor((32, 32)).set(rng.standard_normal((32, 32)).astype(np.float32) * 0.3)
+            bias = cx.tensor((32,)).set(rng.standard_normal(32).astype(np.float32))
+            ws.append((w, bias))
+            h = ((h @ w) + bias).gelu().softmax(-1) * 4.0
+        h.retrieve()
+        cx.compile(device=device)
+        return cx, x, h
+
+    bodies = []
+    for layers in (1, 4):
+        cx, _, _ = build(layers, "cpu")
+        src = cx.runtime.source
+        bodies.append(len(re.findall(r"static int kbody_\d+\(", src)))
+        assert len(re.findall(r"static int kernel_\d+\(", src)) >= layers
+    assert bodies[0] == bodies[1] > 0
+    rng = np.random.default_rng(3)
+    cpu, x, y = build(4, "cpu")
+    rng = np.random.default_rng(3)
+    ref, xr, yr = build(4, "reference")
+    xs = np.random.default_rng(4).standard_normal((5, 32)).astype(np.float32)
+    x.set(xs)
+    xr.set(xs)
+    cpu.execute()
+    ref.execute()
+    np.testing.assert_allclose(y.data(), yr.data(), rtol=1e-5, atol=1e-5)

@@ -27,6 +27,39 @@ from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 
+_BUF_SLOT = re.compile(r"bufs\[(\d+)\]")
+_BUF_NAME = re.compile(r"\bb(\d+)\b")
+
+
+def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> list[str]:
+    """Kernel ``k``'s C functions, with identical kernels compiled once.
+
+    A kernel's text differs from another's only in which buffers it touches when they do the same work (the
+    layers of a transformer): the buffers are renamed to local slots in order of first use (``bufs[17]`` ->
+    ``bufs[0]``, ``b17`` -> ``b0``), the canonical text is keyed in ``bodies``, and ``kernel_k`` becomes a
+    two-line wrapper that gathers its buffer pointers and calls the shared body. C compile time then grows
+    with the number of *distinct* kernels, not with the depth of the model.
+    """
+    text = epilogue + "\n\n" + kernel if epilogue else kernel
+    slots: list[int] = []
+    for m in _BUF_SLOT.finditer(text):
+        if int(m.group(1)) not in slots:
+            slots.append(int(m.group(1)))
+    local = {g: j for j, g in enumerate(slots)}
+    canon = _BUF_SLOT.sub(lambda m: f"bufs[{local[int(m.group(1))]}]", text)
+    canon = _BUF_NAME.sub(lambda m: f"b{local[int(m.group(1))]}", canon)
+    canon = canon.replace(f"epilogue_{k}", "EPILOGUE").replace(f"kernel_{k}(", "KERNEL(")
+    name = bodies.get(canon)
+    out = []
+    if name is None:
+        name = bodies[canon] = f"kbody_{len(bodies)}"
+        out.append(canon.replace("EPILOGUE", f"kepi_{len(bodies) - 1}").replace("KERNEL(", f"{name}("))
+    pointers = ", ".join(f"bufs[{g}]" for g in slots) or "0"
+    out.append(f"static int kernel_{k}(void **bufs, const long long *syms) {{\n"
+               f"    void *kb[] = {{{pointers}}};\n    return {name}(kb, syms);\n}}")
+    return out
+
+
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
 STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
 
@@ -125,12 +158,13 @@ class CRenderer:
             parts.append(gemm_helpers())
         calls = []
         groups = kernel_groups(self.program)
+        bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
             kernel = self.program.kernels[group[0]]
-            epilogue = "NULL"
+            epilogue, epilogue_text = "NULL", ""
             if isinstance(kernel, GemmKernel) and len(group) == 2:
                 epilogue = f"epilogue_{k}"
-                parts.append(self._epilogue(epilogue, kernel, self.program.kernels[group[1]]))
+                epilogue_text = self._epilogue(epilogue, kernel, self.program.kernels[group[1]])
                 group = group[:1]
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
             self._prologue([self.program.kernels[i] for i in group], lines)
@@ -147,7 +181,7 @@ class CRenderer:
                 self._gemm(kernel, lines, epilogue)
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
             lines += ["    return err;", "}"]
-            parts.append("\n".join(lines))
+            parts += _shared_body(k, epilogue_text, "\n".join(lines), bodies)
             if self.profile:
                 calls.append(f"    {{ double t = omp_get_wtime(); err = kernel_{k}(bufs, syms); "
                              f"lm_prof[{k}] += omp_get_wtime() - t; if (err) return err; }}")

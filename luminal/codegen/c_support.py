@@ -41,7 +41,20 @@ static inline float lm_exp2f(float x) {
    does: 3 bytes of memory traffic per byte written instead of 2). lm_sfence() makes them visible before the
    parallel region's closing barrier. */
 #if defined(__AVX__) || defined(__SSE2__)
+#if defined(__GNUC__) && !defined(__clang__)
+/* GCC's builtins behind _mm256_stream_si256 / _mm_stream_si128 / _mm_sfence: <immintrin.h> costs 0.5 s of
+   parsing per translation unit with -march=native (a third of a small graph's compile time). */
+typedef long long lm_v4di __attribute__((vector_size(32), aligned(32)));
+typedef long long lm_v2di __attribute__((vector_size(16), aligned(16)));
+#define LM_STREAM32(d, s) do { lm_v4di v_; memcpy(&v_, (s), 32); __builtin_ia32_movntdq256((lm_v4di *)(d), v_); } while (0)
+#define LM_STREAM16(d, s) do { lm_v2di v_; memcpy(&v_, (s), 16); __builtin_ia32_movntdq((lm_v2di *)(d), v_); } while (0)
+#define LM_SFENCE() __builtin_ia32_sfence()
+#else
 #include <immintrin.h>
+#define LM_STREAM32(d, s) _mm256_stream_si256((__m256i *)(d), _mm256_loadu_si256((const __m256i *)(s)))
+#define LM_STREAM16(d, s) _mm_stream_si128((__m128i *)(d), _mm_loadu_si128((const __m128i *)(s)))
+#define LM_SFENCE() _mm_sfence()
+#endif
 #endif
 static inline void lm_stream(void *restrict dst, const void *restrict src, long long bytes) {
     char *d = (char *)dst; const char *s = (const char *)src;
@@ -56,16 +69,16 @@ static inline void lm_stream(void *restrict dst, const void *restrict src, long 
     memcpy(d, s, (size_t)head); d += head; s += head; bytes -= head;
     for (; bytes >= W; bytes -= W, d += W, s += W)
 #if defined(__AVX__)
-        _mm256_stream_si256((__m256i *)d, _mm256_loadu_si256((const __m256i *)s));
+        LM_STREAM32(d, s);
 #else
-        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+        LM_STREAM16(d, s);
 #endif
 #endif
     memcpy(d, s, (size_t)bytes);
 }
 static inline void lm_sfence(void) {
 #if defined(__AVX__) || defined(__SSE2__)
-    _mm_sfence();
+    LM_SFENCE();
 #endif
 }
 static inline float lm_log2f(float x) {
