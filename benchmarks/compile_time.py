@@ -1,8 +1,23 @@
-"""Cold and cached compile time of the W6 graph on the CPU backend (graph build + passes + lowering + C).
+"""Cold and cached compile time on the CPU backend, split into phases, and its growth with model depth.
 
-Run:  python benchmarks/compile_time.py
+Run:  python benchmarks/compile_time.py [--layers 1,6,12,24] [--repeats 3]
+
+Every measurement runs in a fresh process with its own empty ``LUMINAL_CACHE_DIR`` (cold) and then again
+with the cache it filled (cached). Phases: ``build`` (graph construction), ``passes`` (the compiler passes
+given to ``compile``, e.g. ``GenericCompiler`` / equality saturation), ``lower`` (kernel partitioning and C
+rendering), ``cc`` (the C compiler; 0 on a cache hit) -- ``compile`` is passes + lower + cc. Medians over
+``--repeats`` runs. Targets (issue 14): W6 <= 1 s, W5 <= 2 s, the symbolic BERT encoder <= 3 s, a 24-layer
+encoder <= 10 s, with compile time growing at most linearly in the layer count.
+
+Workloads: W6 (transformer layer inference, batch 1, ``GenericCompiler``), W5 (the same layer's forward +
+backward, batch 8), ``bert-L`` (``luminal.nn.TransformerEncoder`` of L MiniLM-shaped layers: d 384, 12 heads,
+FFN 1536, erf GELU, bool padding mask, over symbolic ``("batch", "seq")``).
 """
 
+from __future__ import annotations
+
+import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -11,38 +26,91 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CHILD = """
-import sys, time
+CHILD = r"""
+import json, sys, time
 sys.path.insert(0, {here!r})
+import luminal.runtime.cpu as cpu
+import luminal.compiler.base as cbase
+phase = {{"cc": 0.0, "passes": 0.0}}
+_build, _run = cpu.build_library, cbase.run
+def build_library(p):
+    t = time.perf_counter(); out = _build(p); phase["cc"] += time.perf_counter() - t; return out
+def run_passes(*a, **k):
+    t = time.perf_counter(); out = _run(*a, **k); phase["passes"] += time.perf_counter() - t; return out
+cpu.build_library, cbase.run = build_library, run_passes
+case = {case!r}
 t0 = time.perf_counter()
-from workloads import transformer_layer
-from luminal.compiler import GenericCompiler
-cx, x, y, params = transformer_layer(batch=1)
+compiler = None
+if case in ("W6", "W5"):
+    from workloads import transformer_layer
+    from luminal.compiler import GenericCompiler
+    cx, x, y, params = transformer_layer(batch=1 if case == "W6" else 8)
+    remap = y
+    if case == "W5":
+        from luminal.training import grad
+        grads = grad(y.mean(), list(params.values()))
+        for g in grads:
+            g.retrieve()
+        remap = grads
+    else:
+        compiler = GenericCompiler()
+else:
+    import luminal as lm
+    from luminal.nn.transformer import TransformerEncoder, TransformerEncoderLayer
+    layers = int(case.split("-")[1])
+    layer = TransformerEncoderLayer(384, 12, 1536, dropout=0.0, activation="gelu", layer_norm_eps=1e-12,
+                                    batch_first=True)
+    enc = TransformerEncoder(layer, layers).eval()
+    cx = lm.Graph()
+    x = cx.tensor(("batch", "seq", 384))
+    pad = cx.tensor(("batch", "seq"), dtype="bool")
+    remap = enc(x, src_key_padding_mask=pad).retrieve()
 t1 = time.perf_counter()
-cx.compile(GenericCompiler(), y, device="cpu")
+cx.compile(compiler, remap, device="cpu")
 t2 = time.perf_counter()
-cx.execute()
-t3 = time.perf_counter()
-print(t1 - t0, t2 - t1, t3 - t2)
+# lowering + C rendering happen inside compile when the runtime is attached: lower = compile - passes - cc
+print(json.dumps({{"build": t1 - t0, "compile": t2 - t1, "passes": phase["passes"], "cc": phase["cc"],
+                  "lower": (t2 - t1) - phase["passes"] - phase["cc"]}}))
 """
 
 
-def main() -> None:
-    cache = tempfile.mkdtemp()
+def run(case: str, cache: str) -> dict:
     env = dict(os.environ, LUMINAL_CACHE_DIR=cache)
-    rows = {"cold": [], "cached": []}
-    for trial in range(3):
-        for kind in ("cold", "cached"):
-            if kind == "cold":
-                for f in os.listdir(cache):
-                    os.unlink(os.path.join(cache, f))
-            out = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE)], env=env, capture_output=True,
-                                 text=True, check=True).stdout.split()
-            rows[kind].append(tuple(float(v) for v in out))
-    print(f"{'W6 compile':<12}{'build graph ms':>16}{'compile ms':>12}{'first execute ms':>18}")
-    for kind, vals in rows.items():
-        med = [statistics.median(v[i] for v in vals) * 1e3 for i in range(3)]
-        print(f"{kind:<12}{med[0]:>16.1f}{med[1]:>12.1f}{med[2]:>18.1f}")
+    out = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, case=case)], env=env,
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{case}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", default="1,6,12,24", help="encoder depths for the growth curve")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", default=None, help="comma-separated subset, e.g. W6,W5,bert-6")
+    args = ap.parse_args()
+    cases = args.cases.split(",") if args.cases else \
+        ["W6", "W5"] + [f"bert-{n}" for n in args.layers.split(",")]
+    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; medians of {args.repeats} runs; "
+          "seconds")
+    print(f"{'case':<10}{'kind':<8}{'build':>8}{'passes':>8}{'lower':>8}{'cc':>8}{'compile':>9}")
+    curve = []
+    for case in cases:
+        cold, cached = [], []
+        for _ in range(args.repeats):
+            cache = tempfile.mkdtemp(prefix="luminal_ct_")
+            cold.append(run(case, cache))
+            cached.append(run(case, cache))
+        for kind, rows in (("cold", cold), ("cached", cached)):
+            med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            print(f"{case:<10}{kind:<8}{med['build']:>8.2f}{med['passes']:>8.2f}{med['lower']:>8.2f}"
+                  f"{med['cc']:>8.2f}{med['compile']:>9.2f}", flush=True)
+            if kind == "cold" and case.startswith("bert-"):
+                curve.append((int(case.split("-")[1]), med["compile"], med["passes"]))
+    if len(curve) >= 2:
+        (l0, c0, p0), (l1, c1, p1) = curve[0], curve[-1]
+        print(f"\ngrowth {l0} -> {l1} layers: compile x{c1 / c0:.2f}, passes x{(p1 / p0) if p0 > 0 else float('nan'):.2f}"
+              f" (layers x{l1 / l0:.0f})")
 
 
 if __name__ == "__main__":

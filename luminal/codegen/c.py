@@ -233,11 +233,13 @@ class CRenderer:
                     dims[active[simd_pos]].to_int() <= 4:
                 simd_pos = n - 1  # (the outermost loop stays the parallel one)
         # collapse only as many outer loops as give the threads enough chunks: every collapsed loop costs
-        # index arithmetic per iteration
+        # index arithmetic per iteration. A symbolic extent may be 1 at run time (batch 1 of a (batch, seq, d)
+        # space), so it counts as 1 and the loops inside it are collapsed with it.
         n_collapse, chunks = 0, 1
-        while n_collapse < min(simd_pos, n - 1) and chunks < 256:
+        limit = min(simd_pos, n - 1) if simd_inner else n  # (a reduction's body holds its own inner loop)
+        while n_collapse < limit and chunks < 256:
             t = dims[active[n_collapse]].to_int()
-            chunks = chunks * t if t is not None else 1 << 30
+            chunks = chunks * t if t is not None else chunks
             n_collapse += 1
         n_collapse = max(n_collapse, 1)
         if parallel:
