@@ -5,6 +5,7 @@
 """
 
 from .arithmetic import ArithmeticElimination
+from .egraph import EqualitySaturation, explain
 from .base import Compiler, Looped, Pass, Timed, debug_level, run, sequence
 from .generic import CSE, GenericCompiler, RemoveSingleReductions, RemoveUnusedNodes
 from .pattern import Match, Pattern, replace_matches
@@ -12,4 +13,4 @@ from .schedule import DepthFirst, peak_memory
 
 __all__ = ["Compiler", "Pass", "Looped", "Timed", "run", "sequence", "debug_level", "CSE", "RemoveUnusedNodes",
            "ArithmeticElimination", "RemoveSingleReductions", "DepthFirst", "GenericCompiler", "peak_memory",
-           "Pattern", "Match", "replace_matches"]
+           "Pattern", "Match", "replace_matches", "EqualitySaturation", "explain"]

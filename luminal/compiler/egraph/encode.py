@@ -1,0 +1,222 @@
+"""Graph -> egglog program text: every node becomes ``(union (Node id) TERM)``; views become interned keys.
+
+Constant-only elementwise subgraphs whose folding egglog cannot do exactly (it has no float32/float16
+arithmetic; unary ops) are folded here with the op's own reference semantics (as ArithmeticElimination does);
+float64 and integer ``Add``/``Mul`` of constants are left to the ``fold-*`` rules of ``algebra.egg``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import ops
+from ...dtype import DType
+from ...graph import Graph
+from ...shape import Expression, ShapeTracker
+from .sexpr import float_literal
+
+UNARY = {ops.Log2: "Log2", ops.Exp2: "Exp2", ops.Sin: "Sin", ops.Sqrt: "Sqrt", ops.Recip: "Recip",
+         ops.Contiguous: "Copy", ops.GraphBreak: "Break"}
+BINARY = {ops.Add: "Add", ops.Mul: "Mul", ops.Mod: "Mod", ops.LessThan: "Less"}
+REDUCE = {ops.SumReduce: "Sum", ops.MaxReduce: "Max"}
+_FOLDABLE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Cast)
+_EGGLOG_FOLDS = {(ops.Add, "float64"), (ops.Mul, "float64"), (ops.Add, "int32"), (ops.Mul, "int32"),
+                 (ops.Add, "int64"), (ops.Mul, "int64")}
+
+
+def num_value(value, dtype: DType):
+    """The f64 a ``Num`` holds for a numeric constant, or ``None`` when it must stay an opaque leaf
+    (non-finite, -0.0, symbolic, or an integer f64 cannot hold exactly)."""
+    if isinstance(value, Expression) or isinstance(value, (str, bytes)):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(v) or (v == 0.0 and math.copysign(1.0, v) < 0):
+        return None
+    if dtype.is_int or dtype == DType.bool:
+        if isinstance(value, float) and not v.is_integer():
+            return None
+        if abs(int(value)) >= 2 ** 53:
+            return None
+        return float(int(value))
+    return v
+
+
+@dataclass
+class Encoding:
+    """A graph as egglog facts plus the Python-side tables needed to read the e-graph back.
+
+    ``terms`` maps each node to ``(constructor, *args)`` with child *node ids* at :data:`CHILD_SLOTS`; the
+    loader turns each into ``(union (Node id) (constructor ...))``, in bulk through ``input`` files (one
+    command per node would cost time quadratic in the graph size).
+    """
+
+    lines: list[str]  # small facts, as program text (dtype facts)
+    views: list[ShapeTracker]  # view key -> tracker
+    contig: set[int]
+    nomask: set[int]
+    terms: dict[int, tuple]  # node id -> (constructor, literal/child args) as encoded
+    folded: dict[int, float]  # node id -> constant the loader folded it to
+    view_keys: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
+        lines = list(self.lines)
+        lines += [f"(Contig {k})" for k in sorted(self.contig)] + [f"(NoMask {k})" for k in sorted(self.nomask)]
+        lines += [f"(union (Node {n}) {term_text(t)})" for n, t in self.terms.items()]
+        return "\n".join(lines)
+
+    def rows(self) -> dict[str, list[str]]:
+        """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus ``Contig``/``NoMask``."""
+        out: dict[str, list[str]] = {"Contig": [str(k) for k in sorted(self.contig)],
+                                     "NoMask": [str(k) for k in sorted(self.nomask)]}
+        for n, t in self.terms.items():
+            fields = [str(n)]
+            for a in t[1:]:
+                fields.append(float_literal(a) if isinstance(a, float) else str(a))
+            out.setdefault("Row" + t[0], []).append("\t".join(fields))
+        return out
+
+
+def _full_contiguous(graph: Graph, src: int, view: ShapeTracker) -> bool:
+    if not view.is_contiguous():
+        return False
+    src_dims = graph.nodes[src].dims
+    n_src = ShapeTracker.contiguous_of(src_dims).n_elements()
+    return view.n_elements() == n_src
+
+
+def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
+    """Encode every node of ``graph`` (in topological order) as egglog commands."""
+    enc = Encoding([], [], set(), set(), {}, {})
+    order = list(graph.toposort()) if order is None else order
+    nums: dict[int, tuple[str, float]] = {}  # node id -> (dtype, value) when the node is a Num
+
+    full_cache: dict = {}
+
+    def key_of(src: int, view: ShapeTracker) -> int:
+        probe = (view, graph.nodes[src].dims)
+        full = full_cache.get(probe)
+        if full is None:
+            full = full_cache[probe] = _full_contiguous(graph, src, view)
+        k = enc.view_keys.get((view, full))
+        if k is None:
+            k = len(enc.views)
+            enc.view_keys[(view, full)] = k
+            enc.views.append(view)
+            if full:
+                enc.contig.add(k)
+            if not view.masks:
+                enc.nomask.add(k)
+        return k
+
+    for dt in DType:
+        if dt.is_float:
+            enc.lines.append(f'(IsFloat "{dt.value}")')
+        else:
+            enc.lines.append(f'(IntLike "{dt.value}")')
+    for nid in order:
+        node = graph.nodes[nid]
+        op, d = node.op, node.dtype.value
+        ins = node.inputs
+        args = [(e.src, key_of(e.src, e.shape)) for e in ins]
+        term = None
+        if isinstance(op, ops.Constant):
+            v = num_value(op.value, node.dtype)
+            if v is not None:
+                term = ("Num", d, v)
+                nums[nid] = (d, v)
+        elif isinstance(op, _FOLDABLE) and ins and all(e.src in nums and not e.shape.masks for e in ins) and \
+                (type(op), d) not in _EGGLOG_FOLDS:
+            value = _fold(op, [nums[e.src] for e in ins], node.dtype)
+            if value is not None:
+                term = ("Num", node.dtype.value, value)
+                nums[nid] = (node.dtype.value, value)
+                enc.folded[nid] = value
+        if term is None:
+            t = type(op)
+            if t in UNARY:
+                term = (UNARY[t], d, *args[0])
+            elif t in BINARY:
+                dd = graph.nodes[ins[0].src].dtype.value
+                term = (BINARY[t], dd, *args[0], *args[1])
+            elif t in REDUCE:
+                term = (REDUCE[t], d, op.axis, *args[0])
+            elif t is ops.Cast:
+                term = ("Cast", op.dtype.value, *args[0])
+            elif t is ops.Gather:
+                term = ("Gather", d, op.axis, *args[0], *args[1])
+            else:  # Input, Iota, symbolic or special constants, anything unknown: an opaque leaf
+                term = ("Leaf", nid, d)
+        enc.terms[nid] = term
+    return enc
+
+
+def _fold(op, values, dtype: DType):
+    arrays = [np.asarray(v, dtype=np.dtype(DType(d).numpy)) for d, v in values]
+    try:
+        with np.errstate(all="ignore"):
+            result = op.reference(arrays, {}, ())
+    except (ZeroDivisionError, FloatingPointError, TypeError, ValueError):
+        return None
+    value = np.asarray(result, dtype=dtype.numpy).reshape(-1)[0].item()
+    return num_value(value, dtype)
+
+
+# positions of child (node id) arguments per constructor; the others are literals
+CHILD_SLOTS = {"Log2": (1,), "Exp2": (1,), "Sin": (1,), "Sqrt": (1,), "Recip": (1,), "Copy": (1,), "Break": (1,),
+               "Cast": (1,), "Add": (1, 3), "Mul": (1, 3), "Mod": (1, 3), "Less": (1, 3), "Sum": (2,), "Max": (2,),
+               "Gather": (2, 4), "Num": (), "Leaf": (), "Node": ()}
+# positions of view-key arguments (the slot right after each child)
+VIEW_SLOTS = {name: tuple(s + 1 for s in slots) for name, slots in CHILD_SLOTS.items()}
+
+
+def term_text(term: tuple) -> str:
+    name = term[0]
+    parts = [name]
+    children = CHILD_SLOTS[name]
+    for i, a in enumerate(term[1:]):
+        if i in children:
+            parts.append(f"(Node {a})")
+        elif isinstance(a, str):
+            parts.append(f'"{a}"')
+        elif isinstance(a, float):
+            parts.append(float_literal(a))
+        else:
+            parts.append(str(int(a)))
+    return "(" + " ".join(parts) + ")"
+
+
+def loader_program(datatype_form, rows: dict[str, list[str]], folder: str) -> str:
+    """egglog commands that load ``rows`` (already written as ``folder/<relation>.tsv``): one row relation per
+    constructor of the ``Expr`` datatype and one ``load`` rule that unions each row's term with its node."""
+    lines = ["(ruleset load)"]
+    for ctor in datatype_form[2:]:
+        name, types = str(ctor[0]), [str(t) for t in ctor[1:]]
+        if name == "Node":
+            continue
+        row_types = ["i64"] + ["i64" if t == "Expr" else t for t in types]
+        vars_ = [f"a{i}" for i in range(len(types))]
+        args = " ".join(f"(Node {v})" if t == "Expr" else v for v, t in zip(vars_, types))
+        lines.append(f"(relation Row{name} ({' '.join(row_types)}))")
+        lines.append(f"(rule ((Row{name} n {' '.join(vars_)})) ((union (Node n) ({name} {args})) "
+                     f"(delete (Row{name} n {' '.join(vars_)}))) :ruleset load :name \"load-{name}\")")
+    for rel in sorted(rows):
+        if rows[rel]:
+            path = os.path.join(folder, rel + ".tsv")
+            lines.append(f'(input {rel} "{path}")')
+    lines.append("(run load 1)")
+    return "\n".join(lines)
+
+
+def write_rows(rows: dict[str, list[str]], folder: str) -> None:
+    for rel, lines in rows.items():
+        if lines:
+            with open(os.path.join(folder, rel + ".tsv"), "w") as f:
+                f.write("\n".join(lines) + "\n")

@@ -1,0 +1,471 @@
+"""Bounded equality saturation over the primitive graph, rebuild of the graph from an extraction, and the pass.
+
+Pipeline (:class:`EqualitySaturation`): encode the graph as egglog text (``encode.py``), load it with the rule
+files through ``egglog.bindings`` (the text interface; the high-level Python front end recurses on DAGs),
+run the rulesets one iteration at a time under bounds (iterations, e-nodes, seconds), serialize to JSON,
+extract with our own DAG-aware extractor (``extract.py``) and rebuild the graph in place.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ... import ops
+from ...dtype import DType
+from ...graph import Graph
+from ..base import Pass, debug_level
+from ..rewrite import scalar_view
+from . import sexpr
+from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
+from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
+                      parse_serialized)
+
+_RELATIONS = {"Contig", "NoMask", "IsFloat", "IntLike", "NonNeg"}
+
+
+@dataclass
+class SaturationReport:
+    """What one saturation did (also printed at ``LUMINAL_DEBUG>=1``)."""
+
+    iterations: list[dict] = field(default_factory=list)  # {"enodes", "matches": {rule: n}, "seconds"}
+    stop_reason: str = ""
+    load_seconds: float = 0.0
+    saturation_seconds: float = 0.0
+    serialize_seconds: float = 0.0
+    extraction_seconds: float = 0.0
+    rebuild_seconds: float = 0.0
+    enodes: int = 0
+    eclasses: int = 0
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    changes: list[dict] = field(default_factory=list)
+
+    @property
+    def saturated(self) -> bool:
+        return self.stop_reason == "saturated"
+
+    @property
+    def rules_fired(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for it in self.iterations:
+            for name, n in it["matches"].items():
+                total[name] = total.get(name, 0) + n
+        return {k: total[k] for k in sorted(total) if total[k]}
+
+
+def _bindings():
+    """egglog's Rust extension module ``egglog.bindings`` (the text interface), loaded on first use.
+
+    ``import egglog.bindings`` first runs the ``egglog`` package's ``__init__``, whose high-level front end
+    (and its import of ``black``) costs ~0.35 s per process; the extension itself loads in ~0.02 s. So the
+    extension file is loaded directly under its own name, falling back to the normal import."""
+    import sys
+
+    mod = sys.modules.get("egglog.bindings")
+    if mod is not None:
+        return mod
+    try:
+        import importlib.util
+        import os
+
+        spec = importlib.util.find_spec("egglog")
+        folder = os.path.dirname(spec.origin)
+        name = next(f for f in sorted(os.listdir(folder)) if f.startswith("bindings.") and f.endswith((".so", ".pyd")))
+        ext = importlib.util.spec_from_file_location("egglog.bindings", os.path.join(folder, name))
+        mod = importlib.util.module_from_spec(ext)
+        ext.loader.exec_module(mod)
+        sys.modules["egglog.bindings"] = mod
+        return mod
+    except Exception:  # an unusual layout: the documented import path
+        from egglog import bindings
+
+        return bindings
+
+
+class Saturation:
+    """One graph's e-graph: ``load()``, ``run(...)``, ``data()`` (the serialized e-graph)."""
+
+    def __init__(self, graph: Graph, rulesets: Sequence[str] = ("algebra", "approx"), rule_paths=None):
+        self.graph = graph
+        self.rulesets = tuple(rulesets)
+        self.prelude, rules = sexpr.load_rules(rule_paths)
+        known = {str(f[1]) for f in self.prelude if isinstance(f, list) and f and f[0] == "ruleset"}
+        unknown = [r for r in self.rulesets if r not in known]
+        if unknown:
+            raise ValueError(f"unknown rulesets {unknown}; the rule files declare {sorted(known)}")
+        self.rules = [r for r in rules if r.ruleset in self.rulesets or r.ruleset == "analysis"]
+        self.egraph = _bindings().EGraph()
+        self.encoding: Encoding | None = None
+        self.report = SaturationReport()
+
+    def load(self) -> Encoding:
+        start = time.perf_counter()
+        self.encoding = enc = encode(self.graph)
+        text = "\n".join(sexpr.to_text(f) for f in self.prelude)
+        text += "\n" + "\n".join(r.egglog_text() for r in self.rules)
+        text += "\n" + "\n".join(enc.lines)
+        datatype = next(f for f in self.prelude if isinstance(f, list) and f[:2] == ["datatype", "Expr"])
+        rows = enc.rows()
+        with tempfile.TemporaryDirectory(prefix="luminal_egraph_") as folder:
+            write_rows(rows, folder)
+            text += "\n" + loader_program(datatype, rows, folder)
+            self.egraph.run_program(*self.egraph.parse_program(text))
+        self.report.load_seconds = time.perf_counter() - start
+        return self.encoding
+
+    def size(self) -> int:
+        out = self.egraph.run_program(*self.egraph.parse_program("(print-size)"))
+        sizes = out[-1].sizes
+        return sum(n for name, n in sizes if name not in _RELATIONS)
+
+    def run(self, max_iterations: int = 16, max_enodes: int = 200_000, max_seconds: float = 5.0) -> SaturationReport:
+        """Run ``analysis`` to a fixed point, then one iteration of each ruleset, repeatedly, until nothing
+        changes or a bound is hit (checked between iterations, so one iteration may overshoot)."""
+        rep = self.report
+        start = time.perf_counter()
+        step = "(run-schedule (saturate (run analysis)) " + " ".join(
+            f"(run {r})" for r in self.rulesets if r != "analysis") + ")"
+        cmds = self.egraph.parse_program(step)
+        rep.stop_reason = "iterations"
+        for _ in range(max_iterations):
+            t0 = time.perf_counter()
+            outputs = self.egraph.run_program(*cmds)
+            matches: dict[str, int] = {}
+            updated = False
+            for o in outputs:
+                report = getattr(o, "report", None)
+                if report is None:
+                    continue
+                updated |= report.updated
+                for name, n in report.num_matches_per_rule.items():
+                    matches[name] = matches.get(name, 0) + n
+            size = self.size()
+            rep.iterations.append({"enodes": size, "matches": {k: matches[k] for k in sorted(matches)},
+                                   "seconds": time.perf_counter() - t0})
+            if debug_level() >= 1:
+                fired = ", ".join(f"{k}={v}" for k, v in sorted(matches.items()) if v)
+                print(f"[egraph] iteration {len(rep.iterations)}: {size} e-nodes, "
+                      f"{(time.perf_counter() - t0) * 1e3:.2f} ms; fired: {fired or 'none'}")
+            if not updated:
+                rep.stop_reason = "saturated"
+                break
+            if size > max_enodes:
+                rep.stop_reason = f"e-node limit ({size} > {max_enodes})"
+                break
+            if time.perf_counter() - start > max_seconds:
+                rep.stop_reason = f"time limit ({max_seconds} s)"
+                break
+        rep.saturation_seconds = time.perf_counter() - start
+        return rep
+
+    def data(self, via: str = "freeze") -> EGraphData:
+        """The e-graph's Expr e-classes, read through ``freeze()`` (default, fast) or ``serialize().to_json()``
+        (``via="json"``)."""
+        start = time.perf_counter()
+        if via == "json":
+            ser = self.egraph.serialize([], max_functions=None, max_calls_per_function=None)
+            eg = parse_serialized(ser.to_json())
+        elif via == "freeze":
+            eg = from_frozen(self.egraph)
+        else:
+            raise ValueError(f"via must be 'freeze' or 'json', not {via!r}")
+        self.report.serialize_seconds = time.perf_counter() - start
+        self.report.enodes = eg.n_enodes
+        self.report.eclasses = len(eg.classes)
+        return eg
+
+
+# ---------------------------------------------------------------------------------------------- rebuild
+_UNARY_OPS = {"Log2": ops.Log2, "Exp2": ops.Exp2, "Sin": ops.Sin, "Sqrt": ops.Sqrt, "Recip": ops.Recip,
+              "Copy": ops.Contiguous, "Break": ops.GraphBreak}
+_BINARY_OPS = {"Add": ops.Add, "Mul": ops.Mul, "Mod": ops.Mod, "Less": ops.LessThan}
+
+
+def _constant_value(value: float, dtype: DType):
+    if dtype == DType.bool:
+        return bool(value)
+    if dtype.is_int:
+        return int(value)
+    return float(value)
+
+
+def roots_of(graph: Graph) -> list[int]:
+    """Nodes whose values must survive: retrieved, kept, carried, inputs, and nodes nothing reads."""
+    used = {e.src for n in graph.nodes.values() for e in n.inputs}
+    roots = set(graph.no_delete) | set(graph.to_retrieve) | {o for o, _ in graph.carries}
+    roots |= {i for i, n in graph.nodes.items() if i not in used or isinstance(n.op, ops.Input)}
+    return sorted(r for r in roots if r in graph.nodes)
+
+
+def node_signature(term: tuple, eg: EGraphData) -> tuple:
+    """The e-node signature of an encoded node (children as e-classes)."""
+    name = term[0]
+    args = list(term[1:])
+    for i in CHILD_SLOTS[name]:
+        args[i] = eg.node_class.get(args[i])
+    return (name, tuple(args))
+
+
+def original_signatures(enc: Encoding, eg: EGraphData) -> set:
+    """The e-node signature of every original node, to prefer them on ties."""
+    return {node_signature(t, eg) for t in enc.terms.values()}
+
+
+def rebuild(graph: Graph, enc: Encoding, eg: EGraphData, ext: Extraction) -> list[dict]:
+    """Rewrite ``graph`` in place to the extracted program; returns the list of replaced nodes."""
+    by_class: dict[str, list[int]] = {}
+    for nid in sorted(eg.node_class):
+        if nid in graph.nodes:
+            by_class.setdefault(eg.node_class[nid], []).append(nid)
+    built: dict[str, int] = {}
+    for cls in ext.reachable():
+        e = ext.choice[cls]
+        if e.op == "Leaf":
+            built[cls] = e.args[0]
+            continue
+        dtype = DType(e.args[0])
+        if e.op == "Num":
+            spec = (ops.Constant(_constant_value(e.args[1], dtype), dtype), [], (), dtype)
+        else:
+            inputs = []
+            for slot in CHILD_SLOTS[e.op]:
+                child = e.args[slot]
+                view = enc.views[e.args[slot + 1]]
+                if ext.choice[child].op == "Num":
+                    view = scalar_view(view)
+                inputs.append((built[child], view))
+            v0 = inputs[0][1]
+            if e.op in _UNARY_OPS:
+                op, dims = _UNARY_OPS[e.op](), v0.dims
+            elif e.op in _BINARY_OPS:
+                op, dims = _BINARY_OPS[e.op](), v0.dims
+                if e.op == "Less":
+                    dtype = DType.bool
+            elif e.op in ("Sum", "Max"):
+                op = (ops.SumReduce if e.op == "Sum" else ops.MaxReduce)(e.args[1])
+                dims = v0.dims[:e.args[1]] + v0.dims[e.args[1] + 1:]
+            elif e.op == "Cast":
+                op, dims = ops.Cast(dtype), v0.dims
+            elif e.op == "Gather":
+                op, dims = ops.Gather(e.args[1]), inputs[1][1].dims
+            else:  # pragma: no cover - the schema and this table go together
+                raise ValueError(f"cannot rebuild e-node {e.op}")
+            spec = (op, inputs, tuple(dims), dtype)
+        built[cls] = _node_for(graph, spec, by_class.get(cls, ()))
+    # point consumers of replaced nodes at the built ones
+    replace: dict[int, tuple[int, Any]] = {}
+    for cls, nids in by_class.items():
+        if cls not in built:
+            continue
+        new = built[cls]
+        fn = scalar_view if ext.choice[cls].op == "Num" else None
+        for nid in nids:
+            if nid != new:
+                replace[nid] = (new, fn)
+    changes = [{"node": old, "label": graph.nodes[old].label, "op": str(graph.nodes[old].op), "new": new,
+                "new_op": str(graph.nodes[new].op), "eclass": eg.node_class[old],
+                "same_enode": node_signature(enc.terms[old], eg) == ext.choice[eg.node_class[old]].signature}
+               for old, (new, _) in sorted(replace.items())]
+    _replace_all(graph, replace)
+    _remove_dead(graph, set(built.values()))
+    return changes
+
+
+def _node_for(graph: Graph, spec, candidates) -> int:
+    op, inputs, dims, dtype = spec
+    for nid in candidates:  # reuse an original node that already computes exactly this
+        n = graph.nodes[nid]
+        if n.op == op and n.dtype == dtype and tuple(n.dims) == dims and len(n.inputs) == len(inputs) and all(
+                e.src == s and e.output == 0 and e.shape == v for e, (s, v) in zip(n.inputs, inputs)):
+            return nid
+    name = graph.nodes[candidates[0]].name if candidates else ""
+    return graph.add_op(op, inputs, dims, dtype, name)
+
+
+def _replace_all(graph: Graph, replace: dict[int, tuple[int, Any]]) -> None:
+    """``Graph.replace_uses`` for many nodes at once (one sweep over the edges)."""
+    if not replace:
+        return
+    for n in list(graph.nodes.values()):
+        if n.id in replace:
+            continue
+        for k, e in enumerate(n.inputs):
+            if e.src in replace:
+                new, fn = replace[e.src]
+                graph.set_input(n.id, k, new, e.shape if fn is None else fn(e.shape), e.output)
+    for marks in (graph.no_delete, graph.to_retrieve):
+        for old in [m for m in marks if m in replace]:
+            marks.discard(old)
+            marks.add(replace[old][0])
+    sched = set()
+    for a, b in graph.schedule:
+        a, b = replace.get(a, (a,))[0], replace.get(b, (b,))[0]
+        if a != b:
+            sched.add((a, b))
+    graph.schedule = sched
+    for old, (new, fn) in replace.items():
+        graph.redirects[old] = (new, fn)
+    graph._invalidate()
+
+
+def _remove_dead(graph: Graph, keep: set[int]) -> None:
+    """Delete every node not reachable (through data edges) from a built, protected or input node."""
+    live = set(keep) | graph.no_delete | graph.to_retrieve | {o for o, _ in graph.carries}
+    live |= {i for i, n in graph.nodes.items() if isinstance(n.op, ops.Input)}
+    stack = [i for i in live if i in graph.nodes]
+    while stack:
+        for e in graph.nodes[stack.pop()].inputs:
+            if e.src not in live:
+                live.add(e.src)
+                stack.append(e.src)
+    dead = [i for i in graph.nodes if i not in live]
+    if not dead:
+        return
+    dead_set = set(dead)
+    for i in dead:
+        del graph.nodes[i]
+        graph.deferred.pop(i, None)
+    for key in [k for k in graph.tensors if k[0] in dead_set]:
+        del graph.tensors[key]
+    graph.schedule = {(a, b) for a, b in graph.schedule if a not in dead_set and b not in dead_set}
+    graph._invalidate()
+
+
+# ---------------------------------------------------------------------------------------------- the pass
+class EqualitySaturation(Pass):
+    """Equality saturation with the rule files, bounded, then deterministic DAG-aware extraction.
+
+    ``rulesets``: which rulesets to run (``analysis`` always runs); ``approx`` holds the rewrites that change
+    results by a few ulps (as ``ArithmeticElimination`` does) — drop it for bit-exact results.
+    Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
+    ``readback``: how the e-graph comes back, ``"freeze"`` (egglog's frozen tables, fast) or ``"json"``
+    (``serialize().to_json()``); both give the same e-classes.
+    After ``compile``, :attr:`report` holds a :class:`SaturationReport`; :func:`explain` prints the changes.
+    """
+
+    def __init__(self, rulesets: Sequence[str] = ("algebra", "approx"), max_iterations: int = 16,
+                 max_enodes: int = 200_000, max_seconds: float = 5.0, op_cost=default_cost, rule_paths=None,
+                 readback: str = "freeze"):
+        self.readback = readback
+        self.rulesets = tuple(rulesets)
+        self.max_iterations = max_iterations
+        self.max_enodes = max_enodes
+        self.max_seconds = max_seconds
+        self.op_cost = op_cost
+        self.rule_paths = rule_paths
+        self.report: SaturationReport | None = None
+
+    def saturate(self, graph: Graph) -> tuple[Saturation, EGraphData, list[str]]:
+        """Load and saturate ``graph``; returns the session, the serialized e-graph and the root e-classes."""
+        sat = Saturation(graph, self.rulesets, self.rule_paths)
+        enc = sat.load()
+        sat.run(self.max_iterations, self.max_enodes, self.max_seconds)
+        eg = sat.data(self.readback)
+        root_nodes = set(roots_of(graph))
+        for nid, term in enc.terms.items():  # an op the schema does not model still reads its operands
+            if term[0] == "Leaf":
+                root_nodes.update(e.src for e in graph.nodes[nid].inputs)
+        roots = sorted({eg.node_class[r] for r in root_nodes})
+        # the original program's cost, from the encoding
+        sat.report.cost_before = sum(self.op_cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
+        return sat, eg, roots
+
+    def candidates(self, graph: Graph, k: int) -> list[Extraction]:
+        """Up to ``k`` extracted programs in cost order (the graph is not changed; :meth:`apply` one to a copy
+        of it)."""
+        sat, eg, roots = self.saturate(graph)
+        self._state = (sat.encoding, eg)
+        return extract_k(eg, roots, k, self.op_cost, original_signatures(sat.encoding, eg),
+                         protect=lambda cls, g: any(e.op == "Num" for e in g.classes[cls]))
+
+    def best(self, graph: Graph) -> Extraction:
+        """The extraction :meth:`run` would apply (the graph is not changed)."""
+        sat, eg, roots = self.saturate(graph)
+        self._state = (sat.encoding, eg)
+        return extract(eg, roots, self.op_cost, original_signatures(sat.encoding, eg))
+
+    def apply(self, graph: Graph, candidate: Extraction, remap: Any = ()) -> list[dict]:
+        """Rebuild ``graph`` (the graph given to the last :meth:`candidates`/:meth:`best`, or a deep copy of
+        it) as ``candidate``; returns the replaced nodes and points the handles in ``remap`` at the new ones."""
+        enc, eg = self._state
+        changes = rebuild(graph, enc, eg, candidate)
+        graph.follow_redirects(remap)
+        return changes
+
+    def run(self, graph: Graph) -> SaturationReport:
+        if not graph.nodes:
+            self.report = SaturationReport(stop_reason="saturated")
+            return self.report
+        sat, eg, roots = self.saturate(graph)
+        rep = sat.report
+        t0 = time.perf_counter()
+        ext = extract(eg, roots, self.op_cost, original_signatures(sat.encoding, eg))
+        rep.extraction_seconds = time.perf_counter() - t0
+        rep.cost_after = ext.cost
+        t0 = time.perf_counter()
+        rep.changes = rebuild(graph, sat.encoding, eg, ext)
+        rep.rebuild_seconds = time.perf_counter() - t0
+        _annotate(rep, sat, eg)
+        self.report = rep
+        history = graph.__dict__.setdefault("egraph_reports", [])
+        history.append(rep)
+        if debug_level() >= 1:
+            print(f"[egraph] {rep.stop_reason} after {len(rep.iterations)} iterations; {rep.enodes} e-nodes in "
+                  f"{rep.eclasses} e-classes; load {rep.load_seconds * 1e3:.1f} ms, saturation "
+                  f"{rep.saturation_seconds * 1e3:.1f} ms, serialize {rep.serialize_seconds * 1e3:.1f} ms, "
+                  f"extraction {rep.extraction_seconds * 1e3:.1f} ms, rebuild {rep.rebuild_seconds * 1e3:.1f} ms; "
+                  f"cost {rep.cost_before:.2f} -> {rep.cost_after:.2f}; "
+                  f"{len(rep.changes)} nodes replaced; rules fired: {rep.rules_fired}")
+        if debug_level() >= 2:
+            print(explain(graph))
+        return rep
+
+    def __repr__(self) -> str:
+        return f"EqualitySaturation(rulesets={self.rulesets!r})"
+
+
+def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData) -> None:
+    """Attach to each change the rules whose left-hand side matches in its e-class (commutativity only when
+    nothing else matches) and the loader's constant folds."""
+    from .match import rules_matching
+
+    for ch in rep.changes:
+        names = []
+        if ch["node"] in sat.encoding.folded:
+            names.append("fold-constants (loader)")
+        if ch.get("same_enode") and not names:
+            names.append("its inputs were rewritten")
+        else:
+            sig = node_signature(sat.encoding.terms[ch["node"]], eg)
+            names += rules_matching(sat.rules, eg, ch["eclass"], sig) or \
+                rules_matching(sat.rules, eg, ch["eclass"])
+        ch["rules"] = names
+
+
+
+def explain(graph: Graph, file=None) -> str:
+    """Which rules changed which nodes in the last :class:`EqualitySaturation` run on ``graph``.
+
+    Returns the text (and prints it to ``file`` when given).
+    """
+    reports = graph.__dict__.get("egraph_reports", [])
+    if not reports:
+        text = "no EqualitySaturation has run on this graph"
+    else:
+        lines = []
+        for k, rep in enumerate(reports, 1):
+            lines.append(f"equality saturation #{k}: {rep.stop_reason} after {len(rep.iterations)} iterations, "
+                         f"cost {rep.cost_before:.2f} -> {rep.cost_after:.2f}")
+            for ch in rep.changes:
+                rules = ", ".join(ch.get("rules", [])) or "(cheaper equivalent)"
+                lines.append(f"  node {ch['node']} {ch['op']} '{ch['label']}' -> node {ch['new']} {ch['new_op']}"
+                             f"   via {rules}")
+            if not rep.changes:
+                lines.append("  no node changed")
+        text = "\n".join(lines)
+    if file is not None:
+        print(text, file=file)
+    return text
