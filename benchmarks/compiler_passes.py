@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from luminal.compiler import (CSE, ArithmeticElimination, DepthFirst, Looped, RemoveSingleReductions,
-                              RemoveUnusedNodes, Timed, peak_memory)
+from luminal.compiler import (DepthFirst, EqualitySaturation, Looped, RemoveSingleReductions, RemoveUnusedNodes,
+                              Timed, peak_memory)
 from workloads import torch_transformer_layer, transformer_layer
 
 
@@ -21,8 +21,9 @@ def main() -> None:
     nodes_before = len(cx.nodes)
     peak_before = peak_memory(cx)
     stages = [Timed(RemoveUnusedNodes(), "RemoveUnusedNodes"),
-              Timed(Looped((ArithmeticElimination(), CSE(), RemoveSingleReductions(), RemoveUnusedNodes())),
-                    "Looped(Arith, CSE, SingleReduce, DCE)"),
+              Timed(Looped((RemoveSingleReductions(), RemoveUnusedNodes())), "Looped(SingleReduce, DCE)"),
+              Timed(EqualitySaturation(), "EqualitySaturation"),
+              Timed(RemoveUnusedNodes(), "RemoveUnusedNodes"),
               Timed(DepthFirst(), "DepthFirst")]
     rows = []
     for stage in stages:

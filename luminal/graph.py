@@ -269,6 +269,9 @@ class Graph:
             new = self.tensors.get((output, 0))
             if new is None:
                 raise GraphError(f"carry: node {output} produced no value")
+            want = tuple(d.evaluate(self.dyn_map) for d in self.nodes[input].dims)
+            if new.shape != want and new.size == int(np.prod(want, dtype=np.int64)) and new.flags.c_contiguous:
+                new = new.reshape(want)  # a compiler pass replaced the output by a node of other dims (a squeeze)
             old = self.tensors.get((input, 0))
             self.tensors[(input, 0)] = new
             recycle = getattr(self.runtime, "recycle", None)
@@ -377,11 +380,21 @@ class Graph:
         """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them), then
         choose the runtime: ``device="cpu"`` (generated C) or ``"reference"`` (numpy interpreter).
 
+        Without a ``compiler``, a compiled device runs the default pipeline
+        (:func:`luminal.compiler.GenericCompiler`: equality saturation over the graph, dead-node removal,
+        scheduling); the reference interpreter runs the graph as built. ``compiler=()`` runs no pass.
+        Handles of replaced nodes follow their replacement when read (``data()``), passed in ``remap`` or not.
+
         ``remap`` holds the user's ``GraphTensor`` handles (nested tuples, lists, dicts or modules) so passes
         that replace nodes keep them valid. ``device`` defaults to ``$LUMINAL_DEVICE`` (else ``"reference"``).
         Returns the compiler's output.
         """
         out = None
+        device = device or os.environ.get("LUMINAL_DEVICE", "reference")
+        if compiler is None and device != "reference":
+            from .compiler.generic import GenericCompiler  # passes live above the graph layer
+
+            compiler = GenericCompiler()
         if compiler is not None:
             from .compiler.base import run  # passes live above the graph layer; this is the user's entry point
 
@@ -389,7 +402,7 @@ class Graph:
         self._invalidate()
         self.toposort()
         self.reset()
-        self.device = device or os.environ.get("LUMINAL_DEVICE", "reference")
+        self.device = device
         self._attach_runtime()
         return out
 

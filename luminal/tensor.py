@@ -212,6 +212,8 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         backend otherwise reuses its output arrays across executions). An input's array is the one ``set()``
         stored, which the next ``execute()`` reads again.
         """
+        if self.id not in self.graph.nodes and self.id in self.graph.redirects:  # replaced by a compiler pass
+            self.id, self.shape = self.graph.resolve(self.id, self.shape)
         buf = self.graph.tensors.get((self.id, 0))
         if buf is None:
             node = self.graph.nodes.get(self.id)

@@ -414,7 +414,7 @@ def test_harness_rejects_an_unsound_rule(tmp_path):
     for rule in bad:
         with pytest.raises(AssertionError, match=r"element \d+: lhs"):  # a wrong value, not "could not check"
             test_rule_is_sound(rule)
-    path.write_text(  # ArithmeticElimination's _non_negative makes this inference; 1/(-0.0) is -inf
+    path.write_text(  # the former ArithmeticElimination pass made this inference; 1/(-0.0) is -inf
         ";; nonneg-recip: 1/x of a non-negative x is non-negative (false for x = -0.0)\n"
         "(rule ((= ?e (Recip ?d ?x ?v)) (NonNeg ?x)) ((NonNeg ?e)) :ruleset analysis)\n")
     (rule,) = load_file(str(path)).rules

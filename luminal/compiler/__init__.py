@@ -4,7 +4,6 @@
     >>> cx.compile(GenericCompiler(), (output,))   # doctest: +SKIP
 """
 
-from .arithmetic import ArithmeticElimination
 from .egraph import EqualitySaturation, explain
 from .base import Compiler, Looped, Pass, Timed, debug_level, run, sequence
 from .generic import CSE, GenericCompiler, RemoveSingleReductions, RemoveUnusedNodes
@@ -12,5 +11,5 @@ from .pattern import Match, Pattern, replace_matches
 from .schedule import DepthFirst, peak_memory
 
 __all__ = ["Compiler", "Pass", "Looped", "Timed", "run", "sequence", "debug_level", "CSE", "RemoveUnusedNodes",
-           "ArithmeticElimination", "RemoveSingleReductions", "DepthFirst", "GenericCompiler", "peak_memory",
+           "RemoveSingleReductions", "DepthFirst", "GenericCompiler", "peak_memory",
            "Pattern", "Match", "replace_matches", "EqualitySaturation", "explain"]

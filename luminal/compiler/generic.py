@@ -1,5 +1,8 @@
 """Generic passes: CSE, dead-node removal, size-1 reduction removal, and the default pipeline.
 
+Algebraic rewrites are not passes: they are rules of the e-graph (``luminal/compiler/rules/*.egg``, run by
+:class:`~luminal.compiler.egraph.EqualitySaturation`), each checked sound by tests/test_rule_soundness.py.
+
 Each pass preserves the reference result exactly (no float reassociation).
 """
 
@@ -82,11 +85,12 @@ class RemoveSingleReductions(Pass):
 
 
 def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
-    """The default pipeline: algebraic cleanup, CSE and dead-node removal to a fixed point, then depth-first
+    """The default pipeline (what ``Graph.compile(device=...)`` runs when no compiler is given): dead-node
+    removal, size-1 reductions squeezed, then equality saturation (the algebra and approx rulesets of
+    ``luminal/compiler/rules``, extraction by cost, duplicates merged), dead nodes again, and depth-first
     scheduling."""
-    from .arithmetic import ArithmeticElimination
+    from .egraph import EqualitySaturation
     from .schedule import DepthFirst
 
-    return (RemoveUnusedNodes(),
-            Looped((ArithmeticElimination(), CSE(), RemoveSingleReductions(), RemoveUnusedNodes())),
-            DepthFirst())
+    return (RemoveUnusedNodes(), Looped((RemoveSingleReductions(), RemoveUnusedNodes())), EqualitySaturation(),
+            RemoveUnusedNodes(), DepthFirst())

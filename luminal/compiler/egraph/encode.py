@@ -1,7 +1,7 @@
 """Graph -> egglog program text: every node becomes ``(union (Node id) TERM)``; views become interned keys.
 
 Constant-only elementwise subgraphs whose folding egglog cannot do exactly (it has no float32/float16
-arithmetic; unary ops) are folded here with the op's own reference semantics (as ArithmeticElimination does);
+arithmetic; unary ops) are folded here with the op's own reference semantics (as the former ArithmeticElimination pass did);
 float64 and integer ``Add``/``Mul`` of constants are left to the ``fold-*`` rules of ``algebra.egg``.
 """
 

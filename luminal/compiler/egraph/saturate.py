@@ -339,7 +339,7 @@ class EqualitySaturation(Pass):
     """Equality saturation with the rule files, bounded, then deterministic DAG-aware extraction.
 
     ``rulesets``: which rulesets to run (``analysis`` always runs); ``approx`` holds the rewrites that change
-    results by a few ulps (as ``ArithmeticElimination`` does) — drop it for bit-exact results.
+    results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop it for bit-exact results.
     Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
     ``readback``: how the e-graph comes back, ``"freeze"`` (egglog's frozen tables, fast) or ``"json"``
     (``serialize().to_json()``); both give the same e-classes.
