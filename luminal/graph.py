@@ -112,6 +112,8 @@ class Graph:
         dtype = as_dtype(dtype)
         edges = []
         for k, (src, shape) in enumerate(inputs):
+            if src not in self.nodes and src in self.redirects:  # a handle of a node a compiler pass replaced
+                src, shape = self.resolve(src, shape)
             if src not in self.nodes:
                 raise GraphError(f"{op.name}: input {k} refers to node {src}, which is not in this graph")
             edges.append(Edge(src, 0 if output_slots is None else output_slots[k], shape))

@@ -46,14 +46,38 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         dtype: the element :class:`DType`.
     """
 
-    __slots__ = ("graph", "id", "shape", "dtype")
+    __slots__ = ("graph", "_id", "_shape", "dtype")
     __array_priority__ = 1000  # numpy scalars/arrays defer to our reflected operators
 
     def __init__(self, graph: Graph, node_id: int, shape: ShapeTracker, dtype: DType):
         self.graph = graph
-        self.id = node_id
-        self.shape = shape
+        self._id = node_id
+        self._shape = shape
         self.dtype = dtype
+
+    # A compiler pass may replace the node a handle points at (Graph.redirects); the handle follows the
+    # replacement on its next use, so handles need not be passed to compile() to stay valid.
+    @property
+    def id(self) -> int:
+        """The id of the node this tensor reads (the live replacement, if a compiler pass replaced it)."""
+        if self._id not in self.graph.nodes and self._id in self.graph.redirects:
+            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+        return self._id
+
+    @id.setter
+    def id(self, value: int) -> None:
+        self._id = value
+
+    @property
+    def shape(self) -> ShapeTracker:
+        """The view through which this tensor reads its node's output."""
+        if self._id not in self.graph.nodes and self._id in self.graph.redirects:
+            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: ShapeTracker) -> None:
+        self._shape = value
 
     # ------------------------------------------------------------------ construction helpers
     def _new(self, node_id: int, dims, dtype: DType) -> "GraphTensor":
@@ -212,8 +236,6 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         backend otherwise reuses its output arrays across executions). An input's array is the one ``set()``
         stored, which the next ``execute()`` reads again.
         """
-        if self.id not in self.graph.nodes and self.id in self.graph.redirects:  # replaced by a compiler pass
-            self.id, self.shape = self.graph.resolve(self.id, self.shape)
         buf = self.graph.tensors.get((self.id, 0))
         if buf is None:
             node = self.graph.nodes.get(self.id)

@@ -332,3 +332,24 @@ def test_depth_first_lowers_peak_memory_and_keeps_results():
     assert after < before, (before, after)
     cx.execute()
     np.testing.assert_array_equal(out.data(), want)
+
+
+def test_compiled_devices_run_the_default_pipeline_and_handles_follow():
+    """compile(device="cpu") runs GenericCompiler (the e-graph) unless compiler=() is given; the user's
+    handles (not passed in remap) follow their replaced nodes for data(), retrieve() and new ops."""
+    data = np.array([1.0, -2.0, 3.0], np.float32)
+    for compiler, adds in ((None, 0), ((), 1)):
+        cx = lm.Graph()
+        x = cx.tensor(3).set(data)
+        y = ((x + 0.0) * 1.0).retrieve()
+        cx.compile(compiler, device="cpu")
+        assert _count(cx, ops.Add) == adds and _count(cx, ops.Mul) == adds
+        z = (y * 3.0).retrieve()  # built on a handle whose node the e-graph replaced
+        cx.execute()
+        np.testing.assert_array_equal(y.data(), data)
+        np.testing.assert_array_equal(z.data(), data * 3.0)
+    cx = lm.Graph()
+    x = cx.tensor(3).set(data)
+    y = (x + 0.0).retrieve()
+    cx.compile(device="reference")  # the reference interpreter runs the graph as built
+    assert _count(cx, ops.Add) == 1

@@ -27,34 +27,57 @@ from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 
-_BUF_SLOT = re.compile(r"bufs\[(\d+)\]")
 _BUF_NAME = re.compile(r"\bb(\d+)\b")
+_BUF_DECL = re.compile(r"^\s*(?:const )?[\w ]+\*restrict b(\d+) = \([^)]*\)bufs\[(\d+)\];$")
 
 
 def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> list[str]:
     """Kernel ``k``'s C functions, with identical kernels compiled once.
 
     A kernel's text differs from another's only in which buffers it touches when they do the same work (the
-    layers of a transformer): the buffers are renamed to local slots in order of first use (``bufs[17]`` ->
-    ``bufs[0]``, ``b17`` -> ``b0``), the canonical text is keyed in ``bodies``, and ``kernel_k`` becomes a
-    two-line wrapper that gathers its buffer pointers and calls the shared body. C compile time then grows
-    with the number of *distinct* kernels, not with the depth of the model.
+    layers of a transformer): the buffers are renamed to local slots in the order the code (not the pointer
+    declarations, which follow the global buffer order) first uses them, ``b17 = bufs[17]`` becoming
+    ``b0 = bufs[0]``; the canonical text is keyed in ``bodies``, and ``kernel_k`` becomes a two-line wrapper
+    that gathers its buffer pointers and calls the shared body. C compile time then grows with the number of
+    *distinct* kernels, not with the depth of the model.
     """
-    text = epilogue + "\n\n" + kernel if epilogue else kernel
-    slots: list[int] = []
-    for m in _BUF_SLOT.finditer(text):
-        if int(m.group(1)) not in slots:
-            slots.append(int(m.group(1)))
-    local = {g: j for j, g in enumerate(slots)}
-    canon = _BUF_SLOT.sub(lambda m: f"bufs[{local[int(m.group(1))]}]", text)
-    canon = _BUF_NAME.sub(lambda m: f"b{local[int(m.group(1))]}", canon)
+    lines = (epilogue + "\n\n" + kernel if epilogue else kernel).split("\n")
+    declared = {}
+    for line in lines:
+        m = _BUF_DECL.match(line)
+        if m:
+            declared[int(m.group(1))] = int(m.group(2))
+    order: list[int] = []
+    for line in lines:
+        if not _BUF_DECL.match(line):
+            for m in _BUF_NAME.finditer(line):
+                b = int(m.group(1))
+                if b in declared and b not in order:
+                    order.append(b)
+    order += sorted(b for b in declared if b not in order)
+    local = {b: j for j, b in enumerate(order)}
+    out_lines: list[str] = []
+    decls: list[tuple[int, str]] = []
+    for line in lines + [""]:  # (a sentinel flushes the last block of declarations)
+        m = _BUF_DECL.match(line)
+        renamed = _BUF_NAME.sub(lambda mm: f"b{local[int(mm.group(1))]}" if int(mm.group(1)) in local
+                                else mm.group(0), line)
+        if m:
+            renamed = renamed.replace(f"bufs[{m.group(2)}]", f"bufs[{local[int(m.group(1))]}]")
+            decls.append((local[int(m.group(1))], renamed))
+            continue
+        if decls:  # a block of pointer declarations, in local slot order
+            out_lines += [d for _, d in sorted(decls)]
+            decls = []
+        out_lines.append(renamed)
+    canon = "\n".join(out_lines[:-1])
     canon = canon.replace(f"epilogue_{k}", "EPILOGUE").replace(f"kernel_{k}(", "KERNEL(")
     name = bodies.get(canon)
     out = []
     if name is None:
         name = bodies[canon] = f"kbody_{len(bodies)}"
         out.append(canon.replace("EPILOGUE", f"kepi_{len(bodies) - 1}").replace("KERNEL(", f"{name}("))
-    pointers = ", ".join(f"bufs[{g}]" for g in slots) or "0"
+    pointers = ", ".join(f"bufs[{declared[b]}]" for b in order) or "0"
     out.append(f"static int kernel_{k}(void **bufs, const long long *syms) {{\n"
                f"    void *kb[] = {{{pointers}}};\n    return {name}(kb, syms);\n}}")
     return out
