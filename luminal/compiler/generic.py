@@ -89,8 +89,12 @@ def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
     removal, size-1 reductions squeezed, then equality saturation (the algebra and approx rulesets of
     ``luminal/compiler/rules``, extraction by cost, duplicates merged), dead nodes again, and depth-first
     scheduling."""
+    import os
+
     from .egraph import EqualitySaturation
     from .schedule import DepthFirst
 
-    return (RemoveUnusedNodes(), Looped((RemoveSingleReductions(), RemoveUnusedNodes())), EqualitySaturation(),
+    # LUMINAL_EGRAPH=0: plain CSE instead of saturation (to tell whether the e-graph causes a difference)
+    rewrite = CSE() if os.environ.get("LUMINAL_EGRAPH", "1") == "0" else EqualitySaturation()
+    return (RemoveUnusedNodes(), Looped((RemoveSingleReductions(), RemoveUnusedNodes())), rewrite,
             RemoveUnusedNodes(), DepthFirst())
