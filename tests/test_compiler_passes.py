@@ -353,3 +353,14 @@ def test_compiled_devices_run_the_default_pipeline_and_handles_follow():
     y = (x + 0.0).retrieve()
     cx.compile(device="reference")  # the reference interpreter runs the graph as built
     assert _count(cx, ops.Add) == 1
+
+
+def test_luminal_egraph_0_swaps_saturation_for_cse(monkeypatch):
+    monkeypatch.setenv("LUMINAL_EGRAPH", "0")
+    cx = lm.Graph()
+    x = cx.tensor(3).set(np.array([1.0, 2.0, 3.0], np.float32))
+    y = ((x + 0.0) + (x + 0.0)).retrieve()  # CSE merges the two x + 0; only the e-graph removes them
+    cx.compile(device="cpu")
+    assert _count(cx, ops.Add) == 2
+    cx.execute()
+    np.testing.assert_array_equal(y.data(), [2.0, 4.0, 6.0])
