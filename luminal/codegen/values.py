@@ -29,9 +29,15 @@ def value_range(value) -> tuple:
 
 
 def walk(value):
+    """Every distinct node of a value tree, once: a shared subtree (the input of a where(), read by its
+    comparison and its select) is one object, so a chain of k relus visits k nodes, not 2^k."""
     stack = [value]
+    seen = set()
     while stack:
         v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
         yield v
         if isinstance(v, Compute):
             stack.extend(v.args)
