@@ -57,11 +57,14 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
 
     # A compiler pass may replace the node a handle points at (Graph.redirects); the handle follows the
     # replacement on its next use, so handles need not be passed to compile() to stay valid.
+    def _follow(self) -> None:
+        if self._id not in self.graph.nodes and self._id in self.graph.redirects:
+            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+
     @property
     def id(self) -> int:
         """The id of the node this tensor reads (the live replacement, if a compiler pass replaced it)."""
-        if self._id not in self.graph.nodes and self._id in self.graph.redirects:
-            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+        self._follow()
         return self._id
 
     @id.setter
@@ -71,8 +74,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
     @property
     def shape(self) -> ShapeTracker:
         """The view through which this tensor reads its node's output."""
-        if self._id not in self.graph.nodes and self._id in self.graph.redirects:
-            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+        self._follow()
         return self._shape
 
     @shape.setter
