@@ -147,8 +147,23 @@ def rule_files(folder: str = RULES_DIR) -> list[str]:
     return [os.path.join(folder, n) for n in names]
 
 
+_FILE_CACHE: dict[tuple, RuleFile] = {}
+
+
 def load_file(path: str) -> RuleFile:
-    """Read one rule file: its prelude forms and its named rules (with their metadata comments)."""
+    """Read one rule file: its prelude forms and its named rules (with their metadata comments).
+
+    Parsed files are cached by path, size and modification time (every compile reads the rule files; the
+    parse costs ~10 ms). Treat the result as read-only."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    cached = _FILE_CACHE.get(key)
+    if cached is None:
+        cached = _FILE_CACHE[key] = _parse_file(path)
+    return cached
+
+
+def _parse_file(path: str) -> RuleFile:
     with open(path) as f:
         text = f.read()
     prelude, rules = [], []
