@@ -364,3 +364,17 @@ def test_luminal_egraph_0_swaps_saturation_for_cse(monkeypatch):
     assert _count(cx, ops.Add) == 2
     cx.execute()
     np.testing.assert_array_equal(y.data(), [2.0, 4.0, 6.0])
+
+
+def test_default_pipeline_without_egglog_warns_and_runs_cse(monkeypatch):
+    import luminal.compiler.generic as generic
+
+    monkeypatch.setattr(generic, "_egglog_available", lambda: False)
+    cx = lm.Graph()
+    x = cx.tensor(3).set(np.array([1.0, 2.0, 3.0], np.float32))
+    y = (x.exp() + x.exp()).retrieve()
+    with pytest.warns(UserWarning, match="egglog package is not installed"):
+        cx.compile(device="cpu")
+    assert _count(cx, ops.Exp2) == 1  # CSE still merged the duplicate
+    cx.execute()
+    np.testing.assert_allclose(y.data(), 2 * np.exp([1.0, 2.0, 3.0]), rtol=1e-6)

@@ -95,6 +95,19 @@ def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
     from .schedule import DepthFirst
 
     # LUMINAL_EGRAPH=0: plain CSE instead of saturation (to tell whether the e-graph causes a difference)
-    rewrite = CSE() if os.environ.get("LUMINAL_EGRAPH", "1") == "0" else EqualitySaturation()
+    use_egraph = os.environ.get("LUMINAL_EGRAPH", "1") != "0"
+    if use_egraph and not _egglog_available():
+        import warnings
+
+        warnings.warn("the egglog package is not installed: the default pipeline runs CSE instead of equality "
+                      "saturation (pip install 'egglog>=13.2,<14')", stacklevel=3)
+        use_egraph = False
+    rewrite = EqualitySaturation() if use_egraph else CSE()
     return (RemoveUnusedNodes(), Looped((RemoveSingleReductions(), RemoveUnusedNodes())), rewrite,
             RemoveUnusedNodes(), DepthFirst())
+
+
+def _egglog_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("egglog") is not None
