@@ -271,9 +271,11 @@ class Graph:
             new = self.tensors.get((output, 0))
             if new is None:
                 raise GraphError(f"carry: node {output} produced no value")
-            want = tuple(d.evaluate(self.dyn_map) for d in self.nodes[input].dims)
-            if new.shape != want and new.size == int(np.prod(want, dtype=np.int64)) and new.flags.c_contiguous:
-                new = new.reshape(want)  # a compiler pass replaced the output by a node of other dims (a squeeze)
+            dims = self.nodes[input].dims
+            if new.ndim != len(dims):  # a compiler pass replaced the output by a node of other rank (a squeeze)
+                want = tuple(d.evaluate(self.dyn_map) for d in dims)
+                if new.size == int(np.prod(want, dtype=np.int64)) and new.flags.c_contiguous:
+                    new = new.reshape(want)
             old = self.tensors.get((input, 0))
             self.tensors[(input, 0)] = new
             recycle = getattr(self.runtime, "recycle", None)
