@@ -1,6 +1,8 @@
 """W1, W2 and W6 of ../shared/BENCHMARKS.md on luminal's CPU backend, PyTorch eager, torch.compile and JAX.
 
 Run:  python benchmarks/cpu_workloads.py [--seconds 3] [--only W1-1024,W6] [--frameworks luminal,torch]
+      [--search-budget 60]     (luminal+search: compile(search="full", budget_s=...); "first call s" then
+                                includes the search unless the tuning cache already holds its winners)
 Needs the bench extra: pip install -e '.[bench]'  (torch from local disk, jax/jaxlib from PyPI).
 
 Protocol (BENCHMARKS.md): one fresh process per (workload, framework); the first call is timed alone
@@ -28,7 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 CASES = ["W1-1024", "W1-2048", "W2", "W6"]
-FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal"]  # the first one is the reference for the check
+# the first one is the reference for the check; luminal+search compiles with search="full" (--search-budget s)
+FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+search"]
 N_W2 = 16 * 1024 * 1024
 
 
@@ -47,7 +50,7 @@ def inputs(case: str):
 
 
 # ---------------------------------------------------------------------------- per-framework builders
-def build_luminal(case, data):
+def build_luminal(case, data, search: str = "off", budget: float = 60.0):
     import luminal as lm
     if case.startswith("W1"):
         cx = lm.Graph()
@@ -65,7 +68,9 @@ def build_luminal(case, data):
         for k, v in params.items():
             v.set(data[k])
     from luminal.compiler import GenericCompiler
-    cx.compile(GenericCompiler(), out, device="cpu")
+    cx.compile(GenericCompiler(), out, device="cpu", search=search, budget_s=budget)
+    if search != "off":  # the winners, on stderr (the parent prints them under the table)
+        print("winners: " + json.dumps({k: v for k, v in cx.runtime.search_result.choices.items()}), file=sys.stderr)
 
     def step():  # the result is in host memory after execute(); data() (a copy) is read once at the end
         cx.execute()
@@ -121,11 +126,13 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def run_case(case: str, framework: str, seconds: float, out_path: str) -> dict:
+def run_case(case: str, framework: str, seconds: float, out_path: str, budget: float = 60.0) -> dict:
     data = inputs(case)
     start = time.perf_counter()
     if framework == "luminal":
         step = build_luminal(case, data)
+    elif framework == "luminal+search":
+        step = build_luminal(case, data, "full", budget)
     elif framework == "jax":
         step = build_jax(case, data)
     else:
@@ -154,20 +161,23 @@ def main() -> None:
     parser.add_argument("--case")
     parser.add_argument("--framework")
     parser.add_argument("--out")
+    parser.add_argument("--search-budget", type=float, default=60.0, help="seconds of search for luminal+search")
     args = parser.parse_args()
     if args.case:  # child process
-        print(json.dumps(run_case(args.case, args.framework, args.seconds, args.out)))
+        print(json.dumps(run_case(args.case, args.framework, args.seconds, args.out, args.search_budget)))
         return
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     print(f"{'case':<9}{'framework':<15}{'median':>10}{'min':>10}{'max':>10}{'unit':>8}{'first call s':>14}"
           f"{'peak MB':>9}  check")
     tmp = tempfile.mkdtemp()
+    winners: list[str] = []
     for case in args.only.split(","):
         reference = None
         for fw in args.frameworks.split(","):
             out = os.path.join(tmp, f"{case}_{fw}.npy")
             proc = subprocess.run([sys.executable, __file__, "--case", case, "--framework", fw, "--out", out,
-                                   "--seconds", str(args.seconds)], capture_output=True, text=True)
+                                   "--seconds", str(args.seconds), "--search-budget", str(args.search_budget)],
+                                  capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{case:<9}{fw:<15}  failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else '?'}")
                 continue
@@ -187,6 +197,11 @@ def main() -> None:
                 cells, unit = (r["median"] * 1e3, r["min"] * 1e3, r["max"] * 1e3), "ms"
             print(f"{case:<9}{fw:<15}{cells[0]:>10.2f}{cells[1]:>10.2f}{cells[2]:>10.2f}{unit:>8}"
                   f"{r['first_s']:>14.2f}{r['rss_mb']:>9.0f}  {check}")
+            winners.extend(f"  {case} {line[len('winners: '):]}" for line in proc.stderr.splitlines()
+                           if line.startswith("winners: "))
+    if winners:
+        print("search winners per GEMM (kernel key: choice):")
+        print("\n".join(winners))
 
 
 if __name__ == "__main__":

@@ -380,7 +380,8 @@ class Graph:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ compilation
-    def compile(self, compiler=None, remap=(), device: str | None = None):
+    def compile(self, compiler=None, remap=(), device: str | None = None, search: str | None = None,
+                budget_s: float | None = None):
         """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them), then
         choose the runtime: ``device="cpu"`` (generated C) or ``"reference"`` (numpy interpreter).
 
@@ -389,12 +390,22 @@ class Graph:
         scheduling); the reference interpreter runs the graph as built. ``compiler=()`` runs no pass.
         Handles of replaced nodes follow their replacement when read (``data()``), passed in ``remap`` or not.
 
+        ``search`` picks how a compiled device chooses between implementations of its hot kernels (GEMMs:
+        OpenBLAS or luminal's own GEMM in several tilings), measured on this machine and remembered in a tuning
+        cache: ``"off"`` (default, or ``$LUMINAL_SEARCH``) uses the cached winners and otherwise the default
+        plan at once; ``"quick"`` / ``"full"`` measure what is not cached (within ``budget_s`` seconds, default
+        10 / 60) before the first run; ``"background"`` runs at once and swaps in the tuned library between
+        two ``execute()`` calls. See ``docs/search.md``.
+
         ``remap`` holds the user's ``GraphTensor`` handles (nested tuples, lists, dicts or modules) so passes
         that replace nodes keep them valid. ``device`` defaults to ``$LUMINAL_DEVICE`` (else ``"reference"``).
         Returns the compiler's output.
         """
         out = None
         device = device or os.environ.get("LUMINAL_DEVICE", "reference")
+        from .runtime.search import check_budget, check_level  # validate before the (slow) passes run
+
+        self._search_options = (check_level(search), check_budget(budget_s))
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
 
@@ -413,7 +424,7 @@ class Graph:
     def _attach_runtime(self) -> None:
         from .runtime import attach  # backends are plug-ins above the graph layer
 
-        attach(self, self.device)
+        attach(self, self.device, *getattr(self, "_search_options", (None, None)))
 
     def reset(self) -> None:
         """Drop every stored tensor that is not an input's data or in ``no_delete``."""

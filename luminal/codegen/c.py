@@ -127,10 +127,16 @@ def _c_name(symbol: str) -> str:
 class CRenderer:
     """Turns a :class:`Program` into a :class:`CProgram`."""
 
-    def __init__(self, program: Program, blas: bool, profile: bool = False):
+    def __init__(self, program: Program, blas: bool, profile: bool = False, gemm_impl: dict | None = None,
+                 gemm_sources: str = ""):
+        """``gemm_impl`` maps a GEMM kernel's index in ``program.kernels`` to the C function that runs it
+        (``lm_gemm_f32``/``lm_gemm_f64``, the OpenBLAS wrappers, by default) and ``gemm_sources`` holds the C
+        of functions not in the helpers (luminal's own GEMMs; see :mod:`luminal.runtime.search`)."""
         self.program = program
         self.blas = blas
         self.profile = profile
+        self.gemm_impl = dict(gemm_impl or {})
+        self.gemm_sources = gemm_sources
         self.buffer_order = list(program.buffers)
         self.slot = {b: k for k, b in enumerate(self.buffer_order)}
         symbols = set()
@@ -179,6 +185,8 @@ class CRenderer:
         parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + HELPERS, C_PRELUDE]
         if any(isinstance(k, GemmKernel) for k in self.program.kernels):
             parts.append(gemm_helpers())
+            if self.gemm_sources:
+                parts.append(self.gemm_sources)
         calls = []
         groups = kernel_groups(self.program)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
@@ -201,7 +209,7 @@ class CRenderer:
             elif isinstance(kernel, ReduceKernel):
                 self._reduce(kernel, lines)
             else:
-                self._gemm(kernel, lines, epilogue)
+                self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]))
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
             lines += ["    return err;", "}"]
             parts += _shared_body(k, epilogue_text, "\n".join(lines), bodies)
@@ -535,7 +543,7 @@ class CRenderer:
         lines += ["    return err;", "}"]
         return "\n".join(lines)
 
-    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL"):
+    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | None = None):
         dims = kernel.dims
         nb = len(dims) - 2
         m, n = dims[-2], dims[-1]
@@ -550,7 +558,7 @@ class CRenderer:
         c_off = to_expr(0)
         for v, s in zip(batch_vars, ShapeTracker.contiguous_of(dims).strides[:nb]):
             c_off = c_off + v * s
-        fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
+        fn = fn or ("lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64")
         call = (f"{fn}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + {idx(a_off)}, {idx(av.strides[nb])}, "
                 f"{idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + {idx(b_off)}, {idx(bv.strides[nb + 1])}, "
                 f"{idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + {idx(c_off)}, {epilogue}, bufs, syms);")

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import warnings
 from typing import Mapping
 
@@ -116,26 +117,143 @@ def build_library(cprogram: CProgram) -> str:
 
 
 class CPURuntime:
-    """Executes a graph through generated C (see the module docstring)."""
+    """Executes a graph through generated C (see the module docstring).
 
-    def __init__(self, graph: Graph):
+    ``search`` (see :mod:`luminal.runtime.search`) chooses each GEMM's implementation: ``"off"`` uses the
+    tuning cache's winner where one is recorded for the kernel's sizes, else the default (OpenBLAS);
+    ``"quick"``/``"full"`` measure the candidates not yet cached within ``budget_s`` seconds before the first
+    run (at construction when every size is known, else at the first ``execute()``, whose bindings are then
+    the tuned ones); ``"background"`` runs at once with the ``"off"`` plan and searches in a thread, the
+    faster library being swapped in between two ``execute()`` calls.
+    """
+
+    def __init__(self, graph: Graph, search: str = "off", budget_s: float | None = None):
+        from .search import check_budget, check_level
+
         self.graph = graph
+        self.search_level = check_level(search)
+        self.budget_s = check_budget(budget_s)
         self.program: Program = lower(graph)
-        blas = _blas() is not None
-        if not blas:
+        self.blas = _blas() is not None
+        if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
         self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
-        self.cprogram = CRenderer(self.program, blas, self.profiling).render()
-        self.library_path = build_library(self.cprogram)
-        self._lib = ctypes.CDLL(self.library_path)
-        self._run = self._lib.luminal_run
-        self._run.restype = ctypes.c_int
-        self._run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong)]
+        self.search_result = None   # the last SearchResult (None before a search ran)
+        self.gemm_choices: dict[int, str] = {}  # GEMM kernel index -> "blas" | "own:<tag>"
+        self._swap_lock = threading.Lock()
+        self._pending = None        # (cprogram, choices, library path) built by a background search
+        self._search_thread: threading.Thread | None = None
+        self._search_error: BaseException | None = None
+        self._search_due = self.search_level != "off"
+        bindings = dict(graph.dyn_map)
+        if self.search_level in ("quick", "full") and self._all_gemms_known(bindings):
+            self._search_due = False
+            self._search(bindings)
+        else:
+            self._install(*self._build(self._choices(bindings)))
         self._plan_key = None
         self._arena = np.empty(0, np.uint8)
         self._offsets: dict[int, int] = {}
         self._out_arrays: dict[int, np.ndarray] = {}  # data() copies out, so these can be reused
         self._version = graph.version
+        if self.search_level == "background" and self._all_gemms_known(bindings):
+            self._start_background(bindings)
+
+    # ------------------------------------------------------------------ GEMM choices and the measured search
+    def _gemm_kernels(self) -> list[int]:
+        from ..codegen.kernel import GemmKernel
+        from ..dtype import DType
+        return [i for i, k in enumerate(self.program.kernels)
+                if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64)]
+
+    def _all_gemms_known(self, bindings) -> bool:
+        from .search import program_shapes
+        return len(program_shapes(self.program, bindings)) == len(self._gemm_kernels())
+
+    def _choices(self, bindings, decided: dict[str, str] | None = None) -> dict[int, str]:
+        """GEMM kernel index -> implementation: ``decided`` (a search's winners), else the tuning cache's entry
+        for the kernel's sizes at ``bindings``, else the default."""
+        from . import tuning
+        from .search import default_choice, program_shapes, valid_choice
+        shapes = program_shapes(self.program, bindings)
+        cached = tuning.lookup_many({s.key() for s in shapes.values()}) if shapes and not decided else {}
+        out = {}
+        for i in self._gemm_kernels():
+            dtype = self.program.kernels[i].dtype.value
+            s = shapes.get(i)
+            choice = None
+            if s is not None:
+                choice = (decided or {}).get(s.key()) or cached.get(s.key(), {}).get("choice")
+            out[i] = choice if choice and valid_choice(choice, dtype) else default_choice(dtype, self.blas)
+        return out
+
+    def _build(self, choices: dict[int, str]):
+        """Render and compile the program with the GEMM implementations ``choices``."""
+        from .search import function_name, own_sources
+        impl = {i: function_name(c, self.program.kernels[i].dtype.value) for i, c in choices.items()}
+        sources = own_sources({(c, self.program.kernels[i].dtype.value) for i, c in choices.items()})
+        cprogram = CRenderer(self.program, self.blas, self.profiling, gemm_impl=impl, gemm_sources=sources).render()
+        return cprogram, choices, build_library(cprogram)
+
+    def _install(self, cprogram: CProgram, choices: dict[int, str], path: str) -> None:
+        lib = ctypes.CDLL(path)
+        run = lib.luminal_run
+        run.restype = ctypes.c_int
+        run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong)]
+        self.cprogram, self.gemm_choices, self.library_path, self._lib, self._run = cprogram, choices, path, lib, run
+
+    def _search(self, bindings, level: str | None = None) -> None:
+        """Measure the GEMM candidates at ``bindings`` and install the library built from the winners."""
+        from .search import program_shapes, search_gemms
+        shapes = program_shapes(self.program, bindings)
+        self.search_result = search_gemms(list(shapes.values()), level or self.search_level, self.budget_s, self.blas)
+        self._install(*self._build(self._choices(bindings, self.search_result.choices)))
+
+    def _start_background(self, bindings) -> None:
+        self._search_due = False
+        bindings = dict(bindings)
+
+        def work():
+            try:
+                from .search import program_shapes, search_gemms
+                shapes = program_shapes(self.program, bindings)
+                result = search_gemms(list(shapes.values()), "full", self.budget_s, self.blas, progress=False)
+                choices = self._choices(bindings, result.choices)
+                built = self._build(choices) if choices != self.gemm_choices else None
+                with self._swap_lock:
+                    self.search_result = result
+                    self._pending = built
+            except BaseException as e:  # reported by wait_for_search(); execution goes on with the old plan
+                self._search_error = e
+
+        self._search_thread = threading.Thread(target=work, name="luminal-search", daemon=True)
+        self._search_thread.start()
+
+    def wait_for_search(self, timeout: float | None = None) -> bool:
+        """Block until a background search finished (True) or ``timeout`` seconds passed (False); re-raises an
+        error the search ran into. The tuned library is installed by the next ``execute()``."""
+        t = self._search_thread
+        if t is not None:
+            t.join(timeout)
+            if t.is_alive():
+                return False
+        if self._search_error is not None:
+            e, self._search_error = self._search_error, None
+            raise RuntimeError(f"background search failed: {e}") from e
+        return True
+
+    def _before_run(self, bindings) -> None:
+        """Start a search that waited for the symbol bindings; install a background search's library."""
+        if self._search_due:
+            if self.search_level == "background":
+                self._start_background(bindings)
+            else:
+                self._search_due = False
+                self._search(bindings)
+        if self._pending is not None:
+            with self._swap_lock:
+                built, self._pending = self._pending, None
+            self._install(*built)
 
     @property
     def source(self) -> str:
@@ -270,6 +388,8 @@ class CPURuntime:
                 raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
                                          "Graph.set_dim")
             self._bind(dict(dyn))
+        if self._search_due or self._pending is not None:
+            self._before_run(dict(dyn))
         graph.reset()
         buffers, tensors = self._buffers, graph.tensors
         for k, node_id, shape in self._in_slots:
@@ -302,8 +422,9 @@ def _aligned_empty(shape, dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def compile_graph(graph: Graph, device: str) -> None:
-    """Attach the runtime for ``device`` (``"cpu"`` or ``"reference"``) to ``graph``."""
+def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: float | None = None) -> None:
+    """Attach the runtime for ``device`` (``"cpu"`` or ``"reference"``) to ``graph``; ``search`` and
+    ``budget_s`` as in :class:`CPURuntime`."""
     if device == "reference":
         graph.runtime = None
         return
@@ -313,4 +434,4 @@ def compile_graph(graph: Graph, device: str) -> None:
         warnings.warn("no C compiler found: using the reference interpreter", stacklevel=3)
         graph.runtime = None
         return
-    graph.runtime = CPURuntime(graph)
+    graph.runtime = CPURuntime(graph, search, budget_s)

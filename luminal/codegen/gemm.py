@@ -1,0 +1,458 @@
+"""Luminal's own GEMM, generated as C: GotoBLAS/BLIS-style packing and a register-blocked microkernel.
+
+``own_gemm_source(dtype, cfg, name)`` renders one function with the signature and semantics of
+``lm_gemm_f32`` / ``lm_gemm_f64`` (see :mod:`luminal.codegen.c_support`)::
+
+    static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                    const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                    const long long *syms);
+
+    C[m*N + n] = sum_k A[m*sam + k*sak] * B[n*sbn + k*sbk]
+
+Structure (per thread, over its block of C): ``jc`` (``nc`` columns) -> ``pc`` (``kc`` of K) -> pack the B panel
+(``kc x nc`` in ``nr``-wide slivers, zero-padded) -> ``ic`` (``mc`` rows) -> pack the A block (``mc x kc`` in
+``mr``-row slivers, zero-padded) -> ``jr`` -> ``ir`` -> the ``mr x nr`` microkernel, whose accumulators are
+GCC vector-extension registers (``mr * nr / W`` of them, ``W`` the vector width in elements) and whose loads
+come from the packed, 64-byte aligned buffers. Packing reads the operands through their strides, so
+transposed, strided and broadcast (stride 0) operands cost nothing extra. The first K block stores into C, the
+later ones add, so C is never zeroed first. Edge tiles are computed into a local tile and the valid part copied.
+
+Threads: outside a parallel region a GEMM of at least ``LM_OWN_GEMM_PAR_MACS`` multiply-adds is split over the
+OpenMP threads along its longer side (M in ``mr``-row blocks when M > N, else N in ``nr``-column blocks); each
+thread packs its own panels into thread-local buffers that are reused across calls (grown, never freed).
+Inside a parallel region (batched GEMMs spread by the caller) a call runs single-threaded. The epilogue runs
+on each ``mc x nc`` block of C right after its last K block, while it is still in cache.
+
+The header (``#include <stdlib.h>``, the thread-local buffers) is shared between all generated GEMMs behind an
+include guard, and every other helper is prefixed by ``NAME``, so any number of GEMMs (configs, dtypes) can
+live in one translation unit. The source expects ``HELPERS`` and ``gemm_helpers()`` of ``c_support`` before it
+(``math.h``, ``string.h``, ``omp.h``, ``lm_epilogue``, ``lm_epilogue_all``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from dataclasses import dataclass
+
+_ITEMSIZE = {"float32": 4, "float64": 8}
+_CTYPE = {"float32": "float", "float64": "double"}
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Blocking of one own-GEMM variant.
+
+    ``mr x nr`` is the register tile (``nr`` a multiple of the vector width in elements), ``kc`` the K block of
+    the packed panels, ``mc`` (a multiple of ``mr``) the rows of a packed A block (meant for L2), ``nc`` (a
+    multiple of ``nr``) the columns of a packed B panel (meant for L3).
+    """
+
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    nc: int
+
+    def tag(self) -> str:
+        """A unique, C-identifier-safe text for this config, e.g. ``"6x16_k256_m96_n2048"``."""
+        return f"{self.mr}x{self.nr}_k{self.kc}_m{self.mc}_n{self.nc}"
+
+    def validate(self, dtype: str) -> None:
+        """Raise ``ValueError`` unless this config is usable for ``dtype`` at this machine's vector width."""
+        w = _width(dtype)
+        if min(self.mr, self.nr, self.kc, self.mc, self.nc) <= 0:
+            raise ValueError(f"GemmConfig {self}: all sizes must be positive")
+        if self.nr % w:
+            raise ValueError(f"GemmConfig {self}: nr must be a multiple of the vector width ({w} {dtype})")
+        if self.mc % self.mr or self.nc % self.nr:
+            raise ValueError(f"GemmConfig {self}: mc must be a multiple of mr and nc of nr")
+
+
+@functools.lru_cache(maxsize=None)
+def vector_bytes() -> int:
+    """The SIMD width gcc ``-march=native`` targets here, in bytes: 64 with ``__AVX512F__``, 32 with
+    ``__AVX__``, else 16 (also when there is no compiler or it fails). Cached for the process."""
+    from ..runtime.cpu import find_compiler
+
+    cc = find_compiler()
+    if cc is None:
+        return 16
+    try:
+        out = subprocess.run([cc, "-march=native", "-dM", "-E", "-"], input="", capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 16
+    macros = set(re.findall(r"^#define (\w+)", out, re.M))
+    if "__AVX512F__" in macros:
+        return 64
+    if "__AVX__" in macros:
+        return 32
+    return 16
+
+
+def _width(dtype: str) -> int:
+    if dtype not in _ITEMSIZE:
+        raise ValueError(f"own GEMM supports float32 and float64, not {dtype!r}")
+    return vector_bytes() // _ITEMSIZE[dtype]
+
+
+def _registers() -> int:
+    return 32 if vector_bytes() == 64 else 16
+
+
+def _tile_ok(dtype: str, mr: int, nr: int) -> bool:
+    """Accumulators + one row of B + one broadcast of A fit in the vector registers."""
+    w = _width(dtype)
+    if nr % w:
+        return False
+    nv = nr // w
+    return mr * nv + nv + 1 <= _registers()
+
+
+def _make(dtype: str, mr: int, nr: int, kc: int, mc: int, nc: int) -> GemmConfig:
+    """A config with mc / nc rounded to multiples of mr / nr."""
+    mc = max(mr, (mc + mr - 1) // mr * mr)
+    nc = max(nr, (nc + nr - 1) // nr * nr)
+    return GemmConfig(mr, nr, kc, mc, nc)
+
+
+# Register tiles by vector width (bytes) and dtype, best first; the first is the default.
+# AVX2/FMA (16 ymm): 6x16 f32 = 12 accumulators, 2 loads of B and 6 broadcasts per 12 FMAs.
+_TILES = {
+    (32, "float32"): [(6, 16), (4, 24), (5, 16), (4, 16)],
+    (32, "float64"): [(6, 8), (4, 12), (5, 8), (4, 8)],
+    (64, "float32"): [(12, 32), (8, 48), (6, 64), (14, 32)],
+    (64, "float64"): [(12, 16), (8, 24), (6, 32), (14, 16)],
+    (16, "float32"): [(6, 8), (4, 12), (4, 8)],
+    (16, "float64"): [(6, 4), (4, 6), (4, 4)],
+}
+
+
+def default_config(dtype: str) -> GemmConfig:
+    """The best all-round config for this CPU's vector width and ``dtype`` (``"float32"`` / ``"float64"``).
+
+    Sizes aim at: a ``kc x nr`` sliver of B in L1, an ``mc x kc`` block of A in L2, a ``kc x nc`` panel of B
+    in L3 (measured on a 2-core Zen 3 with AVX2; see the module docstring of the timing notes in the report).
+    """
+    w = _width(dtype)
+    mr, nr = _TILES[(vector_bytes(), dtype)][0]
+    size = _ITEMSIZE[dtype]
+    kc = 256 if size == 4 else 192  # B sliver kc*nr*size: 16 KiB (f32 6x16), 12 KiB (f64 6x8) on AVX2
+    if w >= 16:
+        kc = 384 if size == 4 else 256
+    mc = 120 if size == 4 else 96
+    nc = 2048 if size == 4 else 1024
+    return _make(dtype, mr, nr, kc, mc, nc)
+
+
+def candidate_configs(dtype: str, M: int, N: int, K: int, level: str = "quick") -> list[GemmConfig]:
+    """A small search space of configs for an ``M x N x K`` GEMM, ``default_config(dtype)`` first.
+
+    ``level="quick"``: 4-6 configs (the default, the second register tile, two K blocks and an M block);
+    ``level="full"``: 12-20 configs (every register tile that fits, K blocks 128-512, M blocks, N blocks).
+    Every config is valid for this machine's vector width; blocks are clipped to the problem (no ``kc`` far
+    above K, ``mc`` above M or ``nc`` above N), and duplicates are removed.
+    """
+    if level not in ("quick", "full"):
+        raise ValueError(f"level must be 'quick' or 'full', not {level!r}")
+    M, N, K = max(int(M), 1), max(int(N), 1), max(int(K), 1)
+    base = default_config(dtype)
+    tiles = [t for t in _TILES[(vector_bytes(), dtype)] if _tile_ok(dtype, *t)]
+    size = _ITEMSIZE[dtype]
+    scale = 4 // size if size < 4 else 1
+    kcs = [128, 192, 256, 320, 384, 512] if size == 4 else [96, 128, 192, 256, 320]
+    del scale
+
+    def fit(mr, nr, kc, mc, nc):
+        # clip to the problem: K blocks balanced over K (no sliver of a block at the end), M/N blocks no larger
+        # than the problem rounded up to the tile
+        if kc >= K:
+            kc = K
+        else:
+            nblk = -(-K // kc)
+            kc = -(-K // nblk)
+        kc = max(kc, 1)
+        mc = min(mc, -(-M // mr) * mr)
+        nc = min(nc, -(-N // nr) * nr)
+        return _make(dtype, mr, nr, kc, mc, nc)
+
+    out: list[GemmConfig] = []
+
+    def add(cfg: GemmConfig) -> None:
+        if cfg not in out:
+            out.append(cfg)
+
+    out.append(base)  # always the unclipped default (its behaviour is what the renderer uses without a search)
+    b = base
+    if level == "quick":
+        add(fit(b.mr, b.nr, b.kc, b.mc, b.nc))
+        if len(tiles) > 1:
+            mr2, nr2 = tiles[1]
+            add(fit(mr2, nr2, b.kc, b.mc // b.mr * mr2, b.nc))
+        add(fit(b.mr, b.nr, b.kc * 3 // 2, b.mc, b.nc))
+        add(fit(b.mr, b.nr, b.kc // 2, b.mc * 2, b.nc))
+        add(fit(b.mr, b.nr, b.kc, b.mc // 2, b.nc // 2))
+        i = 0
+        while len(out) < 4 and i < len(kcs):
+            add(fit(b.mr, b.nr, kcs[i], b.mc, b.nc))
+            i += 1
+        return out[:6]
+    for mr, nr in tiles:
+        for kc in kcs:
+            add(fit(mr, nr, kc, b.mc // b.mr * mr, b.nc))
+    for mc in (b.mc // 2, b.mc * 2):
+        add(fit(b.mr, b.nr, b.kc, mc, b.nc))
+    for nc in (b.nc // 4, b.nc * 2):
+        add(fit(b.mr, b.nr, b.kc, b.mc, nc))
+    if len(out) < 12:
+        for mr, nr in tiles:
+            for mc in (b.mc // 2, b.mc * 2):
+                add(fit(mr, nr, b.kc * 3 // 2, mc // b.mr * mr, b.nc))
+    return out[:20]
+
+
+_COMMON = r"""
+#ifndef LM_OWN_GEMM_COMMON
+#define LM_OWN_GEMM_COMMON
+#include <stdlib.h>
+/* GEMMs of fewer multiply-adds than this run on one thread (waking the pool costs more) */
+#ifndef LM_OWN_GEMM_PAR_MACS
+#define LM_OWN_GEMM_PAR_MACS (1LL << 18)
+#endif
+/* Packing buffers of the own GEMMs: per thread, 64-byte aligned, grown on demand and reused by every later
+   call on that thread (never freed: the OpenMP threads live as long as the process). */
+static __thread void *lm_og_abuf, *lm_og_bbuf;
+static __thread size_t lm_og_acap, lm_og_bcap;
+static void *lm_og_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        void *p = NULL;
+        bytes = (bytes + 4095) & ~(size_t)4095;
+        if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+        free(*buf);
+        *buf = p;
+        *cap = bytes;
+    }
+    return *buf;
+}
+#endif
+"""
+
+_TEMPLATE = r"""
+/* NAME: own GEMM, T, register tile MR x NR, kc=KC mc=MC nc=NC (luminal.codegen.gemm) */
+typedef T NAME_v __attribute__((vector_size(VB)));
+typedef T NAME_vu __attribute__((vector_size(VB), aligned(sizeof(T))));
+/* c[i*ldc + j] (+)= sum_k a[k*MR + i] * b[k*NR + j] over one MR x NR tile; a, b packed and 64-byte aligned */
+static __attribute__((noinline)) void NAME_kernel(long long kb, const T *restrict a, const T *restrict b,
+                                                   T *restrict c, long long ldc, int accumulate) {
+    a = (const T *)__builtin_assume_aligned(a, 64);
+    b = (const T *)__builtin_assume_aligned(b, 64);
+DECLS
+PREFETCH_C
+    #pragma GCC unroll UNROLL
+    for (long long k = 0; k < kb; k++) {
+BODY
+        a += MR; b += NR;
+    }
+    if (accumulate) {
+STORE_ADD
+    } else {
+STORE
+    }
+}
+/* the kernel on an edge tile: rows x cols of it (rows <= MR, cols <= NR) go to c */
+static void NAME_edge(long long kb, const T *a, const T *b, T *restrict c, long long ldc, long long rows,
+                      long long cols, int accumulate) {
+    T tile[MR * NR] __attribute__((aligned(64)));
+    NAME_kernel(kb, a, b, tile, NR, 0);
+    for (long long i = 0; i < rows; i++) {
+        T *restrict ci = c + i * ldc; const T *ti = tile + i * NR;
+        if (accumulate) for (long long j = 0; j < cols; j++) ci[j] += ti[j];
+        else for (long long j = 0; j < cols; j++) ci[j] = ti[j];
+    }
+}
+/* pack rows [0, mb) x k [0, kb) of A (A(m,k) = A[m*sam + k*sak]) into MR-row slivers: ap[s*MR*kb + k*MR + i] */
+static void NAME_pack_a(long long mb, long long kb, const T *A, long long sam, long long sak, T *restrict ap) {
+    long long i0 = 0;
+    if (sam == 1) {  /* A stored K x M (transposed): read each row of it once, across all the slivers */
+        long long full = mb / MR * MR;
+        for (long long k = 0; k < kb; k++) {
+            const T *src = A + k * sak;
+            for (long long s = 0; s < full; s += MR)
+                for (int i = 0; i < MR; i++) ap[s * kb + k * MR + i] = src[s + i];
+        }
+        i0 = full;
+    }
+    for (; i0 < mb; i0 += MR) {
+        long long rows = mb - i0 < MR ? mb - i0 : MR;
+        const T *src = A + i0 * sam;
+        T *restrict dst = ap + i0 * kb;
+        if (rows == MR && sak == 1) {
+            PACK_A_ROWS
+        } else if (rows == MR) {
+            for (long long k = 0; k < kb; k++)
+                for (int i = 0; i < MR; i++) dst[k * MR + i] = src[i * sam + k * sak];
+        } else {
+            for (long long k = 0; k < kb; k++)
+                for (int i = 0; i < MR; i++) dst[k * MR + i] = i < rows ? src[i * sam + k * sak] : (T)0;
+        }
+    }
+}
+/* pack k [0, kb) x columns [0, nb) of B (B(k,n) = B[n*sbn + k*sbk]) into NR-column slivers:
+   bp[s*NR*kb + k*NR + j] */
+static void NAME_pack_b(long long nb, long long kb, const T *B, long long sbn, long long sbk, T *restrict bp) {
+    for (long long j0 = 0; j0 < nb; j0 += NR) {
+        long long cols = nb - j0 < NR ? nb - j0 : NR;
+        const T *src = B + j0 * sbn;
+        T *restrict dst = bp + j0 * kb;
+        if (cols == NR && sbn == 1) {
+            for (long long k = 0; k < kb; k++) memcpy(dst + k * NR, src + k * sbk, NR * sizeof(T));
+        } else if (cols == NR && sbk == 1) {
+            for (long long j = 0; j < NR; j++) {
+                const T *s = src + j * sbn;
+                for (long long k = 0; k < kb; k++) dst[k * NR + j] = s[k];
+            }
+        } else if (cols == NR) {
+            for (long long k = 0; k < kb; k++)
+                for (int j = 0; j < NR; j++) dst[k * NR + j] = src[j * sbn + k * sbk];
+        } else {
+            for (long long k = 0; k < kb; k++)
+                for (int j = 0; j < NR; j++) dst[k * NR + j] = j < cols ? src[j * sbn + k * sbk] : (T)0;
+        }
+    }
+}
+/* rows [m0, m1) x columns [n0, n1) of C, on the calling thread; epi on each finished MC x NC block */
+static int NAME_block(long long m0, long long m1, long long n0, long long n1, long long N, long long K,
+                      const T *A, long long sam, long long sak, const T *B, long long sbn, long long sbk, T *C,
+                      lm_epilogue epi, void **bufs, const long long *syms) {
+    int err = 0;
+    long long kcap = K < KC ? K : KC;
+    long long ncap = n1 - n0 < NC ? (n1 - n0 + NR - 1) / NR * NR : NC;
+    long long mcap = m1 - m0 < MC ? (m1 - m0 + MR - 1) / MR * MR : MC;
+    T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
+    T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
+    if (!bp || !ap) {  /* out of memory: plain loops */
+        for (long long m = m0; m < m1; m++)
+            for (long long n = n0; n < n1; n++) {
+                T acc = 0;
+                for (long long k = 0; k < K; k++) acc += A[m * sam + k * sak] * B[n * sbn + k * sbk];
+                C[m * N + n] = acc;
+            }
+        int e = epi ? epi(bufs, syms, m0, m1, n0, n1) : 0;
+        return e;
+    }
+    for (long long jc = n0; jc < n1; jc += NC) {
+        long long nb = n1 - jc < NC ? n1 - jc : NC;
+        for (long long pc = 0; pc < K; pc += KC) {
+            long long kb = K - pc < KC ? K - pc : KC;
+            int acc = pc > 0, last = pc + kb >= K;
+            NAME_pack_b(nb, kb, B + jc * sbn + pc * sbk, sbn, sbk, bp);
+            for (long long ic = m0; ic < m1; ic += MC) {
+                long long mb = m1 - ic < MC ? m1 - ic : MC;
+                NAME_pack_a(mb, kb, A + ic * sam + pc * sak, sam, sak, ap);
+                for (long long jr = 0; jr < nb; jr += NR) {
+                    long long cols = nb - jr < NR ? nb - jr : NR;
+                    const T *bs = bp + jr * kb;
+                    T *cj = C + ic * N + jc + jr;
+                    for (long long ir = 0; ir < mb; ir += MR) {
+                        long long rows = mb - ir < MR ? mb - ir : MR;
+                        if (rows == MR && cols == NR) NAME_kernel(kb, ap + ir * kb, bs, cj + ir * N, N, acc);
+                        else NAME_edge(kb, ap + ir * kb, bs, cj + ir * N, N, rows, cols, acc);
+                    }
+                }
+                if (last && epi) {
+                    int e = epi(bufs, syms, ic, ic + mb, jc, jc + nb);
+                    if (e && !err) err = e;
+                }
+            }
+        }
+    }
+    return err;
+}
+static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                const long long *syms) {
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        #pragma omp parallel for schedule(static) if(M * N >= (1LL << 16) && !omp_in_parallel())
+        for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof(T));
+        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
+    }
+    if (omp_in_parallel() || (double)M * (double)N * (double)K < (double)LM_OWN_GEMM_PAR_MACS
+        || omp_get_max_threads() < 2)
+        return NAME_block(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    int err = 0;
+    #pragma omp parallel
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), lo, hi;
+        int by_rows = M > N;
+        long long len = by_rows ? M : N, unit = by_rows ? MR : NR;
+        long long per = ((len + nt - 1) / nt + unit - 1) / unit * unit;
+        lo = t * per < len ? t * per : len;
+        hi = lo + per < len ? lo + per : len;
+        if (hi > lo) {
+            int e = by_rows ? NAME_block(lo, hi, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)
+                            : NAME_block(0, M, lo, hi, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
+        }
+    }
+    return err;
+}
+"""
+
+
+def _kernel_parts(ctype: str, mr: int, nr: int, w: int) -> dict[str, str]:
+    nv = nr // w
+    ind = "    "
+    decls = [f"{ind}NAME_v " + ", ".join(f"c{i}_{j} = {{0}}" for j in range(nv)) + ";" for i in range(mr)]
+    body = [f"{ind * 2}NAME_v " + ", ".join(f"b{j} = *(const NAME_v *)(b + {j * w})" for j in range(nv)) + ";"]
+    for i in range(mr):
+        body.append(f"{ind * 2}{{ NAME_v a{i} = a[{i}] - (NAME_v){{0}}; "
+                    + " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv)) + " }")
+    prefetch = [f"{ind}__builtin_prefetch(c + {i} * ldc, 1); __builtin_prefetch(c + {i} * ldc + {nr - 1}, 1);"
+                for i in range(mr)]
+    store, store_add = [], []
+    for i in range(mr):
+        for j in range(nv):
+            p = f"c + {i} * ldc + {j * w}"
+            store.append(f"{ind * 2}*(NAME_vu *)({p}) = c{i}_{j};")
+            store_add.append(f"{ind * 2}*(NAME_vu *)({p}) += c{i}_{j};")
+    pack_rows = [f"const {ctype} *" + ", *".join(f"r{i} = src + {i} * sam" for i in range(mr)) + ";",
+                 "for (long long k = 0; k < kb; k++) {"]
+    pack_rows += [f"    dst[k * MR + {i}] = r{i}[k];" for i in range(mr)]
+    pack_rows.append("}")
+    return {
+        "DECLS": "\n".join(decls), "BODY": "\n".join(body), "PREFETCH_C": "\n".join(prefetch),
+        "STORE_ADD": "\n".join(store_add), "STORE": "\n".join(store),
+        "PACK_A_ROWS": ("\n" + ind * 3).join(pack_rows),
+    }
+
+
+def own_gemm_source(dtype: str, cfg: GemmConfig, name: str) -> str:
+    """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)``: the own GEMM
+    for ``dtype`` (``"float32"`` / ``"float64"``) blocked as ``cfg``, with the semantics of ``lm_gemm_f32`` /
+    ``lm_gemm_f64``: ``C[m*N + n] = sum_k A[m*sam + k*sak] * B[n*sbn + k*sbk]`` for any strides (0 included);
+    K == 0 zeroes C; M == 0 or N == 0 does nothing; ``epi`` (or NULL) is called exactly once per element of C
+    after its final value is stored, and the first nonzero code it returns is returned (else 0).
+
+    The text needs ``HELPERS`` and ``gemm_helpers()`` before it; it defines ``NAME`` and ``NAME_*`` helpers
+    plus a guarded common header, so several GEMMs can share one translation unit.
+    """
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"not a C identifier: {name!r}")
+    cfg.validate(dtype)
+    ctype = _CTYPE[dtype]
+    w = _width(dtype)
+    parts = _kernel_parts(ctype, cfg.mr, cfg.nr, w)
+    src = _TEMPLATE
+    for key, text in parts.items():
+        src = src.replace(key, text)
+    subs = {"MR": str(cfg.mr), "NR": str(cfg.nr), "KC": str(cfg.kc), "MC": str(cfg.mc), "NC": str(cfg.nc),
+            "VB": str(vector_bytes()), "UNROLL": "4", "T": ctype}
+    src = re.sub(r"\b(MR|NR|KC|MC|NC|VB|UNROLL|T)\b", lambda m: subs[m.group(1)], src)
+    src = re.sub(r"\bNAME", name, src)
+    return _COMMON + src

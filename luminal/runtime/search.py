@@ -1,0 +1,415 @@
+"""Measured search: GEMM implementations compiled, run on real buffers, checked and timed on this machine.
+
+For every GEMM kernel of a lowered program (hottest first) the candidates are OpenBLAS (``"blas"``, the
+``lm_gemm_*`` wrappers of :mod:`luminal.codegen.c_support`) and luminal's own GEMM in several
+configurations (``"own:<tag>"``, :mod:`luminal.codegen.gemm`: cache blocking ``kc/mc/nc`` and register
+tiles ``mr x nr``). All candidates of one search are rendered into one C library (own-GEMM functions depend
+only on dtype and configuration, not on the shape), compiled once (and cached like every library) and
+called through one timing entry per dtype that runs a candidate ``reps`` times at the kernel's real sizes and
+strides (for a batched GEMM: the batch, spread over the threads as the generated code does).
+
+Timing is honest on a noisy machine: one warm-up call, then up to ``ROUNDS`` rounds of calls lasting about
+``ROUND_S`` each; a candidate's time is the **minimum over rounds of the mean time per call** (the minimum
+discards rounds disturbed by other processes). A candidate stops early once, after three rounds, its best
+round is more than ``EARLY_STOP`` times the best candidate's. Before it may win, a candidate's output is
+compared with numpy's float64 product of the same strided operands (relative to ``|A| @ |B|``: 1e-3 for
+float32, 1e-9 for float64); a wrong candidate is dropped with a warning.
+
+Winners are stored in the tuning cache (:mod:`luminal.runtime.tuning`) keyed by :func:`gemm_key`.
+Ctrl-C during a search keeps what was measured so far. A tqdm bar shows candidates done and the best time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..codegen.kernel import GemmKernel, Program
+from ..dtype import DType
+
+LEVELS = ("off", "quick", "full", "background")
+DEFAULT_BUDGET = {"quick": 10.0, "full": 60.0, "background": 60.0}
+ROUNDS = 7
+ROUND_S = 0.004
+EARLY_STOP = 1.3
+SMALL_GEMM = 1 << 23  # as in codegen.c: batched GEMMs up to this many MACs each run one per thread
+
+
+def check_level(search) -> str:
+    """Validate a ``search=`` argument (None means ``$LUMINAL_SEARCH`` or ``"off"``)."""
+    import os
+
+    if search is None:
+        search = os.environ.get("LUMINAL_SEARCH", "off") or "off"
+    if search not in LEVELS:
+        raise ValueError(f"search={search!r}: expected one of {', '.join(map(repr, LEVELS))}")
+    return search
+
+
+def check_budget(budget_s) -> float | None:
+    if budget_s is None:
+        return None
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
+        raise ValueError(f"budget_s={budget_s!r}: expected a positive number of seconds or None")
+    return float(budget_s)
+
+
+# ---------------------------------------------------------------------------- GEMM shapes at bindings
+@dataclass(frozen=True)
+class GemmShape:
+    """A GEMM kernel's sizes and strides evaluated at concrete symbol bindings."""
+    dtype: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    sam: int
+    sak: int
+    sbn: int
+    sbk: int
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.m * self.n * self.k
+
+    def key(self) -> str:
+        return gemm_key(self)
+
+
+def _layout(s_major: int, s_k: int) -> str:
+    if s_k == 1:
+        return "k1"
+    if s_major == 1:
+        return "t1"
+    if s_major == 0 or s_k == 0:
+        return "b0"
+    return "s"
+
+
+def gemm_key(shape: GemmShape) -> str:
+    """The tuning-cache key of a GEMM: dtype, batch, sizes and the operands' layout classes (K contiguous,
+    transposed, broadcast, strided)."""
+    return (f"gemm/{shape.dtype}/b{shape.batch}/m{shape.m}n{shape.n}k{shape.k}"
+            f"/a{_layout(shape.sam, shape.sak)}/b{_layout(shape.sbn, shape.sbk)}")
+
+
+def gemm_shape(kernel: GemmKernel, bindings) -> GemmShape | None:
+    """``kernel``'s shape at ``bindings``, or None when a size needs a symbol that is not bound."""
+    dims = kernel.dims
+    nb = len(dims) - 2
+    av, bv = kernel.a_view, kernel.b_view
+    try:
+        batch = 1
+        for d in dims[:nb]:
+            batch *= d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
+
+        def ev(e):
+            return e.evaluate(bindings) if hasattr(e, "evaluate") else int(e)
+        return GemmShape(kernel.dtype.value, batch, ev(dims[-2]), ev(dims[-1]), ev(av.dims[-1]),
+                         ev(av.strides[nb]), ev(av.strides[nb + 2]), ev(bv.strides[nb + 1]), ev(bv.strides[nb + 2]))
+    except Exception:  # an unbound symbol
+        return None
+
+
+# ---------------------------------------------------------------------------- candidates
+_TAG = re.compile(r"^(\d+)x(\d+)_k(\d+)_m(\d+)_n(\d+)$")
+
+
+def own_config(choice: str):
+    """The :class:`~luminal.codegen.gemm.GemmConfig` named by ``"own:<tag>"`` (None for another choice);
+    ``ValueError`` for a tag that does not parse."""
+    from ..codegen.gemm import GemmConfig
+
+    if not choice.startswith("own:"):
+        return None
+    m = _TAG.match(choice[4:])
+    if not m:
+        raise ValueError(f"{choice!r} does not name an own-GEMM configuration (expected own:MRxNR_kKC_mMC_nNC)")
+    return GemmConfig(*(int(g) for g in m.groups()))
+
+
+def valid_choice(choice: str, dtype: str) -> bool:
+    """Whether ``choice`` names a candidate this version can render for ``dtype`` on this CPU."""
+    if choice == "blas":
+        return True
+    try:
+        cfg = own_config(choice)
+    except ValueError:
+        return False
+    if cfg is None:
+        return False
+    try:
+        cfg.validate(dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def default_choice(dtype: str, blas: bool) -> str:
+    """The GEMM implementation used when nothing was measured: OpenBLAS when it is installed, else luminal's
+    own GEMM in its default configuration."""
+    if blas:
+        return "blas"
+    from ..codegen.gemm import default_config
+
+    return "own:" + default_config(dtype).tag()
+
+
+def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
+    from ..codegen.gemm import candidate_configs
+
+    out = ["blas"] if blas else []
+    lvl = "full" if level == "full" else "quick"
+    out += ["own:" + c.tag() for c in candidate_configs(shape.dtype, shape.m, shape.n, shape.k, lvl)]
+    return out
+
+
+# ---------------------------------------------------------------------------- the timing library
+def function_name(choice: str, dtype: str) -> str:
+    """The C function implementing ``choice`` for ``dtype`` (``lm_gemm_f32`` for OpenBLAS)."""
+    short = "f32" if dtype == "float32" else "f64"
+    if choice == "blas":
+        return f"lm_gemm_{short}"
+    return f"lm_og_{short}_{choice[4:]}"
+
+
+def own_sources(choices: set[tuple[str, str]]) -> str:
+    """C source of the own-GEMM functions behind ``(choice, dtype)`` pairs (OpenBLAS ones need none)."""
+    from ..codegen.gemm import own_gemm_source
+
+    parts = []
+    for choice, dtype in sorted(choices):
+        cfg = own_config(choice)
+        if cfg is not None:
+            parts.append(own_gemm_source(dtype, cfg, function_name(choice, dtype)))
+    return "\n\n".join(parts)
+
+
+_BENCH = r"""
+typedef int (*lm_gemm_fn_T)(long long, long long, long long, const T *, long long, long long, const T *, long long,
+                            long long, T *, lm_epilogue, void **, const long long *);
+static lm_gemm_fn_T lm_cands_T[] = { CANDS };
+/* run candidate `which` reps times over a batch of GEMMs (operand batch strides bsa/bsb, C contiguous); returns
+   the seconds of all reps in *seconds */
+int lm_bench_T(int which, long long M, long long N, long long K, const T *A, long long sam, long long sak,
+               const T *B, long long sbn, long long sbk, T *C, long long batch, long long bsa, long long bsb,
+               int reps, double *seconds) {
+    lm_blas_init();
+    lm_gemm_fn_T f = lm_cands_T[which];
+    double t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++) {
+        if (batch >= 2 && M * N * K <= SMALL) {
+            #pragma omp parallel for schedule(static)
+            for (long long b = 0; b < batch; b++)
+                f(M, N, K, A + b * bsa, sam, sak, B + b * bsb, sbn, sbk, C + b * M * N, NULL, NULL, NULL);
+        } else {
+            for (long long b = 0; b < batch; b++)
+                f(M, N, K, A + b * bsa, sam, sak, B + b * bsb, sbn, sbk, C + b * M * N, NULL, NULL, NULL);
+        }
+    }
+    *seconds = omp_get_wtime() - t0;
+    return 0;
+}
+"""
+
+
+class _BenchLibrary:
+    """The compiled candidates of one search: ``index[(choice, dtype)]`` -> position in the dtype's table."""
+
+    def __init__(self, pairs: list[tuple[str, str]], blas: bool):
+        from ..codegen.c import CProgram
+        from ..codegen.c_support import HELPERS, gemm_helpers
+        from .cpu import build_library
+
+        self.index: dict[tuple[str, str], int] = {}
+        parts = [("#define LUMINAL_BLAS 1\n" if blas else "") + HELPERS, gemm_helpers(), own_sources(set(pairs))]
+        for dtype, short, ctype in (("float32", "f32", "float"), ("float64", "f64", "double")):
+            mine = [c for c, d in pairs if d == dtype]
+            if not mine:
+                continue
+            for j, c in enumerate(mine):
+                self.index[(c, dtype)] = j
+            parts.append(_BENCH.replace("lm_gemm_fn_T", f"lm_gemm_fn_{short}").replace("lm_cands_T", f"lm_cands_{short}")
+                         .replace("lm_bench_T", f"lm_bench_{short}").replace("const T", f"const {ctype}")
+                         .replace("T *", f"{ctype} *").replace("SMALL", str(SMALL_GEMM))
+                         .replace("CANDS", ", ".join(function_name(c, dtype) for c in mine)))
+        self.path = build_library(CProgram("\n\n".join(parts), [], [], blas))
+        self.lib = ctypes.CDLL(self.path)
+
+    def run(self, choice: str, shape: GemmShape, bufs, reps: int) -> float:
+        short = "f32" if shape.dtype == "float32" else "f64"
+        fn = getattr(self.lib, f"lm_bench_{short}")
+        a, b, c, bsa, bsb = bufs
+        secs = ctypes.c_double()
+        fn(ctypes.c_int(self.index[(choice, shape.dtype)]), ctypes.c_longlong(shape.m), ctypes.c_longlong(shape.n),
+           ctypes.c_longlong(shape.k), ctypes.c_void_p(a.ctypes.data), ctypes.c_longlong(shape.sam),
+           ctypes.c_longlong(shape.sak), ctypes.c_void_p(b.ctypes.data), ctypes.c_longlong(shape.sbn),
+           ctypes.c_longlong(shape.sbk), ctypes.c_void_p(c.ctypes.data), ctypes.c_longlong(shape.batch),
+           ctypes.c_longlong(bsa), ctypes.c_longlong(bsb), ctypes.c_int(reps), ctypes.byref(secs))
+        return secs.value
+
+
+def _operands(shape: GemmShape, rng: np.random.Generator):
+    """Random operands laid out with the kernel's real strides (each batch element its own footprint)."""
+    dt = np.float32 if shape.dtype == "float32" else np.float64
+    a_span = (shape.m - 1) * abs(shape.sam) + (shape.k - 1) * abs(shape.sak) + 1 if shape.m and shape.k else 1
+    b_span = (shape.n - 1) * abs(shape.sbn) + (shape.k - 1) * abs(shape.sbk) + 1 if shape.n and shape.k else 1
+    bsa, bsb = (a_span + 15) // 16 * 16, (b_span + 15) // 16 * 16
+    a = rng.standard_normal(bsa * shape.batch).astype(dt)
+    b = rng.standard_normal(bsb * shape.batch).astype(dt)
+    c = np.zeros(shape.batch * shape.m * shape.n, dt)
+    return a, b, c, bsa, bsb
+
+
+def _views(shape: GemmShape, bufs, batch_index: int):
+    a, b, _, bsa, bsb = bufs
+    isz = a.itemsize
+    av = np.lib.stride_tricks.as_strided(a[batch_index * bsa:], (shape.m, shape.k), (shape.sam * isz, shape.sak * isz))
+    bv = np.lib.stride_tricks.as_strided(b[batch_index * bsb:], (shape.n, shape.k), (shape.sbn * isz, shape.sbk * isz))
+    return av, bv
+
+
+def _correct(shape: GemmShape, bufs) -> bool:
+    """Whether the product in ``bufs``' C matches numpy's float64 product (first and last batch element)."""
+    c = bufs[2].reshape(shape.batch, shape.m, shape.n)
+    tol = 1e-3 if shape.dtype == "float32" else 1e-9
+    for bi in sorted({0, shape.batch - 1}):
+        av, bv = _views(shape, bufs, bi)
+        a64, b64 = av.astype(np.float64), bv.astype(np.float64)
+        ref = a64 @ b64.T
+        scale = np.abs(a64) @ np.abs(b64).T + np.finfo(np.float64).tiny
+        if not np.all(np.abs(c[bi] - ref) <= tol * scale):
+            return False
+    return True
+
+
+@dataclass
+class SearchResult:
+    """What a search decided: kernel key -> winning choice, with per-candidate seconds (None: wrong result,
+    inf: not measured before the budget or Ctrl-C ended it)."""
+    choices: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    seconds: float = 0.0
+    interrupted: bool = False
+    cached: int = 0
+
+
+def _measure(lib: _BenchLibrary, choice: str, shape: GemmShape, bufs, best: float, deadline: float) -> float | None:
+    """Seconds per call of ``choice`` (min over rounds of the round mean), None when its result is wrong."""
+    bufs[2][:] = np.nan
+    first = lib.run(choice, shape, bufs, 1)  # warm-up (and the result we check)
+    if not _correct(shape, bufs):
+        return None
+    reps = max(1, int(ROUND_S / max(first, 1e-7)))
+    times = []
+    for r in range(ROUNDS):
+        times.append(lib.run(choice, shape, bufs, reps) / reps)
+        if r >= 2 and min(times) > EARLY_STOP * best:
+            break
+        if time.perf_counter() > deadline and r >= 1:
+            break
+    return min(times)
+
+
+def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, blas: bool,
+                 progress: bool | None = None, store: bool = True) -> SearchResult:
+    """Measure the candidates of every distinct GEMM shape in ``shapes`` (hottest first) within ``budget_s``
+    seconds (default per level: quick 10, full 60), store the winners in the tuning cache and return them.
+    Shapes already in the cache are not measured again."""
+    from . import tuning
+
+    level = "full" if level == "full" else "quick"
+    budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
+    start = time.perf_counter()
+    result = SearchResult()
+    unique: dict[str, GemmShape] = {}
+    for s in sorted(shapes, key=lambda s: -s.macs):
+        unique.setdefault(s.key(), s)
+    cached = tuning.lookup_many(unique)
+    todo = []
+    for key, s in unique.items():
+        entry = cached.get(key)
+        if entry is not None and valid_choice(entry["choice"], s.dtype) and \
+                (level == "quick" or entry.get("level") == "full"):
+            result.choices[key] = entry["choice"]
+            result.cached += 1
+        elif s.macs == 0:
+            result.choices[key] = default_choice(s.dtype, blas)
+        else:
+            todo.append((key, s))
+    if not todo:
+        result.seconds = time.perf_counter() - start
+        return result
+    plans = [(key, s, candidates(s, level, blas)) for key, s in todo]
+    pairs = sorted({(c, s.dtype) for _, s, cands in plans for c in cands})
+    lib = _BenchLibrary(pairs, blas)
+    total = sum(len(c) for _, _, c in plans)
+    bar = None
+    try:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc="luminal search", unit="cand", disable=(None if progress is None else not progress),
+                   leave=False)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        pass
+    rng = np.random.default_rng(0)
+    total_macs = sum(s.macs for _, s, _ in plans) or 1
+    try:
+        for key, s, cands in plans:
+            # the budget left is shared by the kernels left in proportion to their work
+            left_macs = sum(t.macs for k2, t, _ in plans if k2 not in result.timings or k2 == key) or 1
+            share = (budget - (time.perf_counter() - start)) * s.macs / left_macs
+            deadline = time.perf_counter() + max(share, 0.0)
+            bufs = _operands(s, rng)
+            timings: dict[str, float | None] = {}
+            result.timings[key] = timings
+            best = float("inf")
+            for choice in cands:
+                if time.perf_counter() > deadline and best < float("inf"):
+                    timings[choice] = float("inf")
+                else:
+                    t = _measure(lib, choice, s, bufs, best, deadline)
+                    timings[choice] = t
+                    if t is None:
+                        warnings.warn(f"search: candidate {choice} gave a wrong result for {key}; dropped",
+                                      stacklevel=2)
+                    elif t < best:
+                        best = t
+                if bar is not None:
+                    bar.update(1)
+                    if best < float("inf"):
+                        bar.set_postfix_str(f"{key.split('/', 2)[2]}: best {best * 1e6:.1f} us")
+            winner = min((t, c) for c, t in timings.items() if t is not None and t < float("inf"))[1] \
+                if any(t is not None and t < float("inf") for t in timings.values()) else default_choice(s.dtype, blas)
+            result.choices[key] = winner
+            if store and all(t is None or t < float("inf") for t in timings.values()):
+                tuning.store(key, {"choice": winner, "seconds": timings.get(winner) or 0.0, "level": level,
+                                   "candidates": {c: t for c, t in timings.items() if t is not None}})
+    except KeyboardInterrupt:
+        result.interrupted = True
+        warnings.warn("search interrupted: keeping the candidates measured so far", stacklevel=2)
+        for key, s, _ in plans:
+            if key not in result.choices:
+                done = {c: t for c, t in result.timings.get(key, {}).items() if t is not None and t < float("inf")}
+                result.choices[key] = min(done, key=done.get) if done else default_choice(s.dtype, blas)
+    finally:
+        if bar is not None:
+            bar.close()
+    result.seconds = time.perf_counter() - start
+    _ = total_macs
+    return result
+
+
+def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
+    """Kernel index -> shape of every GEMM kernel of ``program`` whose sizes are known at ``bindings``."""
+    out = {}
+    for i, k in enumerate(program.kernels):
+        if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64):
+            s = gemm_shape(k, bindings)
+            if s is not None:
+                out[i] = s
+    return out
