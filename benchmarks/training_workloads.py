@@ -32,7 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 CASES = ["W3", "W4", "W5"]
-FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal"]
+# luminal+search compiles with search="full" (budget --search-budget seconds)
+FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+search"]
 
 
 def _uniform(rng, fan_in, shape):
@@ -73,7 +74,12 @@ def _luminal_model(case):
                          nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def build_luminal(case, data):
+def _winners(cx, search):
+    if search != "off":  # on stderr: the parent prints them under the table
+        print("winners: " + json.dumps(cx.runtime.search_result.choices), file=sys.stderr)
+
+
+def build_luminal(case, data, search: str = "off", budget: float = 60.0):
     import luminal as lm
     from luminal.training import SGD, Adam, grad
 
@@ -87,7 +93,8 @@ def build_luminal(case, data):
         grads = grad(y.mean(), [params[k] for k in names])
         for g in grads:
             g.retrieve()
-        cx.compile(device="cpu")
+        cx.compile(device="cpu", search=search, budget_s=budget)
+        _winners(cx, search)
         target = grads[names.index("ffn1.weight")]
 
         def step():
@@ -104,7 +111,8 @@ def build_luminal(case, data):
     loss = F.cross_entropy(model(x), y).retrieve()
     opt = Adam(model.parameters(), lr=1e-3) if case == "W3" else SGD(model.parameters(), lr=0.01, momentum=0.9)
     opt.minimize(loss)
-    cx.compile(device="cpu")
+    cx.compile(device="cpu", search=search, budget_s=budget)
+    _winners(cx, search)
     losses = []
 
     def step():
@@ -244,11 +252,13 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def run_case(case: str, framework: str, seconds: float, out_path: str) -> dict:
+def run_case(case: str, framework: str, seconds: float, out_path: str, budget: float = 60.0) -> dict:
     data = inputs(case)
     start = time.perf_counter()
     if framework == "luminal":
         step, result = build_luminal(case, data)
+    elif framework == "luminal+search":
+        step, result = build_luminal(case, data, "full", budget)
     elif framework == "jax":
         step, result = build_jax(case, data)
     else:
@@ -276,20 +286,23 @@ def main() -> None:
     parser.add_argument("--case")
     parser.add_argument("--framework")
     parser.add_argument("--out")
+    parser.add_argument("--search-budget", type=float, default=60.0, help="seconds of search for luminal+search")
     args = parser.parse_args()
     if args.case:  # child process
-        print(json.dumps(run_case(args.case, args.framework, args.seconds, args.out)))
+        print(json.dumps(run_case(args.case, args.framework, args.seconds, args.out, args.search_budget)))
         return
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     print(f"{'case':<6}{'framework':<15}{'median':>9}{'min':>9}{'max':>9}{'unit':>5}{'first call s':>14}"
           f"{'peak MB':>9}  check")
     tmp = tempfile.mkdtemp()
+    winners: list[str] = []
     for case in args.only.split(","):
         reference = None
         for fw in args.frameworks.split(","):
             out = os.path.join(tmp, f"{case}_{fw}.npy")
             proc = subprocess.run([sys.executable, __file__, "--case", case, "--framework", fw, "--out", out,
-                                   "--seconds", str(args.seconds)], capture_output=True, text=True)
+                                   "--seconds", str(args.seconds), "--search-budget", str(args.search_budget)],
+                                  capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{case:<6}{fw:<15}  failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else '?'}")
                 continue
@@ -302,6 +315,11 @@ def main() -> None:
                 check = f"ok ({err:.1e})" if err < 1e-3 else f"MISMATCH ({err:.1e})"
             print(f"{case:<6}{fw:<15}{r['median'] * 1e3:>9.2f}{r['min'] * 1e3:>9.2f}{r['max'] * 1e3:>9.2f}{'ms':>5}"
                   f"{r['first_s']:>14.2f}{r['rss_mb']:>9.0f}  {check}")
+            winners.extend(f"  {case} {line[len('winners: '):]}" for line in proc.stderr.splitlines()
+                           if line.startswith("winners: "))
+    if winners:
+        print("search winners per GEMM (kernel key: choice):")
+        print("\n".join(winners))
 
 
 if __name__ == "__main__":

@@ -288,3 +288,28 @@ def test_background_search_swaps_without_a_wrong_result():
     shapes = S.program_shapes(rt.program, {})
     assert rt.gemm_choices == {i: res.choices[s.key()] for i, s in shapes.items()}
     assert set(before) == set(rt.gemm_choices)
+
+
+def test_trainer_with_search_trains_like_the_default():
+    import luminal.nn as nn
+    import luminal.nn.functional as F
+    from luminal.data import DataLoader, TensorDataset
+    from luminal.training import SGD, Trainer
+
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((64, 20)).astype(np.float32)
+    ys = rng.integers(0, 3, 64)
+    histories = []
+    for search in ("off", "quick"):
+        model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3))
+        if histories:
+            model.load_state_dict(state)
+        else:
+            state = {k: v.copy() for k, v in model.state_dict().items()}
+        trainer = Trainer(model, SGD(model.parameters(), lr=0.1), F.cross_entropy, device="cpu", search=search,
+                          budget_s=3)
+        trainer.fit(DataLoader(TensorDataset(xs, ys), batch_size=16), epochs=2, progress=False)
+        histories.append([h["loss"] for h in trainer.history])
+    assert np.allclose(histories[0], histories[1], rtol=1e-4)
+    with pytest.raises(ValueError, match="search='always'"):
+        Trainer(model, SGD(model.parameters(), lr=0.1), F.cross_entropy, search="always")

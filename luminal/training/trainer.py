@@ -85,11 +85,16 @@ class Trainer:
         device: ``"cpu"`` (compiled C, the default when a C compiler exists) or ``"reference"``.
         max_grad_norm, max_grad_value: optional gradient clipping.
         batch_symbol: the name of the symbolic batch dimension.
+        search, budget_s: the measured search of the compiled graphs (``Graph.compile``'s arguments:
+            ``"off"``, ``"quick"``, ``"full"`` or ``"background"``); the training step's GEMMs are tuned at the
+            first batch's size.
     """
 
     def __init__(self, model: Module, optimizer: Optimizer, loss_fn: Callable, scheduler=None,
                  scheduler_interval: str = "epoch", device: str | None = None, max_grad_norm: float | None = None,
-                 max_grad_value: float | None = None, batch_symbol: str = "batch"):
+                 max_grad_value: float | None = None, batch_symbol: str = "batch", search: str | None = None,
+                 budget_s: float | None = None):
+        from ..runtime.search import check_budget, check_level
         if not isinstance(model, Module):
             raise TypeError(f"Trainer: model must be a luminal Module, got {type(model).__name__}")
         if not isinstance(optimizer, Optimizer):
@@ -101,6 +106,7 @@ class Trainer:
         self.device = _device(device)
         self.max_grad_norm, self.max_grad_value = max_grad_norm, max_grad_value
         self.batch_symbol = batch_symbol
+        self.search, self.budget_s = check_level(search), check_budget(budget_s)
         self.epoch = 0
         self.global_step = 0
         self.history: list[dict] = []
@@ -138,7 +144,7 @@ class Trainer:
                     break
         if training:
             self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value)
-        graph.compile(device=self.device)
+        graph.compile(device=self.device, search=self.search, budget_s=self.budget_s)
         return _Step(graph, inputs, target, loss, correct)
 
     def _check_signature(self, xs, y) -> None:
@@ -200,7 +206,7 @@ class Trainer:
                 out = self.model(*ts).retrieve()
             finally:
                 self.model.train(was)
-            graph.compile(device=self.device)
+            graph.compile(device=self.device, search=self.search, budget_s=self.budget_s)
             cache[key] = (graph, ts, out)
         graph, ts, out = cache[key]
         for t, x in zip(ts, inputs):
