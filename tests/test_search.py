@@ -313,3 +313,35 @@ def test_trainer_with_search_trains_like_the_default():
     assert np.allclose(histories[0], histories[1], rtol=1e-4)
     with pytest.raises(ValueError, match="search='always'"):
         Trainer(model, SGD(model.parameters(), lr=0.1), F.cross_entropy, search="always")
+
+
+def test_each_new_size_of_a_symbolic_graph_is_tuned_and_dispatched(monkeypatch):
+    from luminal.runtime import cpu
+    cx = lm.Graph()
+    a = cx.tensor(("n", 24))
+    w = cx.tensor((24, 40))
+    out = (a @ w).retrieve()
+    rng = np.random.default_rng(6)
+    wv = rng.standard_normal((24, 40)).astype(np.float32)
+    w.set(wv)
+    cx.compile(device="cpu", search="quick", budget_s=3)
+    rt = cx.runtime
+    # force a distinct winner per size so that the dispatch is visible: the search's first own candidate
+    own = [c for c in S.candidates(S.GemmShape("float32", 1, 8, 40, 24, 24, 1, 1, 40), "quick", True) if c != "blas"]
+    real = S.search_gemms
+
+    def pick(shapes, level, budget, blas, progress=None, store=True):
+        res = real(shapes, level, budget, blas, progress=progress, store=False)
+        res.choices = {k: own[len(k) % len(own)] for k in res.choices}
+        return res
+    monkeypatch.setattr(S, "search_gemms", pick)
+    for n in (7, 64, 7):
+        av = rng.standard_normal((n, 24)).astype(np.float32)
+        a.set(av)
+        cx.execute()
+        assert close(out.data(), av.astype(np.float64) @ wv)
+    (i, entries), = rt.gemm_table.items()
+    assert set(entries) == {(1, 7, 40, 24), (1, 64, 40, 24)}
+    assert "== 64 &&" in rt.source and "== 7 &&" in rt.source  # the generated code dispatches on the size
+    assert rt.choices_at({"n": 64})[i] == entries[(1, 64, 40, 24)]
+    assert rt.choices_at({"n": 5})[i] == S.default_choice("float32", rt.blas)  # untuned sizes: the default

@@ -543,7 +543,7 @@ class CRenderer:
         lines += ["    return err;", "}"]
         return "\n".join(lines)
 
-    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | None = None):
+    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | tuple | None = None):
         dims = kernel.dims
         nb = len(dims) - 2
         m, n = dims[-2], dims[-1]
@@ -558,24 +558,38 @@ class CRenderer:
         c_off = to_expr(0)
         for v, s in zip(batch_vars, ShapeTracker.contiguous_of(dims).strides[:nb]):
             c_off = c_off + v * s
-        fn = fn or ("lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64")
-        call = (f"{fn}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + {idx(a_off)}, {idx(av.strides[nb])}, "
-                f"{idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + {idx(b_off)}, {idx(bv.strides[nb + 1])}, "
-                f"{idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + {idx(c_off)}, {epilogue}, bufs, syms);")
+        # fn: a function name, or (fallback, [((batch, M, N, K), name), ...]) dispatching on the run-time sizes
+        default_fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
+        fallback, special = (fn or default_fn, []) if not isinstance(fn, tuple) else fn
+        batch = to_expr(1)
+        for d in dims[:nb]:
+            batch = batch * d
+
+        def call(name, assign):
+            return (f"{'err = ' if assign else ''}{name}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + "
+                    f"{idx(a_off)}, {idx(av.strides[nb])}, {idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + "
+                    f"{idx(b_off)}, {idx(bv.strides[nb + 1])}, {idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + "
+                    f"{idx(c_off)}, {epilogue}, bufs, syms);")
+
+        def dispatch(assign):
+            if not special:
+                return call(fallback, assign)
+            text = ""
+            for (sb, sm, sn, sk), name in special:
+                text += (f"if (({idx(batch)}) == {sb} && ({idx(m)}) == {sm} && ({idx(n)}) == {sn} && ({idx(k)}) == {sk}) "
+                         f"{call(name, assign)} else ")
+            return text + call(fallback, assign)
         if nb == 0:
-            lines.append("    err = " + call)
+            lines.append("    " + dispatch(True))
             return
         # batched: small GEMMs spread over the OpenMP threads, one BLAS call each (measured 2x faster than a
         # sequence of split calls: 32 x 128x128x64 in 0.45 instead of 0.9-1.0 ms on 2 cores); large ones in
         # sequence, each split over the threads (decided at run time: the sizes may be symbolic)
-        batch = to_expr(1)
-        for d in dims[:nb]:
-            batch = batch * d
         lines.append(f"    if (({idx(batch)}) >= 2 && ({idx(m * n * k)}) <= {SMALL_GEMM}) {{")
         lines.append(f"        #pragma omp parallel for collapse({nb}) schedule(static)")
-        self._batch_loops(dims[:nb], call, lines, "        ")
+        self._batch_loops(dims[:nb], dispatch(False), lines, "        ")
         lines.append("    } else {")
-        self._batch_loops(dims[:nb], call, lines, "        ")
+        self._batch_loops(dims[:nb], dispatch(False), lines, "        ")
         lines.append("    }")
 
     def _batch_loops(self, dims, call, lines, indent):

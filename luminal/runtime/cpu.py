@@ -139,25 +139,31 @@ class CPURuntime:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
         self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
         self.search_result = None   # the last SearchResult (None before a search ran)
-        self.gemm_choices: dict[int, str] = {}  # GEMM kernel index -> "blas" | "own:<tag>"
+        # GEMM kernel index -> {(batch, M, N, K): "blas" | "own:<tag>"}: the generated code dispatches on the
+        # sizes at run time; sizes not in the table run the default (see search.default_choice)
+        self.gemm_table: dict[int, dict[tuple, str]] = {i: {} for i in self._gemm_kernels()}
+        self._table_bindings: dict = {}
         self._swap_lock = threading.Lock()
-        self._pending = None        # (cprogram, choices, library path) built by a background search
+        self._pending = None        # (table, (cprogram, library path)) built by the background search
+        self._queue: list[dict] = []  # bindings waiting for the background search
+        self._queued: set = set()     # every bindings ever queued (each is tuned once)
         self._search_thread: threading.Thread | None = None
         self._search_error: BaseException | None = None
-        self._search_due = self.search_level != "off"
         bindings = dict(graph.dyn_map)
-        if self.search_level in ("quick", "full") and self._all_gemms_known(bindings):
-            self._search_due = False
-            self._search(bindings)
-        else:
-            self._install(*self._build(self._choices(bindings)))
+        if self._all_gemms_known(bindings):
+            self._table_bindings = bindings
+            if self.search_level in ("quick", "full"):
+                self._tune_into(self.gemm_table, bindings, self.search_level)
+            else:
+                self._merge(self.gemm_table, bindings, self._cached(bindings))
+        self._install(self.gemm_table, self._build(self.gemm_table))
         self._plan_key = None
         self._arena = np.empty(0, np.uint8)
         self._offsets: dict[int, int] = {}
         self._out_arrays: dict[int, np.ndarray] = {}  # data() copies out, so these can be reused
         self._version = graph.version
         if self.search_level == "background" and self._all_gemms_known(bindings):
-            self._start_background(bindings)
+            self._enqueue(bindings)
 
     # ------------------------------------------------------------------ GEMM choices and the measured search
     def _gemm_kernels(self) -> list[int]:
@@ -166,71 +172,118 @@ class CPURuntime:
         return [i for i, k in enumerate(self.program.kernels)
                 if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64)]
 
-    def _all_gemms_known(self, bindings) -> bool:
+    def _shapes(self, bindings) -> dict:
         from .search import program_shapes
-        return len(program_shapes(self.program, bindings)) == len(self._gemm_kernels())
+        return program_shapes(self.program, bindings)
 
-    def _choices(self, bindings, decided: dict[str, str] | None = None) -> dict[int, str]:
-        """GEMM kernel index -> implementation: ``decided`` (a search's winners), else the tuning cache's entry
-        for the kernel's sizes at ``bindings``, else the default."""
+    def _all_gemms_known(self, bindings) -> bool:
+        return len(self._shapes(bindings)) == len(self.gemm_table)
+
+    @staticmethod
+    def _sizes(shape) -> tuple:
+        return (shape.batch, shape.m, shape.n, shape.k)
+
+    def _default(self, i: int) -> str:
+        from .search import default_choice
+        return default_choice(self.program.kernels[i].dtype.value, self.blas)
+
+    def choices_at(self, bindings) -> dict[int, str]:
+        """GEMM kernel index -> the implementation the current library runs at ``bindings``."""
+        shapes = self._shapes(bindings)
+        return {i: (self.gemm_table[i].get(self._sizes(shapes[i])) if i in shapes else None) or self._default(i)
+                for i in self.gemm_table}
+
+    @property
+    def gemm_choices(self) -> dict[int, str]:
+        """GEMM kernel index -> implementation at the bindings that were tuned (or looked up) last."""
+        return self.choices_at(self._table_bindings)
+
+    def _cached(self, bindings) -> dict[str, str]:
+        """Kernel key -> the tuning cache's valid winner, for the GEMMs at ``bindings``."""
         from . import tuning
-        from .search import default_choice, program_shapes, valid_choice
-        shapes = program_shapes(self.program, bindings)
-        cached = tuning.lookup_many({s.key() for s in shapes.values()}) if shapes and not decided else {}
-        out = {}
-        for i in self._gemm_kernels():
-            dtype = self.program.kernels[i].dtype.value
-            s = shapes.get(i)
-            choice = None
-            if s is not None:
-                choice = (decided or {}).get(s.key()) or cached.get(s.key(), {}).get("choice")
-            out[i] = choice if choice and valid_choice(choice, dtype) else default_choice(dtype, self.blas)
-        return out
+        from .search import valid_choice
+        shapes = self._shapes(bindings)
+        found = tuning.lookup_many({s.key() for s in shapes.values()}) if shapes else {}
+        return {s.key(): found[s.key()]["choice"] for s in shapes.values()
+                if s.key() in found and valid_choice(found[s.key()]["choice"], s.dtype)}
 
-    def _build(self, choices: dict[int, str]):
-        """Render and compile the program with the GEMM implementations ``choices``."""
+    def _merge(self, table, bindings, decided: dict[str, str]) -> bool:
+        """Put ``decided`` (kernel key -> choice) into ``table`` for the GEMMs at ``bindings``; True if it changed."""
+        changed = False
+        for i, s in self._shapes(bindings).items():
+            choice = decided.get(s.key())
+            if choice is not None and table[i].get(self._sizes(s)) != choice:
+                table[i][self._sizes(s)] = choice
+                changed = True
+        return changed
+
+    def _untuned(self, bindings) -> bool:
+        return any(self._sizes(s) not in self.gemm_table[i] for i, s in self._shapes(bindings).items())
+
+    def _tune_into(self, table, bindings, level: str, progress=None) -> bool:
+        """Search the GEMMs at ``bindings`` (cached winners are reused) and merge the winners into ``table``."""
+        from .search import search_gemms
+        shapes = self._shapes(bindings)
+        result = search_gemms(list(shapes.values()), level, self.budget_s, self.blas, progress=progress)
+        self.search_result = result
+        return self._merge(table, bindings, result.choices)
+
+    def _build(self, table):
+        """Render and compile the program with the GEMM dispatch ``table``; returns (cprogram, library path)."""
         from .search import function_name, own_sources
-        impl = {i: function_name(c, self.program.kernels[i].dtype.value) for i, c in choices.items()}
-        sources = own_sources({(c, self.program.kernels[i].dtype.value) for i, c in choices.items()})
-        cprogram = CRenderer(self.program, self.blas, self.profiling, gemm_impl=impl, gemm_sources=sources).render()
-        return cprogram, choices, build_library(cprogram)
+        impl, pairs = {}, set()
+        for i, entries in table.items():
+            dtype = self.program.kernels[i].dtype.value
+            fallback = self._default(i)
+            special = sorted((sizes, function_name(c, dtype)) for sizes, c in entries.items() if c != fallback)
+            impl[i] = (function_name(fallback, dtype), special)
+            pairs |= {(c, dtype) for c in [fallback, *entries.values()]}
+        cprogram = CRenderer(self.program, self.blas, self.profiling, gemm_impl=impl,
+                             gemm_sources=own_sources(pairs)).render()
+        return cprogram, build_library(cprogram)
 
-    def _install(self, cprogram: CProgram, choices: dict[int, str], path: str) -> None:
+    def _install(self, table, built) -> None:
+        cprogram, path = built
         lib = ctypes.CDLL(path)
         run = lib.luminal_run
         run.restype = ctypes.c_int
         run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong)]
-        self.cprogram, self.gemm_choices, self.library_path, self._lib, self._run = cprogram, choices, path, lib, run
+        self.cprogram, self.gemm_table, self.library_path, self._lib, self._run = cprogram, table, path, lib, run
 
-    def _search(self, bindings, level: str | None = None) -> None:
-        """Measure the GEMM candidates at ``bindings`` and install the library built from the winners."""
-        from .search import program_shapes, search_gemms
-        shapes = program_shapes(self.program, bindings)
-        self.search_result = search_gemms(list(shapes.values()), level or self.search_level, self.budget_s, self.blas)
-        self._install(*self._build(self._choices(bindings, self.search_result.choices)))
-
-    def _start_background(self, bindings) -> None:
-        self._search_due = False
-        bindings = dict(bindings)
+    def _enqueue(self, bindings) -> None:
+        """Tune ``bindings`` in the background thread (started when it is not running)."""
+        key = tuple(sorted(bindings.items()))
+        with self._swap_lock:
+            if key in self._queued:
+                return
+            self._queued.add(key)
+            self._queue.append(dict(bindings))
+            if self._search_thread is not None and self._search_thread.is_alive():
+                return
 
         def work():
-            try:
-                from .search import program_shapes, search_gemms
-                shapes = program_shapes(self.program, bindings)
-                result = search_gemms(list(shapes.values()), "full", self.budget_s, self.blas, progress=False)
-                choices = self._choices(bindings, result.choices)
-                built = self._build(choices) if choices != self.gemm_choices else None
+            while True:
                 with self._swap_lock:
-                    self.search_result = result
-                    self._pending = built
-            except BaseException as e:  # reported by wait_for_search(); execution goes on with the old plan
-                self._search_error = e
+                    if not self._queue:
+                        return
+                    bindings = self._queue.pop(0)
+                    table = {i: dict(e) for i, e in (self._pending[0] if self._pending else self.gemm_table).items()}
+                try:
+                    changed = self._tune_into(table, bindings, "full", progress=False)
+                    built = self._build(table) if changed else None
+                except BaseException as e:  # reported by wait_for_search(); execution goes on with the old plan
+                    self._search_error = e
+                    return
+                with self._swap_lock:
+                    self._table_bindings = bindings
+                    if built is not None:
+                        self._pending = (table, built)
 
         self._search_thread = threading.Thread(target=work, name="luminal-search", daemon=True)
         self._search_thread.start()
 
     def wait_for_search(self, timeout: float | None = None) -> bool:
-        """Block until a background search finished (True) or ``timeout`` seconds passed (False); re-raises an
+        """Block until the background search is idle (True) or ``timeout`` seconds passed (False); re-raises an
         error the search ran into. The tuned library is installed by the next ``execute()``."""
         t = self._search_thread
         if t is not None:
@@ -242,18 +295,23 @@ class CPURuntime:
             raise RuntimeError(f"background search failed: {e}") from e
         return True
 
-    def _before_run(self, bindings) -> None:
-        """Start a search that waited for the symbol bindings; install a background search's library."""
-        if self._search_due:
-            if self.search_level == "background":
-                self._start_background(bindings)
-            else:
-                self._search_due = False
-                self._search(bindings)
-        if self._pending is not None:
-            with self._swap_lock:
-                built, self._pending = self._pending, None
-            self._install(*built)
+    def _new_bindings(self, bindings) -> None:
+        """Bindings seen for the first time: with search on, tune GEMM sizes the dispatch table lacks."""
+        if self.search_level == "off" or not self._untuned(bindings):
+            return
+        if self.search_level == "background":
+            self._enqueue(bindings)
+            return
+        table = {i: dict(e) for i, e in self.gemm_table.items()}
+        self._table_bindings = dict(bindings)
+        if self._tune_into(table, bindings, self.search_level):
+            self._install(table, self._build(table))
+
+    def _swap(self) -> None:
+        with self._swap_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self._install(*pending)
 
     @property
     def source(self) -> str:
@@ -388,8 +446,9 @@ class CPURuntime:
                 raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
                                          "Graph.set_dim")
             self._bind(dict(dyn))
-        if self._search_due or self._pending is not None:
-            self._before_run(dict(dyn))
+            self._new_bindings(dict(dyn))
+        if self._pending is not None:
+            self._swap()
         graph.reset()
         buffers, tensors = self._buffers, graph.tensors
         for k, node_id, shape in self._in_slots:

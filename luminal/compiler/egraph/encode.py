@@ -64,18 +64,22 @@ class Encoding:
     terms: dict[int, tuple]  # node id -> (constructor, literal/child args) as encoded
     folded: dict[int, float]  # node id -> constant the loader folded it to
     view_keys: dict = field(default_factory=dict)
+    extent: set = field(default_factory=set)  # (key, axis, n): axis of the view has the constant extent n
 
     def text(self) -> str:
         """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
         lines = list(self.lines)
         lines += [f"(Contig {k})" for k in sorted(self.contig)] + [f"(NoMask {k})" for k in sorted(self.nomask)]
+        lines += [f"(Extent {k} {a} {n})" for k, a, n in sorted(self.extent)]
         lines += [f"(union (Node {n}) {term_text(t)})" for n, t in self.terms.items()]
         return "\n".join(lines)
 
     def rows(self) -> dict[str, list[str]]:
-        """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus ``Contig``/``NoMask``."""
+        """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus ``Contig``/``NoMask``/
+        ``Extent``."""
         out: dict[str, list[str]] = {"Contig": [str(k) for k in sorted(self.contig)],
-                                     "NoMask": [str(k) for k in sorted(self.nomask)]}
+                                     "NoMask": [str(k) for k in sorted(self.nomask)],
+                                     "Extent": [f"{k}\t{a}\t{n}" for k, a, n in sorted(self.extent)]}
         for n, t in self.terms.items():
             fields = [str(n)]
             for a in t[1:]:
@@ -114,6 +118,9 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 enc.contig.add(k)
             if not view.masks:
                 enc.nomask.add(k)
+            for axis, d in enumerate(view.dims):  # (Extent k axis n) for every axis of constant extent
+                if d.is_constant():
+                    enc.extent.add((k, axis, d.to_int()))
         return k
 
     for dt in DType:

@@ -20,6 +20,7 @@ OP_COST = {"Leaf": 0.01, "Num": 0.01, "Break": 1.0, "Copy": 1.5, "Add": 2.0, "Mu
            "Sum": 3.0, "Max": 3.0, "Gather": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
            "Sin": 8.0}
 OP_RANK = {name: i for i, name in enumerate(sorted(OP_COST))}
+_FACTS = ("NonNeg", "Contig", "NoMask", "Extent")  # the relations read back (for explain's condition checks)
 INF = float("inf")
 
 
@@ -49,6 +50,7 @@ class EGraphData:
     nonneg: set[str] = field(default_factory=set)
     contig: set[int] = field(default_factory=set)
     nomask: set[int] = field(default_factory=set)
+    extent: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> constant extent
 
     @property
     def n_enodes(self) -> int:
@@ -74,10 +76,10 @@ def parse_serialized(text: str) -> EGraphData:
     types = {cid: v.get("type", "") for cid, v in data.get("class_data", {}).items()}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask = set(), set(), set()
+    nonneg, contig, nomask, extent = set(), set(), set(), {}
     for n in nodes.values():  # egglog writes them in a deterministic order; classes are sorted below
         op = n["op"]
-        if op not in CHILD_SLOTS and op not in ("NonNeg", "Contig", "NoMask"):
+        if op not in CHILD_SLOTS and op not in _FACTS:
             continue  # primitives (reached through their users) and other relations
         cls = n["eclass"]
         args = []
@@ -85,13 +87,15 @@ def parse_serialized(text: str) -> EGraphData:
             c = nodes[ch]
             t = types.get(c["eclass"], "")
             args.append(c["eclass"] if t == "Expr" else _literal(c["op"], t))
-        if op in ("NonNeg", "Contig", "NoMask"):
+        if op in _FACTS:
             if op == "NonNeg":
                 nonneg.add(args[0])
             elif op == "Contig":
                 contig.add(args[0])
-            else:
+            elif op == "NoMask":
                 nomask.add(args[0])
+            else:
+                extent[(args[0], args[1])] = args[2]
             continue
         if types.get(cls) != "Expr":
             continue
@@ -101,7 +105,7 @@ def parse_serialized(text: str) -> EGraphData:
         classes.setdefault(cls, []).append(ENode(op, tuple(args), cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent)
 
 
 def from_frozen(egraph) -> EGraphData:
@@ -121,10 +125,10 @@ def from_frozen(egraph) -> EGraphData:
             "bool": egraph.value_to_bool}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask = set(), set(), set()
+    nonneg, contig, nomask, extent = set(), set(), set(), {}
     for name in sorted(frozen.functions):
         fn = frozen.functions[name]
-        if name not in CHILD_SLOTS and name not in ("NonNeg", "Contig", "NoMask"):
+        if name not in CHILD_SLOTS and name not in _FACTS:
             continue
         sorts = fn.input_sorts
         for row in fn.rows:
@@ -137,6 +141,8 @@ def from_frozen(egraph) -> EGraphData:
                 contig.add(args[0])
             elif name == "NoMask":
                 nomask.add(args[0])
+            elif name == "Extent":
+                extent[(args[0], args[1])] = args[2]
             elif name == "Node":
                 node_class[args[0]] = cid(row.output)
             else:
@@ -144,7 +150,7 @@ def from_frozen(egraph) -> EGraphData:
                 classes.setdefault(cls, []).append(ENode(name, args, cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent)
 
 
 def _stable_key(e: ENode) -> tuple:

@@ -1,5 +1,5 @@
 """E-matching of rule patterns on a serialized e-graph (for :func:`explain`) and the evaluator of egglog's
-primitive conditions (``+ * abs < <= > >= = !=`` on literals), shared with the rule-soundness test."""
+primitive conditions (``+ - * abs to-f64 < <= > >= = !=`` on literals), shared with the rule-soundness test."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def eval_prim(expr, env: dict):
             return args[0] * args[1]
         if head == "abs":
             return abs(args[0])
+        if head == "to-f64":
+            return float(args[0])
         if head == "<":
             return args[0] < args[1]
         if head == "<=":
@@ -81,9 +83,18 @@ def _match(pat, cls_or_lit, eg: EGraphData, env: dict, is_class: bool, only=None
 
 
 def _conditions_hold(conds, env: dict, eg: EGraphData) -> bool:
-    for c in conds:
+    env = dict(env)
+    for c in sorted(conds, key=lambda c: c[0] != "Extent"):  # Extent facts first: they may bind an extent
         head = c[0]
-        if head in ("Contig", "NoMask"):
+        if head == "Extent":
+            n = eg.extent.get((eval_prim(c[1], env), eval_prim(c[2], env)))
+            if n is None:
+                return False
+            if is_var(c[3]) and c[3] not in env:
+                env[c[3]] = n
+            elif eval_prim(c[3], env) != n:
+                return False
+        elif head in ("Contig", "NoMask"):
             if env[c[1]] not in (eg.contig if head == "Contig" else eg.nomask):
                 return False
         elif head in ("IsFloat", "IntLike"):

@@ -23,7 +23,9 @@ from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
                       parse_serialized)
 
-_RELATIONS = {"Contig", "NoMask", "IsFloat", "IntLike", "NonNeg"}
+# the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
+DEFAULT_RULESETS = ("algebra", "approx", "reductions")
+_RELATIONS = {"Contig", "NoMask", "Extent", "IsFloat", "IntLike", "NonNeg"}
 
 
 @dataclass
@@ -88,7 +90,7 @@ def _bindings():
 class Saturation:
     """One graph's e-graph: ``load()``, ``run(...)``, ``data()`` (the serialized e-graph)."""
 
-    def __init__(self, graph: Graph, rulesets: Sequence[str] = ("algebra", "approx"), rule_paths=None):
+    def __init__(self, graph: Graph, rulesets: Sequence[str] = DEFAULT_RULESETS, rule_paths=None):
         self.graph = graph
         self.rulesets = tuple(rulesets)
         self.prelude, rules = sexpr.load_rules(rule_paths)
@@ -338,15 +340,16 @@ def _remove_dead(graph: Graph, keep: set[int]) -> None:
 class EqualitySaturation(Pass):
     """Equality saturation with the rule files, bounded, then deterministic DAG-aware extraction.
 
-    ``rulesets``: which rulesets to run (``analysis`` always runs); ``approx`` holds the rewrites that change
-    results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop it for bit-exact results.
+    ``rulesets``: which rulesets to run (``analysis`` always runs; default :data:`DEFAULT_RULESETS`); ``approx``
+    holds the rewrites that change results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop
+    it for bit-exact results.
     Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
     ``readback``: how the e-graph comes back, ``"freeze"`` (egglog's frozen tables, fast) or ``"json"``
     (``serialize().to_json()``); both give the same e-classes.
     After ``compile``, :attr:`report` holds a :class:`SaturationReport`; :func:`explain` prints the changes.
     """
 
-    def __init__(self, rulesets: Sequence[str] = ("algebra", "approx"), max_iterations: int = 16,
+    def __init__(self, rulesets: Sequence[str] = DEFAULT_RULESETS, max_iterations: int = 16,
                  max_enodes: int = 200_000, max_seconds: float = 5.0, op_cost=default_cost, rule_paths=None,
                  readback: str = "freeze"):
         self.readback = readback
