@@ -1,37 +1,49 @@
 """Every rule of every rule file (luminal/compiler/rules/*.egg) is checked sound on random inputs.
 
 For a ``rewrite``, both sides are instantiated as luminal graphs (pattern variables become random input
-tensors, view variables random views: row-major, flipped, broadcast, padded; constant variables random
-constants) and evaluated by the reference interpreter; the results must agree within the rule's stated
-``;; tolerance:`` (default exact: same bits up to NaN payload, NaN positions equal, signed zeros equal).
-For an analysis ``rule`` deriving ``(NonNeg ?e)``, the pattern is evaluated and no element may be < 0.
+tensors, view variables random views: row-major (also over a reshaped buffer: flattened or with a unit axis),
+flipped, broadcast, padded; constant variables random constants) and evaluated by the reference interpreter; the
+two root buffers (row-major, flat) must agree within the rule's stated ``;; tolerance:`` (default exact: same
+bits up to NaN payload, NaN positions equal, signed zeros equal). For an analysis ``rule`` deriving
+``(NonNeg ?e)``, the pattern is evaluated and no element may be < 0.
 Inputs mix special values (0, -0.0, +-inf, NaN, denormals, the largest and smallest normals; integer
-minimum/maximum) with random ones, over several shapes including a symbolic dimension bound at execute time.
-``:when`` conditions are honoured (Contig/NoMask pick the views, NonNeg the inputs, comparisons are satisfied
-by rejection sampling); ``;; domain:`` restricts the inputs of approximate rules. A rule the harness cannot
-instantiate at least a few times fails.
+minimum/maximum) with random ones, over several shapes (rank 0 to 2) including a symbolic dimension bound at
+execute time. ``Sum``/``Max`` reduce a drawn axis of a drawn extent (0, 1, small, symbolic) of their operand;
+``Cast`` operands get any dtype of DTYPES; ``Gather`` indices are int32/int64 in range of the gathered axis.
+``:when`` conditions are honoured (Contig/NoMask pick the views, NonNeg the inputs, Extent facts and comparisons
+are satisfied by rejection sampling); ``;; domain:`` restricts the inputs of approximate rules. A rule the
+harness cannot instantiate at least a few times fails.
 """
 
 from __future__ import annotations
+
+import functools
+import operator
 
 import numpy as np
 import pytest
 
 from luminal import ops
+from luminal.ops import GraphError
 from luminal.dtype import DType
 from luminal.graph import Graph
 from luminal.shape import ShapeTracker
+from luminal.shape.expression import to_expr
+from luminal.compiler.egraph.encode import CHILD_SLOTS
 from luminal.compiler.egraph.match import dtype_fact, eval_prim, is_var
-from luminal.compiler.egraph.sexpr import Str, Symbol, load_file, load_rules, rule_files
+from luminal.compiler.egraph.sexpr import Str, Symbol, load_file, load_rules, rule_files, to_text
+from luminal.compiler.rewrite import scalar_view
 
 PRELUDE, RULES = load_rules()
 DTYPES = [DType.float32, DType.float64, DType.float16, DType.int32, DType.int64, DType.bool]
-SHAPES = [((7,), {}), ((3, 5), {}), (("n", 4), {"n": 5}), (("n", 3), {"n": 1})]
+SHAPES = [((7,), {}), ((3, 5), {}), (("n", 4), {"n": 5}), (("n", 3), {"n": 1}), ((), {})]
 TRIALS = 3
 UNARY = {"Log2": ops.Log2, "Exp2": ops.Exp2, "Sin": ops.Sin, "Sqrt": ops.Sqrt, "Recip": ops.Recip,
          "Copy": ops.Contiguous, "Break": ops.GraphBreak}
 BINARY = {"Add": ops.Add, "Mul": ops.Mul, "Mod": ops.Mod, "Less": ops.LessThan}
+REDUCE = {"Sum": ops.SumReduce, "Max": ops.MaxReduce}
 FAMILIES = ("contig", "flip", "bcast", "pad")
+EXTENTS = (1, 1, 2, 3, 4, 37, "n", 0)  # of a reduced axis ("n": symbolic, so no Extent fact; 37: rounding adds up)
 
 
 class CannotInstantiate(Exception):
@@ -106,7 +118,7 @@ def random_literal(rng, dtype: DType) -> float:
                 2 ** 26, -(2 ** 27), 3 * 10 ** 9, 2 ** 40]
         pool = [v for v in pool if info.min <= v <= info.max and abs(v) < 2 ** 53]
         return float(pool[rng.integers(0, len(pool))])
-    pool = [0.0, 1.0, -1.0, 2.0, 0.5, -3.25, 1e3, -1e-3, 1e30, 1e300, -2.5e-310, 7.0]
+    pool = [0.0, 1.0, -1.0, 2.0, 0.5, -3.25, 1e3, -1e-3, 1e30, 1e300, -2.5e-310, 7.0, 0.1]
     with np.errstate(all="ignore"):
         v = float(np.asarray(pool[rng.integers(0, len(pool))]).astype(dtype.numpy))
     return v if np.isfinite(v) and not (v == 0 and np.signbit(v)) else 1.0
@@ -130,72 +142,130 @@ def constant_value(value: float, dtype: DType):
 
 
 # ------------------------------------------------------------------------------------------ views
-def view_for(family: str, dims, over_constant: bool) -> ShapeTracker:
-    last = len(dims) - 1
+def _count(dims, binding) -> int:
+    return int(np.prod([to_expr(d).evaluate(binding) for d in dims], dtype=np.int64)) if dims else 1
+
+
+def _concrete(dims, binding) -> tuple[int, ...]:
+    return tuple(to_expr(d).evaluate(binding) for d in dims)
+
+
+class View:
+    """A view variable's choice: the tracker, the dims of the buffer it reads (``()`` for a constant) and whether
+    it was chosen over a constant."""
+
+    def __init__(self, tracker: ShapeTracker, src: tuple, over_constant: bool, family: str):
+        self.tracker, self.src, self.over_constant, self.family = tracker, src, over_constant, family
+
+    def __repr__(self) -> str:
+        return f"{self.family}{list(self.src)}->{self.tracker}"
+
+
+def _axes(dims, low: int, symbolic: bool) -> list[int]:
+    """Axes a view family can act on: constant extent >= ``low`` (or symbolic when allowed)."""
+    return [i for i, d in enumerate(dims)
+            if (d.is_constant() and d.to_int() >= low) or (symbolic and not d.is_constant())]
+
+
+def _reshapes(rng, dims) -> tuple:
+    """Source dims of a whole row-major view of ``dims`` over a buffer of another shape: flattened or with a unit
+    axis inserted (the loader's ``Contig`` holds for both: reduction rules must not confuse them)."""
+    options = []
+    if len(dims) >= 2:
+        options.append((functools.reduce(operator.mul, dims),))
+    pos = int(rng.integers(0, len(dims) + 1))
+    options.append(dims[:pos] + (to_expr(1),) + dims[pos:])
+    return options[int(rng.integers(0, len(options)))]
+
+
+def choose_view(rng, fams: list[str], dims: tuple, over_constant: bool, hint) -> View:
+    """A random view of logical ``dims`` from the allowed families. ``hint``: the dims of the buffer it must read
+    (a variable already placed), else the harness picks them (the dims themselves, or a reshape for ``contig``)."""
     if over_constant:
-        if family == "pad":
-            inner = dims[:-1] + (dims[-1] - 1,)
-            return ShapeTracker.fake(inner).pad(last, 0, 1)
-        if family == "contig":
-            raise CannotInstantiate("a constant read through a whole row-major view")
-        return ShapeTracker.fake(dims)
+        if dims:
+            fams = [f for f in fams if f != "contig"]  # a scalar is read broadcast (or padded)
+        pad_axes = _axes(dims, 1, False)
+        if not pad_axes:
+            fams = [f for f in fams if f != "pad"]
+        if not fams:
+            raise Reject("a constant read through a whole row-major view")
+        fam = fams[int(rng.integers(0, len(fams)))]
+        if fam == "pad":
+            ax = pad_axes[int(rng.integers(0, len(pad_axes)))]
+            inner = dims[:ax] + (dims[ax] - 1,) + dims[ax + 1:]
+            return View(ShapeTracker.fake(inner).pad(ax, 0, 1), (), True, fam)
+        return View(ShapeTracker.fake(dims), (), True, "bcast" if dims else "contig")
     base = ShapeTracker.contiguous_of(dims)
-    if family == "contig":
-        return base
-    if family == "flip":
-        return base.flip(last)
-    if family == "bcast":
-        return base.slice(last, 0, 1).expand(last, dims[-1])
-    if family == "pad":
-        return base.slice(last, 0, dims[-1] - 1).pad(last, 0, 1)
-    raise AssertionError(family)
+    if hint is not None and tuple(hint) != tuple(dims):
+        return View(base, tuple(hint), False, "reshape")  # the caller checked the element counts
+    usable = {"contig": [0], "flip": _axes(dims, 2, True), "bcast": _axes(dims, 2, True), "pad": _axes(dims, 1, False)}
+    fams = [f for f in fams if usable[f]]
+    fam = fams[int(rng.integers(0, len(fams)))]
+    if fam == "contig":
+        if hint is None and rng.random() < 1 / 3:
+            return View(base, _reshapes(rng, dims), False, "reshape")
+        return View(base, dims, False, fam)
+    ax = usable[fam][int(rng.integers(0, len(usable[fam])))]
+    if fam == "flip":
+        tracker = base.flip(ax)
+    elif fam == "bcast":
+        tracker = base.slice(ax, 0, 1).expand(ax, dims[ax])
+    else:
+        tracker = base.slice(ax, 0, dims[ax] - 1).pad(ax, 0, 1)
+    return View(tracker, dims, False, fam)
 
 
 # ------------------------------------------------------------------------------------------ instantiation
+class Reject(Exception):
+    """This attempt's random choices do not satisfy the rule (its conditions or its shapes): try another."""
+
+
+def _vars(expr) -> set:
+    if isinstance(expr, list):
+        return {v for e in expr for v in _vars(e)}
+    return {expr} if is_var(expr) else set()
+
+
 class Instance:
-    """One instantiation: a graph holding input tensors, plus bindings for every pattern variable."""
+    """One instantiation of a rule: literal bindings, a dtype per tensor variable, dims per term (top-down from the
+    root), a view per view variable; then a graph holding both sides.
+
+    Typing: a constructor's first argument is its dtype (operand dtype for Add/Mul/Mod/Less, target for Cast); the
+    root's is the dtype under test, other dtype variables are drawn from DTYPES, a tensor variable takes the dtype
+    its consumers require (a Cast's operand is free: drawn from DTYPES; a Gather's index is int32 or int64).
+    Shapes: the left-hand side is laid out top-down from the root dims: an elementwise op's operands are read at its
+    dims, a Sum/Max's operand has one more axis (at the axis variable, drawn; extent drawn from EXTENTS, 0 and 1
+    included), a Gather's data has the index dims with the gathered axis resized. The right-hand side reuses these
+    choices and is built bottom-up as the rebuild would (a constant read through any key is read as a scalar).
+    """
 
     def __init__(self, rule, dtype: DType, dims, binding, rng, conditions):
-        self.rule, self.dtype, self.dims, self.rng = rule, dtype, dims, rng
-        self.graph = Graph()
-        for name, value in binding.items():
-            self.graph.set_dim(name, value)
-        self.concrete = tuple(binding.get(str(d), d) if isinstance(d, str) else d for d in dims)
+        self.rule, self.dtype, self.rng = rule, dtype, rng
+        self.binding = dict(binding)
+        self.root_dims = tuple(to_expr(d) for d in dims)
         self.env: dict = {}
         self.contig, self.nomask, self.nonneg, self.facts = set(), set(), set(), []
         for c in conditions:
             head = c[0]
             if head in ("Contig", "NoMask", "NonNeg"):
                 {"Contig": self.contig, "NoMask": self.nomask, "NonNeg": self.nonneg}[head].add(c[1])
-            elif head in ("IsFloat", "IntLike"):
-                if not dtype_fact(head, dtype.value):
-                    raise CannotInstantiate(f"{head} does not hold for {dtype}")
             else:
                 self.facts.append(c)
-        self.views: dict = {}
+        self.views: dict = {}  # view variable -> View
+        self.tdims: dict = {}  # tensor variable -> dims
+        self.tdtype: dict = {}  # tensor variable -> DType
+        self.index_hi: dict = {}  # tensor variable read as a Gather index -> exclusive bound of its values
         self.inputs: dict = {}
+        self.graph: Graph | None = None
 
-    def view(self, var, over_constant: bool) -> ShapeTracker:
-        key = (var, over_constant)
-        if key not in self.views:
-            if var in self.contig:
-                fams = ["contig"]
-            elif var in self.nomask:
-                fams = ["contig", "flip", "bcast"]
-            else:
-                fams = list(FAMILIES)
-            if over_constant and fams != ["contig"]:
-                fams = [f for f in fams if f != "contig"]  # a scalar is read broadcast (or padded)
-            self.views[key] = view_for(fams[self.rng.integers(0, len(fams))], self.dims, over_constant)
-        return self.views[key]
-
-    def literal(self, pat, kind: str):
+    # ---------------------------------------------------------------- literals and dtypes
+    def literal(self, pat, kind: str, dtype: DType | None = None):
         if is_var(pat):
             if pat not in self.env:
                 if kind == "dtype":
-                    self.env[pat] = self.dtype.value
+                    self.env[pat] = DTYPES[int(self.rng.integers(0, len(DTYPES)))].value
                 elif kind == "value":
-                    self.env[pat] = random_literal(self.rng, self.dtype)
+                    self.env[pat] = random_literal(self.rng, dtype or self.dtype)
                 else:
                     raise CannotInstantiate(f"the harness cannot choose a value for {pat} ({kind})")
             return self.env[pat]
@@ -203,57 +273,251 @@ class Instance:
             return eval_prim(pat, self.env)
         return str(pat) if isinstance(pat, Str) else pat
 
-    def bind_literals(self, pat) -> None:
-        """Bind the literal variables of a pattern first (so conditions can be checked before building)."""
+    def dtype_of(self, pat) -> DType:
+        """The dtype of the buffer a term computes."""
+        if is_var(pat):
+            return self.tdtype[pat]
+        if pat[0] == "Less":
+            return DType.bool
+        return DType(self.literal(pat[1], "dtype"))
+
+    def bind_literals(self, pattern, rhs) -> None:
+        """Bind the dtype and constant variables (axes and extents come with the shapes) and type the tensor
+        variables over both sides."""
+        root = pattern[1]
+        if is_var(root):
+            self.env[root] = self.dtype.value
+        elif str(root) != self.dtype.value:
+            raise CannotInstantiate("the rule's root has another dtype")
+        self._bind(pattern)
+        wants: dict = {}
+        for side in (pattern, rhs):
+            self._collect(side, wants)
+        for var, ws in wants.items():
+            fixed = {w for w in ws if w not in (None, "index")}
+            if len(fixed) > 1:
+                raise Reject(f"{var} would need dtypes {sorted(fixed)}")
+            if fixed:
+                dt = DType(fixed.pop())
+                if "index" in ws and dt not in (DType.int32, DType.int64):
+                    raise Reject(f"{var} is a Gather index of dtype {dt}")
+            elif "index" in ws:
+                dt = (DType.int32, DType.int64)[int(self.rng.integers(0, 2))]
+            else:
+                dt = DTYPES[int(self.rng.integers(0, len(DTYPES)))]
+            self.tdtype[var] = dt
+
+    def _bind(self, pat) -> None:
         if not isinstance(pat, list):
             return
-        head = pat[0]
-        if head == "Num":
-            if self.literal(pat[1], "dtype") != self.dtype.value:
-                raise CannotInstantiate("constant dtype differs")
-            if not isinstance(pat[2], list):
-                self.literal(pat[2], "value")
-            return
-        if head in UNARY or head in BINARY:
-            if self.literal(pat[1], "dtype") != self.dtype.value:
-                raise CannotInstantiate("dtype literal differs")
+        if pat[0] in CHILD_SLOTS and pat[0] not in ("Leaf", "Node"):
+            self.literal(pat[1], "dtype")
+        if pat[0] == "Num" and not isinstance(pat[2], list):
+            self.literal(pat[2], "value", DType(self.literal(pat[1], "dtype")))
         for p in pat[1:]:
-            self.bind_literals(p)
+            self._bind(p)
 
-    def build(self, pat, operand_of=None) -> tuple[int, bool]:
-        """Add the nodes of ``pat``; returns (node id, is a scalar constant)."""
-        g = self.graph
+    def operand_dtype(self, pat, slot: int):
+        """What a term requires of the operand in ``slot`` (a dtype value; ``None``: anything; ``"index"``)."""
+        head = pat[0]
+        if head == "Cast":
+            return None
+        if head == "Gather" and slot == 4:
+            return "index"
+        return self.literal(pat[1], "dtype")
+
+    def _collect(self, pat, wants: dict) -> None:
+        if not isinstance(pat, list) or pat[0] not in CHILD_SLOTS:
+            return
+        for slot in CHILD_SLOTS[pat[0]]:
+            child = pat[slot + 1]
+            if is_var(child):
+                wants.setdefault(child, set()).add(self.operand_dtype(pat, slot))
+            else:
+                self._collect(child, wants)
+
+    # ---------------------------------------------------------------- facts
+    def facts_hold(self, final: bool) -> bool:
+        """Check the conditions that are bound (all of them when ``final``; Extent facts bind their extent)."""
+        for c in sorted(self.facts, key=lambda c: c[0] != "Extent"):
+            head = c[0]
+            if head == "Extent":
+                if not final:
+                    continue
+                view = self.views.get(c[1])
+                if view is None:
+                    raise CannotInstantiate(f"Extent of {c[1]}, which no operand reads through")
+                d = view.tracker.dims[self.literal(c[2], "axis")]
+                if not d.is_constant():  # the loader asserts no Extent for a symbolic extent
+                    return False
+                if is_var(c[3]) and c[3] not in self.env:
+                    self.env[c[3]] = d.to_int()
+                elif self.literal(c[3], "extent") != d.to_int():
+                    return False
+                continue
+            if not final and not _vars(c[1:]) <= self.env.keys():
+                continue
+            if head in ("IsFloat", "IntLike"):
+                ok = dtype_fact(head, self.literal(c[1], "dtype"))
+            else:
+                try:
+                    ok = eval_prim(c, self.env)
+                except KeyError as err:
+                    raise CannotInstantiate(f"condition {c} uses an unbound variable {err}") from None
+            if not ok:
+                return False
+        return True
+
+    # ---------------------------------------------------------------- shapes (left-hand side, top-down)
+    def axis(self, pat, candidates: list[int]) -> int:
+        if is_var(pat) and pat not in self.env:
+            if not candidates:
+                raise Reject("no axis fits")
+            self.env[pat] = candidates[int(self.rng.integers(0, len(candidates)))]
+        a = self.literal(pat, "axis")
+        if a not in candidates:
+            raise Reject(f"axis {a} does not fit")
+        return a
+
+    def extent(self):
+        k = EXTENTS[int(self.rng.integers(0, len(EXTENTS)))]
+        if k == "n" and "n" not in self.binding:
+            self.binding["n"] = int(self.rng.integers(1, 5))
+        return to_expr(k)
+
+    def plan(self, pat, want: tuple) -> None:
+        """Lay out ``pat`` so that it computes a buffer of dims ``want``."""
         if is_var(pat):
-            if pat not in self.inputs:
-                data = random_data(self.rng, self.dtype, self.concrete, pat in self.nonneg, self.rule.domain)
-                t = g.tensor(self.dims, self.dtype, name=str(pat)).set(data)
-                self.inputs[pat] = (t.id, data)
-            return self.inputs[pat][0], False
+            have = self.tdims.setdefault(pat, want)
+            if _count(have, self.binding) != _count(want, self.binding):
+                raise Reject(f"{pat} is read as {want} and as {have}")
+            return
         if not isinstance(pat, list):
             raise CannotInstantiate(f"unsupported pattern atom {pat!r}")
         head = pat[0]
         if head == "Num":
-            value = self.literal(pat[2], "value")
-            if not representable(value, self.dtype):
-                raise CannotInstantiate(f"{value} is not a {self.dtype} constant")
-            nid = g.add_op(ops.Constant(constant_value(value, self.dtype), self.dtype), (), (), self.dtype)
-            return nid, True
-        if head in UNARY:
-            x, xc = self.build(pat[2])
-            nid = g.add_op(UNARY[head](), [(x, self.view(pat[3], xc))], self.dims, self.dtype)
-            return nid, False
-        if head in BINARY:
-            a, ac = self.build(pat[2])
-            b, bc = self.build(pat[4])
-            out = DType.bool if head == "Less" else self.dtype
-            nid = g.add_op(BINARY[head](), [(a, self.view(pat[3], ac)), (b, self.view(pat[5], bc))], self.dims, out)
-            return nid, False
-        raise CannotInstantiate(f"the harness does not know how to instantiate {head}")
+            return
+        if head in UNARY or head in BINARY or head == "Cast":
+            for slot in CHILD_SLOTS[head]:
+                self.operand(pat, slot, want)
+        elif head in REDUCE:
+            view = self.views.get(pat[4])
+            if view is not None:
+                d = view.tracker.dims
+                a = self.axis(pat[2], [a for a in range(len(d)) if d[:a] + d[a + 1:] == want])
+            else:
+                a = self.axis(pat[2], list(range(len(want) + 1)))
+                d = want[:a] + (self.extent(),) + want[a:]
+            self.operand(pat, 2, d)
+        elif head == "Gather":
+            if not want:
+                raise CannotInstantiate("a Gather needs at least one axis")
+            a = self.axis(pat[2], list(range(len(want))))
+            sizes = [1, 2, 3, 4] + ([want[a]] if _count(want[a:a + 1], self.binding) > 0 else [])
+            m = to_expr(sizes[int(self.rng.integers(0, len(sizes)))])
+            self.operand(pat, 2, want[:a] + (m,) + want[a + 1:])
+            self.operand(pat, 4, want)
+            index = pat[5]
+            while isinstance(index, list) and index[0] in ("Copy", "Break"):  # the same values, another layout
+                index = index[2]
+            if is_var(index):
+                hi = _count((m,), self.binding)
+                self.index_hi[index] = min(hi, self.index_hi.get(index, hi))
+        else:
+            raise CannotInstantiate(f"the harness does not know how to instantiate {head}")
 
-    def value(self, nid: int, scalar: bool) -> np.ndarray:
-        out = self.graph.tensors[(nid, 0)]
-        n = int(np.prod(self.concrete))
-        return np.broadcast_to(out.reshape(-1), (n,)) if scalar else out.reshape(-1)
+    def operand(self, pat, slot: int, dims: tuple) -> None:
+        """Choose (or check) the view through which ``pat`` reads its operand ``slot`` at ``dims``; lay it out."""
+        child, var = pat[slot + 1], pat[slot + 2]
+        const = isinstance(child, list) and child[0] == "Num"
+        need = self.operand_dtype(pat, slot)
+        if isinstance(child, list) and need not in (None, "index") and self.dtype_of(child).value != need:
+            raise Reject(f"{to_text(child)} is not {need}")
+        view = self.views.get(var)
+        if view is None:
+            hint = self.tdims.get(child) if is_var(child) else None
+            if hint is not None and _count(hint, self.binding) != _count(dims, self.binding):
+                raise Reject(f"{child} cannot be read at {dims}")
+            if var in self.contig:
+                fams = ["contig"]
+            elif var in self.nomask:
+                fams = ["contig", "flip", "bcast"]
+            else:
+                fams = list(FAMILIES)
+            view = self.views[var] = choose_view(self.rng, fams, dims, const, hint)
+        elif view.tracker.dims != tuple(dims) or view.over_constant != const:
+            raise Reject(f"{var} is used at two shapes")
+        if not const:
+            self.plan(child, view.src)
+
+    # ---------------------------------------------------------------- graph (both sides, bottom-up)
+    def start_graph(self) -> None:
+        self.graph = Graph()
+        for name, value in self.binding.items():
+            self.graph.set_dim(name, value)
+
+    def build(self, pat) -> tuple[int, tuple, bool]:
+        """Add the nodes of ``pat``; returns (node id, dims, is a scalar constant)."""
+        g = self.graph
+        if is_var(pat):
+            if pat not in self.inputs:
+                if pat not in self.tdims:
+                    raise AssertionError(f"{self.rule.name}: {pat} is not bound by the left-hand side")
+                dims, dtype = self.tdims[pat], self.tdtype[pat]
+                shape = _concrete(dims, self.binding)
+                if pat in self.index_hi:
+                    data = self.rng.integers(0, max(self.index_hi[pat], 1), shape).astype(dtype.numpy)
+                else:
+                    data = random_data(self.rng, dtype, shape, pat in self.nonneg, self.rule.domain)
+                t = g.tensor(dims, dtype, name=str(pat)).set(data)
+                self.inputs[pat] = (t.id, data)
+            return self.inputs[pat][0], self.tdims[pat], False
+        head = pat[0]
+        if head == "Num":
+            dtype = DType(self.literal(pat[1], "dtype"))
+            value = self.literal(pat[2], "value", dtype)
+            if not representable(value, dtype):
+                raise CannotInstantiate(f"{value} is not a {dtype} constant")
+            return g.add_op(ops.Constant(constant_value(value, dtype), dtype), (), (), dtype), (), True
+        if head not in UNARY and head not in BINARY and head not in REDUCE and head not in ("Cast", "Gather"):
+            raise CannotInstantiate(f"the harness does not know how to instantiate {head}")
+        inputs = []
+        for slot in CHILD_SLOTS[head]:
+            nid, dims, scalar = self.build(pat[slot + 1])
+            view = self.views[pat[slot + 2]]
+            if scalar:  # the rebuild reads a constant through any key as a scalar (stride 0, masks kept)
+                tracker = scalar_view(view.tracker)
+            else:
+                if _count(dims, self.binding) != _count(view.src, self.binding):
+                    raise AssertionError(f"{self.rule.name}: view {pat[slot + 2]} reads a buffer of dims {view.src} "
+                                         f"on the left but of dims {dims} on the right")
+                tracker = view.tracker
+            inputs.append((nid, tracker))
+        dtype = self.dtype_of(pat)
+        first = inputs[0][1].dims
+        if head in UNARY:
+            op, dims = UNARY[head](), first
+        elif head in BINARY:
+            op, dims = BINARY[head](), first
+        elif head in REDUCE:
+            a = self.literal(pat[2], "axis")
+            op, dims = REDUCE[head](a), first[:a] + first[a + 1:]
+        elif head == "Cast":
+            op, dims = ops.Cast(dtype), first
+        else:
+            op, dims = ops.Gather(self.literal(pat[2], "axis")), inputs[1][1].dims
+        try:
+            nid = g.add_op(op, inputs, dims, dtype)
+        except TypeError as err:  # an op that does not take this dtype (Log2 on int32, Sum on bool...)
+            raise CannotInstantiate(str(err)) from None
+        return nid, tuple(dims), False
+
+    def value(self, nid: int) -> np.ndarray:
+        return np.asarray(self.graph.tensors[(nid, 0)]).reshape(-1)
+
+    def describe(self) -> str:
+        inputs = ", ".join(f"{v}: {self.tdtype[v].value}{list(self.tdims[v])}" for v in self.tdims)
+        return f"literals {self.env}, inputs {{{inputs}}}, symbols {self.binding}, views {self.views}"
 
 
 def _tolerance(text: str, dtype: DType):
@@ -320,31 +584,61 @@ def _rule_parts(rule):
     return pattern, None, conds, "NonNeg"
 
 
+def instantiate(rule, dtype, dims, binding, rng) -> Instance:
+    """An instance satisfying the rule's conditions (rejection sampling: literals first, then shapes and views)."""
+    pattern, rhs, conds, _ = _rule_parts(rule)
+    laid_out = 0
+    for _ in range(200):
+        inst = Instance(rule, dtype, dims, binding, rng, conds)
+        try:
+            inst.bind_literals(pattern, rhs)
+            for c in inst.facts:  # a condition on the root's dtype alone fails every time: give up at once
+                if c[0] in ("IsFloat", "IntLike") and _vars(c[1:]) <= {pattern[1]} and \
+                        not dtype_fact(c[0], inst.literal(c[1], "dtype")):
+                    raise CannotInstantiate(f"{to_text(c)} does not hold for {dtype}")
+            if not inst.facts_hold(final=False):
+                continue
+            laid_out += 1
+            if laid_out > 60:
+                break
+            inst.plan(pattern, inst.root_dims)
+            if inst.facts_hold(final=True):
+                return inst
+        except Reject:
+            continue
+    raise CannotInstantiate("no instantiation satisfies the conditions")
+
+
 def check_once(rule, dtype, dims, binding, rng) -> bool:
-    pattern, rhs, conds, derived = _rule_parts(rule)
-    inst = Instance(rule, dtype, dims, binding, rng, conds)
-    for _ in range(200):  # rejection sampling of the literal variables against the comparisons
-        inst.env = {}
-        inst.bind_literals(pattern)
-        if all(eval_prim(f, inst.env) for f in inst.facts):
-            break
-    else:
-        raise CannotInstantiate("no literal values satisfy the conditions")
-    lhs, lhs_scalar = inst.build(pattern)
+    pattern, rhs, _, derived = _rule_parts(rule)
+    inst = instantiate(rule, dtype, dims, binding, rng)
+    inst.start_graph()
+    lhs, _, lhs_scalar = inst.build(pattern)
     roots = [lhs]
     if rhs is not None:
-        r, r_scalar = inst.build(rhs)
+        try:
+            r, _, r_scalar = inst.build(rhs)
+        except GraphError as err:  # e.g. an axis out of range, operand shapes that differ
+            raise AssertionError(f"{rule.name}: the right-hand side is ill-formed here: {err} "
+                                 f"[{dtype.value}, dims {dims}, {inst.describe()}]") from None
         roots.append(r)
     for nid in roots:
         inst.graph.to_retrieve.add(nid)
     inst.graph.execute()
-    lv = inst.value(lhs, lhs_scalar)
-    context = f"[{dtype.value}, dims {dims} {binding}, literals {inst.env}, views {inst.views}]"
+    lv = inst.value(lhs)
+    out = inst.graph.nodes[lhs].dtype
+    context = f"[{dtype.value}, dims {dims}, {inst.describe()}]"
     if derived == "NonNeg":
         assert not np.any(lv < 0), f"{rule.name} {context}: negative element in {lv}"
         return True
-    rv = inst.value(r, r_scalar)
-    assert_agree(lv, rv, rule, dtype, context)
+    assert inst.graph.nodes[r].dtype == out, f"{rule.name}: the left side is {out}, the right side " \
+                                             f"{inst.graph.nodes[r].dtype}"
+    rv = inst.value(r)
+    if lhs_scalar:
+        lv = np.broadcast_to(lv, rv.shape)
+    if r_scalar:
+        rv = np.broadcast_to(rv, lv.shape)
+    assert_agree(lv, rv, rule, out, context)
     return True
 
 
@@ -420,3 +714,88 @@ def test_harness_rejects_an_unsound_rule(tmp_path):
     (rule,) = load_file(str(path)).rules
     with pytest.raises(AssertionError, match="negative element"):
         test_rule_is_sound(rule)
+
+
+VALUE_MISMATCH = r"element \d+: lhs|negative element"  # a wrong value, not "could not check"
+
+
+def _rules_from(tmp_path, name: str, text: str):
+    path = tmp_path / f"{name}.egg"  # one file per text: load_file caches by path, size and mtime
+    path.write_text(text)
+    return {r.name: r for r in load_file(str(path)).rules}
+
+
+def test_harness_rejects_unsound_reduction_rules(tmp_path):
+    """Sum/Max patterns are instantiated for real (axis, extent, views): wrong reduction rules are caught."""
+    bad = _rules_from(tmp_path, "bad_reductions", (
+        ";; max-is-sum: max over an axis == sum over it (false)\n"
+        "(rewrite (Max ?d ?a ?x ?v) (Sum ?d ?a ?x ?v) :ruleset reductions)\n"
+        "\n"
+        ";; sum-unit-axis-exact: sum-unit-axis claimed bit-exact (false: the sum of one -0.0 is +0.0)\n"
+        "(rewrite (Sum ?d ?a ?x ?v) (Copy ?d ?x ?v) :when ((Extent ?v ?a 1)) :ruleset reductions)\n"
+        "\n"
+        ";; max-const-padded: max of a constant == the constant even through padding (false: padding reads 0)\n"
+        "(rewrite (Max ?d ?a (Num ?d ?c) ?v) (Num ?d ?c) :when ((Extent ?v ?a ?k) (>= ?k 1)) :ruleset reductions)\n"
+        "\n"
+        ";; nonneg-max-empty: the max of non-negative values is non-negative (false over an empty axis: -inf)\n"
+        "(rule ((= ?e (Max ?d ?a ?x ?v)) (NonNeg ?x)) ((NonNeg ?e)) :ruleset analysis)\n"
+        "\n"
+        ";; sum-const-float: k copies of a float constant sum to c * k (false: k roundings against one, e.g. 0.1)\n"
+        "(rewrite (Sum ?d ?a (Num ?d ?c) ?v) (Num ?d (* ?c (to-f64 ?k)))\n"
+        "         :when ((IsFloat ?d) (NoMask ?v) (Extent ?v ?a ?k) (>= ?k 1)) :ruleset reductions)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH):
+            test_rule_is_sound(rule)
+    # a view key whose source is read row-major whole (Contig) may still be a reshape: a reduction's axis then
+    # means something else, so pulling a Copy into a reduction needs the two views' dims to agree
+    (rule,) = _rules_from(tmp_path, "bad_sum_copy", (
+        ";; sum-copy-any-dims: sum(copy(x)) == sum(x through the copy's view) (false when the copy is reshaped)\n"
+        "(rewrite (Sum ?d ?a (Copy ?d ?x ?vx) ?vm) (Sum ?d ?a ?x ?vx) :when ((Contig ?vm)) :ruleset reductions)\n"
+    )).values()
+    with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|ill-formed|the two sides have"):
+        test_rule_is_sound(rule)
+
+
+def test_harness_rejects_unsound_cast_rules(tmp_path):
+    """Cast operands get every dtype (free in the pattern): wrong conversions are caught, sound ones pass."""
+    bad = _rules_from(tmp_path, "bad_casts", (
+        ";; cast-roundtrip: casting to t and back is the identity (false for narrowing casts)\n"
+        "(rewrite (Cast ?s (Cast ?t ?x ?vx) ?w) (Copy ?s ?x ?vx) :when ((Contig ?w)) :ruleset algebra)\n"
+        "\n"
+        ";; cast-cast-skip: casting through t then to s == casting to s (false: float -> int -> float truncates)\n"
+        "(rewrite (Cast ?s (Cast ?t ?x ?vx) ?w) (Cast ?s ?x ?vx) :when ((Contig ?w)) :ruleset algebra)\n"
+        "\n"
+        ";; nonneg-cast-any: a cast of non-negative values is non-negative (false to int: NaN, inf -> minimum)\n"
+        "(rule ((= ?e (Cast ?t ?x ?v)) (NonNeg ?x)) ((NonNeg ?e)) :ruleset analysis)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH):
+            test_rule_is_sound(rule)
+    good = _rules_from(tmp_path, "good_casts", (
+        ";; cast-cast-same: casting twice to the same dtype == casting once\n"
+        "(rewrite (Cast ?d (Cast ?d ?x ?vx) ?w) (Cast ?d ?x ?vx) :when ((Contig ?w)) :ruleset algebra)\n"))
+    test_rule_is_sound(good["cast-cast-same"])
+
+
+def test_harness_rejects_unsound_gather_rules(tmp_path):
+    """Gather indices are in range of the gathered axis (drawn), through any view: wrong rules are caught."""
+    bad = _rules_from(tmp_path, "bad_gathers", (
+        ";; gather-const-padded: gathering from a constant gives the constant, even through padding (false)\n"
+        "(rewrite (Gather ?d ?a (Num ?d ?c) ?vd ?i ?vi) (Num ?d ?c) :ruleset reductions)\n"))
+    with pytest.raises(AssertionError, match=VALUE_MISMATCH):
+        test_rule_is_sound(bad["gather-const-padded"])
+    # the index's layout decides the output's: reading it through its copy's view is wrong for a flipped copy
+    # and, even when the copy is read row-major whole (Contig), for a reshaped one
+    bad = _rules_from(tmp_path, "bad_gather_index", (
+        ";; gather-index-view-ignored: the index read through its copy's own view (false unless Contig)\n"
+        "(rewrite (Gather ?d ?a ?x ?vx (Copy ?t ?i ?vi) ?vc) (Gather ?d ?a ?x ?vx ?i ?vi) :ruleset reductions)\n"
+        "\n"
+        ";; gather-index-copy-reshaped: the same when the copy is read row-major whole (false: reshapes)\n"
+        "(rewrite (Gather ?d ?a ?x ?vx (Copy ?t ?i ?vi) ?vc) (Gather ?d ?a ?x ?vx ?i ?vi)\n"
+        "         :when ((Contig ?vc)) :ruleset reductions)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|ill-formed|the two sides have"):
+            test_rule_is_sound(rule)
+    good = _rules_from(tmp_path, "good_gathers", (
+        ";; gather-const: gathering from a constant (no padding) gives the constant\n"
+        "(rewrite (Gather ?d ?a (Num ?d ?c) ?vd ?i ?vi) (Num ?d ?c) :when ((NoMask ?vd)) :ruleset reductions)\n"))
+    test_rule_is_sound(good["gather-const"])

@@ -86,7 +86,7 @@ class RemoveSingleReductions(Pass):
 
 def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
     """The default pipeline (what ``Graph.compile(device=...)`` runs when no compiler is given): dead-node
-    removal, size-1 reductions squeezed, then equality saturation (the algebra and approx rulesets of
+    removal, size-1 reductions squeezed, then equality saturation (the algebra, approx and reductions rulesets of
     ``luminal/compiler/rules``, extraction by cost, duplicates merged), dead nodes again, and depth-first
     scheduling."""
     import os

@@ -411,7 +411,7 @@ class EqualitySaturation(Pass):
         t0 = time.perf_counter()
         rep.changes = rebuild(graph, sat.encoding, eg, ext)
         rep.rebuild_seconds = time.perf_counter() - t0
-        _annotate(rep, sat, eg)
+        _annotate(rep, sat, eg, ext)
         self.report = rep
         history = graph.__dict__.setdefault("egraph_reports", [])
         history.append(rep)
@@ -430,23 +430,29 @@ class EqualitySaturation(Pass):
         return f"EqualitySaturation(rulesets={self.rulesets!r})"
 
 
-def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData) -> None:
-    """Attach to each change the rules whose left-hand side matches in its e-class (commutativity only when
-    nothing else matches) and the loader's constant folds."""
-    from .match import rules_matching
+def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData, ext: Extraction) -> None:
+    """Attach to each change how it came about: the loader's constant fold; "its inputs were rewritten" (same
+    e-node, new operands); the chain of rewrites from the node's own e-node to the extracted one
+    (:func:`~luminal.compiler.egraph.match.derivation`, ``ch["derivation"] = True``); or, when no chain is found,
+    the rules whose left-hand side matches in its e-class (commutativity only when nothing else matches)."""
+    from .match import derivation, rules_matching
 
     for ch in rep.changes:
-        names = []
+        names, found = [], False
         if ch["node"] in sat.encoding.folded:
             names.append("fold-constants (loader)")
         if ch.get("same_enode") and not names:
             names.append("its inputs were rewritten")
-        else:
+        elif not names:
             sig = node_signature(sat.encoding.terms[ch["node"]], eg)
-            names += rules_matching(sat.rules, eg, ch["eclass"], sig) or \
-                rules_matching(sat.rules, eg, ch["eclass"])
+            chain = derivation(sat.rules, eg, ch["eclass"], sig, ext.choice[ch["eclass"]].signature)
+            if chain:
+                names, found = chain, True
+            else:
+                names = rules_matching(sat.rules, eg, ch["eclass"], sig) or \
+                    rules_matching(sat.rules, eg, ch["eclass"])
         ch["rules"] = names
-
+        ch["derivation"] = found
 
 
 def explain(graph: Graph, file=None) -> str:
@@ -463,7 +469,10 @@ def explain(graph: Graph, file=None) -> str:
             lines.append(f"equality saturation #{k}: {rep.stop_reason} after {len(rep.iterations)} iterations, "
                          f"cost {rep.cost_before:.2f} -> {rep.cost_after:.2f}")
             for ch in rep.changes:
-                rules = ", ".join(ch.get("rules", [])) or "(cheaper equivalent)"
+                if ch.get("derivation"):  # the rewrites applied in turn
+                    rules = " -> ".join(ch["rules"])
+                else:  # the rules whose left-hand side matches there
+                    rules = ", ".join(ch.get("rules", [])) or "(cheaper equivalent)"
                 lines.append(f"  node {ch['node']} {ch['op']} '{ch['label']}' -> node {ch['new']} {ch['new_op']}"
                              f"   via {rules}")
             if not rep.changes:
