@@ -3,6 +3,7 @@
 Run:  python benchmarks/symbolic_shapes.py [--quick] [--timeout 120] [--only chains,bert]
                                            [--cases relu,gelu,gelu_tanh,masked_softmax,layer_norm]
                                            [--configs 1x32,32x128] [--no-torch] [--torch-threads N]
+                                           [--search] [--search-budget 60]
 Needs the test or bench extra for the PyTorch column (pip install -e '.[bench]'); without torch that column
 reads n/a. Prints tables; asserts nothing about timings.
 
@@ -247,7 +248,7 @@ def luminal_bert(symbolic_dims):
 
 
 def run_bert_child(variant: str, configs, weights: str, outdir: str, repeats: int, budget_s: float,
-                   torch_threads: int = 0) -> None:
+                   torch_threads: int = 0, search_budget: float = 60.0) -> None:
     state = dict(np.load(weights))
     if variant == "torch":
         import torch
@@ -270,11 +271,11 @@ def run_bert_child(variant: str, configs, weights: str, outdir: str, repeats: in
             emit(stage=config, ms=per_call * 1e3)
         return
 
-    if variant == "symbolic":
+    if variant in ("symbolic", "search"):
         enc, cx, x, pad, y = luminal_bert(("batch", "seq"))
         enc.load_state_dict(state)
         t0 = time.perf_counter()
-        cx.compile(device="cpu")
+        cx.compile(device="cpu", **({"search": "full", "budget_s": search_budget} if variant == "search" else {}))
         src = cx.runtime.source if cx.runtime is not None else ""
         emit(stage="compile", compile_s=time.perf_counter() - t0, bytes=len(src), idx=index_ops(src))
     for config in configs:
@@ -289,10 +290,16 @@ def run_bert_child(variant: str, configs, weights: str, outdir: str, repeats: in
         x_np, pad_np = bert_inputs(config)
         x.set(x_np)
         pad.set(pad_np)
+        extra = {}
+        if variant == "search":  # the first call at these sizes searches (and rebuilds the library)
+            t0 = time.perf_counter()
+            cx.execute()
+            extra = {"search_s": time.perf_counter() - t0,
+                     "winners": sorted(set(cx.runtime.choices_at(cx.dyn_map).values()))}
         per_call = time_calls(cx.execute, repeats, budget_s)
         cx.execute()
         np.save(os.path.join(outdir, f"{variant}_{config}.npy"), y.data())
-        emit(stage=config, ms=per_call * 1e3)
+        emit(stage=config, ms=per_call * 1e3, **extra)
 
 
 # ============================================================================ parent
@@ -452,14 +459,15 @@ def bert_table(args, tmp) -> None:
     outdir = tempfile.mkdtemp(dir=tmp)
     print(f"\nTable 2: BERT encoder (MiniLM-L6 shape: {BERT['layers']} layers, d {BERT['d']}, {BERT['heads']} heads, "
           f"FFN {BERT['ffn']}, erf GELU, post-LN, bool padding mask); timeout {args.timeout:g} s per stage")
-    res = {v: {} for v in ("symbolic", "fixed", "torch")}
+    res = {v: {} for v in ("symbolic", "fixed", "torch", "search")}
     notes = []
-    variants = ["symbolic", "fixed"] + ([] if args.no_torch else ["torch"])
+    variants = ["symbolic", "fixed"] + ([] if args.no_torch else ["torch"]) + (["search"] if args.search else [])
     for variant in variants:
         cache = tempfile.mkdtemp(dir=tmp)
         child = Child(["--child", "bert", "--variant", variant, "--configs", ",".join(configs), "--out", outdir,
                        "--weights", weights, "--repeats", str(args.repeats), "--budget", str(args.budget),
-                       "--torch-threads", str(args.torch_threads)], child_env(cache))
+                       "--torch-threads", str(args.torch_threads), "--search-budget", str(args.search_budget)],
+                      child_env(cache))
         stages = (["compile"] + configs if variant != "fixed" else [s for c in configs for s in (f"compile {c}", c)])
         dead = None
         for stage in stages:
@@ -513,6 +521,17 @@ def bert_table(args, tmp) -> None:
               f"{fmt(fix_c, '.2f', 7)} | {fmt(sym_kb, '', 9)}{fmt(fix_kb, '', 6)} | {fmt(sym_idx, '', 8)}"
               f"{fmt(fix_idx, '', 5)} | {fmt(diffs[0], '.1e', 13)}{fmt(diffs[1], '.1e', 9)}", flush=True)
     print("  the symbolic graph is compiled once for all configs; fixed is compiled per config (its own compile s)")
+    if args.search:
+        print(f"  symbolic + search=\"full\" (budget {args.search_budget:g} s; searched at each config's first call):")
+        for config in configs:
+            r = res["search"].get(config)
+            t = ms("torch", config) if not args.no_torch else None
+            if isinstance(r, dict):
+                vs = f", {r['ms'] / t:.2f}x torch" if isinstance(t, float) else ""
+                print(f"    {config:<8} {r['ms']:.2f} ms{vs}; search + rebuild {r['search_s']:.1f} s; "
+                      f"GEMM kernels used: {', '.join(r['winners'])}")
+            else:
+                print(f"    {config:<8} {r}")
     for n in notes:
         print(n)
 
@@ -551,6 +570,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per measurement")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--search", action="store_true", help="also run the symbolic BERT with search=\"full\"")
+    parser.add_argument("--search-budget", type=float, default=60.0, help="budget_s of that search")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (default: torch's own)")
     # child-process arguments
     parser.add_argument("--child", choices=["chain", "bert"], help=argparse.SUPPRESS)
@@ -568,7 +589,7 @@ def main() -> None:
         return
     if args.child == "bert":
         run_bert_child(args.variant, args.configs.split(","), args.weights, args.out, args.repeats, args.budget,
-                       args.torch_threads)
+                       args.torch_threads, args.search_budget)
         return
 
     args.cases = [c for c in args.cases.split(",") if c]
