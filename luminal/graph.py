@@ -418,13 +418,25 @@ class Graph:
         self.toposort()
         self.reset()
         self.device = device
+        self._attach_failure = None  # an explicit compile always tries again
         self._attach_runtime()
         return out
 
     def _attach_runtime(self) -> None:
         from .runtime import attach  # backends are plug-ins above the graph layer
 
-        attach(self, self.device, *getattr(self, "_search_options", (None, None)))
+        failed = getattr(self, "_attach_failure", None)
+        if failed is not None and failed[0] == (self.version, self.device):
+            # the same graph failed to build for this device: raise again instead of recompiling every execute()
+            raise RuntimeError(f"this graph failed to build for device {self.device!r} (not retried until the "
+                               f"graph or the device changes): {failed[1]}") from failed[1]
+        try:
+            attach(self, self.device, *getattr(self, "_search_options", (None, None)))
+        except Exception as e:
+            self.runtime = None
+            self._attach_failure = ((self.version, self.device), e)
+            raise
+        self._attach_failure = None
 
     def reset(self) -> None:
         """Drop every stored tensor that is not an input's data or in ``no_delete``."""
