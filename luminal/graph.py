@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -86,11 +88,16 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
         self.schedule: set[tuple[int, int]] = set()
-        self.tensors: dict[tuple[int, int], np.ndarray] = {}
-        self.dyn_map: dict[str, int] = {}
+        # tensor values, symbol bindings and deferred inputs: the creating thread's, seen by every thread
+        # through a per-thread overlay (see the ``tensors`` property)
+        self._tensors: dict[tuple[int, int], np.ndarray] = {}
+        self._dyn_map: dict[str, int] = {}
+        self._deferred: dict[int, Callable[[Mapping[str, int]], object]] = {}
+        self._owner = threading.get_ident()
+        self._local = threading.local()
+        self._lock = threading.RLock()  # one execute()/compile() at a time
         self.no_delete: set[int] = set()
         self.to_retrieve: set[int] = set()
-        self.deferred: dict[int, Callable[[Mapping[str, int]], object]] = {}
         self.post_execute_hooks: list[Callable[["Graph"], None]] = []
         # (output node, input node): after each execute the input takes the output's value (training state)
         self.carries: list[tuple[int, int]] = []
@@ -104,6 +111,48 @@ class Graph:
         self._order: list[int] | None = None
         self._consumer_counts: dict[tuple[int, int], int] | None = None
         self._input_ids: frozenset[int] | None = None
+
+    # ------------------------------------------------------------------ per-thread state
+    def _state(self, name: str):
+        if threading.get_ident() == self._owner:
+            return getattr(self, name)
+        local = self._local.__dict__
+        if name not in local:
+            local[name] = _Overlay(getattr(self, name))
+        return local[name]
+
+    @property
+    def tensors(self) -> MutableMapping:
+        """Node output values, keyed by ``(node id, output slot)``.
+
+        Thread safety: the thread that created the graph owns the base values (weights and inputs it
+        ``set()``s, results of its executes); every other thread sees them through its own overlay, where its
+        own ``set()``s, symbol bindings and results live, invisible to the other threads. So threads sharing
+        a compiled model each run their own inputs (``execute()`` itself runs one at a time per graph)."""
+        return self._state("_tensors")
+
+    @property
+    def dyn_map(self) -> MutableMapping:
+        """Symbol bindings (``{"batch": 8}``), per thread like :attr:`tensors`."""
+        return self._state("_dyn_map")
+
+    @property
+    def deferred(self) -> MutableMapping:
+        """Inputs whose data is produced from the symbol bindings at execute time, per thread like
+        :attr:`tensors`."""
+        return self._state("_deferred")
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for k in ("_local", "_lock"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._owner = threading.get_ident()
+        self._local = threading.local()
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ building
     def add_op(self, op: Op, inputs: Sequence[tuple[int, ShapeTracker]] = (), dims: Iterable = (),
@@ -401,6 +450,10 @@ class Graph:
         that replace nodes keep them valid. ``device`` defaults to ``$LUMINAL_DEVICE`` (else ``"reference"``).
         Returns the compiler's output.
         """
+        with self._lock:
+            return self._compile(compiler, remap, device, search, budget_s)
+
+    def _compile(self, compiler, remap, device, search, budget_s):
         out = None
         device = device or os.environ.get("LUMINAL_DEVICE", "reference")
         from .runtime.search import check_budget, check_level  # validate before the (slow) passes run
@@ -451,7 +504,14 @@ class Graph:
 
     # ------------------------------------------------------------------ execution
     def execute(self) -> None:
-        """Run the graph. Results of ``retrieve()``d tensors are then available through ``data()``."""
+        """Run the graph. Results of ``retrieve()``d tensors are then available through ``data()``.
+
+        Safe to call from several threads: each thread's inputs and results are its own (see
+        :attr:`tensors`) and the runs take turns (the compiled code parallelizes each run itself)."""
+        with self._lock:
+            self._execute()
+
+    def _execute(self) -> None:
         if self.device is None and os.environ.get("LUMINAL_DEVICE", "reference") != "reference":
             self.device = os.environ["LUMINAL_DEVICE"]  # uncompiled graphs follow LUMINAL_DEVICE
         if self.device not in (None, "reference") and (self.runtime is None or self.runtime.stale(self)):
@@ -620,3 +680,58 @@ def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
                 raise TypeError(f"data for '{label}' has non-integer values but the tensor is {dtype}")
         arr = arr.astype(target)
     return arr if arr.flags.c_contiguous else arr.copy()
+
+
+class _Overlay(MutableMapping):
+    """A thread's view of a shared mapping: its own writes and deletions on top of the shared values."""
+
+    __slots__ = ("own", "base", "hidden")
+
+    def __init__(self, base: Mapping):
+        self.own: dict = {}
+        self.base = base
+        self.hidden: set = set()  # shared keys this thread deleted
+
+    def __getitem__(self, key):
+        own = self.own
+        if key in own:
+            return own[key]
+        if key in self.hidden:
+            raise KeyError(key)
+        return self.base[key]
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key) -> bool:
+        return key in self.own or (key not in self.hidden and key in self.base)
+
+    def __setitem__(self, key, value) -> None:
+        self.own[key] = value
+        self.hidden.discard(key)
+
+    def __delitem__(self, key) -> None:
+        found = self.own.pop(key, _MISSING) is not _MISSING
+        if key in self.base and key not in self.hidden:
+            self.hidden.add(key)
+            found = True
+        if not found:
+            raise KeyError(key)
+
+    def __iter__(self):
+        yield from list(self.own)
+        for key in list(self.base):
+            if key not in self.own and key not in self.hidden:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+_MISSING = object()

@@ -249,7 +249,7 @@ class CPURuntime:
         self._plan_key = None
         self._arena = np.empty(0, np.uint8)
         self._offsets: dict[int, int] = {}
-        self._out_arrays: dict[int, np.ndarray] = {}  # data() copies out, so these can be reused
+        self._out_local = threading.local()  # per thread: output arrays reused by the next run (_out_arrays)
         self._version = graph.version
         if self.search_level == "background" and self._all_gemms_known(bindings):
             self._enqueue(bindings)
@@ -401,6 +401,12 @@ class CPURuntime:
             pending, self._pending = self._pending, None
         if pending is not None:
             self._install(*pending)
+
+    @property
+    def _out_arrays(self) -> dict[int, np.ndarray]:
+        """This thread's output arrays, reused by its next run (``data()`` copies out). Per thread: another
+        thread's run must not overwrite a result this thread has not read yet."""
+        return self._out_local.__dict__.setdefault("arrays", {})
 
     @property
     def source(self) -> str:
