@@ -221,15 +221,19 @@ _COMMON = r"""
 #ifndef LM_OWN_GEMM_PAR_MACS
 #define LM_OWN_GEMM_PAR_MACS (1LL << 18)
 #endif
+/* from this many multiply-adds on, the threads share the packed B panels (synchronized by barriers) */
+#ifndef LM_OWN_GEMM_SHARED_MACS
+#define LM_OWN_GEMM_SHARED_MACS (1LL << 24)
+#endif
 /* Packing buffers of the own GEMMs: per thread, 64-byte aligned, grown on demand and reused by every later
    call on that thread (never freed: the OpenMP threads live as long as the process). */
 static __thread void *lm_og_abuf, *lm_og_bbuf;
 static __thread size_t lm_og_acap, lm_og_bcap;
 static void *lm_og_grow(void **buf, size_t *cap, size_t bytes) {
-    if (bytes > *cap) {
+    if (bytes > *cap || !*buf) {
         void *p = NULL;
         bytes = (bytes + 4095) & ~(size_t)4095;
-        if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+        if (posix_memalign(&p, 64, bytes ? bytes : 4096) != 0) return NULL;
         free(*buf);
         *buf = p;
         *cap = bytes;
@@ -238,6 +242,89 @@ static void *lm_og_grow(void **buf, size_t *cap, size_t bytes) {
 }
 #endif
 """
+
+# dst[k*W + i] = src[i*rs + k] for i < R, k < kb: R rows that are contiguous along k, transposed in 4x4 (float)
+# or 2x2 (double) register blocks; W is a compile-time constant at every (always inlined) use.
+_PACKT = {
+    "float": r"""
+#ifndef LM_OWN_GEMM_PACKT_float
+#define LM_OWN_GEMM_PACKT_float
+typedef float lm_og_v4f __attribute__((vector_size(16)));
+typedef int lm_og_v4i __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) void lm_og_packt_float(long long R, long long kb, const float *src,
+                                                                    long long rs, float *restrict dst, long long W) {
+    long long i = 0;
+    for (; i + 4 <= R; i += 4) {
+        const float *s0 = src + i * rs, *s1 = s0 + rs, *s2 = s1 + rs, *s3 = s2 + rs;
+        float *restrict d = dst + i;
+        long long k = 0;
+        for (; k + 4 <= kb; k += 4) {
+            lm_og_v4f r0, r1, r2, r3;
+            if (!(k & 15)) {
+                __builtin_prefetch(s0 + k + 128); __builtin_prefetch(s1 + k + 128);
+                __builtin_prefetch(s2 + k + 128); __builtin_prefetch(s3 + k + 128);
+            }
+            memcpy(&r0, s0 + k, 16); memcpy(&r1, s1 + k, 16); memcpy(&r2, s2 + k, 16); memcpy(&r3, s3 + k, 16);
+            lm_og_v4f t0 = __builtin_shuffle(r0, r1, (lm_og_v4i){0, 4, 1, 5});
+            lm_og_v4f t1 = __builtin_shuffle(r0, r1, (lm_og_v4i){2, 6, 3, 7});
+            lm_og_v4f t2 = __builtin_shuffle(r2, r3, (lm_og_v4i){0, 4, 1, 5});
+            lm_og_v4f t3 = __builtin_shuffle(r2, r3, (lm_og_v4i){2, 6, 3, 7});
+            lm_og_v4f o0 = __builtin_shuffle(t0, t2, (lm_og_v4i){0, 1, 4, 5});
+            lm_og_v4f o1 = __builtin_shuffle(t0, t2, (lm_og_v4i){2, 3, 6, 7});
+            lm_og_v4f o2 = __builtin_shuffle(t1, t3, (lm_og_v4i){0, 1, 4, 5});
+            lm_og_v4f o3 = __builtin_shuffle(t1, t3, (lm_og_v4i){2, 3, 6, 7});
+            memcpy(d + k * W, &o0, 16); memcpy(d + (k + 1) * W, &o1, 16);
+            memcpy(d + (k + 2) * W, &o2, 16); memcpy(d + (k + 3) * W, &o3, 16);
+        }
+        for (; k < kb; k++) { d[k * W] = s0[k]; d[k * W + 1] = s1[k]; d[k * W + 2] = s2[k]; d[k * W + 3] = s3[k]; }
+    }
+    for (; i + 2 <= R; i += 2) {
+        const float *s0 = src + i * rs, *s1 = s0 + rs;
+        float *restrict d = dst + i;
+        long long k = 0;
+        for (; k + 4 <= kb; k += 4) {
+            lm_og_v4f r0, r1;
+            if (!(k & 15)) { __builtin_prefetch(s0 + k + 128); __builtin_prefetch(s1 + k + 128); }
+            memcpy(&r0, s0 + k, 16); memcpy(&r1, s1 + k, 16);
+            lm_og_v4f u0 = __builtin_shuffle(r0, r1, (lm_og_v4i){0, 4, 1, 5});
+            lm_og_v4f u1 = __builtin_shuffle(r0, r1, (lm_og_v4i){2, 6, 3, 7});
+            memcpy(d + k * W, &u0, 8); memcpy(d + (k + 1) * W, (const char *)&u0 + 8, 8);
+            memcpy(d + (k + 2) * W, &u1, 8); memcpy(d + (k + 3) * W, (const char *)&u1 + 8, 8);
+        }
+        for (; k < kb; k++) { d[k * W] = s0[k]; d[k * W + 1] = s1[k]; }
+    }
+    for (; i < R; i++)
+        for (long long k = 0; k < kb; k++) dst[k * W + i] = src[i * rs + k];
+}
+#endif
+""",
+    "double": r"""
+#ifndef LM_OWN_GEMM_PACKT_double
+#define LM_OWN_GEMM_PACKT_double
+typedef double lm_og_v2d __attribute__((vector_size(16)));
+typedef long long lm_og_v2l __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) void lm_og_packt_double(long long R, long long kb, const double *src,
+                                                                     long long rs, double *restrict dst, long long W) {
+    long long i = 0;
+    for (; i + 2 <= R; i += 2) {
+        const double *s0 = src + i * rs, *s1 = s0 + rs;
+        double *restrict d = dst + i;
+        long long k = 0;
+        for (; k + 2 <= kb; k += 2) {
+            lm_og_v2d r0, r1;
+            memcpy(&r0, s0 + k, 16); memcpy(&r1, s1 + k, 16);
+            lm_og_v2d o0 = __builtin_shuffle(r0, r1, (lm_og_v2l){0, 2});
+            lm_og_v2d o1 = __builtin_shuffle(r0, r1, (lm_og_v2l){1, 3});
+            memcpy(d + k * W, &o0, 16); memcpy(d + (k + 1) * W, &o1, 16);
+        }
+        for (; k < kb; k++) { d[k * W] = s0[k]; d[k * W + 1] = s1[k]; }
+    }
+    for (; i < R; i++)
+        for (long long k = 0; k < kb; k++) dst[k * W + i] = src[i * rs + k];
+}
+#endif
+""",
+}
 
 _TEMPLATE = r"""
 /* NAME: own GEMM, T, register tile MR x NR, kc=KC mc=MC nc=NC (luminal.codegen.gemm) */
@@ -272,82 +359,86 @@ static void NAME_edge(long long kb, const T *a, const T *b, T *restrict c, long 
         else for (long long j = 0; j < cols; j++) ci[j] = ti[j];
     }
 }
-/* pack rows [0, mb) x k [0, kb) of A (A(m,k) = A[m*sam + k*sak]) into MR-row slivers: ap[s*MR*kb + k*MR + i] */
+/* pack rows [0, mb) x k [0, kb) of A (A(m,k) = A[m*sam + k*sak]) into MR-row slivers, zero-padded:
+   ap[s*MR*kb + k*MR + i] */
 static void NAME_pack_a(long long mb, long long kb, const T *A, long long sam, long long sak, T *restrict ap) {
-    long long i0 = 0;
-    if (sam == 1) {  /* A stored K x M (transposed): read each row of it once, across all the slivers */
-        long long full = mb / MR * MR;
+    long long i0 = 0, full = mb / MR * MR;
+    if (sam == 1) {  /* A stored K x M (transposed): read each of its rows once, across all the slivers */
         for (long long k = 0; k < kb; k++) {
             const T *src = A + k * sak;
             for (long long s = 0; s < full; s += MR)
                 for (int i = 0; i < MR; i++) ap[s * kb + k * MR + i] = src[s + i];
         }
         i0 = full;
+    } else if (sak == 1) {  /* row-major A: rows contiguous along k, transposed in register blocks */
+        for (long long s = 0; s < full; s += MR) lm_og_packt_T(MR, kb, A + s * sam, sam, ap + s * kb, MR);
+        i0 = full;
     }
     for (; i0 < mb; i0 += MR) {
         long long rows = mb - i0 < MR ? mb - i0 : MR;
         const T *src = A + i0 * sam;
         T *restrict dst = ap + i0 * kb;
-        if (rows == MR && sak == 1) {
-            PACK_A_ROWS
-        } else if (rows == MR) {
-            for (long long k = 0; k < kb; k++)
-                for (int i = 0; i < MR; i++) dst[k * MR + i] = src[i * sam + k * sak];
-        } else {
-            for (long long k = 0; k < kb; k++)
-                for (int i = 0; i < MR; i++) dst[k * MR + i] = i < rows ? src[i * sam + k * sak] : (T)0;
-        }
+        for (long long k = 0; k < kb; k++)
+            for (int i = 0; i < MR; i++) dst[k * MR + i] = i < rows ? src[i * sam + k * sak] : (T)0;
     }
 }
-/* pack k [0, kb) x columns [0, nb) of B (B(k,n) = B[n*sbn + k*sbk]) into NR-column slivers:
+/* pack k [0, kb) x columns [0, nb) of B (B(k,n) = B[n*sbn + k*sbk]) into NR-column slivers, zero-padded:
    bp[s*NR*kb + k*NR + j] */
 static void NAME_pack_b(long long nb, long long kb, const T *B, long long sbn, long long sbk, T *restrict bp) {
-    for (long long j0 = 0; j0 < nb; j0 += NR) {
+    long long j0 = 0;
+    if (sbn == 1) {  /* row-major B: a few rows at a time, each read once along all the slivers */
+        long long full = nb / NR * NR;
+        for (long long k0 = 0; k0 < kb; k0 += 8) {
+            long long k1 = k0 + 8 < kb ? k0 + 8 : kb;
+            for (long long s = 0; s < full; s += NR)
+                for (long long k = k0; k < k1; k++) memcpy(bp + s * kb + k * NR, B + k * sbk + s, NR * sizeof(T));
+        }
+        j0 = full;
+    }
+    for (; j0 < nb; j0 += NR) {
         long long cols = nb - j0 < NR ? nb - j0 : NR;
         const T *src = B + j0 * sbn;
         T *restrict dst = bp + j0 * kb;
-        if (cols == NR && sbn == 1) {
-            for (long long k = 0; k < kb; k++) memcpy(dst + k * NR, src + k * sbk, NR * sizeof(T));
-        } else if (cols == NR && sbk == 1) {
-            for (long long j = 0; j < NR; j++) {
-                const T *s = src + j * sbn;
-                for (long long k = 0; k < kb; k++) dst[k * NR + j] = s[k];
-            }
-        } else if (cols == NR) {
-            for (long long k = 0; k < kb; k++)
-                for (int j = 0; j < NR; j++) dst[k * NR + j] = src[j * sbn + k * sbk];
+        if (cols == NR && sbk == 1) {  /* B stored N x K: transposed in register blocks */
+            lm_og_packt_T(NR, kb, src, sbn, dst, NR);
         } else {
             for (long long k = 0; k < kb; k++)
                 for (int j = 0; j < NR; j++) dst[k * NR + j] = j < cols ? src[j * sbn + k * sbk] : (T)0;
         }
     }
 }
-/* rows [m0, m1) x columns [n0, n1) of C, on the calling thread; epi on each finished MC x NC block */
-static int NAME_block(long long m0, long long m1, long long n0, long long n1, long long N, long long K,
+/* plain loops over rows [m0, m1) x columns [n0, n1) and the epilogue over them (no packing memory) */
+static int NAME_naive(long long m0, long long m1, long long n0, long long n1, long long N, long long K,
                       const T *A, long long sam, long long sak, const T *B, long long sbn, long long sbk, T *C,
                       lm_epilogue epi, void **bufs, const long long *syms) {
+    for (long long m = m0; m < m1; m++)
+        for (long long n = n0; n < n1; n++) {
+            T acc = 0;
+            for (long long k = 0; k < K; k++) acc += A[m * sam + k * sak] * B[n * sbn + k * sbk];
+            C[m * N + n] = acc;
+        }
+    return epi && m1 > m0 && n1 > n0 ? epi(bufs, syms, m0, m1, n0, n1) : 0;
+}
+/* rows [m0, m1) x columns [n0, n1) of C by this thread, with the B panel bp and the A block ap; thread t of
+   nt (nt > 1: the threads of one team share bp, each packs its part of every panel, between barriers, and
+   computes its own rows). epi on each MC x NC block of C after its last K block. */
+static int NAME_run(long long m0, long long m1, long long n0, long long n1, long long N, long long K,
+                    const T *A, long long sam, long long sak, const T *B, long long sbn, long long sbk, T *C,
+                    lm_epilogue epi, void **bufs, const long long *syms, T *bp, T *ap, int t, int nt) {
     int err = 0;
-    long long kcap = K < KC ? K : KC;
-    long long ncap = n1 - n0 < NC ? (n1 - n0 + NR - 1) / NR * NR : NC;
-    long long mcap = m1 - m0 < MC ? (m1 - m0 + MR - 1) / MR * MR : MC;
-    T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
-    T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
-    if (!bp || !ap) {  /* out of memory: plain loops */
-        for (long long m = m0; m < m1; m++)
-            for (long long n = n0; n < n1; n++) {
-                T acc = 0;
-                for (long long k = 0; k < K; k++) acc += A[m * sam + k * sak] * B[n * sbn + k * sbk];
-                C[m * N + n] = acc;
-            }
-        int e = epi ? epi(bufs, syms, m0, m1, n0, n1) : 0;
-        return e;
-    }
     for (long long jc = n0; jc < n1; jc += NC) {
         long long nb = n1 - jc < NC ? n1 - jc : NC;
         for (long long pc = 0; pc < K; pc += KC) {
             long long kb = K - pc < KC ? K - pc : KC;
             int acc = pc > 0, last = pc + kb >= K;
-            NAME_pack_b(nb, kb, B + jc * sbn + pc * sbk, sbn, sbk, bp);
+            long long ns = (nb + NR - 1) / NR, s0 = ns * t / nt, s1 = ns * (t + 1) / nt;
+            if (s1 > s0) {
+                long long c0 = s0 * NR, c1 = s1 * NR < nb ? s1 * NR : nb;
+                NAME_pack_b(c1 - c0, kb, B + (jc + c0) * sbn + pc * sbk, sbn, sbk, bp + c0 * kb);
+            }
+            if (nt > 1) {
+                #pragma omp barrier
+            }
             for (long long ic = m0; ic < m1; ic += MC) {
                 long long mb = m1 - ic < MC ? m1 - ic : MC;
                 NAME_pack_a(mb, kb, A + ic * sam + pc * sak, sam, sak, ap);
@@ -366,6 +457,9 @@ static int NAME_block(long long m0, long long m1, long long n0, long long n1, lo
                     if (e && !err) err = e;
                 }
             }
+            if (nt > 1) {
+                #pragma omp barrier
+            }
         }
     }
     return err;
@@ -379,28 +473,72 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof(T));
         return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
-    if (omp_in_parallel() || (double)M * (double)N * (double)K < (double)LM_OWN_GEMM_PAR_MACS
-        || omp_get_max_threads() < 2)
-        return NAME_block(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    long long kcap = K < KC ? K : KC;
+    int nt = omp_in_parallel() || (double)M * (double)N * (double)K < (double)LM_OWN_GEMM_PAR_MACS
+             ? 1 : omp_get_max_threads();
     int err = 0;
-    #pragma omp parallel
-    {
-        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), lo, hi;
-        int by_rows = M > N;
-        long long len = by_rows ? M : N, unit = by_rows ? MR : NR;
-        long long per = ((len + nt - 1) / nt + unit - 1) / unit * unit;
-        lo = t * per < len ? t * per : len;
-        hi = lo + per < len ? lo + per : len;
-        if (hi > lo) {
-            int e = by_rows ? NAME_block(lo, hi, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)
-                            : NAME_block(0, M, lo, hi, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-            if (e) {
-                #pragma omp critical(lm_own_gemm_err)
-                { if (!err) err = e; }
+    if (nt > 1 && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_SHARED_MACS
+        && ((M + MR - 1) / MR >= 4 * nt || M >= N)) {
+        /* a big GEMM: split the rows, the threads share one B panel (no operand is packed twice) */
+        long long ncap = (N < NC ? N + NR - 1 : NC) / NR * NR;
+        T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
+        int fail = !bp;
+        if (!fail) {
+            #pragma omp parallel
+            {
+                int t = omp_get_thread_num(), n = omp_get_num_threads();
+                long long per = ((M + n - 1) / n + MR - 1) / MR * MR;
+                long long lo = t * per < M ? t * per : M, hi = lo + per < M ? lo + per : M;
+                long long mcap = (hi - lo < MC ? hi - lo + MR - 1 : MC) / MR * MR;
+                T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * (mcap ? mcap : MR)) * sizeof(T));
+                if (!ap) {
+                    #pragma omp atomic write
+                    fail = 1;
+                }
+                #pragma omp barrier
+                int f;
+                #pragma omp atomic read
+                f = fail;
+                if (!f) {
+                    int e = NAME_run(lo, hi, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, t, n);
+                    if (e) {
+                        #pragma omp critical(lm_own_gemm_err)
+                        { if (!err) err = e; }
+                    }
+                }
             }
         }
+        return fail ? NAME_naive(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms) : err;
     }
-    return err;
+    if (nt > 1) {
+        /* smaller (or few rows): split the longer side, each thread with its own panels (no barriers) */
+        #pragma omp parallel
+        {
+            int t = omp_get_thread_num(), n = omp_get_num_threads(), by_rows = M > N;
+            long long len = by_rows ? M : N, unit = by_rows ? MR : NR;
+            long long per = ((len + n - 1) / n + unit - 1) / unit * unit;
+            long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+            if (hi > lo) {
+                long long m0 = by_rows ? lo : 0, m1 = by_rows ? hi : M, n0 = by_rows ? 0 : lo, n1 = by_rows ? N : hi;
+                long long ncap = (n1 - n0 < NC ? n1 - n0 + NR - 1 : NC) / NR * NR;
+                long long mcap = (m1 - m0 < MC ? m1 - m0 + MR - 1 : MC) / MR * MR;
+                T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
+                T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
+                int e = bp && ap ? NAME_run(m0, m1, n0, n1, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1)
+                                 : NAME_naive(m0, m1, n0, n1, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+                if (e) {
+                    #pragma omp critical(lm_own_gemm_err)
+                    { if (!err) err = e; }
+                }
+            }
+        }
+        return err;
+    }
+    long long ncap = (N < NC ? N + NR - 1 : NC) / NR * NR, mcap = (M < MC ? M + MR - 1 : MC) / MR * MR;
+    T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
+    T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
+    if (!bp || !ap) return NAME_naive(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    return NAME_run(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1);
 }
 """
 
@@ -410,6 +548,7 @@ def _kernel_parts(ctype: str, mr: int, nr: int, w: int) -> dict[str, str]:
     ind = "    "
     decls = [f"{ind}NAME_v " + ", ".join(f"c{i}_{j} = {{0}}" for j in range(nv)) + ";" for i in range(mr)]
     body = [f"{ind * 2}NAME_v " + ", ".join(f"b{j} = *(const NAME_v *)(b + {j * w})" for j in range(nv)) + ";"]
+    body.append(f"{ind * 2}PREFETCH_B")
     for i in range(mr):
         body.append(f"{ind * 2}{{ NAME_v a{i} = a[{i}] - (NAME_v){{0}}; "
                     + " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv)) + " }")
@@ -454,5 +593,6 @@ def own_gemm_source(dtype: str, cfg: GemmConfig, name: str) -> str:
     subs = {"MR": str(cfg.mr), "NR": str(cfg.nr), "KC": str(cfg.kc), "MC": str(cfg.mc), "NC": str(cfg.nc),
             "VB": str(vector_bytes()), "UNROLL": "4", "T": ctype}
     src = re.sub(r"\b(MR|NR|KC|MC|NC|VB|UNROLL|T)\b", lambda m: subs[m.group(1)], src)
+    src = src.replace("lm_og_packt_T", f"lm_og_packt_{ctype}")
     src = re.sub(r"\bNAME", name, src)
-    return _COMMON + src
+    return _COMMON + _PACKT[ctype] + src
