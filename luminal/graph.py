@@ -73,6 +73,9 @@ class OpTiming:
     seconds: float
 
 
+_MAX_DIM = 2 ** 63 - 1  # symbols are 64-bit signed ints in compiled code
+
+
 class Graph:
     """A lazy computation graph plus the reference interpreter (see the module docstring).
 
@@ -83,6 +86,7 @@ class Graph:
         dyn_map: symbol name -> bound value.
         no_delete: nodes whose outputs survive ``execute`` (weights, kept tensors).
         to_retrieve: nodes whose outputs are kept for ``GraphTensor.data()`` after ``execute``.
+        checks: run-time data checks (:meth:`add_check`), run after each ``execute``.
     """
 
     def __init__(self) -> None:
@@ -99,6 +103,8 @@ class Graph:
         self.no_delete: set[int] = set()
         self.to_retrieve: set[int] = set()
         self.post_execute_hooks: list[Callable[["Graph"], None]] = []
+        # run-time data checks (add_check): (tensors, check, exception type), run before carries and hooks
+        self.checks: list[tuple[tuple, Callable[..., str | None], type]] = []
         # (output node, input node): after each execute the input takes the output's value (training state)
         self.carries: list[tuple[int, int]] = []
         self.diff_results: dict[str, dict] = {}
@@ -233,15 +239,45 @@ class Graph:
         from .hl_ops import creation
         return creation.triu_mask(self, rows, cols, diagonal, dtype)
 
+    def add_check(self, tensors, check: Callable[..., str | None], exc: type = ValueError) -> None:
+        """Validate computed values at run time, on every device.
+
+        ``tensors`` (a ``GraphTensor`` or a sequence of them, usually small reductions such as a target's
+        maximum) are retrieved; after each ``execute()``, before carried state moves on (:meth:`add_carry`) and
+        before the post-execute hooks, ``check(*values)`` gets their numpy values and returns an error message,
+        raised as ``exc``, or None. A failing check thus leaves training state (parameters, optimizer moments)
+        as it was before the run. Losses use it to reject data PyTorch rejects (class indices out of range,
+        probabilities outside [0, 1]).
+        """
+        handles = tuple(tensors) if isinstance(tensors, (list, tuple)) else (tensors,)
+        for h in handles:
+            if h.graph is not self:
+                raise GraphError("add_check: the tensor belongs to a different graph")
+            h.retrieve()
+        self.checks.append((handles, check, exc))
+
+    def _run_checks(self) -> None:
+        for handles, check, exc in self.checks:
+            message = check(*[h.data() for h in handles])
+            if message:
+                raise exc(message)
+
     def add_schedule_dependency(self, before: int, after: int) -> None:
         """Force ``before`` to run before ``after`` without a data edge."""
         self.schedule.add((before, after))
         self._invalidate()
 
     def set_dim(self, name: str, value: int) -> None:
-        """Bind symbol ``name`` to ``value`` for the following executions."""
+        """Bind symbol ``name`` to ``value`` for the following executions.
+
+        ``value`` must be an int in ``[0, 2**63 - 1]`` (compiled code holds symbols in 64-bit signed ints):
+        a negative value raises ``ValueError``, a larger one ``OverflowError``, each naming the symbol."""
         if not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"symbol '{name}' must be bound to a non-negative int, got {value!r}")
+            raise ValueError(f"symbol '{name}' must be bound to a non-negative int (in [0, {_MAX_DIM}]), got "
+                             f"{value!r}")
+        if value > _MAX_DIM:
+            raise OverflowError(f"symbol '{name}' bound to {value}, outside the allowed range [0, {_MAX_DIM}] (a "
+                                "64-bit signed dimension)")
         self.dyn_map[name] = int(value)
 
     # ------------------------------------------------------------------ structure queries
@@ -520,6 +556,7 @@ class Graph:
             self.runtime.execute(self)
         else:
             self._interpret(None)
+        self._run_checks()
         self._apply_carries()
         for hook in list(self.post_execute_hooks):
             hook(self)
@@ -528,6 +565,7 @@ class Graph:
         """Like :meth:`execute` (reference interpreter) but times each op; prints and returns the table."""
         rows: list[OpTiming] = []
         self._interpret(rows)
+        self._run_checks()
         self._apply_carries()
         for hook in list(self.post_execute_hooks):
             hook(self)
@@ -571,7 +609,12 @@ class Graph:
                     args.append(e.shape.gather_numpy(buf, bindings))
                 except UnboundSymbolError as err:
                     raise UnboundSymbolError(f"{err} (in the view read by node {node_id} '{node.label}')") from None
-            result = node.op.reference(args, bindings, out_shape)
+            try:
+                result = node.op.reference(args, bindings, out_shape)
+            except IndexError as err:
+                if isinstance(node.op, ops.Gather):
+                    raise IndexError(f"{err}{self._gather_context(node)}") from None
+                raise
             result = np.asarray(result, dtype=node.dtype.numpy)
             if not result.flags.c_contiguous:
                 result = result.copy()
@@ -586,6 +629,54 @@ class Graph:
                 counts[key] -= 1
                 if counts[key] == 0 and e.src not in keep:
                     self.tensors.pop(key, None)
+
+    def _gather_context(self, node: Node) -> str:
+        """Where a Gather reads from, for its out-of-range error: `` in node 5 'Gather(0)' (data 'weight' node 1,
+        indices 'ids' node 0)``."""
+        data, index = (self.nodes.get(e.src) for e in node.inputs)
+        name = lambda n, e: f"'{n.label}' node {e.src}" if n is not None else f"node {e.src}"  # noqa: E731
+        return (f" in node {node.id} '{node.label}' (data {name(data, node.inputs[0])}, indices "
+                f"{name(index, node.inputs[1])})")
+
+    def explain_gather_error(self) -> str | None:
+        """The reference interpreter's message for the first out-of-range Gather index of the last run, or None.
+
+        For compiled runtimes, whose kernels only report that some index was out of range: each Gather's index
+        is recomputed with the reference ops from the run's inputs, evaluating only the nodes it depends on."""
+        order = self.toposort()
+        gathers = [i for i in order if isinstance(self.nodes[i].op, ops.Gather)]
+        if not gathers:
+            return None
+        needed: set[int] = set()
+        stack = [self.nodes[i].inputs[1].src for i in gathers]
+        while stack:
+            i = stack.pop()
+            if i not in needed:
+                needed.add(i)
+                stack.extend(e.src for e in self.nodes[i].inputs)
+        bindings = self._bindings()
+        values: dict[int, np.ndarray] = {}
+        try:
+            for i in order:
+                node = self.nodes[i]
+                if i not in needed and i not in gathers:
+                    continue
+                if isinstance(node.op, ops.Input):
+                    values[i] = self.tensors[(i, 0)]
+                    continue
+                out_shape = tuple(d.evaluate(bindings) for d in node.dims)
+                if isinstance(node.op, ops.Gather):
+                    index = node.inputs[1].shape.gather_numpy(values[node.inputs[1].src], bindings)
+                    message = node.op.index_error(index, node.inputs[0].shape.dims[node.op.axis].evaluate(bindings))
+                    if message:
+                        return message + self._gather_context(node)
+                    if i not in needed:
+                        continue
+                args = [e.shape.gather_numpy(values[e.src], bindings) for e in node.inputs]
+                values[i] = np.asarray(node.op.reference(args, bindings, out_shape), dtype=node.dtype.numpy)
+        except Exception:  # noqa: BLE001 - an explanation is best effort; the caller has its own message
+            return None
+        return None
 
     def _load_input(self, node: Node, out_shape: tuple[int, ...], bindings: Mapping[str, int]) -> None:
         key = (node.id, 0)
@@ -645,10 +736,13 @@ def _dot_escape(text: str) -> str:
 
 
 def _atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from .io.atomic import atomic_save  # (temporary + fsync + rename; symlinks, umask and read-only files honoured)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    atomic_save(path, write)
 
 
 def _normalize_shape(shape) -> tuple[Expression, ...]:
@@ -665,8 +759,19 @@ def _normalize_shape(shape) -> tuple[Expression, ...]:
 
 
 def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
-    """Convert host data to a contiguous array of ``dtype``; refuses lossy kind changes (float -> int...)."""
+    """Convert host data to a contiguous array of ``dtype``; refuses lossy kind changes (float -> int...).
+
+    Integer data must fit the tensor's integer type: a value outside its range (``2**40`` for an int32
+    tensor, from an array or a Python list) raises ``OverflowError`` naming the tensor, the value and the range
+    instead of wrapping. Float data into a narrower float type is an ordinary cast (as in PyTorch)."""
     arr = np.asarray(data)
+    if arr.dtype == object and arr.size and all(isinstance(v, (int, np.integer)) for v in arr.flat):
+        if dtype.is_float:  # Python ints beyond int64 are still numbers for a float tensor
+            arr = np.array(arr.tolist(), dtype=dtype.numpy)
+        elif dtype == DType.bool:
+            arr = np.asarray(arr != 0, dtype=bool)
+        else:
+            _check_int_range(arr, dtype, label)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise TypeError(f"data for '{label}' must be numeric, got an array of {arr.dtype}")
     target = dtype.numpy
@@ -676,10 +781,32 @@ def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
             raise TypeError(f"data for '{label}' has dtype {arr.dtype} but the tensor is {dtype}; "
                             f"{arr.dtype} -> {target} would lose information (cast explicitly)")
         if from_python and arr.dtype.kind == "f" and target.kind in "biu":
-            if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-                raise TypeError(f"data for '{label}' has non-integer values but the tensor is {dtype}")
-        arr = arr.astype(target)
+            bad = arr[~np.isfinite(arr) | (arr != np.round(arr))] if arr.size else arr
+            if bad.size:
+                raise TypeError(f"data for '{label}' has the non-integer value {bad.flat[0]!r} but the tensor is "
+                                f"{dtype} (expected whole numbers)")
+        if target.kind in "iu" and arr.dtype.kind in "iuf":
+            _check_int_range(arr, dtype, label)
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in PyTorch
+            arr = arr.astype(target)
     return arr if arr.flags.c_contiguous else arr.copy()
+
+
+def _check_int_range(arr: np.ndarray, dtype: DType, label: str) -> None:
+    """Raise ``OverflowError`` when ``arr`` holds a value outside the range of the integer ``dtype``."""
+    info = np.iinfo(dtype.numpy)
+    if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).min >= info.min and np.iinfo(arr.dtype).max <= info.max:
+        return  # every value of arr's type fits
+    if arr.dtype == object:
+        bad = [int(v) for v in arr.flat if not info.min <= v <= info.max]
+    elif arr.size and (arr.min() < info.min or arr.max() > info.max):  # (two passes, no temporaries)
+        bad = arr[(arr < info.min) | (arr > info.max)].tolist()
+    else:
+        bad = []
+    if bad:
+        value = bad[0] if arr.dtype.kind != "f" else int(bad[0])
+        raise OverflowError(f"data for '{label}' holds the value {value}, outside the range of {dtype} "
+                            f"[{info.min}, {info.max}]; it would wrap around (use a wider dtype or fix the data)")
 
 
 class _Overlay(MutableMapping):

@@ -313,12 +313,18 @@ class Gather(Op):
                 raise GraphError(f"Gather: index dim {j} ({i}) exceeds data dim ({d}); shapes "
                                  f"{list(data.dims)} and {list(index.dims)}")
 
-    def reference(self, inputs, bindings, out_shape):
-        data, index = inputs
-        size = data.shape[self.axis]
+    def index_error(self, index: np.ndarray, size: int) -> str | None:
+        """The message for the first index outside ``[0, size)``, or None when all are in range."""
         if index.size and (index.min() < 0 or index.max() >= size):
             bad = index[(index < 0) | (index >= size)].reshape(-1)[0]
-            raise IndexError(f"Gather: index {int(bad)} is out of range for axis {self.axis} of size {size}")
+            return f"Gather: index {int(bad)} is out of range for axis {self.axis} of size {size}"
+        return None
+
+    def reference(self, inputs, bindings, out_shape):
+        data, index = inputs
+        message = self.index_error(index, data.shape[self.axis])
+        if message:
+            raise IndexError(message)
         slices = tuple(slice(0, n) if j != self.axis else slice(None) for j, n in enumerate(index.shape))
         return np.take_along_axis(data[slices], index.astype(np.int64), axis=self.axis)
 

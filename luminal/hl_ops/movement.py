@@ -182,7 +182,29 @@ class MovementOps:
         return self._view(self.shape.slice(axis, start, stop, step))
 
     def narrow(self, axis: int, start, length):
-        return self.slice_axis(axis, start, to_expr(start) + length)
+        """``torch.narrow``: ``length`` entries of ``axis`` from ``start`` (negative counts from the end); a view.
+
+        Raises ``GraphError`` when the range does not lie inside the axis (``start`` outside ``[-size, size]``,
+        ``start + length > size`` or ``length < 0``), as PyTorch does; it is checked where the numbers are known
+        when the graph is built (a symbolic size or start is taken as given)."""
+        axis = normalize_axis(axis, self.ndim)
+        n, s, ln = self.dims[axis], to_expr(start), to_expr(length)
+        if ln.is_constant() and ln.to_int() < 0:
+            raise GraphError(f"narrow: length must be non-negative, got {ln.to_int()}")
+        if s.is_constant() and n.is_constant():
+            size = n.to_int()
+            if not -size <= s.to_int() <= size:
+                raise GraphError(f"narrow: start {s.to_int()} is out of range for dim {axis} of size {size} "
+                                 f"(expected -{size} <= start <= {size})")
+            s = to_expr(s.to_int() % size if s.to_int() < 0 else s.to_int())
+            if ln.is_constant() and s.to_int() + ln.to_int() > size:
+                raise GraphError(f"narrow: start ({s.to_int()}) + length ({ln.to_int()}) exceeds the size ({size}) of "
+                                 f"dim {axis} of shape {[str(d) for d in self.dims]}")
+        elif s.is_constant() and s.to_int() < 0:
+            s = n + s.to_int()
+        stop = s + ln
+        as_int = lambda e: e.to_int() if e.is_constant() else e  # noqa: E731 - ints keep the slice exact
+        return self.slice_axis(axis, as_int(s), as_int(stop))
 
     def __getitem__(self, key):
         """Basic indexing: ints, slices (any step), ``None``, ``...``; one integer tensor index selects rows."""

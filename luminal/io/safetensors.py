@@ -1,25 +1,28 @@
 """Safetensors load/save (through the ``safetensors`` package).
 
-* ``save_safetensors(module_or_state, path)`` writes a temporary file next to ``path`` and renames it, so an
-  interrupted save never leaves a half-written checkpoint.
+* ``save_safetensors(module_or_state, path)`` saves through :func:`luminal.io.atomic.atomic_save`: a
+  temporary next to ``path`` renamed over it (an interrupted save never leaves a half-written checkpoint, and
+  the next save removes its temporary), fsync'ed, with the permissions of a plain ``open`` (umask), refusing a
+  read-only destination, writing through a symlink.
 * ``load_safetensors(path, dtype=None, names=None)`` reads lazily through ``safe_open`` (memory-mapped: only the
   requested tensors are read) and can convert floating tensors to ``dtype``.
 * ``load_into(module, path)`` loads a checkpoint into a module by PyTorch-compatible names — a file saved
   from a PyTorch model (``safetensors.torch.save_file(model.state_dict(), path)``) loads into the matching
   luminal module.
 
-Corrupt or truncated files raise ``ValueError`` naming the file.
+Corrupt or truncated files raise ``ValueError`` naming the file; a directory ``IsADirectoryError``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
 
 import numpy as np
 
 from ..dtype import as_dtype
 from ..module import Module
+from .atomic import atomic_save
 
 
 def _state(obj) -> dict:
@@ -31,20 +34,14 @@ def _state(obj) -> dict:
 
 
 def save_safetensors(obj, path, metadata: dict | None = None) -> None:
-    """Save a module's state dict (or a dict of arrays) to ``path`` atomically."""
+    """Save a module's state dict (or a dict of arrays) to ``path`` atomically and durably (see the module
+    docstring)."""
     from safetensors.numpy import save_file
 
     state = {k: np.ascontiguousarray(v) for k, v in _state(obj).items()}
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".luminal-", suffix=".safetensors.tmp", dir=folder)
-    os.close(fd)
-    try:
-        save_file(state, tmp, metadata={str(k): str(v) for k, v in (metadata or {}).items()})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    # the library writes its own temporary next to the file: inside our temporary folder, cleaned if killed
+    atomic_save(path, lambda tmp: save_file(state, tmp, metadata=meta))
 
 
 def load_safetensors(path, dtype=None, names=None) -> dict[str, np.ndarray]:
@@ -54,6 +51,8 @@ def load_safetensors(path, dtype=None, names=None) -> dict[str, np.ndarray]:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no safetensors file at {path!r}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{path!r} is a directory; expected a safetensors file")
     target = as_dtype(dtype).numpy if dtype is not None else None
     out = {}
     try:
@@ -71,7 +70,8 @@ def load_safetensors(path, dtype=None, names=None) -> dict[str, np.ndarray]:
     except KeyError:
         raise
     except Exception as err:  # the safetensors package raises its own error types for corrupt headers/data
-        raise ValueError(f"cannot read safetensors file {path!r}: {err}") from err
+        raise ValueError(f"cannot read safetensors file {path!r}: {err} (expected a complete safetensors file; "
+                         "is it truncated or corrupt?)") from err
     return out
 
 

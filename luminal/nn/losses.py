@@ -28,11 +28,15 @@ targets of the elementwise losses must have exactly the input's shape (PyTorch o
 here it is an error naming both shapes). The deprecated ``size_average`` / ``reduce`` arguments are honoured as in
 PyTorch, so positional calls line up with ``torch.nn.functional``. Sizes may be symbolic (a ``"batch"`` dim).
 
-Differences: out-of-range class indices (other than ``ignore_index``) and ``binary_cross_entropy`` inputs outside
-[0, 1] cannot be checked while the graph is built; they give a zero contribution / NaN instead of PyTorch's error.
-``binary_cross_entropy`` treats a denormal probability (below the smallest normal float) as 0 (log -100, where
-PyTorch's clamped log lies in (-100, -87.3) for float32), and its gradient at a probability of exactly 0 or 1 is 0
-where PyTorch's hand-written backward gives +-1e12.
+Data checks: class indices out of range (other than ``ignore_index``) and ``binary_cross_entropy`` inputs outside
+[0, 1] (or NaN) cannot be seen while the graph is built; each loss adds a small run-time check
+(:meth:`~luminal.graph.Graph.add_check`: the target's or the input's extremes, retrieved with the result), so
+``execute()`` raises, on every device, ``IndexError`` / ``ValueError`` naming the bad value and the valid range,
+as PyTorch does, and a training step with such data updates nothing.
+
+Differences: ``binary_cross_entropy`` treats a denormal probability (below the smallest normal float) as 0
+(log -100, where PyTorch's clamped log lies in (-100, -87.3) for float32), and its gradient at a probability of
+exactly 0 or 1 is 0 where PyTorch's hand-written backward gives +-1e12.
 """
 
 from __future__ import annotations
@@ -265,7 +269,25 @@ def _index_target(fn: str, x: GraphTensor, target, cd: int) -> GraphTensor:
     return t
 
 
-def _nll_core(logp, t, w, cd: int, ignore_index, reduction, label_smoothing=0.0):
+def _check_class_indices(fn: str, t, valid, n_classes, ignore_index: int) -> None:
+    """At run time, raise ``IndexError`` when a target (other than ``ignore_index``) is not in ``[0, C)``."""
+    kept = where(valid, t, 0)
+    extremes = [kept.max(), kept.min()]
+    if not n_classes.is_constant():  # the class count of this run comes with the extremes
+        extremes.append(constant(t.graph, n_classes, DType.int64, ()))
+
+    def check(hi, lo, c=n_classes.to_int()):
+        c = int(c)
+        bad = int(hi) if int(hi) >= c else int(lo) if int(lo) < 0 else None
+        if bad is not None:
+            return (f"{fn}: target {bad} is out of bounds: class indices must be in [0, {c}) for an input with {c} "
+                    f"classes (or equal ignore_index={ignore_index})")
+        return None
+
+    t.graph.add_check(extremes, check, IndexError)
+
+
+def _nll_core(logp, t, w, cd: int, ignore_index, reduction, label_smoothing=0.0, fn: str = "nll_loss"):
     """NLL (optionally label-smoothed) of log-probabilities ``logp`` at the validated integer target ``t`` with the
     class weight view ``w`` (or None): PyTorch's ``nll_loss`` / ``cross_entropy_loss_label_smoothing``."""
     graph, dtype = logp.graph, logp.dtype
@@ -281,6 +303,7 @@ def _nll_core(logp, t, w, cd: int, ignore_index, reduction, label_smoothing=0.0)
     if ignore_in_range:  # an out-of-range ignore_index matches no class: the one-hot row is already all False
         onehot = onehot.logical_and(valid.unsqueeze(cd))
 
+    _check_class_indices(fn, t, valid, n_classes, ignore_index)
     picked = where(onehot, logp, 0.0).sum(cd)  # log p[target], 0 where ignored
     if w is None:
         w_t = valid.cast(dtype)
@@ -305,7 +328,8 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     indices ``target`` () / (N,) / (N, d1, ...).
 
     ``weight`` (C,) scales each class; targets equal to ``ignore_index`` contribute nothing, and ``mean`` divides
-    by the summed weights of the non-ignored targets (NaN when all are ignored, as in PyTorch).
+    by the summed weights of the non-ignored targets (NaN when all are ignored, as in PyTorch). ``execute()``
+    raises ``IndexError`` naming the value when a target is outside ``[0, C)`` and not ``ignore_index``.
     """
     reduction = _check_reduction("nll_loss", _legacy_reduction(size_average, reduce, reduction))
     x = _check_input("nll_loss", input)
@@ -321,6 +345,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     ``target``: integer class indices of the input's shape without the class axis (``weight``, ``ignore_index``
     and ``label_smoothing`` as in :func:`nll_loss` / PyTorch), or floating class probabilities of the input's
     shape (``mean`` divides by the number of positions, N * d1 * ...; ``ignore_index`` is not supported there).
+    Class indices outside ``[0, C)`` (other than ``ignore_index``) make ``execute()`` raise ``IndexError``.
     """
     reduction = _check_reduction("cross_entropy", _legacy_reduction(size_average, reduce, reduction))
     label_smoothing = float(label_smoothing)
@@ -332,7 +357,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     if t.dtype.is_int:
         t = _index_target("cross_entropy", x, t, cd)
         w = _class_weight("cross_entropy", x, weight, cd)
-        return _nll_core(x.log_softmax(cd), t, w, cd, ignore_index, reduction, label_smoothing)
+        return _nll_core(x.log_softmax(cd), t, w, cd, ignore_index, reduction, label_smoothing, "cross_entropy")
     if not t.dtype.is_float:
         raise GraphError(f"cross_entropy: target must be class indices (int) or class probabilities (float), got "
                          f"{t.dtype}")
@@ -363,13 +388,30 @@ def _clamped_log(p):
     return where(ok, where(ok, p, 1.0).log().maximum(-100.0), -100.0)
 
 
+def _check_probabilities(fn: str, x) -> None:
+    """At run time, raise ``ValueError`` when an element of ``x`` is outside [0, 1] or NaN (PyTorch's BCE check)."""
+    nan = x.isnan()
+    finite = where(nan, 0.5, x)
+
+    def check(hi, lo, has_nan):
+        bad = "nan" if has_nan else float(hi) if hi > 1 else float(lo) if lo < 0 else None
+        if bad is not None:
+            return (f"{fn}: input value {bad} is outside [0, 1]; all elements of input should be probabilities "
+                    "between 0 and 1 (apply sigmoid first, or use binary_cross_entropy_with_logits on logits)")
+        return None
+
+    x.graph.add_check([finite.max(), finite.min(), nan.any()], check, ValueError)
+
+
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
     """``-weight (y log x + (1 - y) log(1 - x))`` of probabilities ``x``, each log clamped to ``>= -100``.
 
-    ``weight`` broadcasts to the input's shape."""
+    ``weight`` broadcasts to the input's shape. ``execute()`` raises ``ValueError`` when ``x`` holds a value
+    outside [0, 1] or NaN."""
     fn = "binary_cross_entropy"
     reduction = _check_reduction(fn, _legacy_reduction(size_average, reduce, reduction))
     x, y = _elementwise_pair(fn, input, target)
+    _check_probabilities(fn, x)
     loss = -(y * _clamped_log(x) + (1.0 - y) * _clamped_log(1.0 - x))
     if weight is not None:
         loss = loss * _broadcastable_to(fn, x, _float_operand(fn, x, weight, "weight"), "weight")

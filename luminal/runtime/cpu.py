@@ -50,10 +50,19 @@ _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (Z
 def cache_dir() -> str:
     """Where compiled libraries are cached (``LUMINAL_CACHE_DIR`` or the user cache folder)."""
     base = os.environ.get("LUMINAL_CACHE_DIR")
+    origin = f"LUMINAL_CACHE_DIR={base!r}"
     if not base:
         base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
                             "luminal")
-    os.makedirs(base, exist_ok=True)
+        origin = f"the cache folder {base!r}"
+    try:
+        os.makedirs(base, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(f"{origin} is not a directory (a file is in the way); expected a directory for "
+                                 "the compiled-library cache (set LUMINAL_CACHE_DIR to one)") from None
+    except PermissionError as err:
+        raise PermissionError(f"{origin}: cannot create the compiled-library cache directory ({err.strerror}); "
+                              "set LUMINAL_CACHE_DIR to a writable directory") from None
     return base
 
 
@@ -563,6 +572,8 @@ class CPURuntime:
         code = self._run(buffers, self._syms)
         if code:
             exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
+            if code == 1:  # name the index, the size and the tensors as the reference interpreter does
+                text = graph.explain_gather_error() or text
             raise exc(f"compiled graph: {text}")
 
 

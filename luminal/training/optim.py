@@ -237,7 +237,11 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore hyperparameters, step counts and buffers (also into graphs already built)."""
+        """Restore hyperparameters, step counts and buffers (also into graphs already built).
+
+        Raises ``ValueError`` (before changing anything) when the state does not fit this optimizer: other
+        group or parameter counts, hyperparameters or moment buffers of another optimizer type (an ``Adam``
+        state loaded into ``SGD``), or buffers of the wrong shape."""
         groups = state_dict.get("param_groups")
         if groups is None or "state" not in state_dict:
             raise ValueError("optimizer state dict must have 'state' and 'param_groups' entries")
@@ -247,6 +251,31 @@ class Optimizer:
                              f"per group ({[len(g['params']) for g in groups]} vs "
                              f"{[len(g['params']) for g in self.param_groups]})")
         params = self._params()
+        name = type(self).__name__
+        group_of = {}  # parameter index -> the group's hyperparameters after loading
+        for gi, (saved, group) in enumerate(zip(groups, self.param_groups)):
+            unknown = set(saved) - set(self.defaults) - {"params", "initial_lr"}
+            if unknown:
+                raise ValueError(f"{name}.load_state_dict: parameter group {gi} has hyperparameter(s) "
+                                 f"{sorted(unknown)}, which {name} does not take (expected some of "
+                                 f"{sorted(self.defaults)}); was the state saved from another optimizer type?")
+            merged = {**group, **{k: v for k, v in saved.items() if k != "params"}}
+            group_of.update({int(i): merged for i in saved["params"]})
+        for key, saved in state_dict["state"].items():
+            if not 0 <= int(key) < len(params):
+                raise ValueError(f"{name}.load_state_dict: state for parameter index {key}, but the optimizer has "
+                                 f"{len(params)} parameters")
+            expected = self._state_names(group_of.get(int(key), self.param_groups[0]))
+            extra = sorted(set(saved) - set(expected) - {"step"})
+            if extra:
+                raise ValueError(f"{name}.load_state_dict: parameter {key} ('{params[int(key)].name}') has state "
+                                 f"buffer(s) {extra}, but {name} keeps {expected or 'none'}; was the state saved "
+                                 "from another optimizer type (or other settings)?")
+            p = params[int(key)]
+            for k, v in saved.items():
+                if k != "step" and np.shape(v) != tuple(p.shape):
+                    raise ValueError(f"optimizer state '{k}' for parameter '{p.name}' has shape {np.shape(v)}, "
+                                     f"expected {tuple(p.shape)}")
         for saved, group in zip(groups, self.param_groups):
             for k, v in saved.items():
                 if k != "params":

@@ -19,9 +19,9 @@ call per batch. A batch is ``(input, target)`` or ``(input_1, ..., input_k, targ
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
 import time
 from typing import Callable, Iterable
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from ..dtype import as_dtype
 from ..graph import Graph
+from ..io.atomic import atomic_save
 from ..module import Module
 from .optim import Optimizer
 
@@ -298,7 +299,14 @@ class Trainer:
         save_checkpoint(path, self.state_dict())
 
     def load_checkpoint(self, path: str) -> None:
-        self.load_state_dict(load_checkpoint(path))
+        """Restore a checkpoint written by :meth:`save_checkpoint`; errors name ``path`` and what was expected
+        (e.g. the optimizer state of another optimizer type)."""
+        state = load_checkpoint(path)
+        try:
+            self.load_state_dict(state)
+        except (ValueError, KeyError, TypeError) as err:
+            base = next(b for b in (ValueError, KeyError, TypeError) if isinstance(err, b))
+            raise base(f"checkpoint {os.fspath(path)!r}: {err}") from err
 
 
 def _is_plateau(scheduler) -> bool:
@@ -351,28 +359,43 @@ def _unflatten(obj, arrays):
 
 def save_checkpoint(path: str, state: dict) -> None:
     """Save a nested dict of numpy arrays, numbers and strings (model/optimizer/scheduler state dicts) to one
-    ``.npz`` file. Written to a temporary file in the same folder and renamed: a crash never leaves a
-    half-written checkpoint."""
+    ``.npz`` file (missing folders are created).
+
+    Saved through :func:`luminal.io.atomic.atomic_save`: written to a temporary next to ``path``, fsync'ed and
+    renamed, so a crash never leaves a half-written checkpoint (the next save removes a killed save's
+    temporary); a new file gets the umask's permissions, a read-only one is refused (``PermissionError``), a
+    symlink is written through."""
     arrays: dict[str, np.ndarray] = {}
     meta = _flatten(state, "", arrays)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             np.savez(f, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_save(path, write, make_dirs=True)
 
 
 def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`."""
-    with np.load(path, allow_pickle=False) as z:
-        if "__meta__" not in z:
-            raise ValueError(f"{path} is not a luminal checkpoint (no __meta__ entry)")
-        meta = json.loads(bytes(z["__meta__"]).decode())
-        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    Raises ``FileNotFoundError`` / ``IsADirectoryError`` for a missing file or a folder, and ``ValueError``
+    naming the path for a file that is not a complete checkpoint (empty, truncated, corrupt, another format)."""
+    import zipfile
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint file at {path!r}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{path!r} is a directory; expected a checkpoint file (.npz) written "
+                                "by save_checkpoint")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not hasattr(z, "files") or "__meta__" not in z.files:
+                raise ValueError("no __meta__ entry")
+            meta = json.loads(bytes(z["__meta__"]).decode())
+            arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    except (ValueError, EOFError, OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as err:
+        what = "it is empty" if os.path.getsize(path) == 0 else f"{type(err).__name__}: {err}"
+        raise ValueError(f"cannot read checkpoint {path!r}: {what}; expected a complete .npz checkpoint written "
+                         "by save_checkpoint (is it truncated or corrupt?)") from err
     return _unflatten(meta, arrays)
