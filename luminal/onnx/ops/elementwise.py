@@ -1,0 +1,567 @@
+"""Elementwise operators: arithmetic, comparisons, logic, bitwise, math functions, activations, casts."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+from onnx import TensorProto as TP
+
+from ...dtype import DType
+from ...hl_ops import where
+from .. import dtypes
+from ..registry import NotFoldable, register, set_fold, typed
+from ._common import as_obj, compare, expr, is_obj, nonneg, obj_map, simplify_obj
+
+PI = math.pi
+
+
+# ---------------------------------------------------------------------------------------------------- arithmetic
+@register("Add")
+def _add(ctx):
+    return [ctx.t(0) + ctx.t(1)]
+
+
+@register("Sub")
+def _sub(ctx):
+    a, b = ctx.t(0), ctx.t(1)
+    if a.dtype == DType.bool:
+        raise TypeError("Sub is not defined for bool")
+    return [a - b]
+
+
+@register("Mul")
+def _mul(ctx):
+    return [ctx.t(0) * ctx.t(1)]
+
+
+@register("Div")
+def _div(ctx):
+    a, b = ctx.t(0), ctx.t(1)
+    if a.dtype.is_float:
+        return [a / b]
+    return [a.div(b, rounding_mode="trunc")]
+
+
+@register("Mod")
+def _mod(ctx):
+    a, b = ctx.t(0), ctx.t(1)
+    if ctx.attr("fmod", 0):
+        return [a.fmod(b)]
+    return [a.remainder(b)]
+
+
+@register("Pow")
+def _pow(ctx):
+    x, y = ctx.t(0), ctx.t(1)
+    if x.dtype.is_float:
+        return [x.pow(y.cast(x.dtype))]
+    # integer base: compute in float64, then truncate as numpy's power(...).astype(base type) does; results
+    # within rounding of an integer are that integer (exp2/log2 gives 728.9999... for 3**6)
+    out = x.cast(DType.float64).pow(y.cast(DType.float64))
+    r = out.round()
+    close = (out - r).abs() <= r.abs().maximum(1.0) * 1e-9
+    return [where(close, r, out.trunc()).cast(x.dtype)]
+
+
+@register("Neg")
+def _neg(ctx):
+    return [-ctx.t(0)]
+
+
+@register("Abs")
+def _abs(ctx):
+    return [ctx.t(0).abs()]
+
+
+@register("Reciprocal")
+def _recip(ctx):
+    return [ctx.t(0).recip()]
+
+
+def _variadic(fn):
+    def handler(ctx):
+        ts = [ctx.t(i) for i in range(len(ctx)) if ctx.has(i)]
+        return [reduce(fn, ts)]
+    return handler
+
+
+register("Sum")(_variadic(lambda a, b: a + b))
+register("Max")(_variadic(lambda a, b: a.maximum(b)))
+register("Min")(_variadic(lambda a, b: a.minimum(b)))
+
+
+@register("Mean")
+def _mean(ctx):
+    ts = [ctx.t(i) for i in range(len(ctx)) if ctx.has(i)]
+    return [reduce(lambda a, b: a + b, ts) / float(len(ts))]
+
+
+# ---------------------------------------------------------------------------------------------------- comparisons and logic
+register("Equal")(lambda ctx: [ctx.t(0).eq(ctx.t(1))])
+register("Less")(lambda ctx: [ctx.t(0).lt(ctx.t(1))])
+register("LessOrEqual")(lambda ctx: [ctx.t(0).le(ctx.t(1))])
+register("Greater")(lambda ctx: [ctx.t(0).gt(ctx.t(1))])
+register("GreaterOrEqual")(lambda ctx: [ctx.t(0).ge(ctx.t(1))])
+register("And")(lambda ctx: [ctx.t(0).logical_and(ctx.t(1))])
+register("Or")(lambda ctx: [ctx.t(0).logical_or(ctx.t(1))])
+register("Xor")(lambda ctx: [ctx.t(0).logical_xor(ctx.t(1))])
+register("Not")(lambda ctx: [ctx.t(0).logical_not()])
+
+
+@register("Where")
+def _where(ctx):
+    return [where(ctx.t(0), ctx.t(1), ctx.t(2))]
+
+
+# ---------------------------------------------------------------------------------------------------- bitwise
+def _width(onnx_type: int) -> tuple[int, bool]:
+    """(bit width, signed) of an integer ONNX type."""
+    info = np.iinfo(dtypes.numpy(onnx_type))
+    return info.bits, info.min < 0
+
+
+def _bits(x, width: int):
+    """The two's-complement bits of ``x`` (low to high) as bool tensors: ``bit_k = (x mod 2^(k+1)) >= 2^k``,
+    computed in int64 (the sign bit is ``x < 0``; bit 62 from the exact multiple ``x - x mod 2^62``)."""
+    x = x.cast(DType.int64)
+    out = []
+    for k in range(width):
+        if k == 63 or (k == width - 1 and k >= 31):
+            out.append(x < 0)
+        elif k == 62:
+            q = (x - x.remainder(2 ** 62)).floor_divide(2 ** 62)
+            out.append(q.remainder(2).ne(0))
+        else:
+            out.append(x.remainder(2 ** (k + 1)) >= 2 ** k)
+    return out
+
+
+def _from_bits(bits, width: int, signed: bool, like):
+    """Reassemble bits into ``like``'s dtype (the top bit of a signed type weighs -2^(width-1))."""
+    acc = None
+    for k, b in enumerate(bits):
+        weight = -(2 ** k) if (k == width - 1 and (signed or k >= 63)) else 2 ** k
+        if like.dtype == DType.int32 and weight >= 2 ** 31:
+            weight -= 2 ** 32  # the same low 32 bits
+        term = where(b, ctx_const(like, weight), ctx_const(like, 0))
+        acc = term if acc is None else acc + term
+    return acc
+
+
+def ctx_const(like, value):
+    from ...hl_ops.creation import constant
+    return constant(like.graph, value, like.dtype, ())
+
+
+def _bitwise(fn):
+    def handler(ctx):
+        a, b = ctx.t(0), ctx.t(1)
+        if a.dtype == DType.bool:
+            return [fn(a, b)]
+        width, signed = _width(ctx.type(0))
+        bits = [fn(x, y) for x, y in zip(_bits(a, width), _bits(b, width))]
+        return [_from_bits(bits, width, signed, a)]
+    return handler
+
+
+register("BitwiseAnd")(_bitwise(lambda x, y: x.logical_and(y)))
+register("BitwiseOr")(_bitwise(lambda x, y: x.logical_or(y)))
+register("BitwiseXor")(_bitwise(lambda x, y: x.logical_xor(y)))
+
+
+@register("BitwiseNot")
+def _bitwise_not(ctx):
+    x = ctx.t(0)
+    if x.dtype == DType.bool:
+        return [x.logical_not()]
+    width, signed = _width(ctx.type(0))
+    if signed or width == 64:
+        return [-x - 1]
+    return [(2 ** width - 1) - x]
+
+
+@register("BitShift")
+def _bitshift(ctx):
+    x, s = ctx.t(0), ctx.t(1)
+    width, _ = _width(ctx.type(0))
+    table = ctx.array(np.array([2 ** k if k < 63 else -(2 ** 63) for k in range(64)], dtype=np.int64))
+    s = s.cast(DType.int64)
+    valid = (s >= 0).logical_and(s < width)
+    power = table.index_select(0, where(valid, s, 0)).cast(x.dtype)
+    direction = ctx.attr("direction", "LEFT")
+    if direction == "LEFT":
+        return [where(valid, x * power, 0)]
+    if direction == "RIGHT":
+        return [where(valid, x.floor_divide(power), where(x < 0, -1, 0))]
+    raise ValueError(f"direction must be LEFT or RIGHT, got {direction!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- math functions
+def _atan(x):
+    """Cephes ``atanf``: reduce to |x| <= tan(pi/8), then an odd polynomial (relative error ~1e-7)."""
+    a = x.abs()
+    big = a > 2.414213562373095
+    mid = (a > 0.4142135623730950).logical_and(big.logical_not())
+    safe = where(big, a, 1.0)
+    xr = where(big, -(safe.recip()), where(mid, (a - 1.0) / (a + 1.0), a))
+    y0 = where(big, PI / 2, where(mid, PI / 4, 0.0))
+    z = xr * xr
+    p = (((z * 8.05374449538e-2 - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * xr + xr
+    r = y0 + p
+    return where(x < 0, -r, r)
+
+
+def _asin(x):
+    return _atan(x / ((1.0 - x) * (1.0 + x)).sqrt())
+
+
+def _acos(x):
+    return _atan(((1.0 - x) / (1.0 + x)).sqrt()) * 2.0
+
+
+def _sinh(x):
+    small = x.abs() < 0.5
+    x2 = x * x
+    series = x * (1.0 + x2 * (1.0 / 6 + x2 * (1.0 / 120 + x2 * (1.0 / 5040))))
+    big = (x.exp() - (-x).exp()) * 0.5
+    return where(small, series, big)
+
+
+def _cosh(x):
+    return (x.exp() + (-x).exp()) * 0.5
+
+
+def _asinh(x):
+    a = x.abs()
+    r = (a + (a * a + 1.0).sqrt()).log()
+    return where(x < 0, -r, r)
+
+
+def _acosh(x):
+    return (x + (x * x - 1.0).sqrt()).log()
+
+
+def _atanh(x):
+    return ((1.0 + x) / (1.0 - x)).log() * 0.5
+
+
+_UNARY = {
+    "Sqrt": lambda x: x.sqrt(), "Exp": lambda x: x.exp(), "Log": lambda x: x.log(),
+    "Sin": lambda x: x.sin(), "Cos": lambda x: x.cos(), "Tan": lambda x: x.tan(),
+    "Asin": _asin, "Acos": _acos, "Atan": _atan, "Sinh": _sinh, "Cosh": _cosh, "Asinh": _asinh,
+    "Acosh": _acosh, "Atanh": _atanh, "Tanh": lambda x: x.tanh(), "Erf": lambda x: x.erf(),
+    "Sigmoid": lambda x: x.sigmoid(), "Floor": lambda x: x.floor(), "Ceil": lambda x: x.ceil(),
+    "Round": lambda x: x.round(), "Relu": lambda x: x.relu(), "Softsign": lambda x: x.softsign(),
+    "Softplus": lambda x: x.softplus(), "Mish": lambda x: x.mish(),
+    "HardSwish": lambda x: x * (x / 6.0 + 0.5).clip(0.0, 1.0),
+}
+
+
+def _unary_handler(fn):
+    return lambda ctx: [fn(ctx.t(0))]
+
+
+for _name, _fn in _UNARY.items():
+    register(_name)(_unary_handler(_fn))
+
+
+@register("Sign")
+def _sign(ctx):
+    x = ctx.t(0)
+    s = x.sign()
+    return [where(x.isnan(), x, s) if x.dtype.is_float else s]
+
+
+@register("IsNaN")
+def _isnan(ctx):
+    return [ctx.t(0).isnan()]
+
+
+@register("IsInf")
+def _isinf(ctx):
+    x = ctx.t(0)
+    neg, pos = ctx.attr("detect_negative", 1), ctx.attr("detect_positive", 1)
+    out = None
+    if pos:
+        out = x.eq(math.inf)
+    if neg:
+        n = x.eq(-math.inf)
+        out = n if out is None else out.logical_or(n)
+    return [out if out is not None else x.isnan().logical_and(x.isnan().logical_not())]
+
+
+# ---------------------------------------------------------------------------------------------------- activations
+@register("LeakyRelu")
+def _leaky(ctx):
+    x, alpha = ctx.t(0), ctx.attr("alpha", 0.01)
+    return [where(x < 0, x * alpha, x)]
+
+
+@register("PRelu")
+def _prelu(ctx):
+    x, slope = ctx.t(0), ctx.t(1)
+    return [where(x < 0, x * slope, x)]
+
+
+@register("Elu")
+def _elu(ctx):
+    return [ctx.t(0).elu(ctx.attr("alpha", 1.0))]
+
+
+@register("Selu")
+def _selu(ctx):
+    x = ctx.t(0)
+    alpha = ctx.attr("alpha", 1.67326319217681884765625)
+    gamma = ctx.attr("gamma", 1.05070102214813232421875)
+    return [where(x > 0, x, (x.minimum(0.0).exp() - 1.0) * alpha) * gamma]
+
+
+@register("Celu")
+def _celu(ctx):
+    return [ctx.t(0).celu(ctx.attr("alpha", 1.0))]
+
+
+@register("ThresholdedRelu")
+def _thresholded(ctx):
+    x = ctx.t(0)
+    return [where(x > ctx.attr("alpha", 1.0), x, 0.0)]
+
+
+@register("HardSigmoid")
+def _hardsigmoid(ctx):
+    x = ctx.t(0)
+    return [(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5)).clip(0.0, 1.0)]
+
+
+@register("Shrink")
+def _shrink(ctx):
+    x = ctx.t(0)
+    lambd, bias = ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+    return [where(x < -lambd, x + bias, where(x > lambd, x - bias, 0.0)).cast(x.dtype)]
+
+
+@register("Gelu")
+def _gelu(ctx):
+    x = ctx.t(0)
+    return [x.gelu(ctx.attr("approximate", "none"))]
+
+
+@register("Swish")
+def _swish(ctx):
+    x = ctx.t(0)
+    return [x * (x * ctx.attr("alpha", 1.0)).sigmoid()]
+
+
+@register("Clip")
+def _clip(ctx):
+    x = ctx.t(0)
+    if ctx.has(1):
+        x = x.maximum(ctx.t(1).cast(x.dtype))
+    if ctx.has(2):
+        x = x.minimum(ctx.t(2).cast(x.dtype))
+    return [x]
+
+
+@register("Identity")
+def _identity(ctx):
+    return [ctx.value(0)]
+
+
+# ---------------------------------------------------------------------------------------------------- casts
+def cast_tensor(x, to: int):
+    """``x`` converted to ONNX type ``to`` (narrow integers wrap around as numpy's astype does)."""
+    if to not in dtypes.SUPPORTED:
+        raise TypeError(f"Cast to {dtypes.name(to)} is not supported (supported: {dtypes.supported_names()})")
+    target = dtypes.luminal(to)
+    if to == TP.BOOL:
+        return x.ne(0) if x.dtype != DType.bool else x
+    if to in dtypes.WIDENED and to != TP.UINT64:
+        width = np.iinfo(dtypes.numpy(to)).bits
+        lo = int(np.iinfo(dtypes.numpy(to)).min)
+        y = x.trunc().cast(DType.int64) if x.dtype.is_float else x.cast(DType.int64)
+        y = (y - lo).remainder(2 ** width) + lo
+        return typed(y.cast(target), to)
+    if x.dtype.is_float and target.is_int:
+        x = x.trunc()
+    return typed(x.cast(target), to)
+
+
+@register("Cast")
+def _cast(ctx):
+    return [cast_tensor(ctx.t(0), ctx.attr("to"))]
+
+
+@register("CastLike")
+def _castlike(ctx):
+    return [cast_tensor(ctx.t(0), ctx.type(1))]
+
+
+# ---------------------------------------------------------------------------------------------------- import-time folding
+def _np_binary(num, obj=None):
+    def fold(ctx):
+        a, b = ctx.static(0), ctx.static(1)
+        if is_obj(a) or is_obj(b):
+            if obj is None:
+                raise NotFoldable()
+            return [obj_map(obj, a, b)]
+        with np.errstate(all="ignore"):
+            return [num(a, b)]
+    return fold
+
+
+def _trunc_div(a, b):
+    if a.dtype.kind in "iu":
+        q = np.floor_divide(a, b)
+        return q + ((np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0))).astype(q.dtype)
+    return np.divide(a, b)
+
+
+def _obj_div(x, y):
+    if not (nonneg(x) and nonneg(y)):
+        raise NotFoldable()
+    return expr(x) // expr(y)
+
+
+def _obj_mod(x, y):
+    if not (nonneg(x) and nonneg(y)):
+        raise NotFoldable()
+    return expr(x) % expr(y)
+
+
+set_fold("Add")(_np_binary(lambda a, b: (a + b).astype(np.result_type(a, b)), lambda x, y: expr(x) + expr(y)))
+set_fold("Sub")(_np_binary(lambda a, b: (a - b).astype(np.result_type(a, b)), lambda x, y: expr(x) - expr(y)))
+set_fold("Mul")(_np_binary(lambda a, b: (a * b).astype(np.result_type(a, b)), lambda x, y: expr(x) * expr(y)))
+set_fold("Div")(_np_binary(lambda a, b: _trunc_div(a, b).astype(np.result_type(a, b)), _obj_div))
+set_fold("Equal")(_np_binary(np.equal, lambda x, y: compare(x, y) == 0))
+set_fold("Less")(_np_binary(np.less, lambda x, y: compare(x, y) < 0))
+set_fold("LessOrEqual")(_np_binary(np.less_equal, lambda x, y: compare(x, y) <= 0))
+set_fold("Greater")(_np_binary(np.greater, lambda x, y: compare(x, y) > 0))
+set_fold("GreaterOrEqual")(_np_binary(np.greater_equal, lambda x, y: compare(x, y) >= 0))
+set_fold("And")(_np_binary(np.logical_and))
+set_fold("Or")(_np_binary(np.logical_or))
+set_fold("Xor")(_np_binary(np.logical_xor))
+
+
+@set_fold("Mod")
+def _fold_mod(ctx):
+    a, b = ctx.static(0), ctx.static(1)
+    if is_obj(a) or is_obj(b):
+        if ctx.attr("fmod", 0):
+            raise NotFoldable()
+        return [obj_map(_obj_mod, a, b)]
+    with np.errstate(all="ignore"):
+        out = np.fmod(a, b) if ctx.attr("fmod", 0) else np.mod(a, b)
+    return [out.astype(np.result_type(a, b))]
+
+
+@set_fold("Not")
+def _fold_not(ctx):
+    return [np.logical_not(ctx.static(0))]
+
+
+@set_fold("Neg")
+def _fold_neg(ctx):
+    a = ctx.static(0)
+    return [obj_map(lambda x: -expr(x), a) if is_obj(a) else -a]
+
+
+@set_fold("Abs")
+def _fold_abs(ctx):
+    a = ctx.static(0)
+    if is_obj(a):
+        return [obj_map(lambda x: x if nonneg(x) else _raise(), a)]
+    return [np.abs(a)]
+
+
+def _raise():
+    raise NotFoldable()
+
+
+def _fold_numeric(fn):
+    def fold(ctx):
+        a = ctx.static(0)
+        if is_obj(a):
+            raise NotFoldable()
+        with np.errstate(all="ignore"):
+            return [fn(a).astype(a.dtype)]
+    return fold
+
+
+set_fold("Sqrt")(_fold_numeric(np.sqrt))
+set_fold("Floor")(_fold_numeric(np.floor))
+set_fold("Ceil")(_fold_numeric(np.ceil))
+set_fold("Reciprocal")(_fold_numeric(np.reciprocal))
+
+
+@set_fold("Where")
+def _fold_where(ctx):
+    c, a, b = ctx.static(0), ctx.static(1), ctx.static(2)
+    if is_obj(c):
+        raise NotFoldable()
+    if is_obj(a) or is_obj(b):
+        return [simplify_obj(np.where(c, as_obj(a), as_obj(b)))]
+    return [np.where(c, a, b)]
+
+
+def _fold_variadic(num, obj):
+    def fold(ctx):
+        arrs = [ctx.static(i) for i in range(len(ctx)) if ctx.has(i)]
+        if any(is_obj(a) for a in arrs):
+            return [reduce(lambda x, y: obj_map(obj, x, y), arrs)]
+        return [reduce(num, arrs).astype(arrs[0].dtype)]
+    return fold
+
+
+set_fold("Max")(_fold_variadic(np.maximum, lambda x, y: expr(x).max(expr(y))))
+set_fold("Min")(_fold_variadic(np.minimum, lambda x, y: expr(x).min(expr(y))))
+set_fold("Sum")(_fold_variadic(np.add, lambda x, y: expr(x) + expr(y)))
+
+
+@set_fold("Identity")
+def _fold_identity(ctx):
+    return [ctx.static(0)]
+
+
+def _fold_cast_to(arr, to):
+    if is_obj(arr):
+        if to in (TP.INT64, TP.INT32):
+            return typed(arr, to)
+        raise NotFoldable()
+    if to not in dtypes.NUMPY_OF:
+        raise NotFoldable()
+    if arr.dtype.kind == "f" and np.dtype(dtypes.numpy(to)).kind in "iu":
+        with np.errstate(all="ignore"):
+            arr = np.trunc(arr)
+    with np.errstate(all="ignore"):
+        return typed(arr.astype(dtypes.numpy(to)), to)
+
+
+@set_fold("Cast")
+def _fold_cast(ctx):
+    return [_fold_cast_to(ctx.static(0), ctx.attr("to"))]
+
+
+@set_fold("CastLike")
+def _fold_castlike(ctx):
+    return [_fold_cast_to(ctx.static(0), ctx.type(1))]
+
+
+@set_fold("Clip")
+def _fold_clip(ctx):
+    x = ctx.static(0)
+    if is_obj(x):
+        out = x
+        if ctx.has(1):
+            out = obj_map(lambda a, b: expr(a).max(expr(b)), out, ctx.static(1))
+        if ctx.has(2):
+            out = obj_map(lambda a, b: expr(a).min(expr(b)), out, ctx.static(2))
+        return [out]
+    out = x
+    if ctx.has(1):
+        out = np.maximum(out, ctx.static(1))
+    if ctx.has(2):
+        out = np.minimum(out, ctx.static(2))
+    return [out.astype(x.dtype)]
+
