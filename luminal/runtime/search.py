@@ -37,6 +37,7 @@ DEFAULT_BUDGET = {"quick": 10.0, "full": 60.0, "background": 60.0}
 ROUNDS = 7
 ROUND_S = 0.004
 EARLY_STOP = 1.3
+DEFAULT_GEMM = "blas"  # the unmeasured default (see default_choice)
 SMALL_GEMM = 1 << 23  # as in codegen.c: batched GEMMs up to this many MACs each run one per thread
 
 
@@ -151,9 +152,15 @@ def valid_choice(choice: str, dtype: str) -> bool:
 
 
 def default_choice(dtype: str, blas: bool) -> str:
-    """The GEMM implementation used when nothing was measured: OpenBLAS when it is installed, else luminal's
-    own GEMM in its default configuration."""
-    if blas:
+    """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"own"`` or ``"blas"``)
+    when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS is not
+    installed."""
+    import os
+
+    pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
+    if pick not in ("own", "blas"):
+        raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'own' or 'blas'")
+    if blas and pick == "blas":
         return "blas"
     from ..codegen.gemm import default_config
 
