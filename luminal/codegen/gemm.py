@@ -12,21 +12,32 @@
 Structure (per thread, over its block of C): ``jc`` (``nc`` columns) -> ``pc`` (``kc`` of K) -> pack the B panel
 (``kc x nc`` in ``nr``-wide slivers, zero-padded) -> ``ic`` (``mc`` rows) -> pack the A block (``mc x kc`` in
 ``mr``-row slivers, zero-padded) -> ``jr`` -> ``ir`` -> the ``mr x nr`` microkernel, whose accumulators are
-GCC vector-extension registers (``mr * nr / W`` of them, ``W`` the vector width in elements) and whose loads
-come from the packed, 64-byte aligned buffers. Packing reads the operands through their strides, so
-transposed, strided and broadcast (stride 0) operands cost nothing extra. The first K block stores into C, the
-later ones add, so C is never zeroed first. Edge tiles are computed into a local tile and the valid part copied.
+GCC vector-extension registers (``mr * nr / W`` of them, ``W`` the vector width in elements: 6x16 f32 on AVX2
+is 12 ymm accumulators fed by ``vbroadcastss`` + ``vfmadd231ps``) and whose loads come from the packed, 64-byte
+aligned buffers. Packing reads the operands through their strides, so transposed, strided and broadcast
+(stride 0) operands cost nothing extra; the common layouts have fast paths (row-major B: a few rows at a time
+along all slivers; row-major A and N x K B: 4x4 / 2x2 register transposes; K x M A: each row read once). The
+first K block stores into C, the later ones add, so C is never zeroed first. Edge tiles are computed into a
+local tile and the valid part copied.
 
-Threads: outside a parallel region a GEMM of at least ``LM_OWN_GEMM_PAR_MACS`` multiply-adds is split over the
-OpenMP threads along its longer side (M in ``mr``-row blocks when M > N, else N in ``nr``-column blocks); each
-thread packs its own panels into thread-local buffers that are reused across calls (grown, never freed).
-Inside a parallel region (batched GEMMs spread by the caller) a call runs single-threaded. The epilogue runs
-on each ``mc x nc`` block of C right after its last K block, while it is still in cache.
+Threads (OpenMP), outside a parallel region and from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on:
 
-The header (``#include <stdlib.h>``, the thread-local buffers) is shared between all generated GEMMs behind an
-include guard, and every other helper is prefixed by ``NAME``, so any number of GEMMs (configs, dtypes) can
-live in one translation unit. The source expects ``HELPERS`` and ``gemm_helpers()`` of ``c_support`` before it
-(``math.h``, ``string.h``, ``omp.h``, ``lm_epilogue``, ``lm_epilogue_all``).
+* from ``LM_OWN_GEMM_SHARED_MACS`` on (and with enough rows), the threads split M and share one B panel per
+  ``(jc, pc)``: each packs its share of the slivers, a barrier, each computes its rows, a barrier. No operand
+  is packed twice.
+* smaller GEMMs split the longer side (M in ``mr`` rows or N in ``nr`` columns), each thread with its own
+  panels and no barriers.
+
+Packing buffers are thread-local, 64-byte aligned and reused across calls (grown, never freed). Inside a
+parallel region (batched GEMMs spread by the caller) a call runs single-threaded and touches no barrier.
+The epilogue runs on each block of ``mc`` rows x about ``LM_OWN_GEMM_EPI_COLS`` (256) columns of C as soon as
+its last K block is stored, while it is still in L1/L2; every element is seen exactly once.
+
+The header (``#include <stdlib.h>``, the thread-local buffers, the thresholds as overridable macros) and the
+per-dtype transposing packers are shared between all generated GEMMs behind include guards, and every other
+helper is prefixed by ``NAME``, so any number of GEMMs (configs, dtypes) can live in one translation unit. The
+source expects ``HELPERS`` and ``gemm_helpers()`` of ``c_support`` before it (``math.h``, ``string.h``,
+``omp.h``, ``lm_epilogue``, ``lm_epilogue_all``).
 """
 
 from __future__ import annotations
@@ -118,98 +129,118 @@ def _make(dtype: str, mr: int, nr: int, kc: int, mc: int, nc: int) -> GemmConfig
     return GemmConfig(mr, nr, kc, mc, nc)
 
 
-# Register tiles by vector width (bytes) and dtype, best first; the first is the default.
-# AVX2/FMA (16 ymm): 6x16 f32 = 12 accumulators, 2 loads of B and 6 broadcasts per 12 FMAs.
+# Register tiles by vector width (bytes) and dtype, best first: (mr, nr), mr * nr / W accumulators plus nr / W
+# vectors of B and one broadcast of A must fit in the vector registers (16, or 32 with AVX-512).
+# AVX2/FMA: 6x16 f32 = 12 ymm accumulators, 2 loads of B and 6 broadcasts of A per 12 FMAs.
 _TILES = {
     (32, "float32"): [(6, 16), (4, 24), (5, 16), (4, 16)],
     (32, "float64"): [(6, 8), (4, 12), (5, 8), (4, 8)],
-    (64, "float32"): [(12, 32), (8, 48), (6, 64), (14, 32)],
-    (64, "float64"): [(12, 16), (8, 24), (6, 32), (14, 16)],
-    (16, "float32"): [(6, 8), (4, 12), (4, 8)],
-    (16, "float64"): [(6, 4), (4, 6), (4, 4)],
+    (64, "float32"): [(12, 32), (8, 48), (14, 32), (6, 64)],
+    (64, "float64"): [(12, 16), (8, 24), (14, 16), (6, 32)],
+    (16, "float32"): [(6, 8), (4, 12), (5, 8), (4, 8)],
+    (16, "float64"): [(6, 4), (4, 6), (5, 4), (4, 4)],
+}
+
+# Default blocks (kc, mc, nc) by vector width and dtype; see default_config.
+_BLOCKS = {
+    (32, "float32"): (384, 48, 2048),
+    (32, "float64"): (384, 48, 1024),
+    (64, "float32"): (256, 96, 2048),
+    (64, "float64"): (256, 96, 1024),
+    (16, "float32"): (384, 96, 2048),
+    (16, "float64"): (384, 96, 1024),
 }
 
 
 def default_config(dtype: str) -> GemmConfig:
     """The best all-round config for this CPU's vector width and ``dtype`` (``"float32"`` / ``"float64"``).
 
-    Sizes aim at: a ``kc x nr`` sliver of B in L1, an ``mc x kc`` block of A in L2, a ``kc x nc`` panel of B
-    in L3 (measured on a 2-core Zen 3 with AVX2; see the module docstring of the timing notes in the report).
+    The register tile is the first of ``_TILES`` (AVX2: 6x16 f32, 6x8 f64: 12 accumulators); the K block keeps
+    the ``kc x nr`` sliver of B within L1 (kc = 384: 24 KiB for both dtypes on AVX2; fewer, longer K blocks
+    also mean fewer passes over C), the ``mc x kc`` block of A (mc = 48: 72 / 144 KiB) within L2 and the
+    ``kc x nc`` panel of B (3 MiB) within L3. Measured on a 2-core Zen 3 (AVX2) against kc 256-512, mc 48-120,
+    4x24 / 4x16 tiles: within a few percent of each other, this one the most even over the shapes; the
+    AVX-512 and SSE choices follow the same rules but are untimed.
     """
-    w = _width(dtype)
+    _width(dtype)
     mr, nr = _TILES[(vector_bytes(), dtype)][0]
-    size = _ITEMSIZE[dtype]
-    kc = 256 if size == 4 else 192  # B sliver kc*nr*size: 16 KiB (f32 6x16), 12 KiB (f64 6x8) on AVX2
-    if w >= 16:
-        kc = 384 if size == 4 else 256
-    mc = 120 if size == 4 else 96
-    nc = 2048 if size == 4 else 1024
+    kc, mc, nc = _BLOCKS[(vector_bytes(), dtype)]
     return _make(dtype, mr, nr, kc, mc, nc)
+
+
+def _balanced_kc(kc: int, K: int) -> int:
+    """The K block the generated code uses for ``kc`` on a K-deep problem: K split into equal blocks <= kc."""
+    K = max(K, 1)
+    return -(-K // -(-K // max(kc, 1)))
+
+
+def _behaviour(cfg: GemmConfig, M: int, N: int, K: int) -> tuple:
+    """What a config does on an M x N x K problem: blocks larger than the problem act as the problem's size."""
+    return (cfg.mr, cfg.nr, _balanced_kc(cfg.kc, K), min(cfg.mc, -(-M // cfg.mr) * cfg.mr),
+            min(cfg.nc, -(-N // cfg.nr) * cfg.nr))
 
 
 def candidate_configs(dtype: str, M: int, N: int, K: int, level: str = "quick") -> list[GemmConfig]:
     """A small search space of configs for an ``M x N x K`` GEMM, ``default_config(dtype)`` first.
 
-    ``level="quick"``: 4-6 configs (the default, the second register tile, two K blocks and an M block);
-    ``level="full"``: 12-20 configs (every register tile that fits, K blocks 128-512, M blocks, N blocks).
-    Every config is valid for this machine's vector width; blocks are clipped to the problem (no ``kc`` far
-    above K, ``mc`` above M or ``nc`` above N), and duplicates are removed.
+    ``level="quick"`` (at most 6): the default, the second register tile, a smaller and a larger K block, a
+    larger M block, the other register tiles. ``level="full"`` (12 to 20): the two best register tiles with
+    K blocks from 1/2 to 4/3 of the default's, M and N block variants, the other tiles, then combinations.
+    All configs are valid for this machine's vector width and sized to the problem: ``kc`` is the K block
+    actually used (the generated code splits K into equal blocks of at most ``kc``, e.g. 2 x 300 rather than
+    512 + 88), M / N blocks are never above M / N rounded up to the tile. Configs that would behave
+    identically on this problem (e.g. two K blocks both >= K) are listed once, so a small problem gets fewer
+    candidates.
     """
     if level not in ("quick", "full"):
         raise ValueError(f"level must be 'quick' or 'full', not {level!r}")
     M, N, K = max(int(M), 1), max(int(N), 1), max(int(K), 1)
     base = default_config(dtype)
     tiles = [t for t in _TILES[(vector_bytes(), dtype)] if _tile_ok(dtype, *t)]
-    size = _ITEMSIZE[dtype]
-    scale = 4 // size if size < 4 else 1
-    kcs = [128, 192, 256, 320, 384, 512] if size == 4 else [96, 128, 192, 256, 320]
-    del scale
 
-    def fit(mr, nr, kc, mc, nc):
-        # clip to the problem: K blocks balanced over K (no sliver of a block at the end), M/N blocks no larger
-        # than the problem rounded up to the tile
-        if kc >= K:
-            kc = K
-        else:
-            nblk = -(-K // kc)
-            kc = -(-K // nblk)
-        kc = max(kc, 1)
-        mc = min(mc, -(-M // mr) * mr)
-        nc = min(nc, -(-N // nr) * nr)
+    def fit(mr: int, nr: int, kc: int, mc: int, nc: int) -> GemmConfig:
+        kc = _balanced_kc(kc, K)
+        mc = min(max(mc, mr), -(-M // mr) * mr)
+        nc = min(max(nc, nr), -(-N // nr) * nr)
         return _make(dtype, mr, nr, kc, mc, nc)
 
-    out: list[GemmConfig] = []
+    out: list[GemmConfig] = [base]  # verbatim: what the renderer uses without a search
+    seen = {_behaviour(base, M, N, K)}
 
     def add(cfg: GemmConfig) -> None:
-        if cfg not in out:
+        key = _behaviour(cfg, M, N, K)
+        if key not in seen:
+            seen.add(key)
             out.append(cfg)
 
-    out.append(base)  # always the unclipped default (its behaviour is what the renderer uses without a search)
     b = base
     if level == "quick":
-        add(fit(b.mr, b.nr, b.kc, b.mc, b.nc))
-        if len(tiles) > 1:
-            mr2, nr2 = tiles[1]
-            add(fit(mr2, nr2, b.kc, b.mc // b.mr * mr2, b.nc))
-        add(fit(b.mr, b.nr, b.kc * 3 // 2, b.mc, b.nc))
-        add(fit(b.mr, b.nr, b.kc // 2, b.mc * 2, b.nc))
-        add(fit(b.mr, b.nr, b.kc, b.mc // 2, b.nc // 2))
-        i = 0
-        while len(out) < 4 and i < len(kcs):
-            add(fit(b.mr, b.nr, kcs[i], b.mc, b.nc))
-            i += 1
+        picks = [fit(b.mr, b.nr, b.kc, b.mc, b.nc)]
+        picks += [fit(mr, nr, b.kc, b.mc // b.mr * mr, b.nc) for mr, nr in tiles[1:2]]
+        picks += [fit(b.mr, b.nr, int(b.kc * 2 / 3), b.mc, b.nc), fit(b.mr, b.nr, int(b.kc * 4 / 3), b.mc, b.nc),
+                  fit(b.mr, b.nr, b.kc, b.mc * 2, b.nc)]
+        picks += [fit(mr, nr, b.kc, b.mc // b.mr * mr, b.nc) for mr, nr in tiles[2:]]
+        picks += [fit(b.mr, b.nr, b.kc // 2, b.mc * 2, b.nc)]
+        for cfg in picks:
+            add(cfg)
         return out[:6]
-    for mr, nr in tiles:
-        for kc in kcs:
-            add(fit(mr, nr, kc, b.mc // b.mr * mr, b.nc))
-    for mc in (b.mc // 2, b.mc * 2):
+    kscale = [1, 1 / 2, 2 / 3, 5 / 6, 4 / 3]
+    for mr, nr in tiles[:2]:
+        for f in kscale:
+            add(fit(mr, nr, int(b.kc * f), b.mc // b.mr * mr, b.nc))
+    for mc in (b.mc // 2, b.mc * 2, b.mc * 3):
         add(fit(b.mr, b.nr, b.kc, mc, b.nc))
     for nc in (b.nc // 4, b.nc * 2):
         add(fit(b.mr, b.nr, b.kc, b.mc, nc))
-    if len(out) < 12:
-        for mr, nr in tiles:
-            for mc in (b.mc // 2, b.mc * 2):
-                add(fit(mr, nr, b.kc * 3 // 2, mc // b.mr * mr, b.nc))
+    for mr, nr in tiles[2:]:
+        add(fit(mr, nr, b.kc, b.mc // b.mr * mr, b.nc))
+    for mr, nr in tiles[:2]:
+        for mc in (b.mc * 2, b.mc * 3):
+            for f in (2 / 3, 4 / 3):
+                add(fit(mr, nr, int(b.kc * f), mc // b.mr * mr, b.nc))
+    for mr, nr in tiles[2:]:
+        for f in (2 / 3, 4 / 3):
+            add(fit(mr, nr, int(b.kc * f), b.mc // b.mr * mr, b.nc))
     return out[:20]
 
 
@@ -221,6 +252,10 @@ _COMMON = r"""
 #ifndef LM_OWN_GEMM_PAR_MACS
 #define LM_OWN_GEMM_PAR_MACS (1LL << 18)
 #endif
+/* the epilogue runs on blocks of (mc rows) x (about this many columns) of C, as soon as they are final */
+#ifndef LM_OWN_GEMM_EPI_COLS
+#define LM_OWN_GEMM_EPI_COLS 256
+#endif
 /* from this many multiply-adds on, the threads share the packed B panels (synchronized by barriers) */
 #ifndef LM_OWN_GEMM_SHARED_MACS
 #define LM_OWN_GEMM_SHARED_MACS (1LL << 24)
@@ -230,10 +265,14 @@ _COMMON = r"""
 static __thread void *lm_og_abuf, *lm_og_bbuf;
 static __thread size_t lm_og_acap, lm_og_bcap;
 static void *lm_og_grow(void **buf, size_t *cap, size_t bytes) {
+#ifdef LM_OWN_GEMM_EXACT_BUFFERS  /* (tests) a buffer of exactly the size asked for, so ASan sees any overrun */
+    if (bytes != *cap || !*buf) {
+#else
+    bytes = (bytes + 4095) & ~(size_t)4095;
     if (bytes > *cap || !*buf) {
+#endif
         void *p = NULL;
-        bytes = (bytes + 4095) & ~(size_t)4095;
-        if (posix_memalign(&p, 64, bytes ? bytes : 4096) != 0) return NULL;
+        if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
         free(*buf);
         *buf = p;
         *cap = bytes;
@@ -330,11 +369,11 @@ _TEMPLATE = r"""
 /* NAME: own GEMM, T, register tile MR x NR, kc=KC mc=MC nc=NC (luminal.codegen.gemm) */
 typedef T NAME_v __attribute__((vector_size(VB)));
 typedef T NAME_vu __attribute__((vector_size(VB), aligned(sizeof(T))));
-/* c[i*ldc + j] (+)= sum_k a[k*MR + i] * b[k*NR + j] over one MR x NR tile; a, b packed and 64-byte aligned */
+/* c[i*ldc + j] (+)= sum_k a[k*MR + i] * b[k*NR + j] over one MR x NR tile; a, b packed (b VB-byte aligned:
+   the panel is 64-byte aligned and a sliver is a multiple of VB bytes) */
 static __attribute__((noinline)) void NAME_kernel(long long kb, const T *restrict a, const T *restrict b,
                                                    T *restrict c, long long ldc, int accumulate) {
-    a = (const T *)__builtin_assume_aligned(a, 64);
-    b = (const T *)__builtin_assume_aligned(b, 64);
+    b = (const T *)__builtin_assume_aligned(b, VB);
 DECLS
 PREFETCH_C
     #pragma GCC unroll UNROLL
@@ -419,17 +458,19 @@ static int NAME_naive(long long m0, long long m1, long long n0, long long n1, lo
         }
     return epi && m1 > m0 && n1 > n0 ? epi(bufs, syms, m0, m1, n0, n1) : 0;
 }
-/* rows [m0, m1) x columns [n0, n1) of C by this thread, with the B panel bp and the A block ap; thread t of
+/* rows [m0, m1) x columns [n0, n1) of C by this thread in K blocks of kc, with the B panel bp and the A block
+   ap; thread t of
    nt (nt > 1: the threads of one team share bp, each packs its part of every panel, between barriers, and
-   computes its own rows). epi on each MC x NC block of C after its last K block. */
-static int NAME_run(long long m0, long long m1, long long n0, long long n1, long long N, long long K,
+   computes its own rows). epi on each block of MC rows x about LM_OWN_GEMM_EPI_COLS columns of C right
+   after its last K block. */
+static int NAME_run(long long m0, long long m1, long long n0, long long n1, long long N, long long K, long long kc,
                     const T *A, long long sam, long long sak, const T *B, long long sbn, long long sbk, T *C,
                     lm_epilogue epi, void **bufs, const long long *syms, T *bp, T *ap, int t, int nt) {
     int err = 0;
     for (long long jc = n0; jc < n1; jc += NC) {
         long long nb = n1 - jc < NC ? n1 - jc : NC;
-        for (long long pc = 0; pc < K; pc += KC) {
-            long long kb = K - pc < KC ? K - pc : KC;
+        for (long long pc = 0; pc < K; pc += kc) {
+            long long kb = K - pc < kc ? K - pc : kc;
             int acc = pc > 0, last = pc + kb >= K;
             long long ns = (nb + NR - 1) / NR, s0 = ns * t / nt, s1 = ns * (t + 1) / nt;
             if (s1 > s0) {
@@ -442,6 +483,7 @@ static int NAME_run(long long m0, long long m1, long long n0, long long n1, long
             for (long long ic = m0; ic < m1; ic += MC) {
                 long long mb = m1 - ic < MC ? m1 - ic : MC;
                 NAME_pack_a(mb, kb, A + ic * sam + pc * sak, sam, sak, ap);
+                long long e0 = 0;  /* the columns of this block the epilogue has not seen yet start here */
                 for (long long jr = 0; jr < nb; jr += NR) {
                     long long cols = nb - jr < NR ? nb - jr : NR;
                     const T *bs = bp + jr * kb;
@@ -451,10 +493,12 @@ static int NAME_run(long long m0, long long m1, long long n0, long long n1, long
                         if (rows == MR && cols == NR) NAME_kernel(kb, ap + ir * kb, bs, cj + ir * N, N, acc);
                         else NAME_edge(kb, ap + ir * kb, bs, cj + ir * N, N, rows, cols, acc);
                     }
-                }
-                if (last && epi) {
-                    int e = epi(bufs, syms, ic, ic + mb, jc, jc + nb);
-                    if (e && !err) err = e;
+                    if (last && epi && (jr + cols >= nb || jr + cols - e0 >= LM_OWN_GEMM_EPI_COLS)) {
+                        /* these mb x (up to LM_OWN_GEMM_EPI_COLS) of C are final and still in L1/L2 */
+                        int e = epi(bufs, syms, ic, ic + mb, jc + e0, jc + jr + cols);
+                        if (e && !err) err = e;
+                        e0 = jr + cols;
+                    }
                 }
             }
             if (nt > 1) {
@@ -463,6 +507,51 @@ static int NAME_run(long long m0, long long m1, long long n0, long long n1, long
         }
     }
     return err;
+}
+/* a matrix-vector product (M == 1 or N == 1), no packing: out[i] = sum_k X[i*sxi + k*sxk] * y[k*sy] for i in
+   [i0, i1) (out = C, contiguous either way) */
+static void NAME_gemv(long long i0, long long i1, long long K, const T *X, long long sxi, long long sxk,
+                      const T *y, long long sy, T *restrict out) {
+    if (sxi == 1) {  /* out += y[k] * (row k of X): four rows at a time over blocks of out that stay in L1 */
+        for (long long b0 = i0; b0 < i1; b0 += 2048) {
+            long long b1 = b0 + 2048 < i1 ? b0 + 2048 : i1, k = 0;
+            for (long long i = b0; i < b1; i++) out[i] = 0;
+            for (; k + 4 <= K; k += 4) {
+                T y0 = y[k * sy], y1 = y[(k + 1) * sy], y2 = y[(k + 2) * sy], y3 = y[(k + 3) * sy];
+                const T *x0 = X + k * sxk, *x1 = x0 + sxk, *x2 = x1 + sxk, *x3 = x2 + sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i] + y1 * x1[i] + y2 * x2[i] + y3 * x3[i];
+            }
+            for (; k < K; k++) {
+                T y0 = y[k * sy]; const T *x0 = X + k * sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i];
+            }
+        }
+    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K, four vector accumulators */
+        enum { W = VB / sizeof(T) };
+        for (long long i = i0; i < i1; i++) {
+            const T *x = X + i * sxi;
+            NAME_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            long long k = 0;
+            for (; k + 4 * W <= K; k += 4 * W) {
+                NAME_v x0, x1, x2, x3, v0, v1, v2, v3;
+                memcpy(&x0, x + k, VB); memcpy(&x1, x + k + W, VB); memcpy(&x2, x + k + 2 * W, VB);
+                memcpy(&x3, x + k + 3 * W, VB); memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                memcpy(&v2, y + k + 2 * W, VB); memcpy(&v3, y + k + 3 * W, VB);
+                a0 += x0 * v0; a1 += x1 * v1; a2 += x2 * v2; a3 += x3 * v3;
+            }
+            a0 += a1 + a2 + a3;
+            T acc = 0;
+            for (int j = 0; j < W; j++) acc += a0[j];
+            for (; k < K; k++) acc += x[k] * y[k];
+            out[i] = acc;
+        }
+    } else {
+        for (long long i = i0; i < i1; i++) {
+            T acc = 0;
+            for (long long k = 0; k < K; k++) acc += X[i * sxi + k * sxk] * y[k * sy];
+            out[i] = acc;
+        }
+    }
 }
 static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
@@ -473,7 +562,29 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof(T));
         return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
-    long long kcap = K < KC ? K : KC;
+    if (M == 1 || N == 1) {  /* matrix-vector: the output dimension split over the threads */
+        int rows = N == 1;
+        long long len = rows ? M : N;
+        const T *X = rows ? A : B, *y = rows ? B : A;
+        long long sxi = rows ? sam : sbn, sxk = rows ? sak : sbk, sy = rows ? sbk : sak;
+        int err = 0;
+        #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+        {
+            long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+            long long per = ((len + nt - 1) / nt + 15) / 16 * 16;
+            long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+            if (hi > lo) {
+                NAME_gemv(lo, hi, K, X, sxi, sxk, y, sy, C);
+                int e = !epi ? 0 : rows ? epi(bufs, syms, lo, hi, 0, 1) : epi(bufs, syms, 0, 1, lo, hi);
+                if (e) {
+                    #pragma omp critical(lm_own_gemm_err)
+                    { if (!err) err = e; }
+                }
+            }
+        }
+        return err;
+    }
+    long long kcap = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);  /* K blocks of equal size, at most KC */
     int nt = omp_in_parallel() || (double)M * (double)N * (double)K < (double)LM_OWN_GEMM_PAR_MACS
              ? 1 : omp_get_max_threads();
     int err = 0;
@@ -500,7 +611,8 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                 #pragma omp atomic read
                 f = fail;
                 if (!f) {
-                    int e = NAME_run(lo, hi, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, t, n);
+                    int e = NAME_run(lo, hi, 0, N, N, K, kcap, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap,
+                                     t, n);
                     if (e) {
                         #pragma omp critical(lm_own_gemm_err)
                         { if (!err) err = e; }
@@ -524,8 +636,9 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                 long long mcap = (m1 - m0 < MC ? m1 - m0 + MR - 1 : MC) / MR * MR;
                 T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
                 T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
-                int e = bp && ap ? NAME_run(m0, m1, n0, n1, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1)
-                                 : NAME_naive(m0, m1, n0, n1, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+                int e = bp && ap
+                    ? NAME_run(m0, m1, n0, n1, N, K, kcap, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1)
+                    : NAME_naive(m0, m1, n0, n1, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
                 if (e) {
                     #pragma omp critical(lm_own_gemm_err)
                     { if (!err) err = e; }
@@ -538,9 +651,14 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
     T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));
     T *ap = (T *)lm_og_grow(&lm_og_abuf, &lm_og_acap, (size_t)(kcap * mcap) * sizeof(T));
     if (!bp || !ap) return NAME_naive(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    return NAME_run(0, M, 0, N, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1);
+    return NAME_run(0, M, 0, N, N, K, kcap, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, bp, ap, 0, 1);
 }
 """
+
+
+# software prefetch of the packed B sliver this many k steps ahead in the microkernel (0: none; the hardware
+# prefetchers keep up on Zen 3)
+_PREFETCH_B = 0
 
 
 def _kernel_parts(ctype: str, mr: int, nr: int, w: int) -> dict[str, str]:
@@ -548,7 +666,8 @@ def _kernel_parts(ctype: str, mr: int, nr: int, w: int) -> dict[str, str]:
     ind = "    "
     decls = [f"{ind}NAME_v " + ", ".join(f"c{i}_{j} = {{0}}" for j in range(nv)) + ";" for i in range(mr)]
     body = [f"{ind * 2}NAME_v " + ", ".join(f"b{j} = *(const NAME_v *)(b + {j * w})" for j in range(nv)) + ";"]
-    body.append(f"{ind * 2}PREFETCH_B")
+    if _PREFETCH_B:
+        body.append(f"{ind * 2}__builtin_prefetch(b + {_PREFETCH_B * nr});")
     for i in range(mr):
         body.append(f"{ind * 2}{{ NAME_v a{i} = a[{i}] - (NAME_v){{0}}; "
                     + " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv)) + " }")
