@@ -341,7 +341,7 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
     todo = []
     for key, s in unique.items():
         entry = cached.get(key)
-        if entry is not None and valid_choice(entry["choice"], s.dtype) and \
+        if entry is not None and valid_choice(entry["choice"], s.dtype) and entry.get("complete", True) and \
                 (level == "quick" or entry.get("level") == "full"):
             result.choices[key] = entry["choice"]
             result.cached += 1
@@ -393,9 +393,10 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
             winner = min((t, c) for c, t in timings.items() if t is not None and t < float("inf"))[1] \
                 if any(t is not None and t < float("inf") for t in timings.values()) else default_choice(s.dtype, blas)
             result.choices[key] = winner
-            if store and all(t is None or t < float("inf") for t in timings.values()):
-                tuning.store(key, {"choice": winner, "seconds": timings.get(winner) or 0.0, "level": level,
-                                   "candidates": {c: t for c, t in timings.items() if t is not None}})
+            if store and winner in timings:  # (a budget cut short: kept for "off", measured again by a search)
+                complete = all(t is None or t < float("inf") for t in timings.values())
+                tuning.store(key, {"choice": winner, "seconds": timings[winner], "level": level, "complete": complete,
+                                   "candidates": {c: t for c, t in timings.items() if t is not None and t < float("inf")}})
     except KeyboardInterrupt:
         result.interrupted = True
         warnings.warn("search interrupted: keeping the candidates measured so far", stacklevel=2)
