@@ -18,7 +18,8 @@ aligned buffers. Packing reads the operands through their strides, so transposed
 (stride 0) operands cost nothing extra; the common layouts have fast paths (row-major B: a few rows at a time
 along all slivers; row-major A and N x K B: 4x4 / 2x2 register transposes; K x M A: each row read once). The
 first K block stores into C, the later ones add, so C is never zeroed first. Edge tiles are computed into a
-local tile and the valid part copied.
+local tile and the valid part copied. Matrix-vector products (M == 1 or N == 1) skip the packing: row-wise
+axpy or four-row dot products straight from the operands (the output split over the threads).
 
 Threads (OpenMP), outside a parallel region and from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on:
 
@@ -526,9 +527,29 @@ static void NAME_gemv(long long i0, long long i1, long long K, const T *X, long 
                 for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i];
             }
         }
-    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K, four vector accumulators */
+    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K: four rows at a time (four streams,
+                                          one load of y for four FMAs), two vector accumulators per row */
         enum { W = VB / sizeof(T) };
-        for (long long i = i0; i < i1; i++) {
+        long long i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const T *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
+            NAME_v a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            long long k = 0;
+            for (; k + 2 * W <= K; k += 2 * W) {
+                NAME_v v0, v1, u0, u1;
+                memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                memcpy(&u0, x0 + k, VB); memcpy(&u1, x0 + k + W, VB); a00 += u0 * v0; a01 += u1 * v1;
+                memcpy(&u0, x1 + k, VB); memcpy(&u1, x1 + k + W, VB); a10 += u0 * v0; a11 += u1 * v1;
+                memcpy(&u0, x2 + k, VB); memcpy(&u1, x2 + k + W, VB); a20 += u0 * v0; a21 += u1 * v1;
+                memcpy(&u0, x3 + k, VB); memcpy(&u1, x3 + k + W, VB); a30 += u0 * v0; a31 += u1 * v1;
+            }
+            a00 += a01; a10 += a11; a20 += a21; a30 += a31;
+            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int j = 0; j < W; j++) { s0 += a00[j]; s1 += a10[j]; s2 += a20[j]; s3 += a30[j]; }
+            for (; k < K; k++) { s0 += x0[k] * y[k]; s1 += x1[k] * y[k]; s2 += x2[k] * y[k]; s3 += x3[k] * y[k]; }
+            out[i] = s0; out[i + 1] = s1; out[i + 2] = s2; out[i + 3] = s3;
+        }
+        for (; i < i1; i++) {
             const T *x = X + i * sxi;
             NAME_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
             long long k = 0;
