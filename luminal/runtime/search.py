@@ -11,7 +11,9 @@ strides (for a batched GEMM: the batch, spread over the threads as the generated
 Timing is honest on a noisy machine: one warm-up call, then up to ``ROUNDS`` rounds of calls lasting about
 ``ROUND_S`` each; a candidate's time is the **minimum over rounds of the mean time per call** (the minimum
 discards rounds disturbed by other processes). A candidate stops early once, after three rounds, its best
-round is more than ``EARLY_STOP`` times the best candidate's. Before it may win, a candidate's output is
+round is more than ``EARLY_STOP`` times the best candidate's. The budget is shared among the kernels in
+proportion to their work (the compile of the candidates' library counts against it); past its share a
+kernel's candidates get two rounds each, and only past twice the budget are candidates skipped. Before it may win, a candidate's output is
 compared with numpy's float64 product of the same strided operands (relative to ``|A| @ |B|``: 1e-3 for
 float32, 1e-9 for float64); a wrong candidate is dropped with a warning.
 
@@ -318,7 +320,7 @@ def _measure(lib: _BenchLibrary, choice: str, shape: GemmShape, bufs, best: floa
         times.append(lib.run(choice, shape, bufs, reps) / reps)
         if r >= 2 and min(times) > EARLY_STOP * best:
             break
-        if time.perf_counter() > deadline and r >= 1:
+        if r >= 1 and time.perf_counter() > deadline:
             break
     return min(times)
 
@@ -364,7 +366,6 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
     except ImportError:  # pragma: no cover - tqdm is a dependency
         pass
     rng = np.random.default_rng(0)
-    total_macs = sum(s.macs for _, s, _ in plans) or 1
     try:
         for key, s, cands in plans:
             # the budget left is shared by the kernels left in proportion to their work
@@ -376,7 +377,9 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
             result.timings[key] = timings
             best = float("inf")
             for choice in cands:
-                if time.perf_counter() > deadline and best < float("inf"):
+                # past this kernel's share every candidate still gets a warm-up and two rounds (_measure); only
+                # past twice the whole budget are the rest skipped (the kernel is then cached as incomplete)
+                if time.perf_counter() - start > 2 * budget and best < float("inf"):
                     timings[choice] = float("inf")
                 else:
                     t = _measure(lib, choice, s, bufs, best, deadline)
@@ -408,7 +411,6 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
         if bar is not None:
             bar.close()
     result.seconds = time.perf_counter() - start
-    _ = total_macs
     return result
 
 
