@@ -11,8 +11,9 @@ One JSON file, ``tuning.json`` in :func:`luminal.runtime.cpu.cache_dir`, holds t
                                                                   "candidates": {"blas": 1.5e-4, ...},
                                                                   "level": "quick"}}}}}
 
-* The **machine key** hashes the CPU model name, its feature flags and the C compiler's version: a machine
-  with another CPU, other features (AVX-512 or not) or another compiler misses and searches again.
+* The **machine key** hashes the CPU model name, its feature flags, the C compiler's version and
+  ``OPENBLAS_CORETYPE`` when set: a machine with another CPU, other features (AVX-512 or not), another
+  compiler or another forced OpenBLAS kernel misses and searches again.
 * The **kernel key** names the kernel's structure at the searched sizes (for a GEMM: dtype, M, N, K,
   operand layouts, batch); see :func:`luminal.runtime.search.gemm_key`.
 * Writes go to a temporary file renamed over the old one under an exclusive lock, so a crash or two
@@ -77,7 +78,11 @@ def machine() -> tuple[str, str, str]:
     if _machine is None:
         model, flags = _cpu_description()
         compiler = _compiler_version()
-        key = hashlib.sha256("\0".join([model, flags, compiler, platform.machine()]).encode()).hexdigest()[:20]
+        parts = [model, flags, compiler, platform.machine()]
+        coretype = os.environ.get("OPENBLAS_CORETYPE")
+        if coretype:  # OpenBLAS's kernel choice changes the "blas" candidate's speed
+            parts.append(f"OPENBLAS_CORETYPE={coretype}")
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
         _machine = (key, model, compiler)
     return _machine
 
