@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.runtime import cpu
+from luminal.runtime import build as cpu
 from luminal.runtime.cpu import CompileStats, find_compiler
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")

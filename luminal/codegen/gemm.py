@@ -86,7 +86,7 @@ class GemmConfig:
 def vector_bytes() -> int:
     """The SIMD width gcc ``-march=native`` targets here, in bytes: 64 with ``__AVX512F__``, 32 with
     ``__AVX__``, else 16 (also when there is no compiler or it fails). Cached for the process."""
-    from ..runtime.cpu import find_compiler
+    from .toolchain import find_compiler
 
     cc = find_compiler()
     if cc is None:

@@ -60,7 +60,7 @@ def _cpu_description() -> tuple[str, str]:
 
 
 def _compiler_version() -> str:
-    from .cpu import find_compiler
+    from ..codegen.toolchain import find_compiler
 
     cc = find_compiler()
     if cc is None:
@@ -89,7 +89,7 @@ def machine() -> tuple[str, str, str]:
 
 def tuning_path() -> str:
     """Where the tuning cache lives: ``tuning.json`` in the compiled-library cache folder."""
-    from .cpu import cache_dir
+    from .build import cache_dir
 
     return os.path.join(cache_dir(), "tuning.json")
 
