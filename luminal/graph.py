@@ -111,6 +111,10 @@ class Graph:
         self.runtime = None  # a compiled backend replaces the reference interpreter here
         # replaced node -> (its replacement, view rewrite or None), for remapping user handles
         self.redirects: dict[int, tuple[int, Callable | None]] = {}
+        # node -> (rule name, operand (node id, view) pairs, parameter, result dims): autograd differentiates the
+        # node by that rule instead of through the primitives computing it (see luminal.training.autograd:
+        # PyTorch's formulas for pow, maximum/minimum ties, cos and tan)
+        self.grad_rules: dict[int, tuple] = {}
         self.version = 0  # bumped on every structural change (compiled runtimes rebuild when it moves)
         self.device: str | None = None
         self._next_id = 0
@@ -156,6 +160,7 @@ class Graph:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("grad_rules", {})
         self._owner = threading.get_ident()
         self._local = threading.local()
         self._lock = threading.RLock()
@@ -378,6 +383,7 @@ class Graph:
         self.no_delete.discard(node_id)
         self.to_retrieve.discard(node_id)
         self.deferred.pop(node_id, None)
+        self.grad_rules.pop(node_id, None)
         self.schedule = {(a, b) for a, b in self.schedule if node_id not in (a, b)}
         self._invalidate()
 
@@ -580,14 +586,35 @@ class Graph:
     def _bindings(self) -> dict[str, int]:
         return dict(self.dyn_map)
 
+    def _contractions(self, keep: set[int]) -> dict[int, int]:
+        """``{Mul node: the SumReduce node that alone reads it}`` for the products the interpreter contracts
+        without materializing (see :func:`_contract`): a matrix product or convolution is
+        ``SumReduce(Mul(broadcast views))``, whose product is M*N*K elements."""
+        counts = self._consumer_counts
+        out = {}
+        for node in self.nodes.values():
+            if not isinstance(node.op, ops.SumReduce):
+                continue
+            e = node.inputs[0]
+            src = self.nodes[e.src]
+            if isinstance(src.op, ops.Mul) and counts.get((e.src, 0)) == 1 and e.src not in keep and \
+                    e.shape == ShapeTracker.contiguous_of(src.dims) and \
+                    any(i.shape.is_fake(j) for i in src.inputs for j in range(len(src.dims))):
+                out[e.src] = node.id
+        return out
+
     def _interpret(self, timings: list[OpTiming] | None) -> None:
         order = self.toposort()
         counts = dict(self._consumer_counts)
         keep = self._persistent_ids() | self.to_retrieve
         self.reset()
         bindings = self._bindings()
+        contract = self._contractions(keep)
+        fused = {reduce_id: mul_id for mul_id, reduce_id in contract.items()}
         for node_id in order:
             node = self.nodes[node_id]
+            if node_id in contract:  # evaluated by its SumReduce (below), its inputs kept until then
+                continue
             start = time.perf_counter()
             try:
                 out_shape = tuple(d.evaluate(bindings) for d in node.dims)
@@ -598,6 +625,17 @@ class Graph:
                 self._load_input(node, out_shape, bindings)
                 if timings is not None:
                     timings.append(OpTiming(node_id, "Input", out_shape, node.dtype.value, time.perf_counter() - start))
+                continue
+            if node_id in fused:
+                mul = self.nodes[fused[node_id]]
+                result = _contract([(self.tensors[(e.src, e.output)], e.shape) for e in mul.inputs], node.op.axis,
+                                   bindings, out_shape)
+                self._store(node, out_shape, result, timings, start)
+                for e in mul.inputs:
+                    key = (e.src, e.output)
+                    counts[key] -= 1
+                    if counts[key] == 0 and e.src not in keep:
+                        self.tensors.pop(key, None)
                 continue
             args = []
             for e in node.inputs:
@@ -615,20 +653,23 @@ class Graph:
                 if isinstance(node.op, ops.Gather):
                     raise IndexError(f"{err}{self._gather_context(node)}") from None
                 raise
-            result = np.asarray(result, dtype=node.dtype.numpy)
-            if not result.flags.c_contiguous:
-                result = result.copy()
-            if result.shape != out_shape:
-                raise GraphError(f"node {node_id} '{node.label}' ({node.op}) produced shape {result.shape}, "
-                                 f"expected {out_shape}")
-            self.tensors[(node_id, 0)] = result
-            if timings is not None:
-                timings.append(OpTiming(node_id, str(node.op), out_shape, node.dtype.value, time.perf_counter() - start))
+            self._store(node, out_shape, result, timings, start)
             for e in node.inputs:
                 key = (e.src, e.output)
                 counts[key] -= 1
                 if counts[key] == 0 and e.src not in keep:
                     self.tensors.pop(key, None)
+
+    def _store(self, node: Node, out_shape, result, timings, start: float) -> None:
+        result = np.asarray(result, dtype=node.dtype.numpy)
+        if not result.flags.c_contiguous:
+            result = result.copy()
+        if result.shape != out_shape:
+            raise GraphError(f"node {node.id} '{node.label}' ({node.op}) produced shape {result.shape}, "
+                             f"expected {out_shape}")
+        self.tensors[(node.id, 0)] = result
+        if timings is not None:
+            timings.append(OpTiming(node.id, str(node.op), out_shape, node.dtype.value, time.perf_counter() - start))
 
     def _gather_context(self, node: Node) -> str:
         """Where a Gather reads from, for its out-of-range error: `` in node 5 'Gather(0)' (data 'weight' node 1,
@@ -729,6 +770,70 @@ class Graph:
         return None
 
     display = export_dot
+
+
+def _contract(operands, axis: int, bindings: Mapping[str, int], out_shape: tuple[int, ...]) -> np.ndarray:
+    """``SumReduce(axis)(Mul(a, b))`` of two operand views ``(buffer, ShapeTracker)`` without the product.
+
+    Each operand is read with its broadcast (fake) axes at size 1, so no view is expanded. Axes broadcast in one
+    operand only are the M and N of a matrix product, axes in both are batch axes; ``np.matmul`` contracts
+    ``(batch, M, K) @ (batch, K, N)`` and the result is laid out back (axes broadcast in both operands are
+    broadcast in the result). Same dtype as the primitives (a float32 sum in another order, NaN and inf
+    propagating as in the product and sum; integer products and sums wrap the same way); float16, whose
+    products the primitives round to float16, is summed in chunks of the product instead."""
+    arrays = []
+    for buf, st in operands:
+        fake = [st.is_fake(j) for j in range(st.ndim)]
+        small = ShapeTracker([1 if f else d for f, d in zip(fake, st.dims)], st.strides, st.offset, st.masks)
+        arrays.append(small.gather_numpy(buf, bindings))
+    a, b = arrays
+    full = operands[0][1].shape(bindings)  # the product's shape (out_shape with K at axis)
+    rest = [j for j in range(len(full)) if j != axis]
+    if a.dtype == np.float16:  # float16 products round to float16 before the float32 sum: chunks of the product
+        return _contract_chunked(a, b, axis, full, rest, out_shape)
+    batch = [j for j in rest if a.shape[j] != 1 and b.shape[j] != 1]
+    m = [j for j in rest if a.shape[j] != 1 and b.shape[j] == 1]
+    n = [j for j in rest if a.shape[j] == 1 and b.shape[j] != 1]
+    both = [j for j in rest if a.shape[j] == 1 and b.shape[j] == 1]
+    size = lambda axes: int(np.prod([full[j] for j in axes], dtype=np.int64))  # noqa: E731
+    kk = full[axis]
+    a2 = np.broadcast_to(a.transpose(batch + m + [axis] + n + both).reshape(size(batch), size(m), a.shape[axis]),
+                         (size(batch), size(m), kk))
+    b2 = np.broadcast_to(b.transpose(batch + [axis] + n + m + both).reshape(size(batch), b.shape[axis], size(n)),
+                         (size(batch), kk, size(n)))
+    with np.errstate(all="ignore"):
+        c = np.matmul(a2, b2)
+    c = c.reshape([full[j] for j in batch + m + n] + [1] * len(both))
+    c = c.transpose(np.argsort(batch + m + n + both))
+    return np.array(np.broadcast_to(c, out_shape), order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
+
+
+_CHUNK = 1 << 22  # product elements per chunk of _contract_chunked
+
+
+def _contract_chunked(a, b, axis, full, rest, out_shape) -> np.ndarray:
+    """``sum(a * b, axis)`` (broadcasting) in slices of the largest output axis, each product at most ``_CHUNK``
+    elements: the primitives' exact arithmetic with bounded memory."""
+    out = np.empty(out_shape, a.dtype)
+    if out.size == 0:
+        return out
+    j = max(rest, key=lambda r: full[r]) if rest else None
+    per = int(np.prod(full, dtype=np.int64)) // max(full[j], 1) if j is not None else 0
+    step = max(1, _CHUNK // max(per, 1)) if j is not None else 1
+    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    for start in range(0, full[j] if j is not None else 1, step):
+        def part(x):
+            if j is None or x.shape[j] == 1:
+                return x
+            return x[(slice(None),) * j + (slice(start, start + step),)]
+        with np.errstate(all="ignore"):
+            r = np.sum(np.multiply(part(a), part(b)), axis=axis, dtype=acc).astype(a.dtype)
+        if j is None:
+            out[...] = r
+        else:
+            oj = j if j < axis else j - 1
+            out[(slice(None),) * oj + (slice(start, start + step),)] = r
+    return out
 
 
 def _dot_escape(text: str) -> str:

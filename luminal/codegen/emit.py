@@ -162,6 +162,8 @@ class KernelWriter:
                 return self.emit(Load(value.data_buffer, value.data_view, value.dtype), gvars)
             return self.emit(value.data, gvars)
         if isinstance(value, Remapped):
+            if any(d == 0 for d in value.dims):  # an empty producer: every read of it is masked out (and the
+                return _zero(value.dtype)        # index split below would divide by its zero extents)
             off, valid = value.view.axis_expressions(vars_)
             strides = ShapeTracker.contiguous_of(value.dims).strides
             inner = tuple(off // s if j == 0 else (off // s) % d

@@ -30,12 +30,17 @@ def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
 
 
 def normalize_axes(axes, ndim: int) -> tuple[int, ...]:
-    """``None`` -> all axes; an int or a sequence -> sorted unique non-negative axes."""
+    """``None`` -> all axes; an int or a sequence -> sorted unique non-negative axes.
+
+    A 0-d tensor has no axes to reduce, but accepts the axis 0 or -1 as PyTorch does (``torch.tensor(2.).sum(0)``
+    is the tensor itself): that gives ``()``, so a reduction over it is the identity."""
     if axes is None:
         return tuple(range(ndim))
     if isinstance(axes, (int, np.integer)):
         axes = (axes,)
     out = sorted({normalize_axis(a, ndim) for a in axes})
+    if ndim == 0:
+        return ()
     if len(out) != len(tuple(axes)):
         raise ValueError(f"repeated axis in {tuple(axes)}")
     return tuple(out)

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import ops
 from ..dtype import DType, promote_types
+from ..shape import to_expr
 from ._util import as_tensor, binary_operands, broadcast_dims, broadcast_view, constant, is_scalar, operand_dtype
 
 
@@ -120,7 +121,11 @@ class BinaryOps:
         """``self ** exponent`` with PyTorch semantics (a negative base keeps its sign for integer exponents).
 
         Integer scalar exponents use exact repeated multiplication; other exponents use
-        ``exp2(y * log2|x|)`` with the sign, zero and NaN cases fixed up.
+        ``exp2(y * log2|x|)`` with the sign, zero and NaN cases fixed up. The gradients are PyTorch's formulas
+        (a :attr:`Graph.grad_rules` entry): ``d/dx = y * x ** (y - 1)`` (0 where ``y == 0``) and
+        ``d/dy = x ** y * log(x)`` (0 where ``x == 0`` and ``y >= 0``), so they are NaN for a negative base with a
+        non-integer exponent (and in ``d/dy`` for any negative base), ``+-inf`` at a zero base with a negative
+        exponent and follow ``inf`` bases as PyTorch does.
         """
         if is_scalar(exponent) and not isinstance(exponent, bool):
             e = float(exponent)
@@ -139,12 +144,17 @@ class BinaryOps:
                     k >>= 1
                     if k:
                         base = base * base
-                return result.recip() if n < 0 else result
+                return _grad_rule(result.recip() if n < 0 else result, "pow", (x,), e)
             if e == 0.5:  # PyTorch uses sqrt / rsqrt for these two scalar exponents
-                return self.cast(dtype).sqrt()
+                x = self.cast(dtype)
+                return _grad_rule(x.sqrt(), "pow", (x,), e)
             if e == -0.5:
-                return self.cast(dtype).rsqrt()
+                x = self.cast(dtype)
+                return _grad_rule(x.rsqrt(), "pow", (x,), e)
+            scalar = e
             exponent = constant(self.graph, e, dtype)  # the general path below fixes signs, inf and NaN cases
+        else:
+            scalar = None
         dtype = operand_dtype(self, exponent)
         if not dtype.is_float:
             # integer tensor exponents: compute in float64 and round (exact for representable results)
@@ -152,8 +162,7 @@ class BinaryOps:
                 return self.cast(DType.float64).pow(as_tensor(self, exponent).cast(DType.float64)).round().cast(dtype)
             dtype = DType.float32
         x, y, _, _ = binary_operands(self, exponent, dtype)
-        # |x| ** y through exp2/log2 on a safe base: a zero base gets its value from a where, so no
-        # 0 * inf reaches the gradient (d/dx x**2.5 and d/dy 0**y are 0 at x = 0, as in PyTorch)
+        # |x| ** y through exp2/log2 on a safe base: a zero base gets its value from a where
         ax = x.abs()
         zero = ax.eq(0.0)
         mag = where(zero, where(y < 0, math.inf, where(y > 0, 0.0, y * 0.0 + 1.0)),
@@ -162,42 +171,55 @@ class BinaryOps:
         y_odd = y_int.logical_and(y.remainder(2.0).eq(1.0))
         signed = where(y_odd, -mag, mag)
         # a negative base to a fractional power is NaN, except -inf (C pow: +inf, or +0 for y < 0)
-        negative_base = where(y_int, signed, where(x.eq(-math.inf), mag, math.nan))
-        result = where(x < 0, negative_base, mag)
+        negative_base = where(y_int, signed, where(x.eq(-math.inf).logical_or(zero), mag, math.nan))
+        negative = (x < 0).logical_or(x.recip() < 0)  # -0 counts: (-0) ** -1 is -inf
+        result = where(negative, negative_base, mag)
         # x**0 == 1 and 1**y == 1 even for NaN/inf, and (-1)**±inf == 1; only the cases exp2/log2 get wrong
-        # are overridden, so finite cases keep their gradients (d/dy x**y at y = 0 is log x)
         one = y.eq(0.0).logical_and(x.isfinite().logical_not())
         one = one.logical_or(x.eq(1.0).logical_and(y.isfinite().logical_not()))
         one = one.logical_or(x.eq(-1.0).logical_and(y.isinf()))
-        return where(one, 1.0, result)
+        return _grad_rule(where(one, 1.0, result), "pow", (x, y), scalar)
 
     def rpow(self, base):
         """``base ** self``."""
         return as_tensor(self, base, operand_dtype(self, base)).pow(self)
 
     def maximum(self, other):
-        """Elementwise maximum; NaN in either operand propagates (``torch.maximum``)."""
+        """Elementwise maximum; NaN in either operand propagates (``torch.maximum``). At ties each operand gets
+        half of the gradient, as in PyTorch."""
         a, b, _, dtype = binary_operands(self, other)
-        take_b = a < b
-        if dtype.is_float:
-            take_b = take_b.logical_or(b.isnan())
-        return a.where_(take_b, b)
+        return _grad_rule(a._select_max(b), "maximum", (a, b)) if dtype.is_float else a._select_max(b)
 
     def minimum(self, other):
-        """Elementwise minimum; NaN in either operand propagates (``torch.minimum``)."""
+        """Elementwise minimum; NaN in either operand propagates (``torch.minimum``). At ties each operand gets
+        half of the gradient, as in PyTorch."""
         a, b, _, dtype = binary_operands(self, other)
-        take_b = b < a
-        if dtype.is_float:
+        return _grad_rule(a._select_min(b), "minimum", (a, b)) if dtype.is_float else a._select_min(b)
+
+    def _select_max(self, b):
+        """``max(self, b)`` of two operands of the same dtype and dims (NaN propagates; ties take ``self``)."""
+        take_b = self < b
+        if self.dtype.is_float:
             take_b = take_b.logical_or(b.isnan())
-        return a.where_(take_b, b)
+        return self.where_(take_b, b)
+
+    def _select_min(self, b):
+        """``min(self, b)`` of two operands of the same dtype and dims (NaN propagates; ties take ``self``)."""
+        take_b = b < self
+        if self.dtype.is_float:
+            take_b = take_b.logical_or(b.isnan())
+        return self.where_(take_b, b)
 
     def clip(self, min=None, max=None):  # noqa: A002 - PyTorch's argument names
-        """Clamp into ``[min, max]`` (either may be None); ``clamp`` is an alias."""
+        """Clamp into ``[min, max]`` (either may be None); ``clamp`` is an alias. The gradient reaches ``self``
+        wherever it is inside the bounds, ends included (``torch.clamp``; no tie splitting as in ``maximum``)."""
         out = self
         if min is not None:
-            out = out.maximum(min)
+            a, b, _, _ = binary_operands(out, min)
+            out = a._select_max(b)
         if max is not None:
-            out = out.minimum(max)
+            a, b, _, _ = binary_operands(out, max)
+            out = a._select_min(b)
         if min is None and max is None:
             raise ValueError("clip needs at least one of min and max")
         return out
@@ -343,6 +365,25 @@ class BinaryOps:
         return self.logical_xor(other)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+
+def _grad_rule(result, name: str, operands, param=None):
+    """Have autograd differentiate ``result`` (a new float node) by the rule ``name`` of
+    ``luminal.training.autograd`` over ``operands`` (the tensors as read) instead of through its primitives."""
+    graph = result.graph
+    node = graph.nodes[result.id]
+    # (result may be its node read through a reshape, such as where()'s squeeze of the gathered axis)
+    if result.dtype.is_float and result.shape.is_contiguous() and result.numel() == _node_numel(node) and \
+            all(o.id != result.id for o in operands):
+        graph.grad_rules[result.id] = (name, tuple((o.id, o.shape) for o in operands), param, result.dims)
+    return result
+
+
+def _node_numel(node):
+    n = to_expr(1)
+    for d in node.dims:
+        n = n * d
+    return n
 
 
 def _reject_bool_subtraction(a, b) -> None:

@@ -59,7 +59,12 @@ class MovementOps:
         return self._view(self.shape.unsqueeze(axis % n))
 
     def squeeze(self, axis=None):
-        """Remove size-1 axes (all of them, or the given ones; non-size-1 given axes are left, as in PyTorch)."""
+        """Remove size-1 axes (all of them, or the given ones; non-size-1 given axes are left, as in PyTorch).
+        A 0-d tensor accepts the axis 0 or -1 and is returned as it is."""
+        if self.ndim == 0:
+            for a in () if axis is None else (axis,) if isinstance(axis, (int, np.integer)) else axis:
+                normalize_axis(a, 0)
+            return self
         if axis is None:
             axes = [j for j, d in enumerate(self.dims) if d == 1]
         else:
@@ -302,9 +307,12 @@ class MovementOps:
             axes = tuple(range(self.ndim))
         if isinstance(axes, (int, np.integer)):
             axes = (axes,)
+        axes = [normalize_axis(a, self.ndim) for a in axes]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"flip: dim {max(axes, key=axes.count)} appears multiple times in the list of dims")
         st = self.shape
         for a in axes:
-            st = st.flip(normalize_axis(a, self.ndim))
+            st = st.flip(a)
         return self._view(st)
 
     def roll(self, shift: int, axis: int):
@@ -322,6 +330,26 @@ class MovementOps:
     def pool(self, axis: int, kernel, stride=1, dilation=1):
         """Sliding windows over ``axis``: it becomes ``(n_windows, kernel)`` (a view)."""
         return self._view(self.shape.pool(normalize_axis(axis, self.ndim), kernel, stride, dilation))
+
+    def unfold(self, axis: int, size: int, step: int):
+        """``torch.Tensor.unfold``: every slice of ``size`` entries along ``axis``, ``step`` apart; the slices
+        index ``axis`` and the entries a new last axis (a view). ``size >= 0`` and ``step > 0``, as in PyTorch."""
+        axis = normalize_axis(axis, self.ndim)
+        if step <= 0:
+            raise ValueError(f"unfold: step must be positive, got {step}")
+        if size < 0:
+            raise ValueError(f"unfold: size must be non-negative, got {size}")
+        if self.ndim == 0:
+            if size > 1:
+                raise ValueError(f"unfold: size {size} exceeds the size 1 of a 0-d tensor")
+            return self.unsqueeze(0).slice_axis(0, 0, size)
+        n = self.dims[axis]
+        if n.is_constant() and size > n.to_int():
+            raise ValueError(f"unfold: size {size} exceeds the size {n.to_int()} of dim {axis}")
+        w = self.pool(axis, size, step)  # (..., windows, size, ...)
+        perm = list(range(w.ndim))
+        perm.append(perm.pop(axis + 1))
+        return w.permute(perm)
 
     def pool_last_dim(self, kernel, stride=1, dilation=1):
         """Sliding windows over the last axis (the seed's op; the basis of convolution and pooling)."""

@@ -37,10 +37,15 @@ class NormOps:
         return self._floating().mean_norm(axis).std_norm(axis, epsilon)
 
     def normalize(self, p: float = 2.0, axis=-1, epsilon: float = 1e-12):
-        """``x / max(||x||_p, epsilon)`` along ``axis`` (``torch.nn.functional.normalize``)."""
+        """``x / max(||x||_p, epsilon)`` along ``axis`` (``torch.nn.functional.normalize``); ``p = 0`` counts
+        the nonzero entries and ``p = -inf`` takes the smallest ``|x|``, as ``torch.linalg.vector_norm``."""
         axes = normalize_axes(axis, self.ndim)
         x = self._floating()
-        if p == 2:
+        if p == 0:
+            norm = x.ne(0).cast(x.dtype).sum(axes, keepdim=True)
+        elif p == -float("inf"):
+            norm = x.abs().min(axes, keepdim=True)
+        elif p == 2:
             squares = x.square().sum(axes, keepdim=True)
             # sqrt on a safe value: an all-zero slice gets norm 0 (then epsilon) and a zero gradient
             # for the norm, not 0 * inf (PyTorch: x / epsilon)
@@ -52,4 +57,4 @@ class NormOps:
             norm = x.abs().max(axes, keepdim=True)
         else:
             norm = x.abs().pow(p).sum(axes, keepdim=True).pow(1.0 / p)
-        return x / norm.maximum(epsilon)
+        return x / norm.clip(min=epsilon)  # (clamp_min: at a tie the gradient goes to the norm, as in PyTorch)

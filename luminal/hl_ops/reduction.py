@@ -172,6 +172,8 @@ def _arg_extreme(x, axis, keepdim: bool, largest: bool):
         out = _arg_extreme(flat, 0, False, largest)
         return out.reshape((1,) * x.ndim) if keepdim else out
     axis = normalize_axis(axis, x.ndim)
+    if x.ndim == 0:  # the only element (axis 0 or -1, as PyTorch)
+        return constant(x.graph, 0, DType.int64, ())
     values = x if x.dtype != DType.bool else x.cast(DType.int32)
     ext = values.max(axis, keepdim=True) if largest else values.min(axis, keepdim=True)
     hit = values.eq(ext)

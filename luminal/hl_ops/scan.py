@@ -1,9 +1,12 @@
 """Scans and triangular masks: ``cumsum cummax cumprod tril triu``.
 
-A scan along an axis of size ``n`` is a zero-copy sliding-window view: pad
-``n - 1`` identity elements in front, take windows of ``n`` (``pool``), reduce
-the window axis. That is O(n^2) work but one fused reduction with no data
-movement, and it works for symbolic ``n``.
+A short scan (``n <= SCAN_WINDOW_MAX``) or one along a symbolic axis is a
+zero-copy sliding-window view: pad ``n - 1`` identity elements in front, take
+windows of ``n`` (``pool``), reduce the window axis -- O(n^2) work, but one fused
+reduction with no data movement. Longer ``cumsum``/``cumprod`` use Hillis-Steele
+doubling instead: ``ceil(log2 n)`` steps ``x = x + x shifted by 2^k`` (the shift a
+pad-and-slice view), O(n log n) work (float16 accumulates in float32). An axis of
+size 0 gives an empty result, and a 0-d tensor scans to itself, as in PyTorch.
 """
 
 from __future__ import annotations
@@ -13,13 +16,21 @@ import numpy as np
 from ..dtype import DType
 from ._util import normalize_axis
 
+SCAN_WINDOW_MAX = 32
+"""Scans up to this length use the one-kernel sliding-window form; longer concrete ones the doubling form."""
+
 
 class ScanOps:
     """Mixin of :class:`~luminal.tensor.GraphTensor` with scans and ``tril``/``triu``."""
 
     def _windows(self, axis: int, identity):
+        """``(windows, window axis)``: reducing the window axis of the view gives the inclusive scan."""
         axis = normalize_axis(axis, self.ndim)
+        if self.ndim == 0:  # a 0-d tensor is its own scan: one window of one element
+            return self.unsqueeze(0), 0
         n = self.dims[axis]
+        if n == 0:  # no elements: (..., 0 windows, 1, ...)
+            return self.unsqueeze(axis + 1), axis + 1
         if identity == 0:
             padded = self.pad_axis(axis, n - 1, 0)
         else:
@@ -28,9 +39,30 @@ class ScanOps:
             padded = self.pad(pads, value=identity)
         return padded.pool(axis, n), axis + 1  # (..., n windows, n kernel, ...)
 
+    def _doubling(self, axis: int, identity, combine):
+        """The inclusive scan by Hillis-Steele doubling, or None where the window form is used (see the module
+        docstring). ``combine(a, b)`` is the associative step; ``identity`` fills the shifted-in slots."""
+        if self.ndim == 0:
+            return None
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis].to_int()
+        if n is None or n <= SCAN_WINDOW_MAX:
+            return None
+        x = self.cast(DType.float32) if self.dtype == DType.float16 else self
+        shift = 1
+        while shift < n:
+            pads = [(0, 0)] * x.ndim
+            pads[axis] = (shift, -shift)  # x shifted by `shift` along the axis, identity in front (a view)
+            x = combine(x, x.pad(pads, value=identity))
+            shift *= 2
+        return x.cast(self.dtype)
+
     def cumsum(self, axis: int = -1):
         """Running sum along ``axis`` (bool/int accumulate in int64)."""
         x = self if self.dtype.is_float else self.cast(DType.int64)
+        out = x._doubling(axis, 0, lambda a, b: a + b)
+        if out is not None:
+            return out
         win, k = x._windows(axis, 0)
         return win.sum(k)
 
@@ -48,6 +80,9 @@ class ScanOps:
     def cumprod(self, axis: int = -1):
         """Running product along ``axis``."""
         x = self if self.dtype != DType.bool else self.cast(DType.int64)
+        out = x._doubling(axis, 1, lambda a, b: a * b)
+        if out is not None:
+            return out
         win, k = x._windows(axis, 1)
         return win.prod(k)
 

@@ -1,10 +1,10 @@
 """Unary high-level ops: math functions and activations, each a composition of primitives.
 
-``exp(x) = exp2(x / ln 2)``, ``log(x) = log2(x) * ln 2``, ``cos(x) = sin(x + pi/2)``,
+``exp(x) = exp2(x / ln 2)``, ``log(x) = log2(x) * ln 2``, ``cos(x) = sin(2x) / (2 sin x)`` (in float64),
 ``sigmoid(x) = 1 / (1 + exp(-x))``, ``tanh`` by a rational function in float32/float16
-(``2 sigmoid(2x) - 1`` in float64), ``erf`` by the
-Abramowitz-Stegun 7.1.26 rational approximation (|error| < 1.5e-7). Integer
-inputs to floating functions are first cast to float32, as PyTorch does.
+(``2 sigmoid(2x) - 1`` in float64), ``erf`` by polynomials fitted per dtype
+(``tools/fit_erf.py``, about an ulp). Integer inputs to floating functions are
+first cast to float32, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -33,6 +33,31 @@ TANH_Q = (1.0, 0.4670120043090431, 0.025817645914859595, 0.00032601831337963194,
 # 2 sigmoid(2x) - 1 loses at most ~3e-15 to cancellation (measured against mpmath: 3.2e-15 at |x| = 0.056).
 TANH64_SMALL = 0.05
 TANH64_SERIES = (-1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0)
+
+
+# erf, fitted by tools/fit_erf.py (Chebyshev interpolants, monomial coefficients lowest first): for a = |x| < 1,
+# a + a R(a^2); for 1 <= a <= clamp, 1 - exp(L(u) - a^2) with u = (a - mid) / half. At most 1.05 ulp (float32)
+# and 1.0 ulp (float64) from mpmath's erf in numpy evaluations of the same order of operations.
+ERF_R = {
+    "float32": (0.12837916706154343, -0.3761263846802871, 0.11283782495236845, -0.026865430727670243,
+                0.005221031807858023, -0.0008484080405535107, 0.00011265959025606609, -9.667044571486996e-06),
+    "float64": (0.1283791670955126, -0.3761263890318375, 0.11283791670954879, -0.026866170645076792,
+                0.0052239776248180145, -0.000854832698083379, 0.0001205533111164271, -1.4925595266831182e-05,
+                1.6461000484121368e-06, -1.6350312701054695e-07, 1.4659775274047436e-08, -1.1372848856791674e-09,
+                5.957176147748911e-11),
+}
+ERF_L = {  # (coefficients, mid, half, clamp)
+    "float32": ((-1.5568152727272644, -0.5290211110049547, 0.12623909325741503, -0.03664630296024443,
+                 0.010962852552154257, -0.003194763891509097, 0.0008767322217607843, -0.00022168193713285972,
+                 4.6895587022581285e-05, -2.542888619759094e-06, -2.211289408057152e-06), 2.5, 1.5, 4.0),
+    "float64": ((-1.8624374021481738, -0.6652489709129772, 0.2077934078610613, -0.08165090971780906,
+                 0.034128411079749774, -0.01438454833033345, 0.005953704476190262, -0.002373997280513564,
+                 0.0008935765855845794, -0.00030781955951396384, 9.090090217256991e-05, -1.847452395376142e-05,
+                 -1.477503599641089e-06, 4.56596712020318e-06, -3.422294334462001e-06, 1.917889171144331e-06,
+                 -9.124365065445989e-07, 3.8437394165273846e-07, -1.3611972043197023e-07, 2.6131458709239564e-08,
+                 3.922377494569264e-09, 1.9305509283414644e-10, 6.621479020937692e-10, -5.618027658915205e-09,
+                 3.6630997068853925e-09, -2.5668825356579424e-10, -2.283670456893158e-10), 3.5, 2.5, 6.0),
+}
 
 
 class UnaryOps:
@@ -79,8 +104,12 @@ class UnaryOps:
         return self.sqrt().recip()
 
     def exp(self):
-        """``e ** x`` = ``exp2(x / ln 2)``."""
-        return (self._floating() * INV_LN2).exp2()
+        """``e ** x`` = ``exp2(x / ln 2)``; float16 is computed in float32 and rounded once (rounding ``x / ln 2``
+        to float16 first would cost up to 10 ulp)."""
+        x = self._floating()
+        if x.dtype == DType.float16:
+            return (x.cast(DType.float32) * INV_LN2).exp2().cast(DType.float16)
+        return (x * INV_LN2).exp2()
 
     def log(self):
         """Natural logarithm = ``log2(x) * ln 2``."""
@@ -97,12 +126,37 @@ class UnaryOps:
         """``exp(x) - 1``."""
         return self.exp() - 1.0
 
+    def _cos64(self):
+        """``(cos x, x)`` in float64 for a float ``x``, from ``Sin`` of exactly representable arguments only:
+        ``sin(2x) / (2 sin x)`` (``sin(x + pi/2)`` would round ``x + pi/2``: cos(3e7) off by 0.4 in float32).
+        Within ~2 ulp of float64, so float32/float16 results are correctly rounded but in rare ties. ``x = 0``
+        gives 1, and beyond 2**1000 (where ``2x`` may overflow) it is ``1 - 2 sin^2(x / 2)``."""
+        from .binary import where
+        x = self if self.dtype == DType.float64 else self.cast(DType.float64)
+        zero = x.eq(0.0)
+        ratio = (x * 2.0).sin() / (where(zero, 1.0, x.sin()) * 2.0)
+        c = where(zero, 1.0, ratio)
+        if self.dtype == DType.float64:
+            half = (x * 0.5).sin()
+            c = where(x.abs() < 2.0 ** 1000, c, 1.0 - half * half * 2.0)
+        return c, x
+
     def cos(self):
-        """Cosine = ``sin(x + pi/2)``."""
-        return (self._floating() + math.pi / 2).sin()
+        """Cosine, accurate for any argument (see ``_cos64``: computed in float64 from ``Sin``, then rounded to
+        the dtype once); the gradient is ``-sin(x)`` (PyTorch's formula)."""
+        from .binary import _grad_rule
+        x = self._floating()
+        c, _ = x._cos64()
+        return _grad_rule(c.cast(x.dtype) if x.dtype != DType.float64 else c, "cos", (x,))
 
     def tan(self):
-        return self.sin() / self.cos()
+        """Tangent, ``sin(x) / cos(x)`` in float64 (see ``cos``) rounded once to the dtype; the gradient is
+        ``1 + tan(x)^2`` (PyTorch's formula)."""
+        from .binary import _grad_rule
+        x = self._floating()
+        c, xd = x._cos64()
+        t = xd.sin() / c
+        return _grad_rule(t.cast(x.dtype) if x.dtype != DType.float64 else t, "tan", (x,))
 
     def abs(self):
         """``|x|`` as ``x * sign(x)``: exact, NaN propagates, and the gradient at 0 is 0 (``torch.abs``)."""
@@ -152,14 +206,24 @@ class UnaryOps:
         return where(pick_up, up, fl)
 
     def erf(self):
-        """Error function (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
+        """Error function, within about an ulp in float32 and float64 (float16 is computed in float32).
+
+        ``|x| < 1``: ``a + a R(a^2)``; above: ``1 - exp(L(a) - a^2)`` with ``L ~ log(exp(a^2) erfc(a))``, both
+        polynomials fitted by ``tools/fit_erf.py``; ``a`` is clamped where erf is 1 in the dtype (so the gradient
+        at +-inf is 0), and the sign restored (odd symmetry; ``erf(0) = 0`` exactly, NaN propagates)."""
         from .binary import where
         x = self._floating()
+        if x.dtype == DType.float16:
+            return x.cast(DType.float32).erf().cast(DType.float16)
+        key = "float64" if x.dtype == DType.float64 else "float32"
+        r_coef, (l_coef, mid, half, clamp) = ERF_R[key], ERF_L[key]
         a = where(x < 0, -x, x)  # |x| with slope +1 at 0 (the branch the result takes there), not abs's 0
-        a = where(a > 9.0, 9.0, a)  # erf is 1 to double precision beyond 9; keeps gradients at +-inf finite (0)
-        t = (a * 0.3275911 + 1.0).recip()
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        y = 1.0 - poly * (-(a * a)).exp()
+        near = a < 1.0
+        a_s = where(near, a, 0.0)  # each branch sees only its own range (no inf * 0 in the other's gradient)
+        small = a_s + a_s * _horner(a_s * a_s, r_coef)
+        ab = _clamp(a, 1.0, clamp)
+        big = 1.0 - (_horner(ab * (1.0 / half) - mid / half, l_coef) - ab * ab).exp()
+        y = where(near, small, big)
         return where(x < 0, -y, y)
 
     # ------------------------------------------------------------------ activations
@@ -184,7 +248,7 @@ class UnaryOps:
     def elu(self, alpha: float = 1.0):
         """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise."""
         from .binary import where
-        return where(self > 0, self, (self.minimum(0.0).exp() - 1.0) * alpha)
+        return where(self > 0, self, (self.clip(max=0.0).exp() - 1.0) * alpha)
 
     def selu(self):
         alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -192,7 +256,7 @@ class UnaryOps:
 
     def celu(self, alpha: float = 1.0):
         from .binary import where
-        return where(self > 0, self, ((self / alpha).minimum(0.0).exp() - 1.0) * alpha)
+        return where(self > 0, self, ((self / alpha).clip(max=0.0).exp() - 1.0) * alpha)
 
     def sigmoid(self):
         """``1 / (1 + exp(-x))``; exactly 0 where ``exp(-x)`` would overflow (x below -88 in float32, -709 in
@@ -294,6 +358,14 @@ class UnaryOps:
 
     def quick_gelu(self):
         return self * (self * 1.702).sigmoid()
+
+
+def _horner(v, coef):
+    """``sum(coef[k] * v ** k)`` by Horner's rule (coefficients lowest first)."""
+    acc = v * coef[-1] + coef[-2]
+    for c in coef[-3::-1]:
+        acc = acc * v + c
+    return acc
 
 
 def _above(value: float, dtype) -> float:

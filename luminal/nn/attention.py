@@ -36,6 +36,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
 
     ``attn_mask``: bool (True = may attend) or float (added to the scores), broadcast to (..., L, S).
     ``enable_gqa``: ``k``/``v`` may have fewer heads (dim -3) than ``q``; they are repeated.
+    ``is_causal`` with an ``attn_mask`` applies both (as PyTorch 2.13's CPU kernels do; its documentation
+    announces an error there).
     """
     E = q.dims[-1]
     if k.dims[-1] != E:

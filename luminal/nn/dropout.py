@@ -7,6 +7,9 @@ argument, or drawn from :mod:`luminal.nn.init`'s generator at construction (so `
 sequence reproducible); ``call`` counts the module's forward calls (a module applied twice draws independent
 masks); ``step`` counts that graph's executions (each step gets a new mask). Eval mode, ``p == 0`` and an empty
 input are the identity; ``p == 1`` multiplies by zero (as PyTorch does).
+
+A module's stream position (``seed`` and the steps drawn per call) is :meth:`Dropout.rng_state`; the
+``Trainer``'s checkpoints store it, so a resumed run draws the masks an uninterrupted run would have drawn.
 """
 
 from __future__ import annotations
@@ -30,18 +33,22 @@ def _draw_seed() -> int:
     return int(init._rng(None).integers(0, 2 ** 63 - 1))
 
 
-def dropout_mask(graph, dims, p: float, seed: int, call: int = 0, dtype=None):
-    """A graph input of ``dims`` holding ``Bernoulli(1-p) / (1-p)``, redrawn at every execute."""
+def dropout_mask(graph, dims, p: float, seed: int, call: int = 0, dtype=None, steps: dict | None = None):
+    """A graph input of ``dims`` holding ``Bernoulli(1-p) / (1-p)``, redrawn at every execute.
+
+    ``steps`` (call -> masks drawn so far, updated in place) holds the stream position; a module passes its own
+    so that the position can be saved and restored (see :meth:`Dropout.rng_state`)."""
     from ..dtype import DType, as_dtype
     dtype = DType.float32 if dtype is None else as_dtype(dtype)
     mask = graph.tensor(tuple(dims), dtype, f"dropout_mask(p={p}, seed={seed})")
-    state = {"step": 0}
+    steps = {} if steps is None else steps
     scale = 1.0 / (1.0 - p)
 
     def load(bindings):
         shape = tuple(d.evaluate(bindings) for d in mask.dims)
-        rng = np.random.default_rng((seed, call, state["step"]))
-        state["step"] += 1
+        step = steps.get(call, 0)
+        rng = np.random.default_rng((seed, call, step))
+        steps[call] = step + 1
         keep = rng.random(shape) >= p
         return (keep * scale).astype(dtype.numpy)
 
@@ -49,7 +56,7 @@ def dropout_mask(graph, dims, p: float, seed: int, call: int = 0, dtype=None):
     return mask
 
 
-def _apply(x, p: float, training: bool, seed, call: int, mask_dims=None):
+def _apply(x, p: float, training: bool, seed, call: int, mask_dims=None, steps=None):
     x = check_graph_tensor(x, "dropout")
     p = _check_p(p)
     if not training or p == 0.0:
@@ -58,7 +65,7 @@ def _apply(x, p: float, training: bool, seed, call: int, mask_dims=None):
         return x * 0.0
     x = x._floating()
     seed = _draw_seed() if seed is None else int(seed)
-    mask = dropout_mask(x.graph, x.dims if mask_dims is None else mask_dims, p, seed, call, x.dtype)
+    mask = dropout_mask(x.graph, x.dims if mask_dims is None else mask_dims, p, seed, call, x.dtype, steps)
     return x * mask
 
 
@@ -79,9 +86,22 @@ class Dropout(Module):
         self.inplace = inplace
         self.seed = _draw_seed() if seed is None else int(seed)
         object.__setattr__(self, "_calls", 0)
+        object.__setattr__(self, "_steps", {})  # call -> masks drawn so far (the stream position)
 
     def _mask_dims(self, x):
         return None
+
+    def rng_state(self) -> dict:
+        """The mask stream's position: ``{"seed": ..., "steps": {call: masks drawn}}`` (for checkpoints)."""
+        return {"seed": self.seed, "steps": dict(self._steps)}
+
+    def load_rng_state(self, state: dict) -> None:
+        """Continue the stream from a position saved by :meth:`rng_state`: the next mask of forward call ``k``
+        (counted from this module's first training-mode call) is the one the saved run would have drawn next.
+        Graphs built already keep drawing from the restored position."""
+        self.seed = int(state["seed"])
+        self._steps.clear()  # (in place: the mask loaders of built graphs hold this dict)
+        self._steps.update({int(k): int(v) for k, v in dict(state["steps"]).items()})
 
     def forward(self, x):
         x = check_graph_tensor(x, type(self).__name__)
@@ -89,7 +109,7 @@ class Dropout(Module):
             return _apply(x, self.p, self.training, self.seed, 0)
         call = self._calls
         object.__setattr__(self, "_calls", call + 1)
-        return _apply(x, self.p, True, self.seed, call, self._mask_dims(x))
+        return _apply(x, self.p, True, self.seed, call, self._mask_dims(x), self._steps)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -385,7 +385,7 @@ def _clamped_log(p):
     -100 and the gradient 0, instead of ``0 * (1/0) = NaN`` from differentiating ``max(log 0, -100)``.
     """
     ok = p > float(np.finfo(p.dtype.numpy).tiny)
-    return where(ok, where(ok, p, 1.0).log().maximum(-100.0), -100.0)
+    return where(ok, where(ok, p, 1.0).log().clip(min=-100.0), -100.0)
 
 
 def _check_probabilities(fn: str, x) -> None:

@@ -1,8 +1,9 @@
 """Pooling layers (PyTorch names, arguments and output sizes) built from sliding-window views.
 
-* ``MaxPool{1,2,3}d``: pad with ``-inf``, ``pool`` each spatial axis into ``(n_windows, kernel)``, ``max`` over the
-  kernel axes. ``ceil_mode`` adds the extra right padding PyTorch's ceil rule implies (a last window that would
-  start inside the right padding is dropped, as in PyTorch).
+* ``MaxPool{1,2,3}d``: pad with ``-inf`` (the int minimum for int inputs, which keep their dtype), ``pool`` each
+  spatial axis into ``(n_windows, kernel)``, ``max`` over the kernel axes. ``ceil_mode`` adds the extra right
+  padding PyTorch's ceil rule implies (a last window that would start inside the right padding is dropped, as
+  in PyTorch).
 * ``AvgPool{1,2,3}d``: zero padding, windows, ``sum``, divided by the window size -- or, for
   ``count_include_pad=False`` / ``ceil_mode`` / ``divisor_override``, by PyTorch's per-window divisor, computed
   exactly by sum-pooling a (broadcast) mask of ones.
@@ -91,7 +92,11 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode, return_in
         if p < 0 or p > k // 2:
             raise ValueError(f"{name}: padding should be at most half of the kernel size, got padding={padding} "
                              f"for kernel_size={kernel}")
-    w, k_axes = _windows(x, axes, kernel, stride, padding, dilation, ceil_mode, -math.inf, name)
+    if x.dtype.name == "bool":
+        raise TypeError(f"{name} is not defined for bool tensors (as in PyTorch); cast first")
+    # the padding must never win: -inf for floats, the smallest value for ints (which keep their dtype)
+    low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
+    w, k_axes = _windows(x, axes, kernel, stride, padding, dilation, ceil_mode, low, name)
     return w.max(k_axes)
 
 

@@ -375,7 +375,7 @@ class ShapeTracker:
         if old_n.is_constant() and new_n.is_constant() and old_n != new_n:
             raise ValueError(f"reshape: cannot view {list(self.dims)} ({old_n} elements) as "
                              f"{list(new_dims)} ({new_n} elements)")
-        if self.is_contiguous():
+        if self.is_contiguous() or old_n == 0:  # (an empty view addresses nothing: any layout will do)
             return ShapeTracker.contiguous_of(new_dims)
         st = self
         # drop size-1 axes (they carry no addressing), then group old and new axes by equal products

@@ -15,6 +15,10 @@ How it works:
   permutations inverted, flips flipped back, slices padded and pads sliced — all as zero-copy views — and
   views that read an element more than once (sliding windows of convolutions and pooling, strided slices)
   become a scatter-add written as a fused gather-and-sum over the source elements.
+* A node with a :attr:`~luminal.graph.Graph.grad_rules` entry (``pow``, ``maximum``/``minimum``, ``cos``,
+  ``tan``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
+  primitives, where the chain rule would give other values at special points (``0 ** -1``, ties) or lose
+  accuracy.
 * Non-differentiable ops (``LessThan``, integer and bool tensors, ``Gather``'s index) pass no gradient.
   Asking for the gradient of an integer tensor raises ``TypeError``.
 
@@ -175,6 +179,12 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
         node = graph.nodes[nid]
         if nid in wanted:
             result[nid] = g
+        rule = graph.grad_rules.get(nid)
+        if rule is not None and all(src in graph.nodes for src, _ in rule[1]):
+            for (src_id, view), local in _rule_grads(graph, node, rule, g, relevant):
+                src = graph.nodes[src_id]
+                pending.setdefault(src_id, []).append(unview(local.cast(src.dtype), view, src.dims))
+            continue
         slots = {k for k, e in enumerate(node.inputs) if e.src in relevant}
         if isinstance(node.op, ops.Gather) and 0 in slots:
             stacked = _stacked_select(graph, node, readers)
@@ -299,6 +309,40 @@ def _local_rules(graph: Graph, node, g: GraphTensor):
     if isinstance(op, ops.Gather):
         return [(0, lambda: _gather_grad(graph, x(0), x(1), op.axis, g))]
     raise NotImplementedError(f"autograd: no rule for primitive {op.name}")
+
+
+def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
+    """``((operand node, view), gradient at that view)`` for a node with a :attr:`Graph.grad_rules` entry: PyTorch's
+    formulas where the chain rule through the primitives gives other values at special points."""
+    from ..hl_ops import where
+
+    name, operands, param, dims = rule
+    ts = [GraphTensor(graph, src, view, graph.nodes[src].dtype) for src, view in operands]
+    y = GraphTensor(graph, node.id, ShapeTracker.contiguous_of(node.dims), node.dtype)
+    if tuple(node.dims) != tuple(dims):  # the rule's result reads its node through a reshape
+        y, g = y.reshape(dims), g.reshape(dims)
+    if name == "pow":  # torch's pow_backward / pow_backward_self / pow_backward_exponent
+        x = ts[0]
+        if param is not None:  # a scalar exponent
+            rules = [lambda: g * (x.pow(param - 1.0) * param)]
+        else:
+            e = ts[1]
+            rules = [lambda: where(e.eq(0.0), 0.0, g * (e * x.pow(e - 1.0))),
+                     lambda: g * where(x.eq(0.0).logical_and(e >= 0.0), 0.0, y * x.log())]
+    elif name in ("maximum", "minimum"):  # ties share the gradient equally (torch's max/min backward)
+        a, b = ts
+
+        def share(me, other):  # g where `me` wins, g / 2 at a tie, 0 where it loses (NaN: g)
+            loses = me < other if name == "maximum" else other < me
+            return where(a.eq(b), g * 0.5, where(loses, 0.0, g))
+        rules = [lambda: share(a, b), lambda: share(b, a)]
+    elif name == "cos":
+        rules = [lambda: g * -(ts[0].sin())]
+    elif name == "tan":
+        rules = [lambda: g * (y * y + 1.0)]
+    else:
+        raise NotImplementedError(f"autograd: no gradient rule named {name!r}")
+    return [(operands[k], fn()) for k, fn in enumerate(rules) if operands[k][0] in relevant]
 
 
 def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int, g: GraphTensor) -> GraphTensor:

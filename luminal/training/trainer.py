@@ -281,15 +281,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
+        """Model, optimizer and scheduler state, counters, history, and ``rng``: the random streams' positions of
+        the model's modules that have one (``Dropout``: see ``rng_state``), so a resumed run draws the same masks
+        as an uninterrupted one."""
+        rng = {name: m.rng_state() for name, m in self.model.named_modules() if hasattr(m, "rng_state")}
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "epoch": self.epoch, "global_step": self.global_step, "history": self.history}
+                "epoch": self.epoch, "global_step": self.global_step, "history": self.history, "rng": rng}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        modules = dict(self.model.named_modules())
+        for name, rng in (state.get("rng") or {}).items():  # (absent in checkpoints of older versions)
+            if name in modules and hasattr(modules[name], "load_rng_state"):
+                modules[name].load_rng_state(rng)
         self.epoch = int(state.get("epoch", 0))
         self.global_step = int(state.get("global_step", 0))
         self.history = list(state.get("history", []))

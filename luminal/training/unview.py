@@ -30,6 +30,8 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
     src_dims = tuple(to_expr(d) for d in src_dims)
     if st == ShapeTracker.contiguous_of(src_dims):
         return g
+    if any(d == 0 for d in st.dims):  # an empty view reads nothing: no gradient reaches the source
+        return g.graph.zeros(src_dims, g.dtype)
     for method in (_unview_affine, _unview_split, _unview_windows):
         out = _attempt(g.graph, method, g, st, src_dims)
         if out is not None:
@@ -174,6 +176,8 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
         hi[j] = _bound(min, hi[j], size - k)
         if lo[j] is None or hi[j] is None:
             return None
+        if _const(hi[j] - lo[j]) is not None and _const(hi[j] - lo[j]) <= 0:
+            return g.graph.zeros(src_dims, g.dtype)  # the view reads padding only (a slice inside a pad)
     # offsets per source axis: offset = sum off_a * stride_a, with off_a + [lo, hi) inside [0, n_a)
     offs = _split_offset(st.offset, src_dims, src_strides, {a: (lo[j], hi[j]) for j, a in src_of.items()})
     if offs is None:
