@@ -24,6 +24,8 @@ import stat
 import tempfile
 from typing import Callable
 
+from .._fs import fsync_dir as _fsync_dir, remove_stale
+
 __all__ = ["atomic_save", "clean_stale_temporaries"]
 
 _TEMP = re.compile(r"^\..*\.luminal-tmp\.(\d+)\.[A-Za-z0-9_]+$")
@@ -42,53 +44,10 @@ def _umask() -> int:
     return old
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def clean_stale_temporaries(folder: str) -> int:
     """Remove save temporaries (``.<name>.luminal-tmp.<pid>.<random>``) of processes that no longer run from
     ``folder``; returns how many were removed."""
-    removed = 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
-        m = _TEMP.match(name)
-        if m is None or _pid_alive(int(m.group(1))):
-            continue
-        full = os.path.join(folder, name)
-        try:
-            if os.path.isdir(full) and not os.path.islink(full):
-                shutil.rmtree(full)
-            else:
-                os.unlink(full)
-            removed += 1
-        except OSError:
-            pass
-    return removed
+    return remove_stale(folder, _TEMP)
 
 
 def atomic_save(path, write: Callable[[str], None], make_dirs: bool = False) -> str:

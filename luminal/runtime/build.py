@@ -16,6 +16,7 @@ import re
 import subprocess
 import warnings
 
+from .._fs import fsync_dir as _fsync_dir, remove_stale
 from ..codegen.c import CProgram
 from ..codegen.toolchain import find_compiler
 
@@ -64,19 +65,6 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _verified(path: str, source_hash: str) -> bool:
     """Whether the cached library at ``path`` is the one built from ``source_hash``: its record
     (``path + '.sig'``: the library's own SHA-256 and the source's) matches the file's content."""
@@ -88,37 +76,13 @@ def _verified(path: str, source_hash: str) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
 _TEMP = re.compile(r"^luminal_[0-9a-f]+\.(?:so|sig)\.tmp(\d+)$|^luminal_[0-9a-f]+\.(\d+)\.c$")
 
 
 def clean_stale_temporaries(folder: str | None = None) -> int:
     """Remove temporaries of our own naming (``luminal_<key>.so.tmp<pid>``, ``luminal_<key>.<pid>.c``) left in
     the cache folder by processes that no longer run (a killed compile); returns how many were removed."""
-    folder = folder or cache_dir()
-    removed = 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
-        m = _TEMP.match(name)
-        if m and not _pid_alive(int(m.group(1) or m.group(2))):
-            try:
-                os.unlink(os.path.join(folder, name))
-                removed += 1
-            except OSError:
-                pass
-    return removed
+    return remove_stale(folder or cache_dir(), _TEMP)
 
 
 def build_library(cprogram: CProgram) -> str:
