@@ -6,9 +6,7 @@ budgets on small shapes; nothing here asserts a timing."""
 from __future__ import annotations
 
 import json
-import os
 import threading
-import warnings
 
 import numpy as np
 import pytest
@@ -237,14 +235,20 @@ def test_ctrl_c_keeps_what_was_measured(monkeypatch):
     assert tuning.lookup(first) is None  # an interrupted kernel is not stored as tuned
 
 
-def test_symbolic_sizes_are_searched_at_the_first_execute():
+def symbolic_matmul(seed):
+    """``(n, 24) @ (24, 40)`` with ``n`` symbolic and the weight set: (graph, a, out, weight values, rng)."""
     cx = lm.Graph()
     a = cx.tensor(("n", 24))
     w = cx.tensor((24, 40))
     out = (a @ w).retrieve()
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     wv = rng.standard_normal((24, 40)).astype(np.float32)
     w.set(wv)
+    return cx, a, out, wv, rng
+
+
+def test_symbolic_sizes_are_searched_at_the_first_execute():
+    cx, a, out, wv, rng = symbolic_matmul(3)
     cx.compile(device="cpu", search="quick", budget_s=5)
     assert cx.runtime.search_result is None  # n is not bound yet
     av = rng.standard_normal((33, 24)).astype(np.float32)
@@ -300,12 +304,11 @@ def test_trainer_with_search_trains_like_the_default():
     xs = rng.standard_normal((64, 20)).astype(np.float32)
     ys = rng.integers(0, 3, 64)
     histories = []
+    first = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3))
+    state = {k: v.copy() for k, v in first.state_dict().items()}  # both runs start from the same weights
     for search in ("off", "quick"):
         model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3))
-        if histories:
-            model.load_state_dict(state)
-        else:
-            state = {k: v.copy() for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
         trainer = Trainer(model, SGD(model.parameters(), lr=0.1), F.cross_entropy, device="cpu", search=search,
                           budget_s=3)
         trainer.fit(DataLoader(TensorDataset(xs, ys), batch_size=16), epochs=2, progress=False)
@@ -316,14 +319,7 @@ def test_trainer_with_search_trains_like_the_default():
 
 
 def test_each_new_size_of_a_symbolic_graph_is_tuned_and_dispatched(monkeypatch):
-    from luminal.runtime import cpu
-    cx = lm.Graph()
-    a = cx.tensor(("n", 24))
-    w = cx.tensor((24, 40))
-    out = (a @ w).retrieve()
-    rng = np.random.default_rng(6)
-    wv = rng.standard_normal((24, 40)).astype(np.float32)
-    w.set(wv)
+    cx, a, out, wv, rng = symbolic_matmul(6)
     cx.compile(device="cpu", search="quick", budget_s=3)
     rt = cx.runtime
     # force a distinct winner per size so that the dispatch is visible: the search's first own candidate
