@@ -631,11 +631,7 @@ class Graph:
                 result = _contract([(self.tensors[(e.src, e.output)], e.shape) for e in mul.inputs], node.op.axis,
                                    bindings, out_shape)
                 self._store(node, out_shape, result, timings, start)
-                for e in mul.inputs:
-                    key = (e.src, e.output)
-                    counts[key] -= 1
-                    if counts[key] == 0 and e.src not in keep:
-                        self.tensors.pop(key, None)
+                self._release(mul.inputs, counts, keep)
                 continue
             args = []
             for e in node.inputs:
@@ -654,11 +650,15 @@ class Graph:
                     raise IndexError(f"{err}{self._gather_context(node)}") from None
                 raise
             self._store(node, out_shape, result, timings, start)
-            for e in node.inputs:
-                key = (e.src, e.output)
-                counts[key] -= 1
-                if counts[key] == 0 and e.src not in keep:
-                    self.tensors.pop(key, None)
+            self._release(node.inputs, counts, keep)
+
+    def _release(self, edges, counts, keep) -> None:
+        """Drop the inputs of a computed node that no later node reads (and nobody keeps)."""
+        for e in edges:
+            key = (e.src, e.output)
+            counts[key] -= 1
+            if counts[key] == 0 and e.src not in keep:
+                self.tensors.pop(key, None)
 
     def _store(self, node: Node, out_shape, result, timings, start: float) -> None:
         result = np.asarray(result, dtype=node.dtype.numpy)
