@@ -19,6 +19,7 @@ from luminal import ops
 from luminal.compiler import EqualitySaturation, explain
 from luminal.compiler.egraph import Saturation, load_rules, rule_files
 from luminal.compiler.egraph.encode import CHILD_SLOTS
+from luminal.compiler.egraph.extract import default_cost
 from luminal.compiler.egraph.sexpr import to_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +100,7 @@ def test_integer_times_zero_folds_but_float_does_not():
         x = cx.tensor((5,)).set(np.array([1.0, np.inf, np.nan, -0.0, 3.0], np.float32))
         return (i * 0 + i * 2).retrieve(), (x * 0).retrieve(), (x * 2).retrieve()
 
-    cx, (a, b, c) = run_both(build, EqualitySaturation(rulesets=("algebra",)))
+    cx, (a, b, c) = run_both(build, EqualitySaturation(rulesets=("algebra",), op_cost=default_cost))
     assert np.isnan(b.data()[1:3]).all()  # inf*0 and nan*0 stay NaN
     kinds = [cx.nodes[n].op.name for n in (a.id, b.id, c.id)]
     assert kinds == ["Add", "Mul", "Add"], kinds  # i*0+i*2 -> i+i ; x*0 kept ; x*2 -> x+x
@@ -180,7 +181,7 @@ def test_symbolic_dims():
         x.set_deferred(lambda b: rand((b["n"], 4), 7))
         return (((x + 0) * 1).exp2() * 2 + x.permute(1, 0).permute(1, 0)).retrieve(), (x.sum(0) * 1).retrieve()
 
-    cx, _ = run_both(build, EqualitySaturation(), binds=({"n": 3}, {"n": 1}, {"n": 6}), equal=False)
+    cx, _ = run_both(build, EqualitySaturation(op_cost=default_cost), binds=({"n": 3}, {"n": 1}, {"n": 6}), equal=False)
     assert "Add" in op_counts(cx) and op_counts(cx).get("Mul", 0) == 0
 
 
@@ -324,7 +325,7 @@ def test_debug_output_and_explain(monkeypatch, capsys):
     cx = lm.Graph()
     y, z = build_identities(cx)
     w = (y * 2).retrieve()
-    cx.compile(EqualitySaturation(), (y, z, w))
+    cx.compile(EqualitySaturation(op_cost=default_cost), (y, z, w))
     out = capsys.readouterr().out
     assert "[egraph] iteration 1:" in out and "e-nodes" in out and "fired:" in out
     assert "saturated after" in out and "extraction" in out and "cost" in out

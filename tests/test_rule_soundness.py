@@ -255,6 +255,7 @@ class Instance:
         self.tdims: dict = {}  # tensor variable -> dims
         self.tdtype: dict = {}  # tensor variable -> DType
         self.index_hi: dict = {}  # tensor variable read as a Gather index -> exclusive bound of its values
+        self.nonzero: set = set()  # tensor variables read as a Mod divisor (integer zeros become 1)
         self.inputs: dict = {}
         self.graph: Graph | None = None
 
@@ -339,8 +340,28 @@ class Instance:
     # ---------------------------------------------------------------- facts
     def facts_hold(self, final: bool) -> bool:
         """Check the conditions that are bound (all of them when ``final``; Extent facts bind their extent)."""
-        for c in sorted(self.facts, key=lambda c: c[0] != "Extent"):
+        for c in sorted(self.facts, key=lambda c: ("Extent", "Dims", "ReducedKey").index(c[0])
+                        if c[0] in ("Extent", "Dims", "ReducedKey") else 3):
             head = c[0]
+            if head in ("Dims", "ReducedKey"):
+                if not final:
+                    continue
+                view = self.views.get(c[1])
+                if view is None:
+                    raise CannotInstantiate(f"{head} of {c[1]}, which no operand reads through")
+                dims = tuple(view.tracker.dims)
+                if head == "Dims":  # the loader interns dims tuples: equal ids <=> equal (symbolic) dims
+                    if is_var(c[2]) and c[2] not in self.env:
+                        self.env[c[2]] = dims
+                    elif self.env.get(c[2]) != dims:
+                        return False
+                    continue
+                a = self.literal(c[2], "axis")  # (ReducedKey v a k): k reads the reduced dims row-major, whole
+                reduced = dims[:a] + dims[a + 1:]
+                if c[3] in self.views:
+                    raise CannotInstantiate(f"the left-hand side reads through the reduced key {c[3]}")
+                self.views[c[3]] = View(ShapeTracker.contiguous_of(reduced), reduced, False, "reduced")
+                continue
             if head == "Extent":
                 if not final:
                     continue
@@ -400,6 +421,12 @@ class Instance:
         if head in UNARY or head in BINARY or head == "Cast":
             for slot in CHILD_SLOTS[head]:
                 self.operand(pat, slot, want)
+            if head == "Mod":  # an integer divisor must not be 0 (the reference raises; padding still reads 0)
+                divisor = pat[3]
+                while isinstance(divisor, list) and divisor[0] in ("Copy", "Break"):
+                    divisor = divisor[2]
+                if is_var(divisor):
+                    self.nonzero.add(divisor)
         elif head in REDUCE:
             view = self.views.get(pat[4])
             if view is not None:
@@ -469,6 +496,8 @@ class Instance:
                     data = self.rng.integers(0, max(self.index_hi[pat], 1), shape).astype(dtype.numpy)
                 else:
                     data = random_data(self.rng, dtype, shape, pat in self.nonneg, self.rule.domain)
+                    if pat in self.nonzero and not dtype.is_float:
+                        data[data == 0] = 1
                 t = g.tensor(dims, dtype, name=str(pat)).set(data)
                 self.inputs[pat] = (t.id, data)
             return self.inputs[pat][0], self.tdims[pat], False
@@ -624,7 +653,10 @@ def check_once(rule, dtype, dims, binding, rng) -> bool:
         roots.append(r)
     for nid in roots:
         inst.graph.to_retrieve.add(nid)
-    inst.graph.execute()
+    try:
+        inst.graph.execute()
+    except ZeroDivisionError as err:  # an integer Mod reading a 0 divisor through padding: not a case to check
+        raise CannotInstantiate(str(err)) from None
     lv = inst.value(lhs)
     out = inst.graph.nodes[lhs].dtype
     context = f"[{dtype.value}, dims {dims}, {inst.describe()}]"
@@ -799,3 +831,34 @@ def test_harness_rejects_unsound_gather_rules(tmp_path):
         ";; gather-const: gathering from a constant (no padding) gives the constant\n"
         "(rewrite (Gather ?d ?a (Num ?d ?c) ?vd ?i ?vi) (Num ?d ?c) :when ((NoMask ?vd)) :ruleset reductions)\n"))
     test_rule_is_sound(good["gather-const"])
+
+
+def test_harness_rejects_unsound_layout_and_pullout_rules(tmp_path):
+    """Copy elimination needs the consumer to read the copy in its own dims (a reshaped read is caught), and
+    pulling an op out of a reduction needs monotone, non-wrapping arithmetic (integer max, a negative factor and a
+    float sum are caught)."""
+    bad = _rules_from(tmp_path, "bad_layout", (
+        ";; copy-into-sum-reshaped: Dims not required (false: a reshaped read changes what the axis means)\n"
+        "(rewrite (Sum ?d ?a (Copy ?d ?x ?vx) ?v) (Sum ?d ?a ?x ?vx) :when ((Contig ?v)) :ruleset layout)\n"
+        "\n"
+        ";; copy-into-exp2-any-view: any consumer view (false: a flipped read of the copy)\n"
+        "(rewrite (Exp2 ?d (Copy ?d ?x ?vx) ?v) (Exp2 ?d ?x ?vx) :when ((Dims ?v ?s) (Dims ?vx ?s)) :ruleset layout)\n"
+        "\n"
+        ";; max-add-const-int: max(x + c) == max(x) + c for integers (false: x + c wraps around)\n"
+        "(rewrite (Max ?d ?a (Add ?d ?x ?vx (Num ?d ?c) ?vc) ?v) (Add ?d (Max ?d ?a ?x ?vx) ?k (Num ?d ?c) ?k)\n"
+        "         :when ((IntLike ?d) (!= ?d \"bool\") (NoMask ?vc) (Contig ?v) (Dims ?v ?s) (Dims ?vx ?s)\n"
+        "                (ReducedKey ?v ?a ?k)) :ruleset reductions)\n"
+        "\n"
+        ";; max-mul-any-const: max(x * c) == max(x) * c for any c (false for c < 0: the order reverses)\n"
+        "(rewrite (Max ?d ?a (Mul ?d ?x ?vx (Num ?d ?c) ?vc) ?v) (Mul ?d (Max ?d ?a ?x ?vx) ?k (Num ?d ?c) ?k)\n"
+        "         :when ((IsFloat ?d) (NoMask ?vc) (Contig ?v) (Dims ?v ?s) (Dims ?vx ?s) (ReducedKey ?v ?a ?k))\n"
+        "         :ruleset reductions)\n"
+        "\n"
+        ";; sum-mul-const-float: sum(x * c) == sum(x) * c for floats (false: rounding, overflow)\n"
+        "(rewrite (Sum ?d ?a (Mul ?d ?x ?vx (Num ?d ?c) ?vc) ?v) (Mul ?d (Sum ?d ?a ?x ?vx) ?k (Num ?d ?c) ?k)\n"
+        "         :when ((IsFloat ?d) (NoMask ?vc) (Contig ?v) (Dims ?v ?s) (Dims ?vx ?s) (ReducedKey ?v ?a ?k))\n"
+        "         :ruleset reductions)\n"))
+    assert len(bad) == 5
+    for rule in bad.values():  # integer results are compared whole: "lhs != rhs"
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|\] != \[|ill-formed|the two sides have"):
+            test_rule_is_sound(rule)

@@ -65,21 +65,28 @@ class Encoding:
     folded: dict[int, float]  # node id -> constant the loader folded it to
     view_keys: dict = field(default_factory=dict)
     extent: set = field(default_factory=set)  # (key, axis, n): axis of the view has the constant extent n
+    dims: set = field(default_factory=set)  # (key, dims id): the view's dims, interned in dims_ids
+    dims_ids: dict = field(default_factory=dict)  # dims tuple -> id
+    reduced: set = field(default_factory=set)  # (key, axis, key of the row-major read of the reduced dims)
 
     def text(self) -> str:
         """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
         lines = list(self.lines)
         lines += [f"(Contig {k})" for k in sorted(self.contig)] + [f"(NoMask {k})" for k in sorted(self.nomask)]
         lines += [f"(Extent {k} {a} {n})" for k, a, n in sorted(self.extent)]
+        lines += [f"(Dims {k} {s})" for k, s in sorted(self.dims)]
+        lines += [f"(ReducedKey {k} {a} {r})" for k, a, r in sorted(self.reduced)]
         lines += [f"(union (Node {n}) {term_text(t)})" for n, t in self.terms.items()]
         return "\n".join(lines)
 
     def rows(self) -> dict[str, list[str]]:
-        """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus ``Contig``/``NoMask``/
-        ``Extent``."""
+        """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus the view facts
+        ``Contig``/``NoMask``/``Extent``/``Dims``/``ReducedKey``."""
         out: dict[str, list[str]] = {"Contig": [str(k) for k in sorted(self.contig)],
                                      "NoMask": [str(k) for k in sorted(self.nomask)],
-                                     "Extent": [f"{k}\t{a}\t{n}" for k, a, n in sorted(self.extent)]}
+                                     "Extent": [f"{k}\t{a}\t{n}" for k, a, n in sorted(self.extent)],
+                                     "Dims": [f"{k}\t{s}" for k, s in sorted(self.dims)],
+                                     "ReducedKey": [f"{k}\t{a}\t{r}" for k, a, r in sorted(self.reduced)]}
         for n, t in self.terms.items():
             fields = [str(n)]
             for a in t[1:]:
@@ -109,6 +116,9 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
         full = full_cache.get(probe)
         if full is None:
             full = full_cache[probe] = _full_contiguous(graph, src, view)
+        return intern(view, full)
+
+    def intern(view: ShapeTracker, full: bool) -> int:
         k = enc.view_keys.get((view, full))
         if k is None:
             k = len(enc.views)
@@ -121,6 +131,8 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
             for axis, d in enumerate(view.dims):  # (Extent k axis n) for every axis of constant extent
                 if d.is_constant():
                     enc.extent.add((k, axis, d.to_int()))
+            dims = tuple(view.dims)
+            enc.dims.add((k, enc.dims_ids.setdefault(dims, len(enc.dims_ids))))
         return k
 
     for dt in DType:
@@ -155,6 +167,9 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 term = (BINARY[t], dd, *args[0], *args[1])
             elif t in REDUCE:
                 term = (REDUCE[t], d, op.axis, *args[0])
+                v = enc.views[args[0][1]]  # the key of the row-major read of the reduction's result
+                reduced = ShapeTracker.contiguous_of(tuple(v.dims[:op.axis]) + tuple(v.dims[op.axis + 1:]))
+                enc.reduced.add((args[0][1], op.axis, intern(reduced, True)))
             elif t is ops.Cast:
                 term = ("Cast", op.dtype.value, *args[0])
             elif t is ops.Gather:

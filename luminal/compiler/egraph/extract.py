@@ -20,7 +20,7 @@ OP_COST = {"Leaf": 0.01, "Num": 0.01, "Break": 1.0, "Copy": 1.5, "Add": 2.0, "Mu
            "Sum": 3.0, "Max": 3.0, "Gather": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
            "Sin": 8.0}
 OP_RANK = {name: i for i, name in enumerate(sorted(OP_COST))}
-_FACTS = ("NonNeg", "Contig", "NoMask", "Extent")  # the relations read back (for explain's condition checks)
+_FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey")  # the relations read back (for explain's condition checks)
 INF = float("inf")
 
 
@@ -51,6 +51,8 @@ class EGraphData:
     contig: set[int] = field(default_factory=set)
     nomask: set[int] = field(default_factory=set)
     extent: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> constant extent
+    dims: dict[int, int] = field(default_factory=dict)  # view key -> interned dims id
+    reduced: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> reduced key
 
     @property
     def n_enodes(self) -> int:
@@ -76,7 +78,7 @@ def parse_serialized(text: str) -> EGraphData:
     types = {cid: v.get("type", "") for cid, v in data.get("class_data", {}).items()}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent = set(), set(), set(), {}
+    nonneg, contig, nomask, extent, dims, reduced = set(), set(), set(), {}, {}, {}
     for n in nodes.values():  # egglog writes them in a deterministic order; classes are sorted below
         op = n["op"]
         if op not in CHILD_SLOTS and op not in _FACTS:
@@ -94,6 +96,10 @@ def parse_serialized(text: str) -> EGraphData:
                 contig.add(args[0])
             elif op == "NoMask":
                 nomask.add(args[0])
+            elif op == "Dims":
+                dims[args[0]] = args[1]
+            elif op == "ReducedKey":
+                reduced[(args[0], args[1])] = args[2]
             else:
                 extent[(args[0], args[1])] = args[2]
             continue
@@ -105,7 +111,7 @@ def parse_serialized(text: str) -> EGraphData:
         classes.setdefault(cls, []).append(ENode(op, tuple(args), cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced)
 
 
 def from_frozen(egraph) -> EGraphData:
@@ -125,7 +131,7 @@ def from_frozen(egraph) -> EGraphData:
             "bool": egraph.value_to_bool}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent = set(), set(), set(), {}
+    nonneg, contig, nomask, extent, dims, reduced = set(), set(), set(), {}, {}, {}
     for name in sorted(frozen.functions):
         fn = frozen.functions[name]
         if name not in CHILD_SLOTS and name not in _FACTS:
@@ -143,6 +149,10 @@ def from_frozen(egraph) -> EGraphData:
                 nomask.add(args[0])
             elif name == "Extent":
                 extent[(args[0], args[1])] = args[2]
+            elif name == "Dims":
+                dims[args[0]] = args[1]
+            elif name == "ReducedKey":
+                reduced[(args[0], args[1])] = args[2]
             elif name == "Node":
                 node_class[args[0]] = cid(row.output)
             else:
@@ -150,7 +160,7 @@ def from_frozen(egraph) -> EGraphData:
                 classes.setdefault(cls, []).append(ENode(name, args, cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced)
 
 
 def _stable_key(e: ENode) -> tuple:

@@ -83,11 +83,22 @@ def _match(pat, cls_or_lit, eg: EGraphData, env: dict, is_class: bool, only=None
 
 
 def _conditions_env(conds, env: dict, eg: EGraphData) -> dict | None:
-    """``env`` extended by the variables the conditions bind (an Extent's extent) when they all hold, else None."""
+    """``env`` extended by the variables the conditions bind (an Extent's extent, a Dims id, a ReducedKey's key)
+    when they all hold, else None."""
     env = dict(env)
-    for c in sorted(conds, key=lambda c: c[0] != "Extent"):  # Extent facts first: they may bind an extent
+    binding = ("Extent", "Dims", "ReducedKey")
+    for c in sorted(conds, key=lambda c: c[0] not in binding):  # facts that may bind a variable first
         head = c[0]
-        if head == "Extent":
+        if head in ("Dims", "ReducedKey"):
+            key = tuple(eval_prim(a, env) for a in c[1:-1])
+            value = eg.dims.get(key[0]) if head == "Dims" else eg.reduced.get(key)
+            if value is None:
+                return None
+            if is_var(c[-1]) and c[-1] not in env:
+                env[c[-1]] = value
+            elif eval_prim(c[-1], env) != value:
+                return None
+        elif head == "Extent":
             n = eg.extent.get((eval_prim(c[1], env), eval_prim(c[2], env)))
             if n is None:
                 return None

@@ -19,13 +19,14 @@ from ...graph import Graph
 from ..base import Pass, debug_level
 from ..rewrite import scalar_view
 from . import sexpr
+from .cost import SizeCost
 from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
                       parse_serialized)
 
 # the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
-DEFAULT_RULESETS = ("algebra", "approx", "reductions")
-_RELATIONS = {"Contig", "NoMask", "Extent", "IsFloat", "IntLike", "NonNeg"}
+DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout")
+_RELATIONS = {"Contig", "NoMask", "Extent", "Dims", "ReducedKey", "IsFloat", "IntLike", "NonNeg"}
 
 
 @dataclass
@@ -344,20 +345,27 @@ class EqualitySaturation(Pass):
     holds the rewrites that change results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop
     it for bit-exact results.
     Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
+    Cost: ``cost_backend`` (``"cpu"``, the default, or ``"reference"``) picks the size-aware model of
+    :mod:`~luminal.compiler.egraph.cost` (work and memory traffic per element times the element counts of each
+    e-node's views); ``op_cost=f`` replaces it with any ``f(ENode) -> float`` (e.g. the per-op constants of
+    :func:`~luminal.compiler.egraph.extract.default_cost`).
     ``readback``: how the e-graph comes back, ``"freeze"`` (egglog's frozen tables, fast) or ``"json"``
     (``serialize().to_json()``); both give the same e-classes.
     After ``compile``, :attr:`report` holds a :class:`SaturationReport`; :func:`explain` prints the changes.
     """
 
     def __init__(self, rulesets: Sequence[str] = DEFAULT_RULESETS, max_iterations: int = 16,
-                 max_enodes: int = 200_000, max_seconds: float = 5.0, op_cost=default_cost, rule_paths=None,
-                 readback: str = "freeze"):
+                 max_enodes: int = 200_000, max_seconds: float = 5.0, op_cost=None, rule_paths=None,
+                 readback: str = "freeze", cost_backend: str = "cpu"):
         self.readback = readback
         self.rulesets = tuple(rulesets)
         self.max_iterations = max_iterations
         self.max_enodes = max_enodes
         self.max_seconds = max_seconds
         self.op_cost = op_cost
+        self.cost_backend = cost_backend
+        SizeCost([], cost_backend)  # an unknown backend fails here, not after saturating
+        self._cost = op_cost or default_cost
         self.rule_paths = rule_paths
         self.report: SaturationReport | None = None
 
@@ -372,8 +380,9 @@ class EqualitySaturation(Pass):
             if term[0] == "Leaf":
                 root_nodes.update(e.src for e in graph.nodes[nid].inputs)
         roots = sorted({eg.node_class[r] for r in root_nodes})
+        self._cost = self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg)
         # the original program's cost, from the encoding
-        sat.report.cost_before = sum(self.op_cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
+        sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
         return sat, eg, roots
 
     def candidates(self, graph: Graph, k: int) -> list[Extraction]:
@@ -381,14 +390,14 @@ class EqualitySaturation(Pass):
         of it)."""
         sat, eg, roots = self.saturate(graph)
         self._state = (sat.encoding, eg)
-        return extract_k(eg, roots, k, self.op_cost, original_signatures(sat.encoding, eg),
+        return extract_k(eg, roots, k, self._cost, original_signatures(sat.encoding, eg),
                          protect=lambda cls, g: any(e.op == "Num" for e in g.classes[cls]))
 
     def best(self, graph: Graph) -> Extraction:
         """The extraction :meth:`run` would apply (the graph is not changed)."""
         sat, eg, roots = self.saturate(graph)
         self._state = (sat.encoding, eg)
-        return extract(eg, roots, self.op_cost, original_signatures(sat.encoding, eg))
+        return extract(eg, roots, self._cost, original_signatures(sat.encoding, eg))
 
     def apply(self, graph: Graph, candidate: Extraction, remap: Any = ()) -> list[dict]:
         """Rebuild ``graph`` (the graph given to the last :meth:`candidates`/:meth:`best`, or a deep copy of
@@ -405,7 +414,7 @@ class EqualitySaturation(Pass):
         sat, eg, roots = self.saturate(graph)
         rep = sat.report
         t0 = time.perf_counter()
-        ext = extract(eg, roots, self.op_cost, original_signatures(sat.encoding, eg))
+        ext = extract(eg, roots, self._cost, original_signatures(sat.encoding, eg))
         rep.extraction_seconds = time.perf_counter() - t0
         rep.cost_after = ext.cost
         t0 = time.perf_counter()
