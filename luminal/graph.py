@@ -498,8 +498,10 @@ class Graph:
     def _compile(self, compiler, remap, device, search, budget_s):
         out = None
         device = device or os.environ.get("LUMINAL_DEVICE", "reference")
-        from .runtime.search import check_budget, check_level  # validate before the (slow) passes run
+        from .runtime import check_device  # validate before the (slow) passes run
+        from .runtime.search import check_budget, check_level
 
+        check_device(device)
         self._search_options = (check_level(search), check_budget(budget_s))
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
