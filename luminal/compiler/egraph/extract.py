@@ -265,7 +265,32 @@ def extract(eg: EGraphData, roots: list[str], op_cost=default_cost, prefer: set 
         raise ValueError(f"no finite-cost term for e-classes {missing}")
     ext = Extraction(choice, list(roots), 0.0, class_cost)
     ext.cost = dag_cost(ext, op_cost)
+    if prefer:
+        _keep_originals_when_cheaper(ext, eg, op_cost, prefer)
     return ext
+
+
+def _keep_originals_when_cheaper(ext: Extraction, eg: EGraphData, op_cost, prefer: set) -> None:
+    """Undo rewrites that only looked cheaper. The bottom-up choice costs each e-class as a tree, so a rewrite
+    that stops reading a value another consumer still needs (``max(s * c) -> max(s) * c`` in a softmax, whose
+    ``s * c`` the exponent reads anyway) seems to save that value's cost. For each e-class whose choice is not
+    the original node's own e-node, the original is put back when that lowers the DAG cost of the whole program
+    (acyclic choices only), in a fixed order."""
+    for cls in sorted(ext.reachable()):
+        chosen = ext.choice.get(cls)
+        if chosen is None or chosen.signature in prefer:
+            continue
+        for e in eg.classes[cls]:
+            if e.signature not in prefer or not all(k in ext.class_cost for k in e.children):
+                continue
+            trial = Extraction({**ext.choice, cls: e}, ext.roots, 0.0, ext.class_cost)
+            try:
+                cost = dag_cost(trial, op_cost)
+            except ValueError:  # the original form would close a cycle through a rewritten descendant
+                continue
+            if cost < ext.cost - 1e-9 * max(1.0, abs(ext.cost)):
+                ext.choice, ext.cost = trial.choice, cost
+            break
 
 
 def dag_cost(ext: Extraction, op_cost=default_cost) -> float:
