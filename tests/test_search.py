@@ -214,6 +214,20 @@ def test_correctness_check_catches_errors():
     assert not S._correct(shape, bufs)
 
 
+@pytest.mark.parametrize("where", [(0, 0), (36, 2), (52, 49), (10, 40)])
+def test_correctness_check_in_blocks_sees_every_element(monkeypatch, where):
+    """The float64 check runs in row x column blocks (bounded memory); an error in any block is caught."""
+    monkeypatch.setattr(S, "CHECK_BLOCK", 64)  # k = 8: blocks of 8 rows x 8 columns
+    shape = S.GemmShape("float32", 1, 53, 50, 8, 8, 1, 8, 1)
+    bufs = S._operands(shape, np.random.default_rng(2))
+    c = bufs[2].reshape(1, 53, 50)
+    av, bv = S._views(shape, bufs, 0)
+    c[0] = (av.astype(np.float64) @ bv.astype(np.float64).T).astype(np.float32)
+    assert S._correct(shape, bufs)
+    c[0][where] += 0.1  # |A| @ |B| is about 5 here: 0.1 is far past the 1e-3 relative tolerance
+    assert not S._correct(shape, bufs)
+
+
 def test_ctrl_c_keeps_what_was_measured(monkeypatch):
     real = S._measure
     calls = []

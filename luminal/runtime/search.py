@@ -269,8 +269,8 @@ def _operands(shape: GemmShape, rng: np.random.Generator):
     a_span = (shape.m - 1) * abs(shape.sam) + (shape.k - 1) * abs(shape.sak) + 1 if shape.m and shape.k else 1
     b_span = (shape.n - 1) * abs(shape.sbn) + (shape.k - 1) * abs(shape.sbk) + 1 if shape.n and shape.k else 1
     bsa, bsb = (a_span + 15) // 16 * 16, (b_span + 15) // 16 * 16
-    a = rng.standard_normal(bsa * shape.batch).astype(dt)
-    b = rng.standard_normal(bsb * shape.batch).astype(dt)
+    a = rng.standard_normal(bsa * shape.batch, dtype=dt)  # drawn in the operand dtype: no float64 transient
+    b = rng.standard_normal(bsb * shape.batch, dtype=dt)
     c = np.zeros(shape.batch * shape.m * shape.n, dt)
     return a, b, c, bsa, bsb
 
@@ -283,17 +283,26 @@ def _views(shape: GemmShape, bufs, batch_index: int):
     return av, bv
 
 
+CHECK_BLOCK = 1 << 20  # float64 elements of one operand block in the correctness check (8 MiB)
+
+
 def _correct(shape: GemmShape, bufs) -> bool:
-    """Whether the product in ``bufs``' C matches numpy's float64 product (first and last batch element)."""
+    """Whether the product in ``bufs``' C matches numpy's float64 product (first and last batch element),
+    every element checked, in blocks of rows and columns so the float64 copies stay small (a K = 36864
+    weight-gradient GEMM would otherwise need hundreds of MB next to the program's own buffers)."""
     c = bufs[2].reshape(shape.batch, shape.m, shape.n)
     tol = 1e-3 if shape.dtype == "float32" else 1e-9
+    step = max(1, CHECK_BLOCK // max(shape.k, 1))
     for bi in sorted({0, shape.batch - 1}):
         av, bv = _views(shape, bufs, bi)
-        a64, b64 = av.astype(np.float64), bv.astype(np.float64)
-        ref = a64 @ b64.T
-        scale = np.abs(a64) @ np.abs(b64).T + np.finfo(np.float64).tiny
-        if not np.all(np.abs(c[bi] - ref) <= tol * scale):
-            return False
+        for m0 in range(0, shape.m, step):
+            a64 = av[m0:m0 + step].astype(np.float64)
+            for n0 in range(0, shape.n, step):
+                b64 = bv[n0:n0 + step].astype(np.float64)
+                ref = a64 @ b64.T
+                scale = np.abs(a64) @ np.abs(b64).T + np.finfo(np.float64).tiny
+                if not np.all(np.abs(c[bi, m0:m0 + step, n0:n0 + step] - ref) <= tol * scale):
+                    return False
     return True
 
 
@@ -373,6 +382,7 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
             left_macs = sum(t.macs for k2, t, _ in plans if k2 not in result.timings or k2 == key) or 1
             share = (budget - (time.perf_counter() - start)) * s.macs / left_macs
             deadline = time.perf_counter() + max(share, 0.0)
+            bufs = None  # the previous kernel's operands are freed before this kernel's are allocated
             bufs = _operands(s, rng)
             timings: dict[str, float | None] = {}
             result.timings[key] = timings
