@@ -1,8 +1,12 @@
 """luminal: a deep-learning compiler framework for Python.
 
-Build a lazy graph with :class:`Graph` and :class:`GraphTensor`, run it with
-``graph.execute()`` (the numpy reference interpreter until a compiled backend is
-chosen), read results with ``tensor.data()``.
+Two ways in, one engine:
+
+* **Eager** (PyTorch's style): ``lm.tensor``, ``lm.zeros``, ``lm.randn``... make tensors whose operations are
+  recorded and realized when read, compiled and cached by graph structure (``docs/eager.md``); ``lm.jit(fn)``
+  traces a whole function once per input signature.
+* **Lazy graphs**: build a :class:`Graph` of :class:`GraphTensor` ops, run it with ``graph.execute()`` (the
+  numpy reference interpreter until a compiled backend is chosen), read results with ``tensor.data()``.
 
     >>> import luminal as lm, numpy as np
     >>> cx = lm.Graph()
@@ -16,12 +20,118 @@ chosen), read results with ``tensor.data()``.
 from . import ops
 from .dtype import DType, bool_, float16, float32, float64, int32, int64
 from .graph import Edge, Graph, GraphError, Node
-from .hl_ops import arange, cat, concat, stack, where
+from .hl_ops import arange as _graph_arange
+from .hl_ops import cat as _graph_cat
+from .hl_ops import concat as _graph_concat
+from .hl_ops import stack as _graph_stack
+from .hl_ops import where as _graph_where
 from .shape import Expression, ShapeTracker, UnboundSymbolError, sym
 from .tensor import GraphTensor
 
 __version__ = "0.1.0"
 
+bool = bool_  # noqa: A001  (lm.bool, as torch.bool)
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+
+
+def _is_eager(values) -> "bool_":
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if _is_eager(v):
+                return True
+        elif type(v).__module__ == "luminal.eager.tensor":
+            return True
+    return False
+
+
+def arange(*args, **kwargs):
+    """``lm.arange(cx, start, stop, step)`` adds an arange to the graph ``cx``; ``lm.arange(start, end, step)``
+    (no graph) makes an eager tensor, as ``torch.arange``."""
+    if args and isinstance(args[0], Graph):
+        return _graph_arange(*args, **kwargs)
+    from .eager import arange as _eager_arange
+    return _eager_arange(*args, **kwargs)
+
+
+def where(cond, a, b):
+    """``torch.where(cond, a, b)`` on graph tensors or eager tensors (numpy arrays and scalars accepted)."""
+    if _is_eager((cond, a, b)):
+        from .eager import _core
+        return _core.call_function(_graph_where, (cond, a, b), {}, name="where")
+    return _graph_where(cond, a, b)
+
+
+def _joiner(fn, name):
+    def join(tensors, axis=0, *, dim=None):
+        if dim is not None:
+            axis = dim
+        if _is_eager(tensors):
+            from .eager import _core
+            return _core.call_function(fn, (list(tensors),), {"axis": axis}, name=name)
+        return fn(tensors, axis)
+    join.__name__ = name
+    join.__doc__ = f"``torch.{name}`` of graph tensors or eager tensors along ``axis`` (or ``dim=``)."
+    return join
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """An eager tensor holding a copy of ``data`` (``torch.tensor``); see :func:`luminal.eager.tensor`.
+
+    (The module of :class:`GraphTensor` stays importable as ``luminal.tensor`` through ``import``.)"""
+    from .eager import tensor as _eager_tensor
+    return _eager_tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def _dispatching(fn, name):
+    """A free function of :mod:`luminal.hl_ops` (``einsum``, ``meshgrid``...) that also takes eager tensors
+    (recorded as one eager operation); with graph tensors (or a ``Graph`` first) it is the function itself."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not (args and isinstance(args[0], Graph)) and _is_eager((*args, *kwargs.values())):
+            from .eager import _core
+            return _core.call_function(fn, args, kwargs, name=name)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+concat = _joiner(_graph_concat, "concat")
+cat = _joiner(_graph_cat, "cat")
+stack = _joiner(_graph_stack, "stack")
+
+_EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "eye",
+          "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
+          "randn_like", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+          "set_default_device", "get_default_device", "JitTraceError"}
+_SUBMODULES = {"nn", "optim", "training", "data", "io", "compiler", "testing"}
+
+
+def __getattr__(name):
+    """Lazy exports: the eager API (``lm.tensor``...), ``lm.jit`` and the submodules (``lm.nn``, ``lm.optim``)
+    are imported on first use, so ``import luminal`` stays fast."""
+    import importlib
+
+    if name in _EAGER:
+        value = getattr(importlib.import_module(".eager", __name__), name)
+    elif name == "jit":
+        value = importlib.import_module(".eager.jit", __name__).jit
+    elif name == "optim":
+        value = importlib.import_module(".eager.optim", __name__)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    elif not name.startswith("_") and callable(getattr(importlib.import_module(".hl_ops", __name__), name, None)):
+        value = _dispatching(getattr(importlib.import_module(".hl_ops", __name__), name), name)  # lm.einsum...
+    else:
+        raise AttributeError(f"module 'luminal' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "float32", "float64"]
+           "int64", "float16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim"]

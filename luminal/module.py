@@ -60,6 +60,19 @@ class Parameter:
         self._bound[id(graph)] = (graph, tensor)
         return tensor
 
+    @property
+    def grad(self):
+        """The gradient accumulated by eager ``backward()`` (a ``luminal.eager.Tensor``), or None."""
+        t = self.__dict__.get("_eager")
+        return None if t is None else t.grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None and "_eager" not in self.__dict__:
+            return
+        from .eager import param_tensor
+        param_tensor(self).grad = value
+
     def bound_tensors(self) -> list[GraphTensor]:
         return [t for _, t in self._bound.values()]
 
@@ -74,6 +87,11 @@ class Parameter:
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.shape}, dtype={self.dtype.value})"
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_eager", None)  # the eager handle (and its gradient) is per process
+        return state
 
     def __deepcopy__(self, memo) -> "Parameter":
         """A copy of the value that is bound to no graph (``copy.deepcopy(module)`` clones layers)."""
@@ -120,7 +138,19 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
 
     def __call__(self, *args, **kwargs):
+        if args and type(args[0]) is not GraphTensor and _eager_args(args, kwargs):
+            from .eager import _core  # eager tensors (or numpy arrays): record the call as one operation
+            args = tuple(_core.Tensor(a) if isinstance(a, np.ndarray) else a for a in args)
+            return _core.call_module(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the ``.grad`` of every parameter (eager training; ``set_to_none=False`` keeps zero tensors)."""
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = np.zeros(p.shape, p.dtype.numpy)
 
     # ------------------------------------------------------------------ traversal
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
@@ -154,12 +184,18 @@ class Module:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
-        """Parameters and buffers by dotted name (copies of the host arrays)."""
+        """Parameters and buffers by dotted name (copies of the host arrays), in PyTorch's order: module by
+        module (depth first, children in registration order), each module's parameters, then its buffers."""
         out = OrderedDict()
-        for name, p in self.named_parameters():
-            out[name] = p.data.copy()
-        for name, b in self.named_buffers():
-            out[name] = b.data.copy()
+        seen = set()
+        for mod_prefix, module in self.named_modules():
+            for name, p in module._parameters.items():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                out[f"{mod_prefix}.{name}" if mod_prefix else name] = p.data.copy()
+            for name, b in module._buffers.items():
+                out[f"{mod_prefix}.{name}" if mod_prefix else name] = b.data.copy()
         return out
 
     def load_state_dict(self, state, strict: bool = True) -> tuple[list[str], list[str]]:
@@ -203,6 +239,17 @@ class Module:
             child_repr = repr(child).replace("\n", "\n  ")
             lines.append(f"  ({name}): {child_repr}")
         return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
+
+
+def _eager_args(args, kwargs) -> bool:
+    """Whether a module call gets eager tensors or numpy arrays (and no GraphTensor)."""
+    eager = False
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, GraphTensor):
+            return False
+        if isinstance(a, np.ndarray) or type(a).__name__ == "Tensor" and type(a).__module__ == "luminal.eager.tensor":
+            eager = True
+    return eager
 
 
 def _to_numpy(value) -> np.ndarray:

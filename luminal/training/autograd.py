@@ -340,6 +340,12 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: g * -(ts[0].sin())]
     elif name == "tan":
         rules = [lambda: g * (y * y + 1.0)]
+    elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
+        rules = []
+    elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
+        from ..hl_ops.trig import DERIVATIVES
+        local = DERIVATIVES[param](ts, y)
+        rules = [(lambda d=d: g * d) if d is not None else (lambda: g * 0.0) for d in local]
     else:
         raise NotImplementedError(f"autograd: no gradient rule named {name!r}")
     return [(operands[k], fn()) for k, fn in enumerate(rules) if operands[k][0] in relevant]

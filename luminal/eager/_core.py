@@ -1,0 +1,772 @@
+"""The eager engine: tensors that record operations and realize them through compiled, cached graphs.
+
+An eager :class:`Tensor` holds a *value record* (``_Val``): either a realized numpy array (a leaf), a reader of
+host state (a module ``Parameter``, an optimizer buffer: read at every run), or a pending operation over other
+records. Operations only *record* (with the result's shape and dtype inferred once per operation signature);
+reading a value (``numpy()``, ``print``, ``float()``, ``bool()``, an optimizer ``step()``) realizes every pending
+tensor of the thread that is still referenced, in one graph:
+
+1. the pending records reachable from those tensors are walked in a canonical order, giving a *structural key*
+   (operation keys, input shapes and dtypes, edges, which results are read) -- never tensor values;
+2. the key is looked up in a process-wide compile cache; on a miss a :class:`~luminal.graph.Graph` is built from
+   the records (realized tensors become its inputs), compiled for the default device and cached;
+3. the leaf values are bound to the graph's inputs, the graph runs, and the results are stored in the records.
+
+So a training loop whose step has the same structure every iteration compiles once and then only replays.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import sys
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import ops
+from ..dtype import DType, as_dtype
+from ..graph import Graph
+from ..shape import ShapeTracker
+from ..tensor import GraphTensor
+
+__all__ = ["Tensor", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "set_default_device",
+           "get_default_device", "stats", "clear_cache", "JitTraceError"]
+
+
+class JitTraceError(RuntimeError):
+    """Raised when a function traced by :func:`luminal.jit` reads a tensor's value (Python control flow on data)."""
+
+
+# ---------------------------------------------------------------------------------------------- thread state
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.grad_enabled = True
+        self.pending: list = []      # weakrefs to Tensors whose value is pending
+        self.tracing = None          # the jit trace in progress (luminal.jit), or None
+        self.effects: list = []      # (vals, callback) to apply at the next realization
+
+
+_tls = _ThreadState()
+_seq = itertools.count()
+_device = {"name": "cpu"}
+_lock = threading.RLock()  # builds and the caches (graph building binds module parameters)
+_stats = collections.Counter()
+
+
+def set_default_device(device: str) -> None:
+    """Choose where eager tensors run: ``"cpu"`` (compiled C, the default) or ``"reference"`` (numpy
+    interpreter). Compiled graphs are cached per device."""
+    if device not in ("cpu", "reference"):
+        raise ValueError(f"set_default_device: unknown device {device!r}; expected 'cpu' or 'reference'")
+    _device["name"] = device
+
+
+def get_default_device() -> str:
+    """The device eager tensors run on (see :func:`set_default_device`)."""
+    return _device["name"]
+
+
+def stats() -> dict:
+    """Counters of the eager engine: ``compiles`` (graphs built and compiled), ``cache_hits`` (realizations that
+    replayed a cached graph), ``runs`` (graph executions)."""
+    return {"compiles": _stats["compiles"], "cache_hits": _stats["cache_hits"], "runs": _stats["runs"]}
+
+
+def clear_cache() -> None:
+    """Forget every compiled graph (and reset :func:`stats`)."""
+    with _lock:
+        for entry in _cache.values():
+            entry.release()
+        _cache.clear()
+        _infer_cache.clear()
+        _stats.clear()
+
+
+# ---------------------------------------------------------------------------------------------- grad mode
+class set_grad_enabled:
+    """Context manager (and decorator) switching gradient recording on or off for this thread
+    (``torch.set_grad_enabled``)."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+        self.prev = _tls.grad_enabled
+        _tls.grad_enabled = self.mode  # (torch also switches when called as a plain function)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _tls.grad_enabled = self.prev
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        mode = self.mode
+        _tls.grad_enabled = self.prev  # used as a decorator: switch only while fn runs
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class _GradMode:
+    mode = False
+
+    def __new__(cls, fn=None):
+        self = super().__new__(cls)
+        if fn is not None:  # used as a bare decorator: @lm.no_grad
+            return self(fn)
+        return self
+
+    def __enter__(self):
+        self.prev = _tls.grad_enabled
+        _tls.grad_enabled = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _tls.grad_enabled = self.prev
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        cls = type(self)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with cls():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """``with lm.no_grad():`` -- results computed inside do not require gradients (``torch.no_grad``); also a
+    decorator (``@lm.no_grad`` or ``@lm.no_grad()``)."""
+
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """``with lm.enable_grad():`` -- switch gradient recording back on (``torch.enable_grad``)."""
+
+    mode = True
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations of this thread currently record gradients."""
+    return _tls.grad_enabled
+
+
+# ---------------------------------------------------------------------------------------------- records
+class _Op:
+    """A recorded operation: ``build(graph, input GraphTensors)`` returns its outputs (any nesting)."""
+
+    __slots__ = ("key", "build", "inputs", "spec", "out_rg", "hold", "__weakref__")
+
+    def __init__(self, key, build, inputs, spec, out_rg, hold=None):
+        self.key = key
+        self.build = build
+        self.inputs = inputs
+        self.spec = spec
+        self.out_rg = out_rg
+        self.hold = hold  # objects the key names by id (modules, optimizers): kept alive with the record
+
+
+class _Val:
+    """One tensor value: a realized array, a host reader (``getter``), or output ``idx`` of a pending ``op``."""
+
+    __slots__ = ("value", "getter", "op", "idx", "shape", "dtype", "requires_grad", "seq", "param", "sym",
+                 "__weakref__")
+
+    def __init__(self, shape, dtype, value=None, getter=None, op=None, idx=0, requires_grad=False, param=None):
+        self.value = value
+        self.getter = getter
+        self.op = op
+        self.idx = idx
+        self.shape = shape
+        self.dtype = dtype
+        self.requires_grad = requires_grad
+        self.seq = next(_seq)
+        self.param = param
+        self.sym = None  # jit: the leaf's dims with symbol names where they are symbolic
+
+    @property
+    def pending(self) -> bool:
+        return self.value is None and self.getter is None
+
+    def host(self) -> np.ndarray:
+        return self.getter() if self.getter is not None else self.value
+
+
+def _leaf(array: np.ndarray, requires_grad: bool = False) -> _Val:
+    return _Val(tuple(array.shape), as_dtype(array.dtype), value=array, requires_grad=requires_grad)
+
+
+# ---------------------------------------------------------------------------------------------- flattening
+def _flatten(obj, leaves: list):
+    """Spec of ``obj`` with its GraphTensors (or _Vals) replaced by positions in ``leaves``."""
+    if isinstance(obj, (GraphTensor, _Val)):
+        leaves.append(obj)
+        return ("T", len(leaves) - 1)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return ("nt", type(obj), tuple(_flatten(o, leaves) for o in obj))
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple(_flatten(o, leaves) for o in obj))
+    return ("c", obj)
+
+
+def _unflatten(spec, leaves):
+    tag = spec[0]
+    if tag == "T":
+        return leaves[spec[1]]
+    if tag == "c":
+        return spec[1]
+    if tag == "nt":
+        return spec[1](*(_unflatten(s, leaves) for s in spec[2]))
+    return tag(_unflatten(s, leaves) for s in spec[1])
+
+
+# ---------------------------------------------------------------------------------------------- argument freezing
+class _Slot:
+    __slots__ = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+
+def _freeze(obj, vals: list, hold: list):
+    """(structural key, template) of an argument; tensors become slots numbered in ``vals``."""
+    if isinstance(obj, Tensor):
+        vals.append(obj._v)
+        return ("T",), _Slot(len(vals) - 1)
+    if isinstance(obj, np.ndarray):
+        vals.append(_leaf(np.array(obj, order="C")))
+        return ("T",), _Slot(len(vals) - 1)
+    if isinstance(obj, GraphTensor):
+        raise TypeError("an eager luminal Tensor cannot be combined with a lazy GraphTensor (of a Graph you "
+                        "built); use one or the other")
+    if obj is None or obj is Ellipsis or isinstance(obj, (bool, str)):
+        return (type(obj).__name__, obj), obj
+    if isinstance(obj, (int, np.integer)):
+        return ("i", int(obj)), obj
+    if isinstance(obj, (float, np.floating)):
+        return ("f", float(obj).hex()), obj
+    if isinstance(obj, DType):
+        return ("d", obj.value), obj
+    if isinstance(obj, slice):
+        parts = [_freeze(x, vals, hold) for x in (obj.start, obj.stop, obj.step)]
+        return ("s",) + tuple(p[0] for p in parts), _SliceT(*[p[1] for p in parts])
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        parts = [_freeze(x, vals, hold) for x in obj]
+        return ("nt", type(obj).__qualname__, tuple(p[0] for p in parts)), _SeqT(type(obj), [p[1] for p in parts],
+                                                                                  True)
+    if isinstance(obj, (tuple, list)):
+        parts = [_freeze(x, vals, hold) for x in obj]
+        return (type(obj).__name__, tuple(p[0] for p in parts)), _SeqT(type(obj), [p[1] for p in parts])
+    if isinstance(obj, dict):
+        items = sorted(obj.items(), key=lambda kv: str(kv[0]))
+        parts = [(k, _freeze(v, vals, hold)) for k, v in items]
+        return ("dict", tuple((k, p[0]) for k, p in parts)), _DictT({k: p[1] for k, p in parts})
+    try:
+        dt = as_dtype(obj) if isinstance(obj, (np.dtype, type)) else None
+    except TypeError:
+        dt = None
+    if dt is not None:
+        return ("d", dt.value), obj
+    from ..shape import Expression
+    if isinstance(obj, Expression):
+        return ("e", str(obj)), obj
+    hold.append(obj)  # modules, functions, other objects: by identity (kept alive with the record)
+    return ("o", type(obj).__qualname__, id(obj)), obj
+
+
+class _SliceT:
+    __slots__ = ("a", "b", "c")
+
+    def __init__(self, a, b, c):
+        self.a, self.b, self.c = a, b, c
+
+
+class _SeqT:
+    __slots__ = ("t", "items", "named")
+
+    def __init__(self, t, items, named=False):
+        self.t, self.items, self.named = t, items, named
+
+
+class _DictT:
+    __slots__ = ("d",)
+
+    def __init__(self, d):
+        self.d = d
+
+
+def _subst(tpl, gts):
+    if isinstance(tpl, _Slot):
+        return gts[tpl.k]
+    if isinstance(tpl, _SliceT):
+        return slice(_subst(tpl.a, gts), _subst(tpl.b, gts), _subst(tpl.c, gts))
+    if isinstance(tpl, _SeqT):
+        items = [_subst(x, gts) for x in tpl.items]
+        return tpl.t(*items) if tpl.named else tpl.t(items)
+    if isinstance(tpl, _DictT):
+        return {k: _subst(v, gts) for k, v in tpl.d.items()}
+    return tpl
+
+
+# ---------------------------------------------------------------------------------------------- recording
+_infer_cache: dict = {}
+
+
+def _bind_params(graph: Graph, vals, gts) -> None:
+    for v, t in zip(vals, gts):
+        if v.param is not None:
+            v.param._bound[id(graph)] = (graph, t)
+
+
+def _refs(objs) -> list:
+    """References that do not keep ``objs`` alive where possible (a key names them by ``id``)."""
+    out = []
+    for o in objs:
+        try:
+            out.append(weakref.ref(o))
+        except TypeError:
+            out.append(lambda o=o: o)
+    return out
+
+
+def _same(refs, objs) -> bool:
+    """Whether ``refs`` still point at exactly ``objs`` (an ``id`` in a key was not reused by another object)."""
+    return len(refs) == len(objs) and all(r() is o for r, o in zip(refs, objs))
+
+
+def _infer(key, build, inputs: list[_Val], hold=None):
+    """(output spec, [(shape, dtype)]) of an operation, computed once per signature on a scratch graph."""
+    sig = (key, tuple((v.shape, v.dtype, v.param is not None) for v in inputs))
+    hit = _infer_cache.get(sig)
+    if hit is not None and _same(hit[2], hold or ()):
+        return hit[0], hit[1]
+    with _lock:
+        cx = Graph()
+        gts = [cx.tensor(v.shape, v.dtype, "x") for v in inputs]
+        _bind_params(cx, inputs, gts)
+        try:
+            raw = build(cx, gts)
+        finally:
+            for v in inputs:
+                if v.param is not None:
+                    v.param._bound.pop(id(cx), None)
+        flat: list = []
+        spec = _flatten(raw, flat)
+        outs = []
+        for t in flat:
+            dims = t.dims
+            if not all(d.is_constant() for d in dims):
+                raise TypeError(f"eager tensors need concrete shapes; the result has symbolic dims "
+                                f"{[str(d) for d in dims]}")
+            outs.append((tuple(d.to_int() for d in dims), t.dtype))
+        if len(_infer_cache) >= 65536:  # (signatures include Python scalars: bound the memory)
+            _infer_cache.clear()
+        _infer_cache[sig] = (spec, outs, _refs(hold or ()))
+        return spec, outs
+
+
+def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True):
+    """Record an operation over ``inputs``; returns its result with Tensors in place of graph tensors."""
+    if spec_outs is None:
+        spec_outs = _infer(key, build, inputs, hold)
+    spec, outs = spec_outs
+    rg = grad and _tls.grad_enabled and any(v.requires_grad for v in inputs)
+    out_rg = tuple(rg and dt.is_float for _, dt in outs)
+    op = _Op(key, build, tuple(inputs), spec, out_rg, hold)
+    tensors = []
+    for k, ((shape, dt), r) in enumerate(zip(outs, out_rg)):
+        t = Tensor._make(_Val(shape, dt, op=op, idx=k, requires_grad=r))
+        _tls.pending.append(weakref.ref(t))
+        tensors.append(t)
+    if len(_tls.pending) > 4096:
+        _tls.pending = [w for w in _tls.pending if (w() is not None and w()._v.pending)]
+    return _unflatten(spec, tensors)
+
+
+def _method_build(name, tpl, kw_tpl):
+    def build(graph, gts):
+        return getattr(gts[0], name)(*_subst(tpl, gts), **_subst(kw_tpl, gts))
+    return build
+
+
+def call_method(name: str, self_t: "Tensor", args, kwargs):
+    """Record ``GraphTensor.<name>(self, *args, **kwargs)``."""
+    vals = [self_t._v]
+    hold: list = []
+    key_a, tpl = _freeze(tuple(args), vals, hold)
+    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+    return _record(("m", name, key_a, key_k), _method_build(name, tpl, kw_tpl), vals, hold or None)
+
+
+def call_function(fn: Callable, args, kwargs, name: str | None = None):
+    """Record ``fn(*args, **kwargs)`` (a function of lazy GraphTensors) as one eager operation."""
+    vals: list = []
+    hold: list = [fn]
+    key_a, tpl = _freeze(tuple(args), vals, hold)
+    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+
+    def build(graph, gts):
+        return fn(*_subst(tpl, gts), **_subst(kw_tpl, gts))
+    return _record(("f", name or getattr(fn, "__qualname__", "?"), id(fn), key_a, key_k), build, vals, hold)
+
+
+def call_module(module, args, kwargs):
+    """Record ``module(*args, **kwargs)`` on eager tensors: the module's parameters and buffers are inputs read
+    from their host arrays at every run."""
+    vals: list = []
+    hold: list = [module]
+    key_a, tpl = _freeze(tuple(args), vals, hold)
+    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+    n_args = len(vals)
+    seen = set()
+    for _, p in itertools.chain(module.named_parameters(), module.named_buffers()):
+        if id(p) not in seen:
+            seen.add(id(p))
+            vals.append(param_tensor(p)._v)
+    if n_args == 0:
+        raise TypeError(f"{type(module).__name__} called without a tensor argument")
+
+    def build(graph, gts):
+        return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
+    key = ("mod", type(module).__qualname__, id(module), module.training, key_a, key_k)
+    return _record(key, build, vals, hold)
+
+
+def param_tensor(p) -> "Tensor":
+    """The eager tensor of a module ``Parameter`` (one per parameter; its value is read from ``p.data`` at every
+    run, so optimizer steps and ``load_state_dict`` are seen without recompiling)."""
+    t = p.__dict__.get("_eager")
+    if t is None or t._v.shape != tuple(p.data.shape):
+        t = Tensor._make(_Val(tuple(p.data.shape), p.dtype, getter=lambda p=p: p.data,
+                              requires_grad=bool(p.requires_grad and p.dtype.is_float), param=p))
+        p.__dict__["_eager"] = t
+    else:
+        t._v.requires_grad = bool(p.requires_grad and p.dtype.is_float)
+    return t
+
+
+def _stop_gradient(t: GraphTensor) -> GraphTensor:
+    out = t._apply(ops.Contiguous())
+    t.graph.grad_rules[out.id] = ("stop_gradient", (), None, out.dims)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- realization
+class _Entry:
+    """A compiled graph for one structural key: leaf inputs, read outputs."""
+
+    __slots__ = ("graph", "leaf_gts", "leaf_fast", "out_gts", "out_fast", "params", "hold_refs")
+
+    def __init__(self, graph, leaf_gts, out_gts, params):
+        self.graph = graph
+        self.leaf_gts = leaf_gts
+        self.out_gts = out_gts
+        self.params = params
+        self.hold_refs: list = []
+        nodes = graph.nodes
+        # inputs: (GraphTensor, node id, numpy dtype, shape) or None where a pass removed the input
+        self.leaf_fast = []
+        for t in leaf_gts:
+            nid = t.id
+            node = nodes.get(nid)
+            live = node is not None and isinstance(node.op, ops.Input)
+            shape = tuple(d.to_int() for d in node.dims) if live and all(d.is_constant() for d in node.dims) else None
+            self.leaf_fast.append((t, nid, node.dtype.numpy, shape) if live else None)
+        # outputs: node id where the whole buffer is the value (read without a view), else None
+        self.out_fast = []
+        for t in out_gts:
+            nid = t.id
+            node = nodes[nid]
+            plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
+            self.out_fast.append(nid if plain else None)
+
+    def run(self, leaf_values):
+        g = self.graph
+        tensors = g.tensors
+        for fast, v in zip(self.leaf_fast, leaf_values):
+            if fast is None:
+                continue
+            t, nid, dt, shape = fast
+            if type(v) is np.ndarray and v.dtype == dt and v.shape == shape and v.flags.c_contiguous:
+                tensors[(nid, 0)] = v
+            else:
+                t.set(v)
+        g.execute()
+        _stats["runs"] += 1
+        recycle = getattr(g.runtime, "recycle", None)
+        out = []
+        tensors = g.tensors
+        for t, nid in zip(self.out_gts, self.out_fast):
+            if nid is None:
+                out.append(t.data())
+            else:
+                out.append(tensors[(nid, 0)])
+                if recycle is not None:
+                    recycle(nid, None)  # handed over: the next run writes a new array
+        return out
+
+    def internal_refs(self) -> dict:
+        """``{id(array): references}`` the graph and its runtime hold (input slots, pointer caches)."""
+        counts: dict = {}
+        tensors = self.graph.tensors
+        for fast in self.leaf_fast:
+            if fast is not None:
+                a = tensors.get((fast[1], 0))
+                if a is not None:
+                    counts[id(a)] = counts.get(id(a), 0) + 1
+        pointers = getattr(self.graph.runtime, "_pointers", None)
+        if isinstance(pointers, dict):
+            for v in pointers.values():
+                if isinstance(v, tuple) and v:
+                    counts[id(v[0])] = counts.get(id(v[0]), 0) + 1
+        return counts
+
+    def donate(self, k: int, arr) -> None:
+        """Let the next run write output ``k`` into ``arr`` (a value nobody holds any more)."""
+        nid = self.out_fast[k]
+        recycle = getattr(self.graph.runtime, "recycle", None)
+        if nid is not None and recycle is not None:
+            recycle(nid, arr)
+
+    def release(self):
+        for p in self.params:
+            p._bound.pop(id(self.graph), None)
+
+
+_with_history = weakref.WeakSet()  # realized values that keep their operation (they require grad)
+_cache: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
+_CACHE_SIZE = 256
+
+
+class _Plan:
+    """The canonical walk of the records behind some outputs: leaves, operations, key."""
+
+    def __init__(self, outputs: list[_Val]):
+        hist = self._history_roots(outputs) if len(_with_history) else ()
+        leaf_index: dict[int, int] = {}
+        op_index: dict[int, int] = {}
+        self.leaves: list[_Val] = []
+        self.ops: list[_Op] = []
+        self.op_refs: list[tuple] = []
+        self.holds: list = []  # objects the operation keys name by id (modules, optimizers, functions)
+        op_keys = []
+        leaf_keys = []
+
+        def ref(v: _Val):
+            if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
+                i = leaf_index.get(id(v))
+                if i is None:
+                    i = leaf_index[id(v)] = len(self.leaves)
+                    self.leaves.append(v)
+                    leaf_keys.append((v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
+                                      v.param is not None))
+                return ("L", i)
+            return ("N", op_index[id(v.op)], v.idx)
+
+        # iterative post-order DFS over operations
+        for out in outputs:
+            stack = [(out, False)]
+            while stack:
+                v, expanded = stack.pop()
+                if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
+                    ref(v)
+                    continue
+                op = v.op
+                if id(op) in op_index:
+                    continue
+                if not expanded:
+                    stack.append((v, True))
+                    for inp in reversed(op.inputs):
+                        stack.append((inp, False))
+                    continue
+                refs = tuple(ref(i) for i in op.inputs)
+                self.op_refs.append(refs)
+                op_keys.append((op.key, refs, op.out_rg))
+                op_index[id(op)] = len(self.ops)
+                self.ops.append(op)
+                if op.hold:
+                    self.holds.extend(op.hold)
+        self.out_refs = [ref(v) for v in outputs]
+        self.key = (_device["name"], tuple(leaf_keys), tuple(op_keys), tuple(self.out_refs))
+
+    @staticmethod
+    def _history_roots(outputs) -> set:
+        """ids of realized values that must be recomputed: those a pending backward operation differentiates
+        through (a loss that was printed before ``backward()``)."""
+        stack = list(outputs)
+        seen: set = set()
+        roots = []
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if v.pending:
+                if v.op.key[0] == "grad":
+                    roots.append(v.op.inputs[0])
+                stack.extend(v.op.inputs)
+        hist: set = set()
+        while roots:
+            v = roots.pop()
+            if id(v) in hist or v.op is None or v.getter is not None:
+                continue
+            hist.add(id(v))
+            roots.extend(i for i in v.op.inputs if i.requires_grad or i.pending)
+        return hist
+
+    def build(self) -> _Entry:
+        cx = Graph()
+        leaf_gts = []
+        params = []
+        for i, v in enumerate(self.leaves):
+            t = cx.tensor(v.shape if v.sym is None else v.sym, v.dtype,
+                          v.param.name if v.param is not None else f"in{i}")
+            if v.param is not None:
+                v.param._bound[id(cx)] = (cx, t)
+                params.append(v.param)
+            leaf_gts.append(t)
+        results = []
+
+        def gt_of(r):
+            return leaf_gts[r[1]] if r[0] == "L" else results[r[1]][r[2]]
+
+        for op, refs in zip(self.ops, self.op_refs):
+            ins = [gt_of(r) for r in refs]
+            raw = op.build(cx, ins)
+            flat: list = []
+            _flatten(raw, flat)
+            any_rg = any(i.requires_grad for i in op.inputs)
+            outs = []
+            for t, rg in zip(flat, op.out_rg):
+                if any_rg and not rg and t.dtype.is_float:
+                    t = _stop_gradient(t)
+                outs.append(t)
+            results.append(outs)
+        out_gts = [gt_of(r) for r in self.out_refs]
+        for t in out_gts:
+            t.retrieve()
+        for t in leaf_gts:
+            t.keep()
+        device = _device["name"]
+        if device != "reference":
+            cx.compile(device=device, remap=(leaf_gts, out_gts))
+        _stats["compiles"] += 1
+        entry = _Entry(cx, leaf_gts, out_gts, params)
+        entry.hold_refs = _refs(self.holds)
+        return entry
+
+
+def _pending_live() -> list[_Val]:
+    alive = []
+    keep = []
+    for w in _tls.pending:
+        t = w()
+        if t is not None and t._v.pending:
+            alive.append(t._v)
+            keep.append(w)
+    _tls.pending = keep
+    return alive
+
+
+def realize(targets=(), what: str = "read a tensor's value"):
+    """Run every pending, still referenced tensor of this thread (and ``targets``) as one cached graph."""
+    tracing = _tls.tracing
+    if tracing is not None:
+        tracing.fail(what)
+    vals = [v for v in targets if v.pending]
+    effects = _tls.effects
+    if effects:
+        _tls.effects = []
+        for evals, _ in effects:
+            vals.extend(v for v in evals if v.pending)
+    live = _pending_live()
+    if not vals and not live and not effects:
+        return
+    outputs = _dedupe(sorted(vals + live, key=lambda v: v.seq))
+    try:
+        values, entry = run_plan(outputs)
+    except BaseException:
+        # the failing work stays pending (reading it again raises again) but no longer rides along with the
+        # realizations of unrelated tensors
+        _tls.pending = []
+        raise
+    for v, arr in zip(outputs, values):
+        v.value = arr
+        if not v.requires_grad:
+            v.op = None
+        else:
+            _with_history.add(v)
+    apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
+    _tls.pending = [w for w in _tls.pending if (w() is not None and w()._v.pending)]
+
+
+def apply_effects(effects, position: dict, values, entry) -> None:
+    """Run the effect callbacks (host-state writes) with their values; arrays they free (an old parameter value
+    that nothing else holds) become the output buffers of the next run."""
+    for evals, callback in effects:
+        freed = callback([values[position[id(v)]] for v in evals]) or []
+        del callback
+        internal = entry.internal_refs() if freed else None
+        while freed:
+            j, old = freed.pop()
+            # held only here (this name and getrefcount's argument) and inside the graph: reuse its memory
+            if sys.getrefcount(old) - internal.get(id(old), 0) <= 2:
+                entry.donate(position[id(evals[j])], old)
+            del old
+
+
+def _dedupe(vals):
+    seen = set()
+    out = []
+    for v in vals:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
+    """Values of ``outputs`` (pending records) from the compile cache (building the graph on a miss); returns
+    ``(values, entry)``."""
+    plan = _Plan(outputs)
+    entry = _cache.get(plan.key)
+    if entry is not None and not _same(entry.hold_refs, plan.holds):
+        entry = None  # a module (or function) the key names by id was freed and its id reused: build again
+    if entry is None:
+        with _lock:
+            entry = _cache.get(plan.key)
+            if entry is not None and not _same(entry.hold_refs, plan.holds):
+                _cache.pop(plan.key).release()
+                entry = None
+            if entry is None:
+                entry = plan.build()
+                _cache[plan.key] = entry
+                while len(_cache) > _CACHE_SIZE:
+                    _, old = _cache.popitem(last=False)
+                    old.release()
+    else:
+        _stats["cache_hits"] += 1
+        try:
+            _cache.move_to_end(plan.key)
+        except KeyError:
+            pass
+    if leaf_override:
+        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in plan.leaves]
+    else:
+        leaf_values = [v.host() for v in plan.leaves]
+    return entry.run(leaf_values), entry
+
+
+from .tensor import Tensor  # noqa: E402  (the handle class uses the engine above)

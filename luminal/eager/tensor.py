@@ -1,0 +1,469 @@
+"""The eager :class:`Tensor`: PyTorch-style tensors whose operations record and realize on read.
+
+Every method of :class:`~luminal.GraphTensor` works on a ``Tensor`` (``dim=`` may be spelled for ``axis=``);
+results are new ``Tensor``s whose value is computed when first read. See ``docs/eager.md``.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import math
+
+import numpy as np
+
+from ..dtype import DType, as_dtype
+from ..tensor import GraphTensor
+from . import _core
+from ._core import call_function, call_method, realize
+
+__all__ = ["Tensor"]
+
+MaxResult = collections.namedtuple("max", ["values", "indices"])
+MinResult = collections.namedtuple("min", ["values", "indices"])
+
+
+def _with_indices(t, axis, keepdim, largest):
+    if largest:
+        return MaxResult(t.max(axis, keepdim), t.argmax(axis, keepdim))
+    return MinResult(t.min(axis, keepdim), t.argmin(axis, keepdim))
+
+
+def _identity(graph, gts):
+    return gts[0]
+
+
+def _grad_leaves(v) -> list:
+    """Leaves (``requires_grad``) that ``v`` depends on through recorded operations, in a stable order."""
+    out, seen, stack = [], set(), [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not x.requires_grad:
+            continue
+        seen.add(id(x))
+        if x.getter is not None or x.op is None:
+            out.append(x)
+        else:
+            stack.extend(reversed(x.op.inputs))
+    return sorted(out, key=lambda x: x.seq)
+
+
+class Tensor:
+    """An eager tensor (``lm.tensor(data)``): PyTorch's API over luminal's lazy graphs.
+
+    Operations record; reading a value (``numpy()``, ``print``, ``float()``, ``bool()``, ``tolist()``,
+    ``item()``, ``np.asarray``) compiles the pending computation (cached by structure) and runs it.
+
+    Attributes:
+        shape: a tuple of ints.
+        dtype: a :class:`luminal.DType`.
+        requires_grad: whether gradients flow to / through this tensor.
+        grad: the accumulated gradient of a leaf after ``backward()`` (a ``Tensor``) or None.
+    """
+
+    __slots__ = ("_v", "__weakref__")
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # numpy arrays defer to our reflected operators (ndarray + Tensor -> Tensor)
+
+    @classmethod
+    def _make(cls, v) -> "Tensor":
+        t = object.__new__(cls)
+        t._v = v
+        return t
+
+    def __init__(self, data, dtype=None, requires_grad: bool = False):
+        from .creation import _as_array
+        arr = _as_array(data, dtype)
+        self._v = _core._leaf(arr, False)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple:
+        """The shape, a tuple of ints (``torch.Size`` is a tuple too)."""
+        return self._v.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._v.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._v.shape)
+
+    @property
+    def device(self) -> str:
+        """The device eager tensors run on (:func:`luminal.set_default_device`)."""
+        return _core.get_default_device()
+
+    def dim(self) -> int:
+        return len(self._v.shape)
+
+    def size(self, dim: int | None = None):
+        """The shape (a tuple), or the size of one dim."""
+        if dim is None:
+            return self._v.shape
+        return self._v.shape[self._axis(dim)]
+
+    def numel(self) -> int:
+        return int(math.prod(self._v.shape))
+
+    nelement = numel
+
+    def _axis(self, dim: int) -> int:
+        n = self.ndim
+        if not -max(n, 1) <= dim < max(n, 1):
+            raise IndexError(f"dimension {dim} out of range for a {n}-d tensor (expected in [{-max(n, 1)}, "
+                             f"{max(n, 1) - 1}])")
+        return dim % max(n, 1)
+
+    def __len__(self) -> int:
+        if not self._v.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._v.shape[0]
+
+    def __iter__(self):
+        if not self._v.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._v.shape[0]))
+
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ autograd
+    @property
+    def requires_grad(self) -> bool:
+        return self._v.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        """Make this tensor a leaf that accumulates ``.grad`` (float tensors only, as in PyTorch)."""
+        v = self._v
+        if flag and not v.dtype.is_float:
+            raise RuntimeError(f"only tensors of floating point dtype can require gradients, this one is {v.dtype}")
+        if v.op is not None and v.requires_grad and not flag:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables; use detach()")
+        if v.param is not None:
+            v.param.requires_grad = bool(flag)
+        elif v.op is not None:  # a computed tensor becomes a leaf: realize it and drop its history
+            realize([v], "requires_grad_()")
+            v.op = None
+        v.requires_grad = bool(flag)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for tensors created by the user (or not requiring grad), as in PyTorch."""
+        return not self._v.requires_grad or self._v.op is None
+
+    @property
+    def grad(self):
+        return _GRADS.get(self._v)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            value = Tensor(value, dtype=self.dtype)
+        if value is not None and value.shape != self.shape:
+            raise RuntimeError(f"assigned grad has shape {value.shape}, expected {self.shape}")
+        if value is None:
+            _GRADS.pop(self._v, None)
+        else:
+            _GRADS[self._v] = value
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on.
+
+        Lazy: the backward pass is recorded and computed with the next realization (reading a ``.grad``, an
+        optimizer ``step()``), in the same compiled graph as the forward pass. ``gradient`` is needed for a
+        non-scalar tensor (``torch.Tensor.backward``). ``create_graph`` is not supported.
+        """
+        if create_graph:
+            raise NotImplementedError("backward(create_graph=True) (higher-order gradients) is not supported")
+        v = self._v
+        if not v.requires_grad:
+            raise RuntimeError("backward(): this tensor does not require grad and has no recorded operation "
+                               "(create leaves with requires_grad=True, and do not compute it under no_grad())")
+        if gradient is None and self.numel() != 1:
+            raise RuntimeError(f"backward(): grad can be implicitly created only for one-element outputs; this "
+                               f"tensor has shape {self.shape}; pass gradient=")
+        leaves = _grad_leaves(v)
+        inputs = [v] + leaves
+        if gradient is not None:
+            g = gradient if isinstance(gradient, Tensor) else Tensor(gradient, dtype=self.dtype)
+            if g.shape != self.shape:
+                raise RuntimeError(f"backward(): gradient has shape {g.shape}, expected {self.shape}")
+            inputs.append(g._v)
+        n = len(leaves)
+        has_go = gradient is not None
+
+        def build(graph, gts):
+            from ..training.autograd import grad as _grad
+            out = _grad(gts[0], gts[1:1 + n], grad_output=gts[-1] if has_go else None, allow_unused=True)
+            return tuple(o if o is not None else graph.zeros(leaf.shape, leaf.dtype)
+                         for o, leaf in zip(out, leaves))
+
+        spec = (tuple, tuple(("T", i) for i in range(n)))
+        outs = [(leaf.shape, leaf.dtype) for leaf in leaves]
+        grads = _core._record(("grad", n, has_go), build, inputs, spec_outs=(spec, outs), grad=False)
+        with _core.no_grad():
+            for leaf, g in zip(leaves, grads):
+                old = _GRADS.get(leaf)
+                _GRADS[leaf] = g if old is None else old + g
+
+    def detach(self) -> "Tensor":
+        """The same value without gradient history (``torch.Tensor.detach``)."""
+        v = self._v
+        if not v.pending:
+            out = Tensor._make(_core._Val(v.shape, v.dtype, value=v.host()))
+            return out
+        return _core._record(("detach",), _identity, [v], grad=False)
+
+    def detach_(self) -> "Tensor":
+        self._v = self.detach()._v
+        return self
+
+    def clone(self) -> "Tensor":
+        """A copy with the same value (gradients flow through it, as in PyTorch)."""
+        return _core._record(("clone",), _identity, [self._v])
+
+    # ------------------------------------------------------------------ realization
+    def _value(self, what: str) -> np.ndarray:
+        v = self._v
+        if v.pending:
+            realize([v], what)
+        elif _core._tls.tracing is not None:
+            _core._tls.tracing.fail(what)
+        return v.host()
+
+    def numpy(self) -> np.ndarray:
+        """The value as a numpy array (shares memory with the tensor, as ``torch.Tensor.numpy``)."""
+        return self._value("numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._value("np.asarray()")
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=False)
+        return np.array(arr, copy=True) if copy else arr
+
+    def tolist(self):
+        return self._value("tolist()").tolist()
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        arr = self._value("item()")
+        if arr.size != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted to Python scalars, this one has "
+                             f"shape {arr.shape}")
+        return arr.reshape(()).item()
+
+    def _scalar(self, what: str):
+        arr = self._value(what)
+        if arr.size != 1:
+            raise (RuntimeError if what == "bool()" else TypeError)(
+                f"{what}: a tensor with {arr.size} elements (shape {arr.shape}) has no single value"
+                + ("; use .any() or .all()" if what == "bool()" else ""))
+        return arr.reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float()"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int()"))
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool()"))
+
+    def __index__(self) -> int:
+        if self.dtype.is_float or self.dtype == DType.bool:
+            raise TypeError(f"only integer tensors can be used as an index, this one is {self.dtype}")
+        return int(self._scalar("__index__()"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex()"))
+
+    def __format__(self, spec: str) -> str:
+        if self.numel() == 1 and spec:
+            return format(self.item(), spec)
+        return str(self)
+
+    def __repr__(self) -> str:
+        if _core._tls.tracing is not None:
+            return f"Tensor(shape={self.shape}, dtype={self.dtype.value}, traced)"
+        arr = self._value("repr()")
+        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
+        extras = []
+        if self.dtype not in (DType.float32, DType.int64, DType.bool):
+            extras.append(f"dtype=luminal.{self.dtype.value}")
+        if self.requires_grad:
+            extras.append("requires_grad=True" if self.is_leaf else "grad_fn=<recorded>")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    __str__ = __repr__
+
+    # ------------------------------------------------------------------ torch-style helpers
+    def max(self, dim=None, keepdim: bool = False, *, axis=None):
+        """``max()`` of all elements, ``max(dim)`` -> ``(values, indices)``, ``max(other)`` -> elementwise."""
+        return self._extreme(dim if axis is None else axis, keepdim, True)
+
+    def min(self, dim=None, keepdim: bool = False, *, axis=None):
+        """``min()`` of all elements, ``min(dim)`` -> ``(values, indices)``, ``min(other)`` -> elementwise."""
+        return self._extreme(dim if axis is None else axis, keepdim, False)
+
+    def _extreme(self, dim, keepdim, largest):
+        if isinstance(dim, (Tensor, np.ndarray)):
+            return call_method("maximum" if largest else "minimum", self, (dim,), {})
+        if dim is None:
+            return call_method("max" if largest else "min", self, (), {})
+        if isinstance(dim, (tuple, list)):
+            return call_method("max" if largest else "min", self, (tuple(dim), keepdim), {})
+        return call_function(_with_indices, (self, int(dim), bool(keepdim), largest), {},
+                             name="max" if largest else "min")
+
+    def to(self, *args, dtype=None, **kwargs) -> "Tensor":
+        """``to(dtype)`` casts; ``to("cpu")`` / ``to(device=...)`` keeps the tensor (one device per process, see
+        :func:`luminal.set_default_device`)."""
+        for a in (*args, kwargs.get("device")):
+            if isinstance(a, str) and a.split(":")[0] in ("cpu", "reference", "cuda", "mps"):
+                if a.split(":")[0] in ("cuda", "mps"):
+                    raise RuntimeError(f"device {a!r} is not available in luminal's eager mode (cpu only); use "
+                                       "lm.set_default_device('cpu' | 'reference')")
+                continue
+            if a is not None:
+                dtype = a
+        if dtype is None or as_dtype(dtype) == self.dtype:
+            return self
+        return call_method("cast", self, (as_dtype(dtype),), {})
+
+    def cpu(self) -> "Tensor":
+        return self
+
+    def __getitem__(self, key):
+        if isinstance(key, list):
+            key = np.asarray(key)
+        if isinstance(key, np.ndarray) and key.dtype == bool or isinstance(key, Tensor) and key.dtype == DType.bool:
+            raise IndexError("boolean-mask indexing has a data-dependent result size, which luminal's compiled "
+                             "graphs do not support; use lm.where(mask, x, 0) or x * mask instead")
+        if isinstance(key, np.ndarray) and key.dtype.kind in "iu":
+            key = key.astype(np.int64)
+        return call_method("__getitem__", self, (key,), {})
+
+    def __setitem__(self, key, value):
+        raise TypeError("item assignment (x[...] = v) is not supported on luminal tensors; build the result with "
+                        "lm.where(mask, value, x) or pad/cat")
+
+    # in place (functional underneath: the tensor takes the new value)
+    def _inplace(self, result) -> "Tensor":
+        v = self._v
+        if v.requires_grad and v.op is None and _core.is_grad_enabled():
+            raise RuntimeError("a leaf tensor that requires grad is used in an in-place operation; wrap it in "
+                               "lm.no_grad()")
+        if result.shape != self.shape:
+            raise RuntimeError(f"in-place result has shape {result.shape}, expected {self.shape}")
+        result = result if result.dtype == self.dtype else result.cast(self.dtype)
+        if v.param is not None:  # a module parameter: write the new value to the host array
+            v.param.data = np.array(result.numpy(), dtype=v.dtype.numpy, order="C")
+            return self
+        rg = v.requires_grad
+        self._v = result._v
+        if v.op is None and rg:  # a leaf stays a leaf
+            realize([self._v], "in-place update")
+            self._v.op = None
+            self._v.requires_grad = True
+        return self
+
+    def add_(self, other, alpha=1):
+        return self._inplace(self + other * alpha if alpha != 1 else self + other)
+
+    def sub_(self, other, alpha=1):
+        return self._inplace(self - other * alpha if alpha != 1 else self - other)
+
+    def mul_(self, other):
+        return self._inplace(self * other)
+
+    def div_(self, other):
+        return self._inplace(self / other)
+
+    def zero_(self):
+        from .creation import zeros
+        return self._inplace(zeros(self.shape, dtype=self.dtype))
+
+    def fill_(self, value):
+        from .creation import full
+        return self._inplace(full(self.shape, value, dtype=self.dtype))
+
+    def copy_(self, src):
+        src = src if isinstance(src, Tensor) else Tensor(np.asarray(src))
+        return self._inplace(src.cast(self.dtype).expand(self.shape) if src.shape != self.shape else src)
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+
+_GRADS = __import__("weakref").WeakKeyDictionary()  # leaf record -> its accumulated gradient Tensor
+
+# ---------------------------------------------------------------------------------------------- method wrappers
+_SKIP = {"graph", "id", "shape", "dims", "ndim", "size", "concrete_shape", "numel", "set", "set_dyn", "set_deferred",
+         "keep", "retrieve", "drop", "data", "numpy", "item", "set_name", "diff", "print", "dtype", "max", "min",
+         "graph_break", "detach"}
+_DUNDERS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+            "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
+            "__abs__", "__lt__", "__gt__", "__le__", "__ge__", "__eq__", "__ne__", "__invert__", "__and__", "__or__",
+            "__xor__", "__matmul__", "__rmatmul__"]
+
+
+def _rename_dim(fn):
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if "dim" not in params and "axis" in params:
+        return "axis"
+    return None
+
+
+def _make_method(name, fn):
+    rename = _rename_dim(fn)
+
+    def method(self, *args, **kwargs):
+        if rename is not None and "dim" in kwargs:
+            kwargs[rename] = kwargs.pop("dim")
+        return call_method(name, self, args, kwargs)
+    method.__name__ = name
+    method.__qualname__ = f"Tensor.{name}"
+    method.__doc__ = getattr(fn, "__doc__", None)
+    return method
+
+
+def _make_property(name, prop):
+    def getter(self):
+        return call_method("__getattribute__", self, (name,), {})
+    return property(getter, doc=prop.__doc__)
+
+
+def _install():
+    seen = set(Tensor.__dict__)
+    for klass in GraphTensor.__mro__:
+        for name, attr in vars(klass).items():
+            if name in seen or name in _SKIP or (name.startswith("_") and name not in _DUNDERS):
+                continue
+            seen.add(name)
+            if isinstance(attr, property):
+                setattr(Tensor, name, _make_property(name, attr))
+            elif callable(attr):
+                setattr(Tensor, name, _make_method(name, attr))
+
+
+_install()
