@@ -15,6 +15,9 @@ Example::
 The training graph is built at the first batch with a *symbolic* batch dimension, so the last, smaller batch
 of an epoch reuses the same compiled code. Forward, backward and the optimizer update run in one compiled
 call per batch. A batch is ``(input, target)`` or ``(input_1, ..., input_k, target)`` (numpy arrays).
+
+``Trainer(..., distributed=True)`` trains data-parallel over MPI (launched with ``mpiexec -n N``; see
+:mod:`luminal.distributed` and docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -34,6 +37,20 @@ from ..module import Module
 from .optim import Optimizer
 
 __all__ = ["Trainer", "save_checkpoint", "load_checkpoint"]
+
+
+def _aborting(method):
+    """In a distributed trainer, an exception in ``method`` aborts every rank (no rank is left blocked)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if not self.distributed:
+            return method(self, *args, **kwargs)
+        from ..distributed import abort_on_error
+        with abort_on_error(self._comm):
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 def _device(device: str | None) -> str:
@@ -70,6 +87,7 @@ class _Step:
             t.set(x.astype(t.dtype.numpy, copy=False))
         self.target.set(y.astype(self.target.dtype.numpy, copy=False))
         self.graph.execute()
+        self.last_count = len(y)
         correct = None if self.correct is None else float(self.correct.item())
         return float(self.loss.item()), correct
 
@@ -89,12 +107,21 @@ class Trainer:
         search, budget_s: the measured search of the compiled graphs (``Graph.compile``'s arguments:
             ``"off"``, ``"quick"``, ``"full"`` or ``"background"``); the training step's GEMMs are tuned at the
             first batch's size.
+        distributed: data-parallel training over MPI (``mpiexec -n N python train.py``; needs the ``distributed``
+            extra). Parameters and optimizer state are broadcast from rank 0 here; each step runs the compiled
+            backward on this rank's batch (shard the data with :class:`luminal.distributed.DistributedDataLoader`),
+            averages the gradients over the ranks (weighted by the ranks' batch sizes: the gradient of the mean
+            loss over the global batch) and applies the same update on every rank. Losses and accuracies are those
+            of the global batch; only rank 0 shows progress and writes checkpoints; an exception on one rank
+            aborts all ranks (``MPI_Abort``). ``fit``, ``train_step`` and ``evaluate`` are collective: call them on
+            every rank.
+        bucket_cap_mb: the all-reduce bucket size (MiB) when ``distributed``.
     """
 
     def __init__(self, model: Module, optimizer: Optimizer, loss_fn: Callable, scheduler=None,
                  scheduler_interval: str = "epoch", device: str | None = None, max_grad_norm: float | None = None,
                  max_grad_value: float | None = None, batch_symbol: str = "batch", search: str | None = None,
-                 budget_s: float | None = None):
+                 budget_s: float | None = None, distributed: bool = False, bucket_cap_mb: float = 25.0):
         from ..runtime.search import check_budget, check_level
         if not isinstance(model, Module):
             raise TypeError(f"Trainer: model must be a luminal Module, got {type(model).__name__}")
@@ -114,6 +141,26 @@ class Trainer:
         self._train: _Step | None = None
         self._eval: _Step | None = None
         self._signature = None
+        self.distributed = bool(distributed)
+        self._comm = None
+        self.rank, self.world_size = 0, 1
+        if self.distributed:
+            from ..distributed import (abort_on_error, broadcast_optimizer_state, broadcast_parameters,
+                                       install_abort_hook, world)
+            if not bucket_cap_mb > 0:
+                raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb!r}")
+            self.bucket_cap_mb = float(bucket_cap_mb)
+            self._comm = world()
+            self.rank, self.world_size = self._comm.Get_rank(), self._comm.Get_size()
+            install_abort_hook(self._comm)
+            with abort_on_error(self._comm):
+                broadcast_parameters(self.model, comm=self._comm)
+                broadcast_optimizer_state(self.optimizer, comm=self._comm)
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process prints progress and writes checkpoints (rank 0, or not distributed)."""
+        return self.rank == 0
 
     # ------------------------------------------------------------------ graphs
     def _build(self, xs, y, training: bool) -> _Step:
@@ -143,6 +190,9 @@ class Trainer:
                     correct = (per_sample.cast("float32") / n_pos).sum().retrieve() if hits.ndim > 1 \
                         else per_sample.sum().retrieve()
                     break
+        if training and self.distributed:
+            from ..distributed import DataParallelStep
+            return DataParallelStep(self, graph, inputs, target, loss, correct, self._comm, self.bucket_cap_mb)
         if training:
             self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value)
         graph.compile(device=self.device, search=self.search, budget_s=self.budget_s)
@@ -157,6 +207,7 @@ class Trainer:
                              "(only the batch dimension may vary)")
 
     # ------------------------------------------------------------------ public
+    @_aborting
     def train_step(self, batch) -> float:
         """Run one optimizer step on ``batch``; returns the loss (before the update)."""
         xs, y = _split(batch)
@@ -169,8 +220,13 @@ class Trainer:
             self.scheduler.step()
         return loss
 
+    @_aborting
     def evaluate(self, loader: Iterable) -> dict:
-        """Mean loss (weighted by batch size) and, for class-index targets, accuracy over ``loader``."""
+        """Mean loss (weighted by batch size) and, for class-index targets, accuracy over ``loader``.
+
+        Distributed: every rank evaluates its own ``loader`` and the sums are all-reduced, so all ranks return the
+        metrics over the union of their batches (a sharded loader: the whole set; the same unsharded loader on
+        every rank: the same numbers as one rank)."""
         total, n, correct = 0.0, 0, 0
         has_acc = True
         for batch in loader:
@@ -186,6 +242,11 @@ class Trainer:
                 has_acc = False
             else:
                 correct += c
+        if self.distributed:
+            from mpi4py import MPI
+            sums = np.array([total, n, correct, 0.0 if has_acc else 1.0], np.float64)
+            self._comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+            total, n, correct, has_acc = float(sums[0]), int(round(sums[1])), float(sums[2]), sums[3] == 0
         if n == 0:
             raise ValueError("evaluate: the loader produced no batches")
         out = {"loss": total / n}
@@ -215,6 +276,7 @@ class Trainer:
         graph.execute()
         return out.data()
 
+    @_aborting
     def fit(self, train_loader: Iterable, epochs: int = 1, val_loader: Iterable | None = None,
             checkpoint: str | None = None, resume: bool = False, progress: bool = True) -> list[dict]:
         """Train until ``epochs`` epochs are done in total (a later call with a larger ``epochs`` continues).
@@ -223,14 +285,24 @@ class Trainer:
         ``val_loss``/``val_accuracy`` with a ``val_loader``, ``steps_per_s`` and ``samples_per_s``. With
         ``checkpoint`` a checkpoint (model, optimizer, scheduler, counters) is written atomically after every
         epoch; ``resume=True`` first loads it when the file exists and continues from its epoch.
+
+        Distributed: ``train_loader`` must give every rank the same number of batches (checked each epoch);
+        rank 0 alone prints, writes the checkpoint, and decides whether to resume (its state is broadcast).
         """
         if epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {epochs}")
-        if resume and checkpoint and os.path.exists(checkpoint):
-            self.load_checkpoint(checkpoint)
+        if resume and checkpoint:
+            exists = os.path.exists(checkpoint)
+            if self.distributed:
+                exists = self._comm.bcast(exists, root=0)
+            if exists:
+                self.load_checkpoint(checkpoint)
+        progress = progress and self.is_main
         for epoch in range(self.epoch, epochs):
             if hasattr(train_loader, "set_epoch"):
                 train_loader.set_epoch(epoch)
+            if self.distributed:
+                self._check_batch_counts(train_loader, epoch)
             bar = _progress(train_loader, f"epoch {epoch + 1}/{epochs}", progress)
             losses, seen, correct, acc_ok = [], 0, 0, True
             t0 = time.perf_counter()
@@ -246,7 +318,7 @@ class Trainer:
                         not _is_plateau(self.scheduler):
                     self.scheduler.step()
                 losses.append(loss)
-                seen += len(y)
+                seen += self._train.last_count
                 if c is None:
                     acc_ok = False
                 else:
@@ -279,6 +351,14 @@ class Trainer:
                 self.save_checkpoint(checkpoint)
         return self.history
 
+    def _check_batch_counts(self, loader, epoch: int) -> None:
+        n = len(loader) if hasattr(loader, "__len__") else -1
+        counts = self._comm.allgather(n)
+        if len(set(counts)) > 1:
+            raise ValueError(f"distributed fit, epoch {epoch + 1}: the ranks' training loaders have different numbers "
+                             f"of batches {dict(enumerate(counts))} (-1: no len()); every rank must run the same "
+                             "number of steps: shard the data with luminal.distributed.DistributedDataLoader")
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Model, optimizer and scheduler state, counters, history, and ``rng``: the random streams' positions of
@@ -303,13 +383,23 @@ class Trainer:
         self.history = list(state.get("history", []))
 
     def save_checkpoint(self, path: str) -> None:
-        """Write model, optimizer, scheduler and counters to ``path`` atomically (see :func:`save_checkpoint`)."""
-        save_checkpoint(path, self.state_dict())
+        """Write model, optimizer, scheduler and counters to ``path`` atomically (see :func:`save_checkpoint`).
 
+        Distributed: only rank 0 writes (all ranks hold the same state)."""
+        if self.is_main:
+            save_checkpoint(path, self.state_dict())
+
+    @_aborting
     def load_checkpoint(self, path: str) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint`; errors name ``path`` and what was expected
-        (e.g. the optimizer state of another optimizer type)."""
-        state = load_checkpoint(path)
+        (e.g. the optimizer state of another optimizer type).
+
+        Distributed (collective): rank 0 reads ``path`` and broadcasts the state, so the other ranks need not see
+        the file."""
+        if self.distributed:
+            state = self._comm.bcast(load_checkpoint(path) if self.is_main else None, root=0)
+        else:
+            state = load_checkpoint(path)
         try:
             self.load_state_dict(state)
         except (ValueError, KeyError, TypeError) as err:
@@ -329,7 +419,9 @@ def _progress(iterable, desc: str, enabled: bool):
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return iterable
     total = len(iterable) if hasattr(iterable, "__len__") else None
-    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+    # an iterator, not the loader: tqdm.auto's class calls iter() on its argument twice (in __init__ and when
+    # iterated), which would start two epochs of a DataLoader (and skip one shuffle order)
+    return tqdm(iter(iterable), desc=desc, total=total, leave=False, dynamic_ncols=True)
 
 
 # ---------------------------------------------------------------------------- checkpoint files
