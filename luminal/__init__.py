@@ -122,6 +122,8 @@ def __getattr__(name):
         value = importlib.import_module(".eager.jit", __name__).jit
     elif name == "optim":
         value = importlib.import_module(".eager.optim", __name__)
+    elif name == "from_torch":  # the torch.export importer (torch is imported only here)
+        value = importlib.import_module(".frontends.torch", __name__).from_torch
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
     elif not name.startswith("_") and callable(getattr(importlib.import_module(".hl_ops", __name__), name, None)):
@@ -134,4 +136,4 @@ def __getattr__(name):
 
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim"]
+           "int64", "float16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch"]
