@@ -24,7 +24,7 @@ from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .groups import epilogue_value, kernel_groups
-from .values import flatten_space, kernel_buffers, kernel_symbols, merge_value, work_per_element
+from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 
 _BUF_NAME = re.compile(r"\bb(\d+)\b")
@@ -139,14 +139,7 @@ class CRenderer:
         self.gemm_sources = gemm_sources
         self.buffer_order = list(program.buffers)
         self.slot = {b: k for k, b in enumerate(self.buffer_order)}
-        symbols = set()
-        for dims, _ in program.buffers.values():
-            for d in dims:
-                symbols |= d.symbols()
-        for k in program.kernels:
-            symbols |= kernel_symbols(k)
-        symbols.discard("z")
-        self.symbols = sorted(symbols)
+        self.symbols = program_symbols(program)
         self.names = {s: _c_name(s) for s in self.symbols}
 
     def index(self, e: Expression) -> str:

@@ -110,6 +110,19 @@ def views(value):
             yield v.data_view
 
 
+def program_symbols(program) -> list[str]:
+    """The symbols a lowered program's buffers and kernels use (sorted; the iota variable ``z`` left out): the
+    renderers' kernel arguments."""
+    symbols = set()
+    for dims, _ in program.buffers.values():
+        for d in dims:
+            symbols |= d.symbols()
+    for k in program.kernels:
+        symbols |= kernel_symbols(k)
+    symbols.discard("z")
+    return sorted(symbols)
+
+
 def kernel_symbols(kernel) -> set:
     out = set()
     if isinstance(kernel, GemmKernel):

@@ -13,7 +13,9 @@ import importlib
 from typing import Callable
 
 # device -> "module:function" (imported on first use) or a callable factory(graph, device, search, budget_s)
-_RUNTIMES: dict[str, object] = {"cpu": "luminal.runtime.cpu:compile_graph"}
+_RUNTIMES: dict[str, object] = {"cpu": "luminal.runtime.cpu:compile_graph",
+                                 "gpu-interpret": "luminal.runtime.gpu:compile_graph",
+                                 "cuda": "luminal.runtime.gpu:compile_graph"}
 
 
 def register_runtime(device: str, factory) -> None:

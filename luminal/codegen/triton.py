@@ -1,0 +1,557 @@
+"""Render a lowered :class:`~luminal.codegen.kernel.Program` as Triton source: one ``@triton.jit`` function per
+kernel, for the GPU runtime (:mod:`luminal.runtime.gpu`).
+
+The kernels are the CPU backend's (same lowering, same fusion); only the rendering differs:
+
+* **Elementwise** kernels: each program computes ``BLOCK`` consecutive outputs of the flat output index
+  ``offs``; the index variables ``i0 .. in-1`` are unravelled from it with the (possibly symbolic) dims, and
+  the kernel's value tree is evaluated on those blocks (``Load`` through views: the offset and validity
+  expressions of the :class:`~luminal.shape.ShapeTracker`, rendered like the C backend's, floor division /
+  modulo included; constants, iota, every elementwise primitive, gathers, remapped producers).
+* **Reductions** (sum / max over one axis): a program owns ``BLOCK_M`` outputs and walks the reduced extent in
+  chunks of ``BLOCK_K`` (a loop; one chunk when the extent is small and constant), accumulating a
+  ``[BLOCK_M, BLOCK_K]`` tile that is reduced across lanes at the end. Sums of float16 accumulate in float32
+  (as the reference does); max propagates NaN and gives ``-inf`` (the int minimum) on an empty axis.
+* **GEMMs**: ``C[b] = A[b] @ B[b]^T`` through the operands' strided views on ``BLOCK_M x BLOCK_N`` output tiles,
+  ``tl.dot`` over ``BLOCK_K`` slices (float32: ``input_precision="ieee"``, i.e. no TF32, so results match the
+  reference to float32 rounding; float64: a broadcast multiply and ``tl.sum``), masks on the ragged edges; the
+  batch index and the tile index share grid axis 0.
+* **Row groups** (the C backend renders softmax / layer norm's reduce + normalize kernels as one loop nest,
+  :mod:`luminal.codegen.groups`) are *not* rendered here: each kernel of a group runs as its own Triton kernel.
+  Lowering needs no switch for this: row groups are a C-renderer decision, not part of the kernel IR.
+
+Semantics follow the reference exactly where the hardware allows: integer floor division/modulo (Triton's
+``//``/``%`` truncate, like C, so the same correction as ``LUMINAL_FLOORDIV``/``LUMINAL_FLOORMOD`` is applied
+where an operand may be negative), float modulo with the divisor's sign, float->int casts truncating, bool
+buffers stored as one byte, ``1/x`` and float32 ``sqrt`` correctly rounded (``div_rn``/``sqrt_rn``), float16
+transcendentals computed in float32. ``exp2``/``log2``/``sin`` use Triton's functions (on a GPU they may differ
+from numpy by a few ulp; in the interpreter they are numpy's).
+
+Errors (a gather index out of range, an integer modulo by zero) are written into a one-element int32 error
+buffer (1 and 2, the C backend's codes) that the runtime reads after a run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .. import ops
+from ..dtype import DType
+from ..shape import Expression, ShapeTracker, to_expr
+from ..shape.expression import ADD, AND, DIV, GE, LT, MAX, MIN, MOD, MUL, NUM, OR, VAR
+from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
+                     ReduceKernel, Remapped)
+from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
+
+# Triton element types of luminal dtypes (bool buffers hold one byte per element: uint8)
+TL_TYPE = {DType.bool: "tl.int1", DType.int32: "tl.int32", DType.int64: "tl.int64", DType.float16: "tl.float16",
+           DType.float32: "tl.float32", DType.float64: "tl.float64"}
+STORAGE = {DType.bool: "uint8"}  # dtype -> numpy name of the storage type where it differs from the dtype's
+
+ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
+REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
+REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to this is one chunk)
+REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
+GEMM_BLOCKS = (64, 64, 32)  # BLOCK_M, BLOCK_N, BLOCK_K of a float32 GEMM (tl.dot needs >= 16 each)
+GEMM_BLOCKS_F64 = (32, 32, 8)
+
+HELPERS = '''\
+@triton.jit
+def _lm_floordiv(a, b):
+    # floor division from Triton's truncating division (LUMINAL_FLOORDIV)
+    q = a // b
+    return q - (((a % b) != 0) & ((a < 0) != (b < 0))).to(q.dtype)
+
+
+@triton.jit
+def _lm_floormod(a, b):
+    # floor modulo from Triton's truncating remainder (LUMINAL_FLOORMOD)
+    return ((a % b) + b) % b
+
+
+@triton.jit
+def _lm_max(a, b):
+    # max that propagates NaN (the reference's np.max)
+    return tl.where((a > b) | (a != a), a, b)
+'''
+
+
+def storage_name(dtype: DType) -> str:
+    """The numpy dtype name a buffer of ``dtype`` is stored as on the device (bool: ``uint8``)."""
+    return STORAGE.get(dtype, dtype.value)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _sym_name(symbol: str) -> str:
+    return "s_" + re.sub(r"[^0-9A-Za-z_]", "_", symbol)
+
+
+# ---------------------------------------------------------------------------- expressions
+class ExprRenderer:
+    """Renders :class:`Expression` trees as Triton (Python) text. ``names`` maps graph symbols to kernel
+    arguments; every other symbol (index variables, gather indices) is a variable of the kernel body."""
+
+    def __init__(self, names: dict):
+        self.names = names
+
+    def int_(self, e: Expression) -> str:
+        text, is_bool = self._render(e)
+        return f"({text}).to(tl.int64)" if is_bool else text
+
+    def bool_(self, e: Expression) -> str:
+        text, is_bool = self._render(e)
+        return text if is_bool else f"({text} != 0)"
+
+    def _render(self, e: Expression):
+        op = e.op
+        if op == NUM:
+            v = e.args[0]
+            return (f"({v})" if v < 0 else str(v)), False
+        if op == VAR:
+            return self.names.get(e.args[0], e.args[0]), False
+        if op in (ADD, MUL):
+            return "(" + (" + " if op == ADD else " * ").join(self.int_(a) for a in e.args) + ")", False
+        if op in (AND, OR):
+            return "(" + (" & " if op == AND else " | ").join(self.bool_(a) for a in e.args) + ")", True
+        a, b = (self.int_(x) for x in e.args)
+        if op in (DIV, MOD):
+            alo, blo = e.args[0].bounds()[0], e.args[1].bounds()[0]
+            if alo is not None and alo >= 0 and blo is not None and blo > 0:
+                return f"({a} {'//' if op == DIV else '%'} {b})", False
+            return f"{'_lm_floordiv' if op == DIV else '_lm_floormod'}({a}, {b})", False
+        if op == MIN:
+            return f"tl.minimum({a}, {b})", False
+        if op == MAX:
+            return f"tl.maximum({a}, {b})", False
+        if op == LT:
+            return f"({a} < {b})", True
+        if op == GE:
+            return f"({a} >= {b})", True
+        raise NotImplementedError(f"Triton rendering of expression op {op!r}")
+
+
+# ---------------------------------------------------------------------------- kernel bodies
+def _float_text(v: float) -> str:
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(float(v))
+
+
+class BodyWriter:
+    """Emits the statements of one kernel body as SSA temporaries over blocks of shape ``shape`` (text such
+    as ``"[BLOCK]"``); ``live`` names the mask of the lanes that hold real elements, ``zi`` an int64 zero
+    block of the body's shape (broadcasts scalars), ``err`` the error-buffer pointer."""
+
+    def __init__(self, renderer: "TritonRenderer", shape: str, live: str = "live", zi: str = "zi",
+                 indent: str = "    "):
+        self.r = renderer
+        self.shape = shape
+        self.live = live
+        self.zi = zi
+        self.indent = indent
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self.counter = 0
+        self.ex = renderer.ex
+
+    # -- helpers
+    def temp(self, expr: str) -> str:
+        name = f"t{self.counter}"
+        self.counter += 1
+        self.lines.append(f"{self.indent}{name} = {expr}")
+        return name
+
+    def zero(self, dtype: DType) -> str:
+        return f"tl.zeros({self.shape}, {TL_TYPE[dtype]})"
+
+    def const(self, value, dtype: DType) -> str:
+        if dtype == DType.bool:
+            return f"tl.full({self.shape}, {1 if value else 0}, tl.int1)"
+        if dtype.is_int:
+            return f"tl.full({self.shape}, {int(value)}, {TL_TYPE[dtype]})"
+        return f"tl.full({self.shape}, {_float_text(float(value))}, {TL_TYPE[dtype]})"
+
+    def block_int(self, e: Expression) -> str:
+        """An int64 block of the body's shape holding ``e``."""
+        return f"({self.ex.int_(e)} + {self.zi})"
+
+    def masked(self, valid: Expression, text: str, dtype: DType) -> str:
+        if valid == 1:
+            return text
+        if valid == 0:
+            return self.zero(dtype)
+        return self.temp(f"tl.where({self.ex.bool_(valid)}, {text}, {self.zero(dtype)})")
+
+    def error(self, condition: str, code: int) -> None:
+        """Record error ``code`` where ``condition`` holds in a live lane."""
+        self.lines.append(f"{self.indent}tl.store(err_ptr + {self.zi}, tl.full({self.shape}, {code}, tl.int32), "
+                          f"mask={self.live} & ({condition}))")
+
+    def load(self, buffer: int, view: ShapeTracker, vars_, dtype: DType) -> str:
+        off, valid = view.axis_expressions(vars_)
+        if valid == 0:
+            return self.zero(dtype)
+        mask = self.live if valid == 1 else f"{self.live} & {self.ex.bool_(valid)}"
+        ptr = self.r.pointer(buffer)
+        loaded = f"tl.load({ptr} + {self.block_int(off)}, mask={mask}, other=0)"
+        if dtype == DType.bool:
+            loaded = f"({loaded} != 0)"
+        return self.temp(loaded)
+
+    # -- values
+    def emit(self, value, vars_: tuple) -> str:
+        key = (id(value), vars_)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit[1]
+        out = self._emit(value, vars_)
+        self.memo[key] = (value, out)  # keeps value alive so its id stays unique
+        return out
+
+    def _emit(self, value, vars_) -> str:
+        if isinstance(value, Load):
+            return self.load(value.buffer, value.view, vars_, value.dtype)
+        if isinstance(value, ConstValue):
+            if isinstance(value.value, Expression):
+                block = self.block_int(value.value)
+                cast = f"{block} != 0" if value.dtype == DType.bool else f"{block}.to({TL_TYPE[value.dtype]})"
+                text = self.temp(cast)
+            else:
+                text = self.temp(self.const(value.value, value.dtype))
+            _, valid = value.view.axis_expressions(vars_)
+            return self.masked(valid, text, value.dtype)
+        if isinstance(value, IotaValue):
+            off, valid = value.view.axis_expressions(vars_)
+            expr = value.expr.substitute("z", off) if "z" in value.expr.symbols() else value.expr
+            text = self.temp(f"{self.block_int(expr)}.to({TL_TYPE[value.dtype]})")
+            return self.masked(valid, text, value.dtype)
+        if isinstance(value, Compute):
+            args = [self.emit(a, vars_) for a in value.args]
+            zero = self.zero(value.dtype)
+            if isinstance(value.op, ops.Add) and zero in args:
+                # x + (a statically masked-out 0): a where() branch read at its slot (as the C emitter does)
+                return args[1] if args[0] == zero else args[0]
+            return self._compute(value, args)
+        if isinstance(value, GatherValue):
+            return self._gather(value, vars_)
+        if isinstance(value, Remapped):
+            if any(d == 0 for d in value.dims):
+                return self.zero(value.dtype)
+            off, valid = value.view.axis_expressions(vars_)
+            strides = ShapeTracker.contiguous_of(value.dims).strides
+            inner = tuple(off // s if j == 0 else (off // s) % d
+                          for j, (s, d) in enumerate(zip(strides, value.dims)))
+            text = self.emit(value.value, inner)
+            return self.masked(valid, text, value.dtype)
+        raise NotImplementedError(f"Triton backend: no rendering for kernel value {type(value).__name__}")
+
+    def _gather(self, value: GatherValue, vars_) -> str:
+        idx = self.emit(value.index, vars_)
+        slots = gather_slots(value)
+        if slots:  # a few statically known slots (where()): a chain of selects
+            out = self.emit(value.data, vars_[:value.axis] + (to_expr(slots[-1]),) + vars_[value.axis + 1:])
+            for k in reversed(slots[:-1]):
+                slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
+                out = self.temp(f"tl.where({idx} == {k}, {slot}, {out})")
+            return out
+        lo, hi = value_range(value.index)
+        extent = value.data_view.dims[value.axis]
+        n = extent.to_int()
+        g = f"lm_g{self.counter}"
+        self.counter += 1
+        self.lines.append(f"{self.indent}{g} = {idx}.to(tl.int64)")
+        if not (lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n):
+            bad = f"({g} < 0) | ({g} >= {self.ex.int_(extent)})"
+            self.error(bad, 1)
+            self.lines.append(f"{self.indent}{g} = tl.where({bad}, 0, {g})")
+        gsym = Expression.symbol(g, extent - 1)  # out-of-range indices were clamped to 0 above
+        gvars = vars_[:value.axis] + (gsym,) + vars_[value.axis + 1:]
+        if value.data is None:
+            return self.emit(Load(value.data_buffer, value.data_view, value.dtype), gvars)
+        return self.emit(value.data, gvars)
+
+    def _compute(self, value: Compute, args) -> str:
+        op, dtype = value.op, value.dtype
+        tt = TL_TYPE[dtype]
+        if isinstance(op, (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip)):
+            x = args[0]
+            if dtype == DType.float16:  # computed in float32, rounded once (as the C backend does)
+                x = f"{x}.to(tl.float32)"
+            wide = DType.float64 if dtype == DType.float64 else DType.float32
+            if isinstance(op, ops.Recip):
+                text = f"tl.div_rn(tl.full({self.shape}, 1.0, tl.float32), {x})" if wide == DType.float32 \
+                    else f"(1.0 / {x})"
+            elif isinstance(op, ops.Sqrt):
+                text = f"tl.sqrt_rn({x})" if wide == DType.float32 else f"tl.sqrt({x})"
+            else:
+                text = f"tl.{ {ops.Log2: 'log2', ops.Exp2: 'exp2', ops.Sin: 'sin'}[type(op)]}({x})"
+            if dtype == DType.float16:
+                text = f"({text}).to(tl.float16)"
+            return self.temp(text)
+        a = args[0]
+        b = args[1] if len(args) > 1 else None
+        if isinstance(op, ops.Add):
+            return self.temp(f"{a} | {b}" if dtype == DType.bool else f"{a} + {b}")
+        if isinstance(op, ops.Mul):
+            return self.temp(f"{a} & {b}" if dtype == DType.bool else f"{a} * {b}")
+        if isinstance(op, ops.LessThan):
+            if value.args[0].dtype == DType.bool:
+                return self.temp(f"{a}.to(tl.int8) < {b}.to(tl.int8)")
+            return self.temp(f"{a} < {b}")
+        if isinstance(op, ops.Mod):
+            if dtype.is_int:
+                self.error(f"{b} == 0", 2)
+                bs = self.temp(f"tl.where({b} == 0, 1, {b}).to({tt})")
+                r = self.temp(f"{a} % {bs}")
+                return self.temp(f"tl.where(({r} != 0) & (({r} < 0) != ({bs} < 0)), {r} + {bs}, {r})")
+            if dtype == DType.float16:
+                a, b = self.temp(f"{a}.to(tl.float32)"), self.temp(f"{b}.to(tl.float32)")
+            r = self.temp(f"{a} % {b}")  # fmod (C semantics)
+            out = f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
+            return self.temp(f"({out}).to(tl.float16)" if dtype == DType.float16 else out)
+        if isinstance(op, ops.Cast):
+            if dtype == DType.bool:
+                return self.temp(f"{a} != 0")
+            return self.temp(f"{a}.to({tt})")
+        raise NotImplementedError(f"Triton backend: no rendering for primitive {op}")
+
+
+# ---------------------------------------------------------------------------- program
+@dataclass
+class Launch:
+    """How the runtime launches one generated kernel: the function ``name``, its pointer arguments (buffer ids,
+    in order), the graph symbols it takes, extra integer arguments (expressions evaluated at the bindings),
+    its constexpr block sizes and its 1-D grid (``ceil(grid[0] / grid[1])`` programs; ``grid[0]`` an expression)."""
+    name: str
+    kind: str
+    buffers: list
+    symbols: list
+    extra: list
+    constexprs: dict
+    grid: tuple
+    out: int = -1
+
+
+@dataclass
+class TritonProgram:
+    """Triton source of a program plus the launch of each kernel (in execution order)."""
+    source: str
+    launches: list = field(default_factory=list)
+    symbols: list = field(default_factory=list)
+
+
+class TritonRenderer:
+    """Turns a :class:`Program` into a :class:`TritonProgram` (see the module docstring)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.symbols = program_symbols(program)
+        self.names = {s: _sym_name(s) for s in self.symbols}
+        self.ex = ExprRenderer(self.names)
+        self._ptr: dict[int, str] = {}
+
+    def pointer(self, buffer: int) -> str:
+        return self._ptr[buffer]
+
+    def render(self) -> TritonProgram:
+        parts = ["import triton", "import triton.language as tl", "", "", HELPERS]
+        launches = []
+        for k, kernel in enumerate(self.program.kernels):
+            if isinstance(kernel, ElementwiseKernel):
+                text, launch = self._elementwise(k, kernel)
+            elif isinstance(kernel, ReduceKernel):
+                text, launch = self._reduce(k, kernel)
+            elif isinstance(kernel, GemmKernel):
+                text, launch = self._gemm(k, kernel)
+            else:
+                raise NotImplementedError(f"Triton backend: no rendering for kernel kind {type(kernel).__name__}")
+            parts += ["", text]
+            launches.append(launch)
+        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols)
+
+    # -- shared pieces
+    def _header(self, k: int, kernel, extra: list[str], constexprs: list[str]):
+        """The ``def`` line (pointers, error buffer, symbols, extra ints, constexprs) and the symbol casts."""
+        if isinstance(kernel, GemmKernel):
+            buffers = list(dict.fromkeys([kernel.out, kernel.a, kernel.b]))  # (a @ a.T reads one buffer twice)
+        else:
+            buffers = [kernel.out] + sorted(b for b in kernel_buffers(kernel) if b != kernel.out)
+        syms = sorted(s for s in kernel_symbols(kernel) if s != "z")
+        for d in kernel.dims:
+            syms = sorted(set(syms) | set(d.symbols()))
+        self._ptr = {b: f"b{j}" for j, b in enumerate(buffers)}
+        ints = [self.names[s] for s in syms] + extra
+        args = [self._ptr[b] for b in buffers] + ["err_ptr"] + ints + [f"{c}: tl.constexpr" for c in constexprs]
+        dns = "" if not ints else f"(do_not_specialize=[{', '.join(repr(i) for i in ints)}])"
+        lines = [f"@triton.jit{dns}", f"def kernel_{k}({', '.join(args)}):"]
+        label = {ElementwiseKernel: "elementwise", ReduceKernel: "reduce", GemmKernel: "gemm"}[type(kernel)]
+        lines.append(f"    # {label} -> buffer {kernel.out}, dims {[str(d) for d in kernel.dims]}")
+        for i in ints:  # int64 index arithmetic throughout
+            lines.append(f"    {i} = {i}.to(tl.int64)")
+        return lines, buffers, syms
+
+    def _unravel(self, dims, flat: str, prefix: str, indent: str = "    ") -> tuple[list[str], tuple]:
+        """Statements that split the flat index ``flat`` into one variable per axis of ``dims`` (size-1 axes are
+        the constant 0) and the index variables as expressions."""
+        lines, vars_ = [], []
+        acc = to_expr(1)
+        for j in range(len(dims) - 1, -1, -1):
+            d = dims[j]
+            if d == 1:
+                vars_.append(to_expr(0))
+                continue
+            name = f"{prefix}{j}"
+            part = flat if acc == 1 else f"({flat} // {self.ex.int_(acc)})"
+            outer = any(dims[i] != 1 for i in range(j))
+            lines.append(f"{indent}{name} = {part}" + (f" % {self.ex.int_(d)}" if outer else ""))
+            vars_.append(Expression.symbol(name, d - 1))
+            acc = acc * d
+        return lines, tuple(reversed(vars_))
+
+    @staticmethod
+    def _numel(dims) -> Expression:
+        n = to_expr(1)
+        for d in dims:
+            n = n * d
+        return n
+
+    def _store(self, kernel, value_text: str, offs: str, mask: str, indent="    ") -> str:
+        ptr = self.pointer(kernel.out)
+        if kernel.dtype == DType.bool:
+            value_text = f"{value_text}.to(tl.uint8)"
+        return f"{indent}tl.store({ptr} + {offs}, {value_text}, mask={mask})"
+
+    # -- kernels
+    def _elementwise(self, k: int, kernel: ElementwiseKernel):
+        lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"])
+        lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+                  "    live = offs < numel",
+                  "    zi = offs * 0"]
+        unravel, vars_ = self._unravel(kernel.dims, "offs", "lm_i")
+        lines += unravel
+        w = BodyWriter(self, "[BLOCK]")
+        result = w.emit(kernel.value, vars_)
+        lines += w.lines
+        lines.append(self._store(kernel, f"{result}.to({TL_TYPE[kernel.dtype]})" if kernel.dtype != DType.bool
+                                 else result, "offs", "live"))
+        numel = self._numel(kernel.dims)
+        launch = Launch(f"kernel_{k}", "elementwise", buffers, syms, [numel], {"BLOCK": ELEMENTWISE_BLOCK},
+                        (numel, ELEMENTWISE_BLOCK), kernel.out)
+        return "\n".join(lines), launch
+
+    def _reduce(self, k: int, kernel: ReduceKernel):
+        dtype = kernel.dtype
+        if dtype == DType.bool:
+            raise NotImplementedError("Triton backend: reduction over bool")
+        lines, buffers, syms = self._header(k, kernel, ["n_rows", "extent"], ["BLOCK_M", "BLOCK_K"])
+        acc_dtype = DType.float32 if dtype == DType.float16 else dtype
+        acc_tt = TL_TYPE[acc_dtype]
+        if kernel.kind == "sum":
+            ident = "0"
+        elif dtype.is_float:
+            ident = 'float("-inf")'
+        else:
+            # (written as a difference: the literal 2**63 alone would not fit an int64 constant)
+            ident = "(-2147483647 - 1)" if dtype == DType.int32 else "(-9223372036854775807 - 1)"
+        lines += ["    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    rows_live = rows < n_rows",
+                  "    rr = rows[:, None]",
+                  "    row_live = rr < n_rows"]
+        unravel, out_vars = self._unravel(kernel.dims, "rr", "lm_i")
+        lines += unravel
+        lines.append(f"    acc = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc_tt})")
+        lines.append("    for k0 in range(0, extent, BLOCK_K):")
+        ind = "        "
+        lines += [f"{ind}lm_r = k0 + tl.arange(0, BLOCK_K)[None, :]",
+                  f"{ind}live = row_live & (lm_r < extent)",
+                  f"{ind}zi = rr * 0 + lm_r * 0"]
+        rvar = Expression.symbol("lm_r", kernel.extent - 1)
+        in_vars = out_vars[:kernel.axis] + (rvar,) + out_vars[kernel.axis:]
+        w = BodyWriter(self, "[BLOCK_M, BLOCK_K]", indent=ind)
+        v = w.emit(kernel.value, in_vars)
+        lines += w.lines
+        v = f"{v}.to({acc_tt})"
+        if kernel.kind == "sum":
+            lines.append(f"{ind}acc = acc + tl.where(live, {v}, 0)")
+            lines.append("    out = tl.sum(acc, axis=1)")
+        else:
+            lines.append(f"{ind}acc = _lm_max(acc, tl.where(live, {v}, {ident}))")
+            lines.append("    out = tl.max(acc, axis=1)")
+            if dtype.is_float:  # a NaN lane makes the row NaN (tl.max itself need not propagate it)
+                lines.append("    out = tl.where(tl.max((acc != acc).to(tl.int32), axis=1) > 0, float(\"nan\"), out)")
+        lines.append(self._store(kernel, f"out.to({TL_TYPE[dtype]})", "rows", "rows_live"))
+        ext = kernel.extent.to_int()
+        bk = min(_pow2(ext), REDUCE_MAX_K) if ext is not None else REDUCE_SYMBOLIC_K
+        bk = max(bk, 2)
+        n_rows = self._numel(kernel.dims)
+        bm = max(1, REDUCE_TILE // bk)
+        if n_rows.to_int() is not None:
+            bm = min(bm, _pow2(n_rows.to_int()))
+        bm = max(bm, 2)
+        launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, kernel.extent],
+                        {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), kernel.out)
+        return "\n".join(lines), launch
+
+    def _gemm(self, k: int, kernel: GemmKernel):
+        dtype = kernel.dtype
+        if dtype not in (DType.float32, DType.float64):
+            raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
+        nb = len(kernel.dims) - 2
+        lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"])
+        lines += ["    pid = tl.program_id(0).to(tl.int64)",
+                  "    tiles_m = tl.cdiv(M, BLOCK_M)",
+                  "    tiles_n = tl.cdiv(N, BLOCK_N)",
+                  "    bidx = pid // (tiles_m * tiles_n)",
+                  "    tile = pid % (tiles_m * tiles_n)",
+                  "    m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)"]
+        unravel, bvars = self._unravel(kernel.dims[:nb], "bidx", "lm_j")
+        lines += unravel
+        M, N = kernel.dims[nb], kernel.dims[nb + 1]
+        K = kernel.a_view.dims[nb + 2]
+        mv, nv, kv = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_bn", N), ("lm_kk", K)))
+        a_off, a_valid = kernel.a_view.axis_expressions(bvars + (mv, to_expr(0), kv))
+        b_off, b_valid = kernel.b_view.axis_expressions(bvars + (to_expr(0), nv, kv))
+        ind = "        "
+        lines += ["    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)" if dtype == DType.float32 else
+                  "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float64)",
+                  "    for k0 in range(0, K, BLOCK_K):",
+                  f"{ind}# A tile [BLOCK_M, BLOCK_K]",
+                  f"{ind}lm_am = m[:, None]",
+                  f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
+                  f"{ind}zi = lm_am * 0 + lm_kk * 0",
+                  f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
+                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)} + zi), mask=amask, other=0.0)",
+                  f"{ind}# B tile [BLOCK_K, BLOCK_N]",
+                  f"{ind}lm_bn = n[None, :]",
+                  f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
+                  f"{ind}zi = lm_bn * 0 + lm_kk * 0",
+                  f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
+                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0.0)"]
+        if dtype == DType.float32:
+            lines.append(f'{ind}acc = tl.dot(a, b, acc, input_precision="ieee")')
+        else:
+            lines.append(f"{ind}acc = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
+        lines += ["    cm = m[:, None]",
+                  "    cn = n[None, :]",
+                  f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
+                  "mask=(cm < M) & (cn < N))"]
+        batch = self._numel(kernel.dims[:nb])
+        bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
+        # programs: batch * ceil(M / BM) * ceil(N / BN), expressed as (count, 1)
+        tiles = batch * ((M + (bm - 1)) // bm) * ((N + (bn - 1)) // bn)
+        launch = Launch(f"kernel_{k}", "gemm", buffers, syms, [batch, M, N, K],
+                        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, (tiles, 1), kernel.out)
+        return "\n".join(lines), launch
+
+
+def render(program: Program) -> TritonProgram:
+    """The Triton source and launches of ``program``."""
+    return TritonRenderer(program).render()

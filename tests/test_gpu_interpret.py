@@ -1,0 +1,523 @@
+"""The GPU backend's Triton kernels, executed on the CPU by Triton's interpreter (``device="gpu-interpret"``).
+
+Oracle: the reference interpreter on the same graph (built twice, with the same data). Every test builds the
+graph, compiles it for both devices and compares every retrieved tensor after every execute.
+
+The fixed sample (about 40 s on 2 cores): elementwise chains with special values (NaN, +-inf, +-0, huge
+values), every primitive (log2 / exp2 / sin / sqrt / recip, add / mul / mod / less-than in float, int and
+bool, casts incl. float->int truncation and ->bool, float16, iota, constants, gathers), views (broadcast, permute, pad,
+slice, flip, strided and overlapping windows), sum / max reductions over every axis incl. symbolic extents and
+empty axes, softmax, layer norm, matmuls (batched, transposed, broadcast, sliced, float64, symbolic sizes),
+gathers / embeddings and their error reporting, an MLP forward and SGD training steps (autograd; weights
+carried between executes), with symbolic dims rebound between executes.
+
+Tolerances: exact for bool / int results; float32 rtol = atol = 1e-5 for single ops and 1e-4 for chains,
+matmuls and training (sums are blocked in another order than numpy's pairwise sums; transcendentals in
+the interpreter are numpy's, on a GPU they may differ by a few ulp); float64 and float16
+results at the tolerances their tests state.
+
+``LUMINAL_GPU_INTERPRET_FULL=1`` adds a larger sweep (the random elementwise programs of the CPU backend's
+differential test, every unary / binary high-level op on special values, more reduction / matmul shapes).
+triton is in the test extra, so a missing triton fails these tests; ``LUMINAL_SKIP_TRITON=1`` skips them (with
+the reason) on a machine set up without it. Tests marked
+``gpu`` need a real CUDA device (``pytest -m gpu``).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import luminal as lm
+
+REQUIRE = os.environ.get("LUMINAL_SKIP_TRITON", "0") != "1"
+FULL = os.environ.get("LUMINAL_GPU_INTERPRET_FULL", "0") == "1"
+HAVE_TRITON = importlib.util.find_spec("triton") is not None and importlib.util.find_spec("torch") is not None
+
+if not HAVE_TRITON and not REQUIRE:
+    pytestmark = pytest.mark.skip(reason="triton (and torch) are not installed: pip install triton torch "
+                                         "(LUMINAL_SKIP_TRITON=1 is set; without it this is a failure)")
+
+DEV = "gpu-interpret"
+F32 = dict(rtol=1e-5, atol=1e-5)
+CHAIN = dict(rtol=1e-4, atol=1e-4)
+
+
+def _require():
+    if not HAVE_TRITON:
+        pytest.fail("triton/torch are not installed (both are in the test extra): pip install -e '.[test]', or set "
+                    "LUMINAL_SKIP_TRITON=1 to skip these tests")
+
+
+def compare(make, feeds, rtol=1e-5, atol=1e-5):
+    """``make(cx) -> (inputs, outputs)``; ``feeds``: one tuple of arrays per execute (set on ``inputs``).
+    Runs the graph on the reference and on ``gpu-interpret``; asserts every output matches after every run
+    (same shape and dtype; exact for bool/int). Returns the gpu-interpret runtime."""
+    _require()
+    results = {}
+    runtime = None
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        inputs, outs = make(cx)
+        for o in outs:
+            o.retrieve()
+        for t, a in zip(inputs, feeds[0]):
+            t.set(a)
+        cx.compile(device=device)
+        got = []
+        for feed in feeds:
+            for t, a in zip(inputs, feed):
+                t.set(a)
+            cx.execute()
+            got.append([np.array(o.data()) for o in outs])
+        results[device] = got
+        if device == DEV:
+            runtime = cx.runtime
+            assert type(runtime).__name__ == "GPURuntime"
+    for step, (want, have) in enumerate(zip(results["reference"], results[DEV])):
+        for k, (w, h) in enumerate(zip(want, have)):
+            assert h.shape == w.shape, (step, k, h.shape, w.shape)
+            assert h.dtype == w.dtype, (step, k, h.dtype, w.dtype)
+            if w.dtype.kind in "biu":
+                np.testing.assert_array_equal(h, w, err_msg=f"run {step}, output {k}")
+            else:
+                np.testing.assert_allclose(h, w, rtol=rtol, atol=atol, equal_nan=True,
+                                           err_msg=f"run {step}, output {k}")
+    return runtime
+
+
+def rand(shape, seed=0, dtype=np.float32, low=-3, high=3):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(low, high, size=shape).astype(dtype)
+    if np.dtype(dtype) == np.bool_:
+        return rng.random(shape) < 0.5
+    return rng.standard_normal(shape).astype(dtype)
+
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 1e-30, 0.5, -0.5, 2.5, -7.25, 3.0, 1.0, -1.0,
+                    100.0], np.float32)
+
+
+# ---------------------------------------------------------------------------- elementwise
+def test_unary_primitives_on_special_values():
+    def make(cx):
+        x = cx.tensor((16,))
+        return [x], [x.exp(), x.log(), x.sqrt(), x.sin(), x.recip(), x.abs(), -x, x.relu(), x.sigmoid(), x.tanh(),
+                     x.cos(), x.square()]
+
+    compare(make, [(SPECIAL,)], **F32)
+
+
+def test_binary_primitives_float_int_bool():
+    a, b = rand((4, 6), 1), rand((4, 6), 2)
+    b[0, :3] = 0.0
+    ia, ib = rand((4, 6), 3, np.int32, -20, 20), rand((4, 6), 4, np.int32, -6, 6)
+    ib[ib == 0] = 3
+    ba, bb = rand((4, 6), 5, np.bool_), rand((4, 6), 6, np.bool_)
+
+    def make(cx):
+        x, y = cx.tensor((4, 6)), cx.tensor((4, 6))
+        i, j = cx.tensor((4, 6), lm.int32), cx.tensor((4, 6), lm.int32)
+        p, q = cx.tensor((4, 6), lm.bool_), cx.tensor((4, 6), lm.bool_)
+        return [x, y, i, j, p, q], [x + y, x * y, x - y, x / (y.abs() + 1), x % y, x < y, x.maximum(y),
+                                    i + j, i * j, i % j, i < j, i // j, i.max(1), p & q, p | q, p < q, ~p,
+                                    x.where(p, y), (x > 0).logical_xor(q)]
+
+    compare(make, [(a, b, ia, ib, ba, bb)], **F32)
+
+
+def test_modulo_signs_float_and_int64():
+    xs = np.array([-7.5, 7.5, -7.5, 7.5, 0.0, -3.0, 3.0, np.inf, 5.0], np.float32)
+    ys = np.array([2.0, -2.0, -2.0, 2.0, 3.0, 3.0, -3.0, 2.0, np.inf], np.float32)
+    i = np.array([-7, 7, -7, 7, 0, -6, 6, 9, -9], np.int64)
+    j = np.array([2, -2, -2, 2, 3, 3, -3, 4, 4], np.int64)
+
+    def make(cx):
+        x, y = cx.tensor((9,)), cx.tensor((9,))
+        a, b = cx.tensor((9,), lm.int64), cx.tensor((9,), lm.int64)
+        return [x, y, a, b], [x % y, a % b, a // b, x.fmod(y)]
+
+    compare(make, [(xs, ys, i, j)], **F32)
+
+
+def test_casts_truncate_and_bool():
+    x = np.array([-2.7, -0.5, 0.0, 0.5, 2.7, 1e5, -3.0, 9.99], np.float32)
+
+    def make(cx):
+        t = cx.tensor((8,))
+        i = t.cast(lm.int32)
+        return [t], [i, t.cast(lm.int64), t.cast(lm.bool_), i.cast(lm.float32), t.cast(lm.bool_).cast(lm.float32),
+                     t.cast(lm.float64), t.cast(lm.float16), t.floor(), t.round()]
+
+    compare(make, [(x,)], **F32)
+
+
+def test_iota_constants_and_arange():
+    def make(cx):
+        x = cx.tensor(("n", 3))
+        ar = cx.arange(12).reshape((4, 3)).cast(lm.float32)
+        return [x], [x + x.graph.arange(3).cast(lm.float32), ar * 2.0, x * float("inf") * 0 + 1.0,
+                     (x + 1).cumsum(0), cx.arange(5, dtype=lm.int64) * 3]
+
+    compare(make, [(rand((2, 3)),), (rand((5, 3), 1),)], **F32)
+
+
+def test_elementwise_chain_with_symbolic_dims_rebound():
+    def make(cx):
+        x, y = cx.tensor(("a", "b")), cx.tensor(("b",))
+        z = ((x * 1.5 + y).exp2() - (x.abs() + 1e-3).log2()).sin() * (x - y).sqrt().where(x > y, x * 0 + 0.25)
+        return [x, y], [z, (z * z + 1).recip()]
+
+    feeds = [(rand((3, 5), 1), rand((5,), 2)), (rand((7, 2), 3), rand((2,), 4)), (rand((1, 1), 5), rand((1,), 6))]
+    compare(make, feeds, **CHAIN)
+
+
+def test_float16_elementwise_and_reductions():
+    """float16: transcendentals are computed in float32 and rounded once, sums accumulate in float32."""
+    x = (rand((6, 40), 8) * 2).astype(np.float16)
+
+    def make(cx):
+        t = cx.tensor((6, 40), lm.float16)
+        return [t], [t.exp(), t * t + 1, t.sqrt(), t.sum(1), t.max(0), t.softmax(-1), t % 0.75]
+
+    compare(make, [(x,)], rtol=2e-3, atol=2e-3)
+
+
+# ---------------------------------------------------------------------------- views
+def test_views_broadcast_permute_pad_slice_flip():
+    def make(cx):
+        x = cx.tensor((3, 4, 5))
+        row = cx.tensor((5,))
+        return [x, row], [x + row, x.permute(2, 0, 1) * 2, x.pad(((1, 0), (0, 2), (1, 1))) + 1.0,
+                          x[:, 1:3, ::2].exp(), x.flip(1) - x, x.transpose(0, 2).contiguous().sum(0),
+                          x.reshape((12, 5))[3:9] * row, x.unfold(2, 3, 1).sum(-1)]
+
+    compare(make, [(rand((3, 4, 5)), rand((5,), 1))], **F32)
+
+
+def test_concat_repeat_roll_tril_and_where_branches():
+    def make(cx):
+        x, y = cx.tensor((3, 4)), cx.tensor((2, 4))
+        return [x, y], [x.concat(y, 0), x.repeat((2, 1)), x.roll(1, 1), x.tril(),
+                        (x > 0).where(x, -x * 2)]
+
+    compare(make, [(rand((3, 4)), rand((2, 4), 1))], **F32)
+
+
+# ---------------------------------------------------------------------------- reductions
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_sum_max_mean_over_each_axis(axis):
+    x = rand((4, 37, 6), axis)
+    x[1, 2, 3] = np.nan
+
+    def make(cx):
+        t = cx.tensor((4, 37, 6))
+        return [t], [t.sum(axis), t.max(axis), t.mean(axis), t.min(axis), (t * 2).exp().sum(axis)]
+
+    compare(make, [(x,)], **CHAIN)
+
+
+def test_reductions_symbolic_extent_long_rows_ints_and_empty():
+    def make(cx):
+        t = cx.tensor(("r", "k"))
+        i = cx.tensor(("k",), lm.int64)
+        return [t, i], [t.sum(1), t.max(1), t.sum(0), i.sum(0), i.max(0), t.argmax(1)]
+
+    feeds = [(rand((3, 300)), rand((300,), 1, np.int64, -50, 50)),
+             (rand((5, 2000), 2), rand((2000,), 3, np.int64, -50, 50)),
+             (rand((2, 1), 4), rand((1,), 5, np.int64))]
+    compare(make, feeds, **CHAIN)
+    empty = np.zeros((3, 0), np.float32)
+
+    def make_empty(cx):
+        t = cx.tensor((3, 0))
+        return [t], [t.sum(1), t.max(1)]
+
+    compare(make_empty, [(empty,)])
+
+
+def test_softmax_and_layer_norm_rebound():
+    def make(cx):
+        x = cx.tensor(("b", 24))
+        w, b = cx.tensor((24,)), cx.tensor((24,))
+        return [x, w, b], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1) * w + b, x.softmax(0)]
+
+    feeds = [(rand((5, 24)) * 4, rand((24,), 1), rand((24,), 2)), (rand((9, 24), 3), rand((24,), 1), rand((24,), 2))]
+    compare(make, feeds, **F32)
+
+
+# ---------------------------------------------------------------------------- matmul
+def test_matmul_layouts_batches_and_transposes():
+    a_np, b_np, w_np = rand((3, 5, 7)), rand((3, 7, 4), 1), rand((6, 7), 2)
+
+    def make(cx):
+        a, b, w = cx.tensor((3, 5, 7)), cx.tensor((3, 7, 4)), cx.tensor((6, 7))
+        return [a, b, w], [a @ b, a @ w.T, b.mT @ a.mT, a[:, 1:4, :] @ w.T, a.permute(1, 0, 2) @ w.T, a[0] @ a[1].T,
+                           (a @ w.T).relu() + 1.0]
+
+    compare(make, [(a_np, b_np, w_np)], **CHAIN)
+
+
+def test_matmul_symbolic_sizes_larger_than_a_tile_and_float64():
+    def make(cx):
+        x, w = cx.tensor(("m", 70)), cx.tensor((70, 90))
+        d = cx.tensor((5, 6), lm.float64)
+        return [x, w, d], [x @ w, (d @ d.T).softmax(-1)]
+
+    d = rand((5, 6), 9, np.float64)
+    feeds = [(rand((3, 70)), rand((70, 90), 1), d), (rand((130, 70), 2), rand((70, 90), 3), d)]
+    runtime = compare(make, feeds, **CHAIN)
+    assert any(launch.kind == "gemm" for launch in runtime.tprogram.launches)
+
+
+# ---------------------------------------------------------------------------- gather
+def test_gather_embedding_and_index_errors():
+    table = rand((10, 4))
+    ids = np.array([[1, 9, 0], [3, 3, 7]], np.int64)
+    data = rand((3, 5), 1)
+    idx = np.array([[0, 4, 2, 2, 1], [1, 1, 0, 3, 4], [4, 3, 2, 1, 0]], np.int64)
+
+    def make(cx):
+        t, i = cx.tensor((10, 4)), cx.tensor(("b", 3), lm.int64)
+        d, j = cx.tensor((3, 5)), cx.tensor((3, 5), lm.int64)
+        emb = t.index_select(0, i.reshape((-1,)))
+        return [t, i, d, j], [emb * 2.0, d.gather(1, j), d.take_along_dim(j, 1).sum(1)]
+
+    compare(make, [(table, ids, data, idx), (table, ids[:1], data, idx[:, ::-1].copy())], **F32)
+    _require()
+    cx = lm.Graph()
+    t = cx.tensor((4, 2)).set(np.ones((4, 2), np.float32))
+    i = cx.tensor(3, lm.int64).set([0, 1, 7])
+    out = t.index_select(0, i).retrieve()
+    cx.compile(device=DEV)
+    with pytest.raises(IndexError, match="out of range"):
+        cx.execute()
+    i.set([0, 1, 3])
+    cx.execute()
+    np.testing.assert_array_equal(out.data(), np.ones((3, 2)))
+    cx = lm.Graph()
+    a = cx.tensor(2, lm.int32).set(np.array([5, 6], np.int32))
+    b = cx.tensor(2, lm.int32).set(np.array([2, 0], np.int32))
+    (a % b).retrieve()
+    cx.compile(device=DEV)
+    with pytest.raises(ZeroDivisionError):
+        cx.execute()
+
+
+# ---------------------------------------------------------------------------- models
+def test_mlp_forward_with_symbolic_batch():
+    from luminal import nn
+
+    def make(cx):
+        nn.init.manual_seed(3)
+        m = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 5))
+        x = cx.tensor(("b", 12))
+        return [x], [m(x).softmax(-1)]
+
+    compare(make, [(rand((4, 12)),), (rand((33, 12), 1),)], **CHAIN)
+
+
+def test_sgd_training_steps_carry_weights():
+    from luminal import nn
+    from luminal.training import SGD
+
+    X, Y = rand((32, 5), 4), rand((32, 3), 5)
+    state = {}
+
+    def make(cx):
+        nn.init.manual_seed(1)
+        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        x, y = cx.tensor(("b", 5)), cx.tensor(("b", 3))
+        loss = ((m(x) - y) ** 2).mean()
+        SGD(m.parameters(), lr=0.1, momentum=0.9).minimize(loss)
+        state.setdefault("models", []).append(m)
+        return [x, y], [loss]
+
+    feeds = [(X[k * 8:(k + 1) * 8], Y[k * 8:(k + 1) * 8]) for k in range(4)] + [(X[:5], Y[:5])]
+    compare(make, feeds, **CHAIN)
+    ref, gpu = state["models"]
+    for name, value in ref.state_dict().items():
+        np.testing.assert_allclose(gpu.state_dict()[name], value, **CHAIN)
+
+
+# ---------------------------------------------------------------------------- the runtime itself
+def test_generated_source_is_triton_and_printed_with_debug(capsys, monkeypatch):
+    _require()
+    monkeypatch.setenv("LUMINAL_DEBUG", "1")
+    cx = lm.Graph()
+    x = cx.tensor((4, 8)).set(rand((4, 8)))
+    (x.exp().sum(1) + 1).retrieve()
+    cx.compile(device=DEV)
+    out = capsys.readouterr().out
+    assert "@triton.jit" in out and "tl.store" in out
+    assert cx.runtime.source.count("@triton.jit") >= 2
+    assert {launch.kind for launch in cx.runtime.tprogram.launches} >= {"reduce"}
+
+
+def test_unbound_symbol_raises():
+    _require()
+    cx = lm.Graph()
+    x = cx.tensor(("n",))
+    (x * 2.0).retrieve()
+    cx.compile(device=DEV)
+    with pytest.raises(lm.UnboundSymbolError, match="n"):
+        cx.execute()
+
+
+def test_cpu_compile_does_not_import_triton_or_cupy():
+    code = textwrap.dedent("""
+        import sys
+        import luminal
+        g = luminal.Graph()
+        x = g.tensor((2,)).set([1.0, 2.0])
+        (x * 2).retrieve()
+        g.compile(device="cpu")
+        g.execute()
+        bad = [m for m in ("triton", "cupy") if m in sys.modules]
+        assert not bad, bad
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_cuda_device_without_gpu_gives_a_clear_error():
+    code = textwrap.dedent("""
+        import luminal
+        g = luminal.Graph()
+        x = g.tensor((2,)).set([1.0, 2.0])
+        (x * 2).retrieve()
+        try:
+            g.compile(device="cuda")
+        except RuntimeError as e:
+            print("ERROR:", e)
+        else:
+            print("COMPILED")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    text = out.stdout
+    if "COMPILED" in text:
+        pytest.skip("a CUDA device and the GPU extra are present here")
+    assert "ERROR:" in text, out.stderr
+    assert "luminal[gpu]" in text or "CUDA device" in text or "TRITON_INTERPRET" in text, text
+
+
+@pytest.mark.gpu
+def test_cuda_matches_reference():
+    """Needs a real CUDA device with ``luminal[gpu]`` installed (``pytest -m gpu``); run in a fresh process
+    because this module's other tests put triton into interpreter mode."""
+    if importlib.util.find_spec("cupy") is None:
+        pytest.skip("cupy is not installed: pip install 'luminal[gpu]'")
+    code = textwrap.dedent("""
+        import numpy as np, luminal as lm
+        try:
+            import cupy
+            assert cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception as e:
+            print("NOGPU", e); raise SystemExit(0)
+        rng = np.random.default_rng(0)
+        a, w = rng.standard_normal((33, 70)).astype(np.float32), rng.standard_normal((70, 90)).astype(np.float32)
+        res = []
+        for device in ("reference", "cuda"):
+            cx = lm.Graph()
+            x, y = cx.tensor(("m", 70)).set(a), cx.tensor((70, 90)).set(w)
+            outs = [((x @ y).softmax(-1) + x.sum(1, keepdim=True)).retrieve(), x.layer_norm(-1).retrieve()]
+            cx.compile(device=device)
+            cx.execute()
+            res.append([o.data() for o in outs])
+        for r, c in zip(*res):
+            np.testing.assert_allclose(c, r, rtol=1e-4, atol=1e-4)
+        print("OK")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if "NOGPU" in out.stdout:
+        pytest.skip(f"no CUDA device: {out.stdout.strip()}")
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------- the larger sweep
+full = pytest.mark.skipif(not FULL, reason="set LUMINAL_GPU_INTERPRET_FULL=1 for the larger sweep")
+
+
+@full
+@pytest.mark.parametrize("seed", range(40))
+def test_full_random_elementwise_programs(seed):
+    from test_compiler_passes import BINARY, SPECIAL as OPS_SPECIAL, UNARY, build
+
+    rng = np.random.default_rng(seed)
+    names = UNARY + BINARY + OPS_SPECIAL
+    prog = [(names[rng.integers(len(names))], int(rng.integers(0, 1000))) for _ in range(int(rng.integers(1, 14)))]
+    _require()
+    results = []
+    for device in ("reference", DEV):
+        cx, outs = build(prog)
+        cx.compile(device=device)
+        cx.execute()
+        results.append([np.array(o.data()) for o in outs])
+    for w, h in zip(*results):
+        np.testing.assert_allclose(h, w, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@full
+@pytest.mark.parametrize("shape", [(1, 1), (2, 1025), (129, 3), (17, 4097), (3, 64)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_full_reduction_shapes(shape, dtype):
+    x = rand(shape, 7, dtype, -100, 100)
+
+    def make(cx):
+        t = cx.tensor(shape, lm.DType(np.dtype(dtype).name))
+        return [t], [t.sum(0), t.sum(1), t.max(0), t.max(1)]
+
+    compare(make, [(x,)], rtol=1e-4, atol=1e-3)
+
+
+@full
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (15, 17, 16), (64, 32, 64), (65, 33, 129), (200, 3, 5)])
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_full_matmul_shapes(m, k, n, batch):
+    a, b = rand(batch + (m, k), 1), rand(batch + (k, n), 2)
+
+    def make(cx):
+        x, y = cx.tensor(batch + (m, k)), cx.tensor(batch + (k, n))
+        return [x, y], [x @ y, (x.mT.mT @ y).sum(-1)]
+
+    compare(make, [(a, b)], rtol=1e-4, atol=1e-4)
+
+
+_UNARY_HL = ["exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "gelu", "silu", "abs", "neg",
+             "floor", "ceil", "round", "trunc", "sign", "erf", "softplus", "mish", "elu", "selu", "logsigmoid",
+             "rsqrt", "square", "recip", "asin", "acos", "atan", "sinh", "cosh", "asinh", "atanh", "isnan", "isinf",
+             "isfinite", "logical_not", "hardswish", "hardsigmoid", "softsign", "leaky_relu", "celu", "quick_gelu"]
+_BINARY_HL = ["add", "sub", "mul", "div", "remainder", "fmod", "maximum", "minimum", "pow", "lt", "le", "gt", "ge",
+              "eq", "ne", "logaddexp", "copysign", "logical_and", "logical_or", "logical_xor"]
+_HAS = lm.Graph().tensor((1,))
+
+
+@full
+@pytest.mark.parametrize("name", [n for n in _UNARY_HL if hasattr(_HAS, n)])
+def test_full_unary_hl_ops(name):
+    x = np.concatenate([SPECIAL, rand((48,), 3) * 3]).astype(np.float32)
+
+    def make(cx):
+        t = cx.tensor((64,))
+        return [t], [getattr(t, name)(), getattr(t.reshape((8, 8)).permute(1, 0), name)()]
+
+    compare(make, [(x,)], **CHAIN)
+
+
+@full
+@pytest.mark.parametrize("name", [n for n in _BINARY_HL if hasattr(_HAS, n)])
+def test_full_binary_hl_ops(name):
+    a = np.concatenate([SPECIAL, rand((48,), 4) * 3]).astype(np.float32)
+    b = np.concatenate([SPECIAL[::-1], rand((48,), 5) * 3]).astype(np.float32)
+
+    def make(cx):
+        x, y = cx.tensor((64,)), cx.tensor((64,))
+        return [x, y], [getattr(x, name)(y), getattr(x.reshape((8, 8)), name)(y.reshape((8, 8))[0])]
+
+    compare(make, [(a, b)], **CHAIN)
