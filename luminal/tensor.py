@@ -27,16 +27,20 @@ from .dtype import DType, as_dtype
 from .graph import Graph, GraphError, coerce_data
 from .hl_ops.binary import BinaryOps
 from .hl_ops.debug import DebugOps
+from .hl_ops.indexing import IndexingOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
 from .hl_ops.norm import NormOps
 from .hl_ops.reduction import ReductionOps
 from .hl_ops.scan import ScanOps
+from .hl_ops.sorting import SortingOps
+from .hl_ops.trig import TrigOps
 from .hl_ops.unary import UnaryOps
 from .shape import Expression, ShapeTracker
 
 
-class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, NormOps, ScanOps, DebugOps):
+class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, NormOps, ScanOps, DebugOps, TrigOps,
+                  SortingOps, IndexingOps):
     """A handle to a node's output seen through a view (see the module docstring).
 
     Attributes:

@@ -173,7 +173,9 @@ def test_state_dict_layout_and_default_init():
 
 def test_argument_errors():
     with pytest.raises(ValueError):
-        C.Conv2d(2, 2, 3, padding_mode="reflect")
+        C.Conv2d(2, 2, 3, padding_mode="mirror")            # (reflect/replicate/circular: test_nn_extra_ops.py)
+    with pytest.raises(ValueError):
+        C.ConvTranspose2d(2, 2, 3, padding_mode="reflect")  # zeros only, as PyTorch
     with pytest.raises(ValueError):
         C.Conv2d(2, 2, 3, stride=2, padding="same")
     with pytest.raises(ValueError):

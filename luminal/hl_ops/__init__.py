@@ -7,9 +7,12 @@ ones that take several tensors or make new ones.
 
 from .binary import where
 from .creation import arange, constant, full, iota, ones, rand, randn, tril_mask, triu_mask, zeros
+from .einsum import einsum
+from .indexing import eye, linspace, logspace, meshgrid, one_hot, scatter_elements
 from .movement import concat, stack
 
 cat = concat
 
 __all__ = ["where", "concat", "cat", "stack", "arange", "constant", "full", "iota", "ones", "rand", "randn",
-           "zeros", "tril_mask", "triu_mask"]
+           "zeros", "tril_mask", "triu_mask", "einsum", "eye", "linspace", "logspace", "meshgrid", "one_hot",
+           "scatter_elements"]

@@ -66,16 +66,31 @@ class ScanOps:
         win, k = x._windows(axis, 0)
         return win.sum(k)
 
-    def cummax(self, axis: int = -1):
-        """Running maximum along ``axis`` (values; NaN propagates)."""
+    def cummax(self, axis: int = -1, return_indices: bool = False):
+        """Running maximum along ``axis`` (values; NaN propagates). ``return_indices=True`` gives the namedtuple
+        ``(values, indices)`` of ``torch.cummax`` (see :mod:`luminal.hl_ops.sorting` for the tie rule)."""
         low = -np.inf if self.dtype.is_float else int(np.iinfo(self.dtype.numpy).min) if self.dtype.is_int else 0
         win, k = self._windows(axis, low)
-        return win.max(k)
+        values = win.max(k)
+        return self._with_cum_indices(axis, values, "cummax") if return_indices else values
 
-    def cummin(self, axis: int = -1):
+    def cummin(self, axis: int = -1, return_indices: bool = False):
+        """Running minimum along ``axis``; ``return_indices=True`` as in :meth:`cummax`."""
         if self.dtype.is_int:  # ~cummax(~x): -x would overflow at the int minimum
-            return -((-self - 1).cummax(axis)) - 1
-        return -((-self).cummax(axis))
+            values = -((-self - 1).cummax(axis)) - 1
+        else:
+            values = -((-self).cummax(axis))
+        return self._with_cum_indices(axis, values, "cummin") if return_indices else values
+
+    def _with_cum_indices(self, axis, values, name):
+        from .sorting import CumMinResult, CumResult
+        from ._util import constant
+        if self.ndim == 0:
+            idx = constant(self.graph, 0, DType.int64, ())
+        else:
+            idx = self._cum_extreme_indices(normalize_axis(axis, self.ndim), values, name == "cummax")
+        cls = CumResult if name == "cummax" else CumMinResult
+        return cls(values, idx)
 
     def cumprod(self, axis: int = -1):
         """Running product along ``axis``."""

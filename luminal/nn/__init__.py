@@ -18,8 +18,11 @@ from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, In
                             InstanceNorm3d, LayerNorm, RMSNorm)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                       AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, GlobalAvgPool, MaxPool1d, MaxPool2d,
-                      MaxPool3d)
+                      MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d)
 from .sparse import Embedding
-from .transformer import MLP, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
+from .summary import parameter_count, summary
+from .upsample import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
+from .transformer import (MLP, Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -247,8 +247,12 @@ class _ConvNd(Module):
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups:
             raise ValueError("out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise ValueError(f"padding_mode={padding_mode!r} is not supported (only 'zeros')")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got "
+                             f"{padding_mode!r}")
+        if padding_mode != "zeros" and self._transposed:
+            raise ValueError(f"only padding_mode='zeros' is supported for transposed convolutions, got "
+                             f"{padding_mode!r}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = _ntuple(kernel_size, n, "kernel_size")
         self.stride = _ntuple(stride, n, "stride")
@@ -310,6 +314,11 @@ class _Conv(_ConvNd):
 
     def forward(self, x):
         w, b = self._params(x)
+        if self.padding_mode != "zeros":  # pad in that mode (F.pad), then a convolution without padding
+            from .functional import pad
+            pairs = _resolve_padding(self.padding, self._n, self.kernel_size, self.stride, self.dilation)
+            flat = [v for before, after in reversed(pairs) for v in (before, after)]
+            return conv_nd(pad(x, flat, mode=self.padding_mode), w, b, self.stride, 0, self.dilation, self.groups)
         return conv_nd(x, w, b, self.stride, self.padding, self.dilation, self.groups)
 
 

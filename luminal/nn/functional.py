@@ -28,15 +28,83 @@ def prelu(x, weight):
     return where(x < 0, x * weight, x)
 
 
-def pad(x, pad, value: float = 0.0):
-    """``torch.nn.functional.pad``: ``pad`` is flat, last dim first: ``(left, right, top, bottom, ...)``."""
+def pad(x, pad, mode: str = "constant", value: float | None = None):
+    """``torch.nn.functional.pad``: ``pad`` is flat, last dim first: ``(left, right, top, bottom, ...)``.
+
+    Modes: ``"constant"`` (``value``, default 0; a zero-copy view), ``"reflect"`` (mirror without repeating the
+    edge), ``"replicate"`` (repeat the edge), ``"circular"`` (wrap around). Negative amounts crop; in the
+    non-constant modes the crops apply first and the padding reads the cropped tensor, as in PyTorch. A
+    non-constant mode is one ``index_select`` per padded dim with a constant index (values copied exactly).
+    """
+    if isinstance(mode, (int, float)) and not isinstance(mode, bool):  # the old signature pad(x, pad, value)
+        mode, value = "constant", float(mode)
     pad = list(pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ValueError(f"pad: expected an even number of values for at most {x.ndim} dims, got {pad}")
     pairs = [(0, 0)] * x.ndim
     for k in range(len(pad) // 2):
-        pairs[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
-    return x.pad(pairs, value)
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    if mode == "constant":
+        return x.pad(pairs, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if value not in (None, 0, 0.0):
+        raise ValueError(f"pad: value is only for mode='constant', got value={value} with mode={mode!r}")
+    import numpy as np
+    from ..hl_ops.resample import resample_axis
+    for axis, (before, after) in enumerate(pairs):
+        if before == 0 and after == 0:
+            continue
+        d = x.dims[axis]
+        if not d.is_constant():
+            raise ValueError(f"pad: mode {mode!r} needs a concrete size in dim {axis}, got {d}")
+        if before < 0 or after < 0:  # crop first
+            n0 = d.to_int()
+            x = x.slice_axis(axis, max(0, -before), n0 - max(0, -after))
+            before, after = max(0, before), max(0, after)
+            if before == 0 and after == 0:
+                continue
+        n = x.dims[axis].to_int()
+        if mode == "reflect" and (before >= n or after >= n):
+            raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than the size {n} of dim "
+                             f"{axis}")
+        if mode == "circular" and (before > n or after > n):
+            raise ValueError(f"pad: circular padding ({before}, {after}) can be at most the size {n} of dim {axis}")
+        if mode == "replicate" and n == 0:
+            raise ValueError(f"pad: replicate padding of the empty dim {axis}")
+        i = np.arange(-before, n + after)
+        if mode == "reflect":
+            i = np.abs(i)
+            i = np.where(i >= n, 2 * (n - 1) - i, i)
+        elif mode == "replicate":
+            i = np.clip(i, 0, n - 1)
+        else:
+            i = np.mod(i, n)
+        x = resample_axis(x, axis, i.astype(np.int64), None)
+    return x
+
+
+def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
+                recompute_scale_factor=None, antialias: bool = False):
+    """``torch.nn.functional.interpolate`` (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area;
+    see :mod:`luminal.hl_ops.resample`)."""
+    from ..hl_ops.resample import interpolate as _interpolate
+    return _interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
+
+
+def upsample(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+    """``torch.nn.functional.upsample`` (= :func:`interpolate`)."""
+    return interpolate(x, size, scale_factor, mode, align_corners)
+
+
+def softmin(x, dim: int = -1):
+    """``softmax(-x)``."""
+    return x.softmin(dim)
+
+
+def one_hot(x, num_classes: int):
+    """``torch.nn.functional.one_hot`` (``num_classes`` is required: a lazy graph cannot infer it)."""
+    return x.one_hot(num_classes)
 
 
 def relu(x):
@@ -71,7 +139,7 @@ from .dropout import dropout  # noqa: E402
 from .normalization import batch_norm, group_norm, instance_norm, layer_norm, rms_norm  # noqa: E402
 from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: E402
                       adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,
-                      max_pool1d, max_pool2d, max_pool3d)
+                      max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 from .sparse import embedding  # noqa: E402
 from .losses import binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss  # noqa: E402
 

@@ -129,3 +129,46 @@ def default_bound_uniform_(param: Parameter, fan_in: int, generator=None) -> Par
     the resulting bound for Linear/Conv weights)."""
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
     return uniform_(param, -bound, bound, generator)
+
+
+def trunc_normal_(param: Parameter, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator=None) -> Parameter:
+    """``torch.nn.init.trunc_normal_``: normal ``N(mean, std^2)`` values restricted to ``[a, b]`` (absolute
+    bounds, as in PyTorch). Drawn by rejection: values outside are redrawn (the exact truncated distribution; a
+    different generator from PyTorch's, so not the same numbers); after 1000 rounds any left are clipped."""
+    if std <= 0:
+        raise ValueError(f"trunc_normal_: std must be positive, got {std}")
+    if not a < b:
+        raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+    rng = _rng(generator)
+    values = rng.normal(mean, std, param.shape)
+    for _ in range(1000):
+        bad = (values < a) | (values > b)
+        if not bad.any():
+            break
+        values[bad] = rng.normal(mean, std, int(bad.sum()))
+    return _fill(param, np.clip(values, a, b))
+
+
+def eye_(param: Parameter) -> Parameter:
+    """``torch.nn.init.eye_``: the identity matrix in a 2-D parameter (ones on the main diagonal)."""
+    if len(param.shape) != 2:
+        raise ValueError(f"eye_ needs a 2-D parameter, got shape {tuple(param.shape)}")
+    return _fill(param, np.eye(*param.shape))
+
+
+def dirac_(param: Parameter, groups: int = 1) -> Parameter:
+    """``torch.nn.init.dirac_``: a 3/4/5-D convolution weight that passes its input through (per group: output
+    channel ``i`` has a 1 at input channel ``i`` and the kernel centre)."""
+    shape = tuple(param.shape)
+    if len(shape) not in (3, 4, 5):
+        raise ValueError(f"dirac_ needs a 3, 4 or 5-D parameter, got shape {shape}")
+    if groups < 1 or shape[0] % groups:
+        raise ValueError(f"dirac_: dim 0 ({shape[0]}) must be divisible by groups ({groups})")
+    out_per_group = shape[0] // groups
+    w = np.zeros(shape)
+    centre = tuple(k // 2 for k in shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, shape[1])):
+            w[(g * out_per_group + d, d) + centre] = 1.0
+    return _fill(param, w)

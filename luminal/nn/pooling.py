@@ -11,6 +11,9 @@
   one axis at a time (box means and maxima are separable): windows when ``L % out == 0``, otherwise per-bin
   slices reduced and concatenated.
 * ``GlobalAvgPool``: the mean over all spatial dims.
+* ``return_indices=True`` (max pooling): the flat in-plane position of each window's maximum, from a pooled
+  position map compared with the window maxima (see ``_max_indices``); ``MaxUnpool{1,2,3}d`` /
+  ``max_unpool*d`` scatter the values back (an (M, P) comparison per plane).
 
 Inputs are ``(N, C, *spatial)`` or unbatched ``(C, *spatial)``; the last ``n`` axes are pooled.
 """
@@ -21,8 +24,9 @@ import math
 
 import numpy as np
 
+from ..dtype import DType
 from ..graph import GraphError
-from ..hl_ops import concat
+from ..hl_ops import concat, where
 from ..module import Module, check_graph_tensor
 
 
@@ -80,8 +84,6 @@ def _windows(x, axes, kernel, stride, padding, dilation, ceil_mode, pad_value, n
 
 # ---------------------------------------------------------------------------------------------------- max pooling
 def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode, return_indices, name):
-    if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported")
     axes = _check_input(x, n, name)
     kernel = _ntuple(kernel_size, n, "kernel_size")
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
@@ -97,7 +99,41 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode, return_in
     # the padding must never win: -inf for floats, the smallest value for ints (which keep their dtype)
     low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
     w, k_axes = _windows(x, axes, kernel, stride, padding, dilation, ceil_mode, low, name)
-    return w.max(k_axes)
+    if not return_indices:
+        return w.max(k_axes)
+    return w.max(k_axes), _max_indices(x, axes, w, k_axes, kernel, stride, padding, dilation, ceil_mode, name)
+
+
+def _flat_positions(x, axes, name):
+    """int64 tensor of shape (1,..., *spatial): each spatial element's row-major index within its plane."""
+    sizes = [_const(x.dims[a], name) for a in axes]
+    lead = x.ndim - len(axes)
+    pos = None
+    for i, size in enumerate(sizes):
+        shape = [1] * x.ndim
+        shape[lead + i] = size
+        step = int(np.prod(sizes[i + 1:], dtype=np.int64))
+        part = x.graph.arange(size, dtype=DType.int64).reshape(shape) * step
+        pos = part if pos is None else pos + part
+    return pos
+
+
+def _max_indices(x, axes, w, k_axes, kernel, stride, padding, dilation, ceil_mode, name):
+    """``torch.max_pool*d``'s indices: the flat position (within the input plane) of the first maximum of each
+    window in scan order -- the smallest position, since kernel offsets increase the input coordinates -- or,
+    in a window holding NaN, of its last NaN (ATen's ``val > max || isnan(val)`` loop); padding never counts."""
+    pos = _flat_positions(x, axes, name)
+    pw, _ = _windows(pos, axes, kernel, stride, padding, dilation, ceil_mode, -1, name)
+    real = pw >= 0
+    best = w.max(k_axes, keepdim=True)
+    hit = w.eq(best).logical_and(real)
+    big = int(np.prod([_const(x.dims[a], name) for a in axes], dtype=np.int64))
+    first = where(hit, pw, big).min(k_axes)
+    if not x.dtype.is_float:
+        return first
+    nan = w.isnan().logical_and(real)
+    last_nan = where(nan, pw, -1).max(k_axes)
+    return where(last_nan >= 0, last_nan, first)
 
 
 def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -201,8 +237,8 @@ def _adaptive_axis(x, axis: int, out: int, mode: str, name: str):
 
 
 def _adaptive(x, n, output_size, mode, return_indices, name):
-    if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported")
+    if return_indices and mode != "max":
+        raise ValueError(f"{name}: return_indices is only for adaptive max pooling")
     axes = _check_input(x, n, name)
     if mode == "mean" and not x.dtype.is_float:
         raise TypeError(f"{name} needs a floating-point input, got {x.dtype}")
@@ -212,11 +248,51 @@ def _adaptive(x, n, output_size, mode, return_indices, name):
         sizes = sizes * n
     if len(sizes) != n:
         raise ValueError(f"{name}: output_size needs {n} values, got {output_size}")
+    if return_indices:
+        outs = [_const(x.dims[a], name) if s is None else int(s) for a, s in zip(axes, sizes)]
+        return _adaptive_max_with_indices(x, axes, outs, name)
     for a, s in zip(axes, sizes):
         if s is None:
             continue  # None keeps the input size (PyTorch)
         x = _adaptive_axis(x, a, int(s), mode, name)
     return x
+
+
+def _adaptive_max_with_indices(x, axes, outs, name):
+    """Adaptive max pooling with ``torch``'s indices (flat in-plane positions; first maximum, last NaN). When
+    every axis divides evenly it is a plain windowed max pool; otherwise each output cell's bin (a box of
+    PyTorch's ``[floor(i L / out), ceil((i + 1) L / out))`` ranges) is sliced and reduced on its own, then the
+    cells are concatenated (prod(outs) slices: meant for the small outputs adaptive pooling is used for)."""
+    lengths = [_const(x.dims[a], name) for a in axes]
+    if any(o < 1 for o in outs):
+        raise ValueError(f"{name}: output sizes must be positive, got {outs}")
+    if all(L % o == 0 for L, o in zip(lengths, outs)):
+        kernel = tuple(L // o for L, o in zip(lengths, outs))
+        n = len(axes)
+        return _max_pool(x, n, kernel, kernel, 0, 1, False, True, name)
+    pos = _flat_positions(x, axes, name)
+    big = int(np.prod(lengths, dtype=np.int64))
+
+    def cell(vals, where_pos, depth):
+        if depth == len(axes):
+            red = tuple(axes)
+            best = vals.max(red, keepdim=True)
+            first = where(vals.eq(best), where_pos, big).min(red, keepdim=True)
+            if vals.dtype.is_float:
+                last_nan = where(vals.isnan(), where_pos, -1).max(red, keepdim=True)
+                first = where(last_nan >= 0, last_nan, first)
+            return best, first
+        a, L, o = axes[depth], lengths[depth], outs[depth]
+        parts_v, parts_i = [], []
+        for i in range(o):
+            start, end = (i * L) // o, -(-((i + 1) * L) // o)
+            v, j = cell(vals.slice_axis(a, start, end), where_pos.slice_axis(a, start, end), depth + 1)
+            parts_v.append(v)
+            parts_i.append(j)
+        return concat(parts_v, a), concat(parts_i, a)
+
+    values, idx = cell(x, pos.expand(x.dims), 0)
+    return values, idx
 
 
 def adaptive_avg_pool1d(x, output_size):
@@ -262,15 +338,13 @@ class _MaxPoolNd(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
-        if return_indices:
-            raise NotImplementedError(f"{type(self).__name__}: return_indices=True is not supported")
         self.kernel_size, self.stride, self.padding = kernel_size, stride if stride is not None else kernel_size, \
             padding
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, x):
         return _max_pool(x, self._n, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
-                         False, type(self).__name__)
+                         self.return_indices, type(self).__name__)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -328,12 +402,13 @@ class _AdaptivePoolNd(Module):
 
     def __init__(self, output_size, return_indices: bool = False):
         super().__init__()
-        if return_indices:
-            raise NotImplementedError(f"{type(self).__name__}: return_indices=True is not supported")
+        if return_indices and self._mode != "max":
+            raise ValueError(f"{type(self).__name__}: return_indices is only for adaptive max pooling")
         self.output_size = output_size
+        self.return_indices = return_indices
 
     def forward(self, x):
-        return _adaptive(x, self._n, self.output_size, self._mode, False, type(self).__name__)
+        return _adaptive(x, self._n, self.output_size, self._mode, self.return_indices, type(self).__name__)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -388,3 +463,90 @@ __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "global_avg_pool", "MaxPool1d", "MaxPool2d", "MaxPool3d",
            "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
            "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "GlobalAvgPool"]
+
+
+# ---------------------------------------------------------------------------------------------------- max unpooling
+def unpool_flat(x, indices, plane):
+    """Scatter the values ``x`` (..., M) to positions ``indices`` (..., M) of zero planes of ``plane`` elements
+    (the shared core of ``max_unpool*d`` and ONNX MaxUnpool; a repeated position keeps the last value)."""
+    from ..hl_ops import scatter_elements
+    from ..hl_ops.creation import constant
+    base = constant(x.graph, 0, x.dtype, tuple(x.dims[:-1]) + (plane,))
+    return scatter_elements(base, x.ndim - 1, indices.cast(DType.int64), x, "none")
+
+
+def _max_unpool(x, indices, n, kernel_size, stride, padding, output_size, name):
+    axes = _check_input(x, n, name)
+    check_graph_tensor(indices, name)
+    if tuple(indices.dims) != tuple(x.dims):
+        raise ValueError(f"{name}: indices of shape {[str(d) for d in indices.dims]} must match the input "
+                         f"{[str(d) for d in x.dims]}")
+    if not indices.dtype.is_int:
+        raise TypeError(f"{name}: indices must be an integer tensor, got {indices.dtype.value}")
+    kernel = _ntuple(kernel_size, n, "kernel_size")
+    stride = kernel if stride is None else _ntuple(stride, n, "stride")
+    padding = _ntuple(padding, n, "padding")
+    sizes = [_const(x.dims[a], name) for a in axes]
+    default = [(sizes[i] - 1) * stride[i] - 2 * padding[i] + kernel[i] for i in range(n)]
+    if output_size is None:
+        out = default
+    else:
+        out = [int(v) for v in output_size][-n:]
+        if len(out) != n:
+            raise ValueError(f"{name}: output_size needs {n} spatial sizes, got {output_size}")
+        for i in range(n):
+            if not default[i] - stride[i] < out[i] < default[i] + stride[i]:
+                raise ValueError(f"{name}: output_size {out} is not between {[d - s + 1 for d, s in zip(default, stride)]}"
+                                 f" and {[d + s - 1 for d, s in zip(default, stride)]}")
+    lead = list(x.dims[:x.ndim - n])
+    m = int(np.prod(sizes, dtype=np.int64))
+    plane = int(np.prod(out, dtype=np.int64))
+    y = unpool_flat(x.reshape(lead + [m]), indices.reshape(lead + [m]), plane)
+    return y.reshape(lead + out)
+
+
+def max_unpool1d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """``torch.nn.functional.max_unpool1d``: the inverse of ``max_pool1d(return_indices=True)`` (zeros elsewhere).
+    Builds an (M, P) comparison of the M pooled positions with the P output positions per plane."""
+    return _max_unpool(x, indices, 1, kernel_size, stride, padding, output_size, "max_unpool1d")
+
+
+def max_unpool2d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """``torch.nn.functional.max_unpool2d`` (see :func:`max_unpool1d`)."""
+    return _max_unpool(x, indices, 2, kernel_size, stride, padding, output_size, "max_unpool2d")
+
+
+def max_unpool3d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """``torch.nn.functional.max_unpool3d`` (see :func:`max_unpool1d`)."""
+    return _max_unpool(x, indices, 3, kernel_size, stride, padding, output_size, "max_unpool3d")
+
+
+class _MaxUnpoolNd(Module):
+    _n = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride if stride is not None else kernel_size, \
+            padding
+
+    def forward(self, x, indices, output_size=None):
+        return _max_unpool(x, indices, self._n, self.kernel_size, self.stride, self.padding, output_size,
+                           type(self).__name__)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool1d``."""
+    _n = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool2d``."""
+    _n = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """``torch.nn.MaxUnpool3d``."""
+    _n = 3

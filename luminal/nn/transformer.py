@@ -119,6 +119,84 @@ class TransformerEncoder(Module):
         return self.norm(x) if self.norm is not None else x
 
 
+class TransformerDecoder(Module):
+    """``torch.nn.TransformerDecoder``: ``num_layers`` independent copies of ``decoder_layer`` (names
+    ``layers.0...``), then optional ``norm``."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm=None):
+        super().__init__()
+        self.layers = ModuleList(copy.deepcopy(decoder_layer) for _ in range(num_layers))
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                      tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Transformer(Module):
+    """``torch.nn.Transformer``: an encoder (``encoder.layers.N``, ``encoder.norm``) and a decoder
+    (``decoder.layers.N``, ``decoder.norm``) with PyTorch's arguments and state_dict keys; weights of rank >= 2
+    start Xavier-uniform, as PyTorch's ``_reset_parameters``."""
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+                 dim_feedforward: int = 2048, dropout: float = 0.1, activation="relu", custom_encoder=None,
+                 custom_decoder=None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True):
+        super().__init__()
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                                            batch_first, norm_first, bias)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, LayerNorm(d_model, eps=layer_norm_eps,
+                                                                                    bias=bias))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                                            batch_first, norm_first, bias)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers, LayerNorm(d_model, eps=layer_norm_eps,
+                                                                                    bias=bias))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        from . import init
+        for _, p in self.named_parameters():
+            if len(p.shape) > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal: bool | None = None,
+                tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        batch_axis = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.dims[batch_axis] != tgt.dims[batch_axis]:
+            raise ValueError("Transformer: the batch number of src and tgt must be equal")
+        if src.dims[-1] != self.d_model or tgt.dims[-1] != self.d_model:
+            raise ValueError(f"Transformer: the feature number of src and tgt must be equal to d_model "
+                             f"({self.d_model})")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=bool(src_is_causal))
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, graph, dtype=None):
+        """The ``sz x sz`` float mask with ``-inf`` above the diagonal and 0 elsewhere, as a tensor of ``graph``
+        (``torch.nn.Transformer.generate_square_subsequent_mask``)."""
+        from ..dtype import DType
+        from ..hl_ops import where
+        rows = graph.arange(sz, dtype=DType.int64).unsqueeze(-1)
+        cols = graph.arange(sz, dtype=DType.int64).unsqueeze(0)
+        out = where(cols > rows, float("-inf"), 0.0)
+        return out if dtype is None else out.cast(dtype)
+
+
 class MLP(Module):
     """``fc2(activation(fc1(x)))`` — the feed-forward helper (names ``fc1``, ``fc2``)."""
 

@@ -14,7 +14,6 @@ from .. import dtypes
 from ..registry import NotFoldable, register, set_fold, typed
 from ._common import as_obj, compare, expr, is_obj, nonneg, obj_map, simplify_obj
 
-PI = math.pi
 
 
 # ---------------------------------------------------------------------------------------------------- arithmetic
@@ -199,59 +198,11 @@ def _bitshift(ctx):
 
 
 # ---------------------------------------------------------------------------------------------------- math functions
-def _atan(x):
-    """Cephes ``atanf``: reduce to |x| <= tan(pi/8), then an odd polynomial (relative error ~1e-7)."""
-    a = x.abs()
-    big = a > 2.414213562373095
-    mid = (a > 0.4142135623730950).logical_and(big.logical_not())
-    safe = where(big, a, 1.0)
-    xr = where(big, -(safe.recip()), where(mid, (a - 1.0) / (a + 1.0), a))
-    y0 = where(big, PI / 2, where(mid, PI / 4, 0.0))
-    z = xr * xr
-    p = (((z * 8.05374449538e-2 - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * xr + xr
-    r = y0 + p
-    return where(x < 0, -r, r)
-
-
-def _asin(x):
-    return _atan(x / ((1.0 - x) * (1.0 + x)).sqrt())
-
-
-def _acos(x):
-    return _atan(((1.0 - x) / (1.0 + x)).sqrt()) * 2.0
-
-
-def _sinh(x):
-    small = x.abs() < 0.5
-    x2 = x * x
-    series = x * (1.0 + x2 * (1.0 / 6 + x2 * (1.0 / 120 + x2 * (1.0 / 5040))))
-    big = (x.exp() - (-x).exp()) * 0.5
-    return where(small, series, big)
-
-
-def _cosh(x):
-    return (x.exp() + (-x).exp()) * 0.5
-
-
-def _asinh(x):
-    a = x.abs()
-    r = (a + (a * a + 1.0).sqrt()).log()
-    return where(x < 0, -r, r)
-
-
-def _acosh(x):
-    return (x + (x * x - 1.0).sqrt()).log()
-
-
-def _atanh(x):
-    return ((1.0 + x) / (1.0 - x)).log() * 0.5
-
-
 _UNARY = {
     "Sqrt": lambda x: x.sqrt(), "Exp": lambda x: x.exp(), "Log": lambda x: x.log(),
     "Sin": lambda x: x.sin(), "Cos": lambda x: x.cos(), "Tan": lambda x: x.tan(),
-    "Asin": _asin, "Acos": _acos, "Atan": _atan, "Sinh": _sinh, "Cosh": _cosh, "Asinh": _asinh,
-    "Acosh": _acosh, "Atanh": _atanh, "Tanh": lambda x: x.tanh(), "Erf": lambda x: x.erf(),
+    "Asin": lambda x: x.asin(), "Acos": lambda x: x.acos(), "Atan": lambda x: x.atan(), "Sinh": lambda x: x.sinh(),
+    "Cosh": lambda x: x.cosh(), "Asinh": lambda x: x.asinh(), "Acosh": lambda x: x.acosh(), "Atanh": lambda x: x.atanh(), "Tanh": lambda x: x.tanh(), "Erf": lambda x: x.erf(),
     "Sigmoid": lambda x: x.sigmoid(), "Floor": lambda x: x.floor(), "Ceil": lambda x: x.ceil(),
     "Round": lambda x: x.round(), "Relu": lambda x: x.relu(), "Softsign": lambda x: x.softsign(),
     "Softplus": lambda x: x.softplus(), "Mish": lambda x: x.mish(),

@@ -8,13 +8,12 @@ data at import time."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from onnx import TensorProto as TP
 
 from ...dtype import DType
 from ...hl_ops import where
+from ...hl_ops.indexing import _combine, scatter_elements
 from ...shape import to_expr
 from .. import dtypes
 from ..errors import OnnxImportError
@@ -98,50 +97,13 @@ def _gather_nd(ctx):
     return [out.reshape(idx_dims[:-1] + rest)]
 
 
-def _combine(reduction, data, mask, updates, any_hit):
-    """Scatter combine: ``mask`` (..., U, T) selects which updates (..., U, 1, ...) land on target T."""
-    if reduction == "none" or reduction == "add":
-        picked = where(mask, updates, 0).sum(-2)
-        if reduction == "add":
-            return where(any_hit, data + picked, data)
-        return where(any_hit, picked, data)
-    if reduction == "mul":
-        return where(any_hit, data * where(mask, updates, 1).prod(-2), data)
-    low = -math.inf if data.dtype.is_float else int(np.iinfo(data.dtype.numpy).min)
-    if reduction == "max":
-        return where(any_hit, data.maximum(where(mask, updates, low).max(-2)), data)
-    if reduction == "min":
-        high = -low if data.dtype.is_float else int(np.iinfo(data.dtype.numpy).max)
-        return where(any_hit, data.minimum(where(mask, updates, high).min(-2)), data)
-    raise OnnxImportError(f"unknown reduction {reduction!r}")
-
-
 @register("ScatterElements")
 def _scatter_elements(ctx):
-    """ScatterElements (and the deprecated Scatter-9/11, the same without ``reduction``)."""
-    x, upd = ctx.t(0), ctx.t(2)
+    """ScatterElements (and the deprecated Scatter-9/11, the same without ``reduction``): ``hl_ops.scatter_elements``."""
+    x = ctx.t(0)
     a = axis(ctx.attr("axis", 0), x.ndim)
-    n = x.dims[a]
-    idx = _normalized_index(ctx, 1, n)
-    u_dims, x_dims = list(idx.dims), list(x.dims)
-    order = [j for j in range(x.ndim) if j != a] + [a]
-    inverse = list(np.argsort(order))
-    # (other axes..., U_a) -> compare with targets (..., U_a, N)
-    idx_t, upd_t = idx.permute(order), upd.permute(order)
-    targets = ctx.graph.arange(n, dtype=idx.dtype)
-    mask = idx_t.unsqueeze(-1).eq(targets)                               # (..., U_a, N)
-    any_hit = mask.any(-2)                                               # (..., N)
-    sub = x.permute(order)
-    # the update block covers U_j <= N_j along the other axes: compute there, pad the hit mask with False
-    sub_block = sub
-    for j, d in enumerate(u_dims[:a] + u_dims[a + 1:]):
-        sub_block = sub_block.slice_axis(j, 0, d)
-    out = _combine(ctx.attr("reduction", "none"), sub_block, mask, upd_t.unsqueeze(-1), any_hit)
-    pads = [(0, xd - ud) for xd, ud in zip([x_dims[j] for j in order[:-1]], [u_dims[j] for j in order[:-1]])]
-    if any(not (to_expr(p[1]) == 0) for p in pads):
-        hit_full = any_hit.pad(pads + [(0, 0)])
-        out = where(hit_full, out.pad(pads + [(0, 0)]), sub)
-    return [out.permute(inverse)]
+    idx = _normalized_index(ctx, 1, x.dims[a])
+    return [scatter_elements(x, a, idx, ctx.t(2), ctx.attr("reduction", "none"))]
 
 
 @register("ScatterND")

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from ...dtype import DType
-from ...hl_ops import where
+from ...nn.pooling import unpool_flat
 from ..errors import OnnxImportError
 from ..registry import dim, is_symbolic, register
 
@@ -87,7 +87,5 @@ def _max_unpool(ctx):
         rel = lin
     rel = rel.reshape((n, c, -1))                                        # (N, C, M)
     vals = x.reshape((n, c, -1))
-    targets = ctx.graph.arange(plane, dtype=DType.int64)
-    hit = rel.unsqueeze(-1).eq(targets)                                  # (N, C, M, P)
-    out = where(hit, vals.unsqueeze(-1), 0.0).sum(2)
+    out = unpool_flat(vals, rel, plane)                                  # nn.functional.max_unpool's core
     return [out.reshape([n, c] + list(out_shape)).cast(x.dtype)]

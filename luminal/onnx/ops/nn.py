@@ -8,14 +8,12 @@ made by ``pool`` views, so nothing is copied before the reduction."""
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 from onnx import TensorProto as TP
 
 from ...dtype import DType
 from ...nn.conv import conv_nd, conv_transpose_nd
-from ...shape import to_expr
 from ..errors import OnnxImportError
 from ..registry import dim, is_symbolic, register, typed
 
@@ -57,79 +55,18 @@ def _gemm(ctx):
 
 
 # ---------------------------------------------------------------------------------------------------- Einsum
-def _diagonal(x, p: int, q: int):
-    """The diagonal over axes p < q (equal sizes) as one axis at position p."""
-    order = [j for j in range(x.ndim) if j not in (p, q)] + [p, q]
-    x = x.permute(order)
-    n = x.dims[-1]
-    flat = x.reshape(x.dims[:-2] + (n * n,))
-    diag = flat.slice_axis(-1, 0, None, dim(n) + 1)
-    # move the diagonal axis back to p
-    order = list(range(diag.ndim - 1))
-    order.insert(p, diag.ndim - 1)
-    return diag.permute(order)
-
-
 @register("Einsum")
 def _einsum(ctx):
+    """``luminal.hl_ops.einsum`` (float16 computes in float32, then casts back)."""
+    from ...hl_ops.einsum import einsum
     eq = ctx.attr("equation").replace(" ", "")
     ts = [ctx.t(i) for i in range(len(ctx)) if ctx.has(i)]
     out_dtype = ts[0].dtype
     ts, _ = f32_compute(*ts)
-    lhs, _, rhs = eq.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(ts):
-        raise OnnxImportError(f"Einsum: equation {eq!r} has {len(terms)} operands, got {len(ts)} inputs")
-    spare = iter(c for c in string.ascii_letters[::-1] if c not in eq)
-    ell_rank = max((t.ndim - (len(term) - 3) for t, term in zip(ts, terms) if "..." in term), default=0)
-    ell = "".join(next(spare) for _ in range(ell_rank))
-    expanded = []
-    for t, term in zip(ts, terms):
-        if "..." in term:
-            n = t.ndim - (len(term) - 3)
-            term = term.replace("...", ell[ell_rank - n:])
-        if len(term) != t.ndim:
-            raise OnnxImportError(f"Einsum: term {term!r} does not match an input of rank {t.ndim}")
-        expanded.append(term)
-    if "->" in eq:
-        out = rhs.replace("...", ell)
-    else:
-        letters = "".join(expanded)
-        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
-    # diagonals of repeated letters inside one term
-    prepared = []
-    for t, term in zip(ts, expanded):
-        while len(set(term)) != len(term):
-            c = next(c for c in term if term.count(c) > 1)
-            p = term.index(c)
-            q = term.index(c, p + 1)
-            t = _diagonal(t, p, q)
-            term = term[:q] + term[q + 1:]
-        prepared.append((t, term))
-    sizes = {}
-    for t, term in prepared:
-        for c, d in zip(term, t.dims):
-            if c not in sizes or sizes[c] == 1:
-                sizes[c] = d
-    letters = list(dict.fromkeys(out + "".join(term for _, term in prepared)))
-    product = None
-    for t, term in prepared:
-        order = [term.index(c) for c in letters if c in term]
-        v = t.permute(order) if order != list(range(t.ndim)) else t
-        present = [c for c in letters if c in term]
-        for k, c in enumerate(letters):
-            if c not in term:
-                v = v.unsqueeze(k)
-        del present
-        product = v if product is None else product * v
-    reduce_axes = tuple(k for k, c in enumerate(letters) if c not in out)
-    result = product.sum(reduce_axes) if reduce_axes else product
-    kept = [c for c in letters if c in out]
-    shape_fix = [kept.index(c) for c in out]
-    result = result.permute(shape_fix) if shape_fix != list(range(len(kept))) else result
-    target = tuple(sizes[c] for c in out)
-    if tuple(result.dims) != tuple(to_expr(d) for d in target):
-        result = result.expand(target)
+    try:
+        result = einsum(eq, *ts)
+    except ValueError as e:
+        raise OnnxImportError(f"Einsum: {e}") from None
     return [result.cast(out_dtype)]
 
 

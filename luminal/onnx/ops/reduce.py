@@ -8,7 +8,6 @@ import numpy as np
 from onnx import TensorProto as TP
 
 from ...dtype import DType
-from ...hl_ops import where
 from ..errors import OnnxImportError
 from ..registry import dim, is_symbolic, register, set_fold, typed
 from ._common import axes_list, axis, is_obj, obj_map, expr
@@ -191,36 +190,10 @@ def _topk(ctx):
     k = int(k)
     a = axis(ctx.attr("axis", -1), x.ndim)
     largest = bool(ctx.attr("largest", 1))
-    order = [j for j in range(x.ndim) if j != a] + [a]
-    inverse = list(np.argsort(order))
-    xt = x.permute(order)                                                # (..., n)
-    n = dim(xt.dims[-1])
+    n = dim(x.dims[a])
     if is_symbolic(n):
         raise OnnxImportError("TopK over a symbolic axis is not supported")
     if k > n:
         raise OnnxImportError(f"TopK: K = {k} is larger than the axis ({n})")
-    if n * n <= 1 << 20 or k > 64:
-        # rank of each element: how many come before it (greater, or equal with a lower index)
-        xi, xj = xt.unsqueeze(-1), xt.unsqueeze(-2)                      # (..., n, 1), (..., 1, n)
-        before = (xj > xi) if largest else (xj < xi)
-        lower = ctx.array(np.tril(np.ones((n, n), dtype=bool), -1))      # j < i
-        before = before.logical_or(xj.eq(xi).logical_and(lower))
-        rank = before.cast(DType.int64).sum(-1)                          # (..., n)
-        hits = rank.unsqueeze(-1).eq(ctx.graph.arange(k, dtype=DType.int64))  # (..., n, k)
-        positions = ctx.graph.arange(n, dtype=DType.int64).unsqueeze(-1)     # (n, 1)
-        idx = where(hits, positions, 0).sum(-2)                          # (..., k)
-    else:
-        # k rounds of arg-extreme, each masking the element it took
-        work, picks = xt, []
-        fill = -math.inf if largest else math.inf
-        if not xt.dtype.is_float:
-            fill = int(np.iinfo(xt.dtype.numpy).min if largest else np.iinfo(xt.dtype.numpy).max)
-        positions = ctx.graph.arange(n, dtype=DType.int64)
-        for _ in range(k):
-            p = work.argmax(-1, keepdim=True) if largest else work.argmin(-1, keepdim=True)
-            picks.append(p)
-            work = where(positions.eq(p), fill, work)
-        from ...hl_ops import concat
-        idx = concat(picks, -1)
-    values = xt.gather(xt.ndim - 1, idx)
-    return [values.permute(inverse), typed(idx.permute(inverse), TP.INT64)]
+    values, idx = x.topk(k, a, largest=largest)
+    return [values, typed(idx, TP.INT64)]

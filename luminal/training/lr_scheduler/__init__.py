@@ -19,9 +19,11 @@ it fits in a JSON / ``.npz`` checkpoint.
 """
 
 from .base import LRScheduler
+from .cyclic import CosineAnnealingWarmRestarts, CyclicLR
 from .decay import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR, MultiStepLR, PolynomialLR,
                     StepLR)
 from .policies import OneCycleLR, ReduceLROnPlateau, SequentialLR
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
-           "PolynomialLR", "CosineAnnealingLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau"]
+           "PolynomialLR", "CosineAnnealingLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau",
+           "CosineAnnealingWarmRestarts", "CyclicLR"]
