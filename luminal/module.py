@@ -265,6 +265,30 @@ def bind(param: Parameter, like: GraphTensor) -> GraphTensor:
     return param.bind(like.graph)
 
 
+class NamedParameters(Module):
+    """A flat ``Module`` of named tensors, as importers build them (ONNX initializers, an exported torch
+    program's state): ``add(name, param)`` files a trainable ``Parameter`` under ``parameters()`` and one with
+    ``requires_grad=False`` under the buffers; ``params[name]``, ``name in params`` and ``len(params)`` see both."""
+
+    def add(self, name: str, param: Parameter) -> None:
+        param.name = name
+        if param.requires_grad:
+            self._parameters[name] = param
+        else:
+            self._buffers[name] = param
+
+    def __getitem__(self, name: str) -> Parameter:
+        if name in self._parameters:
+            return self._parameters[name]
+        return self._buffers[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._parameters or name in self._buffers
+
+    def __len__(self) -> int:
+        return len(self._parameters) + len(self._buffers)
+
+
 class ModuleList(Module):
     """A list of modules registered as children ``"0"``, ``"1"``...; calling it chains them in order."""
 

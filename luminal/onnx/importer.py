@@ -23,7 +23,7 @@ import onnx
 from ..dtype import DType
 from ..graph import Graph
 from ..hl_ops.creation import constant
-from ..module import Module, Parameter
+from ..module import NamedParameters, Parameter
 from ..shape import Expression, to_expr
 from ..tensor import GraphTensor
 from . import dtypes
@@ -58,27 +58,10 @@ class Value:
         return f"Value({self.name!r}, {dtypes.name(self.onnx_type)}, {kind})"
 
 
-class OnnxParameters(Module):
+class OnnxParameters(NamedParameters):
     """The model's initializers as a luminal ``Module``: floating-point ones are trainable parameters, the
     others buffers; names are the ONNX initializer names (``state_dict()`` keys)."""
 
-    def add(self, name: str, param: Parameter) -> None:
-        param.name = name
-        if param.requires_grad:
-            self._parameters[name] = param
-        else:
-            self._buffers[name] = param
-
-    def __getitem__(self, name: str) -> Parameter:
-        if name in self._parameters:
-            return self._parameters[name]
-        return self._buffers[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._parameters or name in self._buffers
-
-    def __len__(self) -> int:
-        return len(self._parameters) + len(self._buffers)
 
 
 def sanitize_symbol(name: str) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from ...dtype import DType
 from ...graph import Graph
-from ...module import Module, Parameter
+from ...module import NamedParameters, Parameter
 from ...ops import GraphError
 from ...shape import Expression, to_expr
 from ...tensor import GraphTensor
@@ -69,28 +69,11 @@ def _torch_dtype_of(dtype: DType):
 
 
 # ---------------------------------------------------------------------------------------------------- parameters
-class TorchParameters(Module):
+class TorchParameters(NamedParameters):
     """The exported program's state as a luminal ``Module``: parameters (trainable ``Parameter`` s) and buffers
     and lifted constants (``requires_grad=False``), keyed by their ``state_dict`` names (``"0.weight"``,
     ``"bn.running_mean"``...); ``load_state_dict`` updates the graph."""
 
-    def add(self, name: str, param: Parameter) -> None:
-        param.name = name
-        if param.requires_grad:
-            self._parameters[name] = param
-        else:
-            self._buffers[name] = param
-
-    def __getitem__(self, name: str) -> Parameter:
-        if name in self._parameters:
-            return self._parameters[name]
-        return self._buffers[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._parameters or name in self._buffers
-
-    def __len__(self) -> int:
-        return len(self._parameters) + len(self._buffers)
 
 
 # names the code generator uses for its own index symbols (as in luminal.onnx.importer.sanitize_symbol)
