@@ -9,6 +9,11 @@ import os
 
 import pytest
 
+# The gpu-interpret device runs Triton's interpreter, which Triton chooses when its kernels (its own standard
+# library included) are decorated: at import. torch._dynamo (the torch importer's tests) imports triton too, so
+# the interpreter is chosen before any test module can import it. Nothing here runs Triton on a real GPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 BOTH_BACKENDS = ("test_hl_", "test_graph", "test_nn_")
 
 
