@@ -135,8 +135,11 @@ class BinaryOps:
                 if n < 0 and not dtype.is_float:
                     raise ValueError("integers to negative integer powers are not allowed (as in PyTorch)")
                 x = self.cast(dtype)
-                if n == 0:
-                    return constant(self.graph, 1, dtype, ()).expand(self.dims)
+                if n == 0:  # 1 everywhere (NaN and inf bases too), yet read from x: its gradient is 0, as torch's
+                    if not dtype.is_float:
+                        return constant(self.graph, 1, dtype, ()).expand(self.dims)
+                    one = x.lt(x).logical_not().cast(dtype)  # x < x is false for every x, NaN included
+                    return _grad_rule(one, "pow", (x,), 0.0)
                 result, base, k = None, x, abs(n)
                 while k:
                     if k & 1:

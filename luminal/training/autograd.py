@@ -148,11 +148,16 @@ def _as_seed(output: GraphTensor, grad_output) -> GraphTensor:
 def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[int]) -> dict[int, GraphTensor]:
     """Gradient tensors (node dims) for the nodes in ``wanted``; the backward nodes are added to ``graph``."""
     order = graph.toposort()
+    rules = graph.grad_rules
+
+    def sources(nid):  # what a node's gradient flows to: its rule's operands (Graph.grad_rules), else its inputs
+        rule = rules.get(nid)
+        return [src for src, _ in rule[1]] if rule is not None else [e.src for e in graph.nodes[nid].inputs]
+
     # forward-reachable from the wanted nodes, through float nodes only
     reach = set(wanted)
     for nid in order:
-        node = graph.nodes[nid]
-        if nid not in reach and node.dtype.is_float and any(e.src in reach for e in node.inputs):
+        if nid not in reach and graph.nodes[nid].dtype.is_float and any(src in reach for src in sources(nid)):
             reach.add(nid)
     if output.id not in reach:
         return {}
@@ -160,9 +165,9 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
     needed = {output.id}
     for nid in reversed(order):
         if nid in needed:
-            for e in graph.nodes[nid].inputs:
-                if e.src in reach:
-                    needed.add(e.src)
+            for src in sources(nid):
+                if src in reach:
+                    needed.add(src)
     relevant = needed & reach
     readers = {nid: len(edges) for nid, edges in graph.consumer_edges().items()}
     pending: dict[int, list[GraphTensor]] = {}
@@ -323,7 +328,9 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         y, g = y.reshape(dims), g.reshape(dims)
     if name == "pow":  # torch's pow_backward / pow_backward_self / pow_backward_exponent
         x = ts[0]
-        if param is not None:  # a scalar exponent
+        if param == 0.0:  # torch's pow_backward: zeros for a zero exponent (no 0 * inf at x = 0)
+            rules = [lambda: where(x.eq(x), 0.0, 0.0).cast(g.dtype)]
+        elif param is not None:  # a scalar exponent
             rules = [lambda: g * (x.pow(param - 1.0) * param)]
         else:
             e = ts[1]
