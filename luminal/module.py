@@ -289,6 +289,27 @@ class NamedParameters(Module):
         return len(self._parameters) + len(self._buffers)
 
 
+class CompiledModel:
+    """What the importers' callable models share (:class:`luminal.onnx.OnnxModel`,
+    :class:`luminal.frontends.torch.TorchModel`): a ``graph`` compiled on demand for ``device``; subclasses set
+    ``self.graph``, ``self.device`` and ``self._compiled = False``."""
+
+    def compile(self, device: str | None = None, **options):
+        """Compile the graph for ``device`` (default: the device given at import, else ``$LUMINAL_DEVICE`` or the
+        reference interpreter); ``options`` go to :meth:`luminal.Graph.compile` (``search=``, ``budget_s=``...)."""
+        if device is not None:
+            self.device = device
+        self.graph.compile(device=self.device, **options)
+        self.device = self.graph.device
+        self._compiled = True
+        return self
+
+    @property
+    def runtime(self):
+        """The compiled runtime object (``None`` on the reference device)."""
+        return self.graph.runtime
+
+
 class ModuleList(Module):
     """A list of modules registered as children ``"0"``, ``"1"``...; calling it chains them in order."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
+from ..module import CompiledModel
 from ..shape import Expression
 from ..tensor import GraphTensor
 from . import dtypes
@@ -12,7 +13,7 @@ from .errors import OnnxImportError, OnnxInputError
 from .importer import Importer, OnnxParameters
 
 
-class OnnxModel:
+class OnnxModel(CompiledModel):
     """An imported model. Call it with numpy arrays; the graph, parameters and values stay reachable.
 
     Attributes:
@@ -92,22 +93,6 @@ class OnnxModel:
         return self._read(name)
 
     # ------------------------------------------------------------------ compile and run
-    def compile(self, device: str | None = None, **options) -> "OnnxModel":
-        """Compile the graph for ``device`` (default: the load() device, else ``$LUMINAL_DEVICE`` or reference).
-
-        ``options`` go to :meth:`luminal.Graph.compile` (``search=``, ``budget_s=``...)."""
-        if device is not None:
-            self.device = device
-        self.graph.compile(device=self.device, **options)
-        self.device = self.graph.device
-        self._compiled = True
-        return self
-
-    @property
-    def runtime(self):
-        """The compiled runtime object (``None`` on the reference device)."""
-        return self.graph.runtime
-
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         """Run with inputs positionally (graph-input order) or by name; returns the outputs as a list."""
         if len(args) > len(self.input_names):

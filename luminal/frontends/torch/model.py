@@ -7,6 +7,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ...graph import Graph
+from ...module import CompiledModel
 from ...shape import Expression, to_expr
 from ...tensor import GraphTensor
 from ._core import (_OPS, TorchImportError, TorchInputError, TorchParameters, UnsupportedTorchOpError, _Converter,
@@ -19,7 +20,7 @@ def _flatten_inputs(args, kwargs):
     return leaves
 
 
-class TorchModel:
+class TorchModel(CompiledModel):
     """An imported PyTorch program: call it with numpy arrays or torch tensors (the example's structure), get
     numpy arrays back (in the structure the module returns). The graph, parameters and values stay reachable.
 
@@ -94,21 +95,6 @@ class TorchModel:
         return self._read(self.value(name))
 
     # ------------------------------------------------------------------ compile and run
-    def compile(self, device: str | None = None, **options) -> "TorchModel":
-        """Compile the graph for ``device`` (default: the from_torch device, else ``$LUMINAL_DEVICE`` or the
-        reference interpreter); ``options`` go to :meth:`luminal.Graph.compile`."""
-        if device is not None:
-            self.device = device
-        self.graph.compile(device=self.device, **options)
-        self.device = self.graph.device
-        self._compiled = True
-        return self
-
-    @property
-    def runtime(self):
-        """The compiled runtime object (``None`` on the reference device)."""
-        return self.graph.runtime
-
     def set_inputs(self, *args, **kwargs) -> None:
         """Bind the inputs (as for a call) without running; for graphs extended by hand (losses...)."""
         leaves = _flatten_inputs(args, kwargs)
