@@ -155,52 +155,29 @@ def _div(cv, node, a, b, rounding_mode=None):
     return a.div(b, rounding_mode=rounding_mode)
 
 
-@_reg("aten.remainder.Tensor", "aten.remainder.Scalar")
-def _remainder(cv, node, a, b):
-    a, b = _binop_operands(cv, node, a, b)
-    return a.remainder(b)
+def _binop(method):
+    """A handler calling the tensor method ``method`` on the two operands (promoted as torch does)."""
+    def h(cv, node, a, b):
+        a, b = _binop_operands(cv, node, a, b)
+        return getattr(a, method)(b)
+    h.__name__ = f"_{method}"
+    return h
 
 
-@_reg("aten.fmod.Tensor", "aten.fmod.Scalar")
-def _fmod(cv, node, a, b):
-    a, b = _binop_operands(cv, node, a, b)
-    return a.fmod(b)
-
-
-@_reg("aten.floor_divide.default", "aten.floor_divide.Scalar")
-def _floor_divide(cv, node, a, b):
-    a, b = _binop_operands(cv, node, a, b)
-    return a.floor_divide(b)
+for _method, _targets in (("remainder", ("aten.remainder.Tensor", "aten.remainder.Scalar")),
+                          ("fmod", ("aten.fmod.Tensor", "aten.fmod.Scalar")),
+                          ("floor_divide", ("aten.floor_divide.default", "aten.floor_divide.Scalar")),
+                          ("maximum", ("aten.maximum.default", "aten.fmax.default")),
+                          ("minimum", ("aten.minimum.default", "aten.fmin.default"))):
+    _reg(*_targets)(_binop(_method))
 
 
 @_reg("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
-def _pow(cv, node, a, b):
+def _pow(cv, node, a, b):  # GraphTensor.pow has torch's special exponents (0, 0.5, integers) and gradients
     a, b = _binop_operands(cv, node, a, b)
-    if _is_t(a) and not _is_t(b):
-        if b == 2:
-            return a * a
-        if b == 1:
-            return a
-        if b == 0.5:
-            return a.sqrt()
-        if b == -1:
-            return a.recip()
-        return a.pow(b)
     if not _is_t(a):
         return b.rpow(a)
     return a.pow(b)
-
-
-@_reg("aten.maximum.default", "aten.fmax.default")
-def _maximum(cv, node, a, b):
-    a, b = _binop_operands(cv, node, a, b)
-    return a.maximum(b)
-
-
-@_reg("aten.minimum.default", "aten.fmin.default")
-def _minimum(cv, node, a, b):
-    a, b = _binop_operands(cv, node, a, b)
-    return a.minimum(b)
 
 
 def _cmp(method):
