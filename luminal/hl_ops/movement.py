@@ -212,59 +212,11 @@ class MovementOps:
         return self.slice_axis(axis, as_int(s), as_int(stop))
 
     def __getitem__(self, key):
-        """Basic indexing: ints, slices (any step), ``None``, ``...``; one integer tensor index selects rows."""
-        from ..tensor import GraphTensor
-
-        if not isinstance(key, tuple):
-            key = (key,)
-        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-        if sum(1 for k in key if k is Ellipsis) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        if n_real > self.ndim:
-            raise IndexError(f"too many indices ({n_real}) for a tensor with {self.ndim} dims")
-        expanded = []
-        for k in key:
-            if k is Ellipsis:
-                expanded.extend([slice(None)] * (self.ndim - n_real))
-            else:
-                expanded.append(k)
-        expanded.extend([slice(None)] * (self.ndim - sum(1 for k in expanded if k is not None)))
-        x = self
-        axis = 0
-        tensor_index = None
-        for k in expanded:
-            if k is None:
-                x = x.unsqueeze(axis)
-                axis += 1
-            elif isinstance(k, slice):
-                if not (k.start is None and k.stop is None and k.step in (None, 1)):
-                    x = x.slice_axis(axis, k.start if k.start is not None else None,
-                                     k.stop, k.step if k.step is not None else 1)
-                axis += 1
-            elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-                n = x.dims[axis]
-                if n.is_constant() and not -n.to_int() <= k < n.to_int():
-                    raise IndexError(f"index {k} is out of bounds for dim {axis} with size {n}")
-                start = k if k >= 0 else n + k
-                x = x._view(x.shape.slice(axis, start, to_expr(start) + 1)).squeeze(axis)
-            elif isinstance(k, GraphTensor):
-                if tensor_index is not None:
-                    raise IndexError("only one tensor index per indexing expression is supported")
-                tensor_index = (axis, k)
-                axis += 1
-            elif isinstance(k, (list, np.ndarray)):
-                raise IndexError("index with a GraphTensor (graph.tensor(...).set(...)) rather than a list/array")
-            else:
-                raise IndexError(f"unsupported index {k!r}")
-        if tensor_index is not None:
-            a, idx = tensor_index
-            if idx.dtype == DType.bool:
-                raise IndexError("boolean mask indexing has a data-dependent shape; use where() instead")
-            if idx.dtype.is_int:  # negative entries count from the end, as in PyTorch's x[idx]
-                from .binary import where
-                idx = where(idx < 0, idx + x.dims[a], idx)
-            x = x.index_select(a, idx)
-        return x
+        """PyTorch indexing: ints, slices (any step), ``None``, ``...``, integer index tensors / numpy arrays /
+        lists (several broadcast together: advanced indexing) and boolean masks known when the graph is built.
+        See :func:`luminal.hl_ops.indexing.getitem` and docs/tensor_api.md."""
+        from .indexing import getitem
+        return getitem(self, key)
 
     def pad_axis(self, axis: int, before=0, after=0):
         """Zero-pad one axis; negative amounts crop."""
