@@ -342,18 +342,22 @@ class Tensor:
         return self
 
     def __getitem__(self, key):
-        if isinstance(key, list):
-            key = np.asarray(key)
-        if isinstance(key, np.ndarray) and key.dtype == bool or isinstance(key, Tensor) and key.dtype == DType.bool:
-            raise IndexError("boolean-mask indexing has a data-dependent result size, which luminal's compiled "
-                             "graphs do not support; use lm.where(mask, x, 0) or x * mask instead")
-        if isinstance(key, np.ndarray) and key.dtype.kind in "iu":
-            key = key.astype(np.int64)
-        return call_method("__getitem__", self, (key,), {})
+        """PyTorch indexing: ints, slices, None, ``...``, integer index tensors / arrays / lists (advanced
+        indexing, broadcast together) and boolean masks. A mask's result size depends on its values: a mask
+        tensor is realized here (as torch synchronizes) and becomes its ``nonzero()`` indices; the result differs
+        in shape from mask to mask (a new compile per number of True entries)."""
+        return call_method("__getitem__", self, (_eager_key(self, key, True),), {})
 
     def __setitem__(self, key, value):
-        raise TypeError("item assignment (x[...] = v) is not supported on luminal tensors; build the result with "
-                        "lm.where(mask, value, x) or pad/cat")
+        """``x[key] = value``: functional underneath (:meth:`luminal.GraphTensor.setitem`), then ``x`` takes the new
+        value, as the in-place methods do; gradients flow to the old value (zero where overwritten) and to
+        ``value``. A boolean mask is realized only when ``value`` has one entry per True entry."""
+        from ..hl_ops.indexing import DataDependentShapeError
+        try:
+            result = call_function(_setitem, (self, _eager_key(self, key, False), value), {}, name="setitem")
+        except DataDependentShapeError:
+            result = call_function(_setitem, (self, _eager_key(self, key, True), value), {}, name="setitem")
+        return self._inplace(result)
 
     # in place (functional underneath: the tensor takes the new value)
     def _inplace(self, result) -> "Tensor":
@@ -410,6 +414,68 @@ class Tensor:
 
     def __itruediv__(self, other):
         return self.div_(other)
+
+
+def _setitem(x, key, value):
+    return x.setitem(key, value)
+
+
+def _index_item(k):
+    """A list / numpy index as a numpy array (bool or int64) or a Python scalar; other items unchanged."""
+    if isinstance(k, list):
+        if any(isinstance(e, Tensor) for e in k):
+            k = [np.asarray(e) for e in k]
+        k = np.asarray(k)
+        if k.size == 0:
+            k = k.astype(np.int64)
+    if isinstance(k, np.bool_):
+        return bool(k)
+    if isinstance(k, np.ndarray):
+        if k.dtype == np.bool_:
+            return bool(k) if k.ndim == 0 else k
+        if k.dtype.kind in "iu":
+            return int(k) if k.ndim == 0 else k.astype(np.int64)
+    return k
+
+
+def _is_mask(k) -> bool:
+    return (isinstance(k, np.ndarray) and k.dtype == np.bool_) or (isinstance(k, Tensor) and k.dtype == DType.bool)
+
+
+def _eager_key(t, key, realize_masks: bool):
+    """``key`` with lists as numpy arrays and, when ``realize_masks``, boolean masks replaced by their nonzero()
+    integer indices (one array per mask dim, as torch), after checking each mask's shape against ``t``'s."""
+    items = [_index_item(k) for k in (key if isinstance(key, tuple) else (key,))]
+    if not realize_masks or not any(_is_mask(k) for k in items):
+        return tuple(items) if isinstance(key, tuple) else items[0]
+
+    def consumed(k):
+        if k is None or k is Ellipsis or isinstance(k, bool):
+            return 0
+        return k.ndim if _is_mask(k) else 1
+
+    total = sum(consumed(k) for k in items)
+    out, pos = [], 0
+    for k in items:
+        if k is Ellipsis:
+            pos += max(t.ndim - total, 0)
+        elif _is_mask(k):
+            arr = k if isinstance(k, np.ndarray) else k._value("x[mask]")
+            if arr.ndim == 0:
+                out.append(bool(arr))
+                continue
+            dims = t.shape[pos:pos + arr.ndim]
+            for j, (md, xd) in enumerate(zip(arr.shape, dims)):
+                if md != xd:
+                    raise IndexError(f"the shape of the mask {list(arr.shape)} at index {j} does not match the shape "
+                                     f"of the indexed tensor {list(dims)} at index {j}")
+            out.extend(nz.astype(np.int64) for nz in np.nonzero(arr))
+            pos += arr.ndim
+            continue
+        else:
+            pos += consumed(k)
+        out.append(k)
+    return tuple(out)
 
 
 _GRADS = __import__("weakref").WeakKeyDictionary()  # leaf record -> its accumulated gradient Tensor
