@@ -14,10 +14,10 @@ See ``docs/models.md``.
 from ._hf import MissingWeightError, ModelConfigError, load_weights, read_config
 from .bert import BertConfig, BertModel, convert_hf_state, l2_normalize, mean_pool
 from .decoder import (DecoderConfig, DecoderLM, DecoderProgram, GPT2LMHeadModel, KVCache, LlamaForCausalLM,
-                      sample_next)
+                      sample_next, sampling_distribution)
 from .sentence import SentenceEmbedder, load_tokenizer
 
 __all__ = ["BertConfig", "BertModel", "SentenceEmbedder", "ModelConfigError", "MissingWeightError",
            "convert_hf_state", "load_weights", "read_config", "load_tokenizer", "mean_pool", "l2_normalize",
            "DecoderConfig", "DecoderLM", "DecoderProgram", "GPT2LMHeadModel", "KVCache", "LlamaForCausalLM",
-           "sample_next"]
+           "sample_next", "sampling_distribution"]

@@ -39,7 +39,7 @@ from ..shape import to_expr
 from ._hf import MissingWeightError, ModelConfigError, load_weights, read_config
 
 __all__ = ["DecoderConfig", "DecoderLM", "GPT2LMHeadModel", "LlamaForCausalLM", "DecoderProgram", "KVCache",
-           "sample_next", "causal_attention"]
+           "sample_next", "sampling_distribution", "causal_attention"]
 
 _GPT2_ACTS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "none",
               "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -477,18 +477,18 @@ class DecoderLM(Module):
         _check_sampling(temperature, top_k, top_p)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         eos = set() if eos_token_id is None else set(np.atleast_1d(np.asarray(eos_token_id)).tolist())
-        it = self._generate_iter(ids, int(max_new_tokens), do_sample, temperature, top_k, top_p, rng, eos, device)
+        prog = self.program(device)  # built (and any error raised) now, not at the first next() of a stream
+        it = self._generate_iter(prog, ids, int(max_new_tokens), do_sample, temperature, top_k, top_p, rng, eos)
         if stream:
             return (int(t[0]) for t in it) if single else it
         new = list(it)
         out = np.concatenate([ids] + [t[:, None] for t in new], axis=1) if new else ids.copy()
         return out[0] if single else out
 
-    def _generate_iter(self, ids, max_new_tokens, do_sample, temperature, top_k, top_p, rng, eos, device
+    def _generate_iter(self, prog, ids, max_new_tokens, do_sample, temperature, top_k, top_p, rng, eos
                        ) -> Iterator[np.ndarray]:
         if max_new_tokens == 0:
             return
-        prog = self.program(device)
         cache = KVCache.empty(self.config, ids.shape[0])
         done = np.zeros(ids.shape[0], bool)
         step_ids = ids
@@ -735,22 +735,17 @@ def _check_sampling(temperature, top_k, top_p) -> None:
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
-def sample_next(logits, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
-    """The next token of each row of ``logits`` (``(batch, vocab)``), as ``(batch,)`` int64.
-
-    Greedy (``do_sample=False``): the first maximum of each row. Sampling: ``softmax(logits / temperature)``
-    with only the ``top_k`` largest logits kept (ties at the k-th value kept too), then only the smallest set of
-    most probable tokens whose probability sum reaches ``top_p`` (at least one), renormalized and drawn with
-    ``rng`` (a ``numpy.random.Generator``)."""
-    logits = np.asarray(logits, np.float64)
-    if logits.ndim == 1:
-        logits = logits[None]
-    if not do_sample:
-        return np.argmax(logits, axis=-1).astype(np.int64)
+def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> np.ndarray:
+    """The distribution :func:`sample_next` draws from, ``(batch, vocab)`` float64: ``softmax(logits /
+    temperature)`` with only the ``top_k`` largest logits kept (ties at the k-th value kept too), then only the
+    smallest set of most probable tokens whose probability sum reaches ``top_p`` (at least one token),
+    renormalized (the order of Hugging Face's temperature, top-k and top-p warpers)."""
     _check_sampling(temperature, top_k, top_p)
-    rng = rng if rng is not None else np.random.default_rng()
-    x = logits / float(temperature)
+    x = np.asarray(logits, np.float64)
+    if x.ndim == 1:
+        x = x[None]
+    x = x / float(temperature)
     if top_k is not None and top_k < x.shape[-1]:
         kth = np.sort(x, axis=-1)[:, -top_k][:, None]
         x = np.where(x < kth, -np.inf, x)
@@ -766,6 +761,22 @@ def sample_next(logits, do_sample: bool = False, temperature: float = 1.0, top_k
         np.put_along_axis(keep, order, keep_sorted, -1)
         p = np.where(keep, p, 0.0)
         p /= p.sum(-1, keepdims=True)
+    return p
+
+
+def sample_next(logits, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The next token of each row of ``logits`` (``(batch, vocab)``), as ``(batch,)`` int64.
+
+    Greedy (``do_sample=False``): the first maximum of each row. Sampling: a draw with ``rng`` (a
+    ``numpy.random.Generator``; a fresh unseeded one if None) from :func:`sampling_distribution`."""
+    logits = np.asarray(logits, np.float64)
+    if logits.ndim == 1:
+        logits = logits[None]
+    if not do_sample:
+        return np.argmax(logits, axis=-1).astype(np.int64)
+    p = sampling_distribution(logits, temperature, top_k, top_p)
+    rng = rng if rng is not None else np.random.default_rng()
     out = np.empty(p.shape[0], np.int64)
     for r in range(p.shape[0]):
         out[r] = rng.choice(p.shape[1], p=p[r])
