@@ -8,8 +8,14 @@ shapes. Indices must be in ``[0, size)`` (a lazy graph cannot raise on a value: 
 nothing). Where an index repeats, ``scatter`` (no reduction) keeps the last colliding update (torch leaves the
 winner unspecified; its CPU loop writes in order, so the last one wins there too).
 
-Data-dependent sizes (``masked_select``, ``nonzero``): a lazy graph needs every shape before it runs, so luminal
-does not offer them as graph ops. Use ``where(mask, x, fill)`` / ``masked_fill`` (same shape), a reduction over
+``getitem`` / ``setitem`` implement ``x[key]`` and ``x[key] = value`` with PyTorch's semantics (advanced indexing
+with several index tensors / arrays / lists broadcast together, ints as selections applied first, boolean masks
+known when the graph is built, item assignment rebinding the handle); see docs/tensor_api.md, "Indexing and item
+assignment", for the placement rule, the errors and the costs.
+
+Data-dependent sizes (``masked_select``, ``nonzero``, ``x[mask]`` with a mask computed in the graph: a
+:class:`DataDependentShapeError`): a lazy graph needs every shape before it runs, so luminal does not offer them as
+graph ops. Use ``where(mask, x, fill)`` / ``masked_fill`` (same shape), a reduction over
 the mask (``(x * mask).sum()``, ``mask.sum()`` for the count), or realize the values first (``t.data()`` then
 numpy's ``x[mask]`` / ``np.nonzero``); the ONNX importer folds NonZero/Compress only for static inputs.
 """
