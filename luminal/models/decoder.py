@@ -275,6 +275,13 @@ class GPT2Model(Module):
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
 
 
+def _last_position(x):
+    """``x[:, -1:]`` of (batch, seq, d) as a one-row gather at ``seq - 1`` (before the output head, so a
+    prompt step projects one position onto the vocabulary, not all of them)."""
+    L = x.dims[1]
+    return x.index_select(1, x.graph.iota(to_expr(L) - 1, (1,), DType.int64))
+
+
 def _rotary(x, positions, inv_freq):
     """Rotary embedding ("rotate half", as Hugging Face's Llama) of ``x`` (batch, seq, heads, d) at float32
     ``positions`` (seq,)."""
@@ -430,7 +437,7 @@ class DecoderLM(Module):
         return get
 
     # -------------------------------------------------------------- graph
-    def forward(self, input_ids, past_keys, past_values, past=0):  # pragma: no cover - abstract
+    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):  # pragma: no cover
         raise NotImplementedError
 
     def program(self, device: str = "cpu", all_logits: bool = False, search: str | None = None) -> "DecoderProgram":
@@ -519,7 +526,7 @@ class GPT2LMHeadModel(DecoderLM):
                                                                         bias=False)
         self.eval()
 
-    def forward(self, input_ids, past_keys, past_values, past=0):
+    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):
         input_ids = check_graph_tensor(input_ids, type(self).__name__)
         t, L = self.transformer, input_ids.dims[1]
         positions = input_ids.graph.iota(to_expr("z") + to_expr(past), (L,), DType.int64)
@@ -529,7 +536,7 @@ class GPT2LMHeadModel(DecoderLM):
             x, k, v = block(x, pk, pv, past)
             new_keys.append(k)
             new_values.append(v)
-        x = t.ln_f(x)
+        x = _last_position(t.ln_f(x)) if last_only else t.ln_f(x)
         logits = t.wte.reverse(x) if self.lm_head is None else self.lm_head(x)
         return logits, new_keys, new_values
 
@@ -575,7 +582,7 @@ class LlamaForCausalLM(DecoderLM):
         object.__setattr__(self, "rope_inv_freq", inv.astype(np.float32))
         self.eval()
 
-    def forward(self, input_ids, past_keys, past_values, past=0):
+    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):
         input_ids = check_graph_tensor(input_ids, type(self).__name__)
         m, L = self.model, input_ids.dims[1]
         graph = input_ids.graph
@@ -587,7 +594,7 @@ class LlamaForCausalLM(DecoderLM):
             x, k, v = layer(x, pk, pv, past, positions, inv_freq)
             new_keys.append(k)
             new_values.append(v)
-        x = m.norm(x)
+        x = _last_position(m.norm(x)) if last_only else m.norm(x)
         logits = m.embed_tokens.reverse(x) if self.lm_head is None else self.lm_head(x)
         return logits, new_keys, new_values
 
@@ -660,10 +667,8 @@ class DecoderProgram:
         shape = ("batch", cfg.num_kv_heads, "past", cfg.head_dim)
         self.past_keys = [cx.tensor(shape, "float32", f"past_key.{i}") for i in range(cfg.num_layers)]
         self.past_values = [cx.tensor(shape, "float32", f"past_value.{i}") for i in range(cfg.num_layers)]
-        logits, new_keys, new_values = model(self.input_ids, self.past_keys, self.past_values, to_expr("past"))
-        if not all_logits:
-            # the last position only: a one-row gather at seq - 1
-            logits = logits.index_select(1, cx.iota(to_expr("seq") - 1, (1,), DType.int64))
+        logits, new_keys, new_values = model(self.input_ids, self.past_keys, self.past_values, to_expr("past"),
+                                             last_only=not all_logits)
         self.logits = logits.retrieve()
         self.new_keys = [k.retrieve() for k in new_keys]
         self.new_values = [v.retrieve() for v in new_values]
