@@ -560,6 +560,8 @@ class Graph:
             self.device = os.environ["LUMINAL_DEVICE"]  # uncompiled graphs follow LUMINAL_DEVICE
         if self.device not in (None, "reference") and (self.runtime is None or self.runtime.stale(self)):
             self._attach_runtime()
+        if self.device != "cuda":
+            self._refuse_device_arrays()
         if self.runtime is not None:
             self.runtime.execute(self)
         else:
@@ -568,6 +570,15 @@ class Graph:
         self._apply_carries()
         for hook in list(self.post_execute_hooks):
             hook(self)
+
+    def _refuse_device_arrays(self) -> None:
+        tensors = self.tensors
+        for node_id in self._persistent_ids():
+            arr = tensors.get((node_id, 0))
+            if arr is not None and hasattr(arr, "__cuda_array_interface__"):
+                raise TypeError(f"input '{self.nodes[node_id].label}' holds a CUDA array, but this graph runs on "
+                                f"device {self.device or 'reference'!r}; set() a numpy array, or compile with "
+                                "device='cuda'")
 
     def execute_debug(self, print_table: bool = True) -> list[OpTiming]:
         """Like :meth:`execute` (reference interpreter) but times each op; prints and returns the table."""

@@ -177,10 +177,20 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
 
         Raises ``ValueError`` when the data's shape does not fit the tensor's dims and ``TypeError`` when its
         dtype cannot be converted without losing information (e.g. float data for an int tensor).
+
+        A CUDA array (CuPy, or anything with ``__cuda_array_interface__``) of the tensor's dtype is kept on the
+        device for ``device="cuda"`` (copied device -> device at ``execute()``, no host round trip). On
+        ``cuda`` host data is copied to the device when ``set()`` gives it, not again while it is unchanged:
+        after changing a numpy array in place, ``set()`` it again.
         """
         node = self._input_node()
-        arr = coerce_data(data, node.dtype, node.label)
-        self._bind_shape(arr.shape, node)
+        if hasattr(data, "__cuda_array_interface__"):  # a CuPy array / CUDA torch tensor: stays on the device
+            arr = _device_data(data, node)
+        else:
+            arr = coerce_data(data, node.dtype, node.label)
+            if arr is data:  # a new array object per set(): compiled runtimes that copy inputs (cuda) see the change
+                arr = arr.view()
+        self._bind_shape(tuple(arr.shape), node)
         self.graph.tensors[(self.id, 0)] = arr
         self.graph.deferred.pop(self.id, None)
         return self
@@ -233,7 +243,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
                                      f"bound symbols, but the data has {n}")
 
     # ------------------------------------------------------------------ data out
-    def data(self, copy: bool = True) -> np.ndarray:
+    def data(self, copy: bool = True, device: bool = False) -> np.ndarray:
         """The tensor's value after ``execute()``, as a numpy array of its logical shape.
 
         ``copy=False`` hands over the backend's own array, without a copy, where the tensor is its buffer in
@@ -241,7 +251,12 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         the next ``execute()`` writes this tensor into a new array instead of overwriting it (the compiled
         backend otherwise reuses its output arrays across executions). An input's array is the one ``set()``
         stored, which the next ``execute()`` reads again.
+
+        ``device=True`` (``device="cuda"`` only) returns a CuPy array on the GPU instead: a copy of the device
+        buffer, with no host round trip where the tensor is its buffer in plain layout.
         """
+        if device:
+            return self._device_data()
         buf = self.graph.tensors.get((self.id, 0))
         if buf is None:
             node = self.graph.nodes.get(self.id)
@@ -258,6 +273,21 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         if recycle is not None and np.shares_memory(view, buf):
             recycle(self.id, None)  # handed over: the next execute writes a new array
         return view
+
+    def _device_data(self):
+        runtime = self.graph.runtime
+        if runtime is None or getattr(runtime, "device", None) != "cuda":
+            raise RuntimeError(f"data(device=True) needs a graph compiled for device='cuda' (this one runs on "
+                               f"{self.graph.device or 'reference'!r}); use data() for a numpy array")
+        node_id = self.id
+        if node_id in self.graph.nodes and self.shape.is_contiguous() and all(
+                a == b for a, b in zip(self.shape.dims, self.graph.nodes[node_id].dims)):
+            flat = runtime.device_array(node_id)
+            if flat is not None:
+                return flat.reshape(tuple(d.evaluate(self.graph.dyn_map) for d in self.shape.dims))
+        import cupy  # a view or an input: through the host (correct, slower)
+
+        return cupy.asarray(self.data())
 
     def numpy(self) -> np.ndarray:
         """Alias of :meth:`data`."""
@@ -312,3 +342,23 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
 
 def is_tensor(x) -> bool:
     return isinstance(x, GraphTensor)
+
+
+def _device_data(data, node):
+    """Check a CUDA array given to ``set()`` (dtype and rank; the shape binds symbols as for host data)."""
+    iface = data.__cuda_array_interface__
+    have = np.dtype(iface["typestr"])
+    want = node.dtype.numpy
+    if have != want:
+        raise TypeError(f"device data for '{node.label}' has dtype {have} but the tensor is {node.dtype}; cast it "
+                        "on the device first (device arrays are not converted)")
+    strides = iface.get("strides")
+    if strides is not None:  # None means C-contiguous
+        expect, step = [], want.itemsize
+        for n in reversed(iface["shape"]):
+            expect.append(step)
+            step *= n
+        if any(n > 1 and a != b for n, a, b in zip(iface["shape"], strides, reversed(expect))):
+            raise ValueError(f"device data for '{node.label}' must be C-contiguous (got strides {tuple(strides)}); "
+                             "make a contiguous copy on the device first")
+    return data

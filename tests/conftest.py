@@ -3,6 +3,11 @@
 Every test in a module named ``test_hl_*``, ``test_nn_*`` or ``test_graph`` is parametrized over ``backend`` in
 ``("reference", "cpu")``: the ``cpu`` variant sets ``LUMINAL_DEVICE=cpu``, so each ``graph.execute()`` of an
 uncompiled graph compiles it to C first. Compiled libraries go to a per-session cache folder.
+
+``LUMINAL_TEST_BACKENDS`` (comma-separated, default ``reference,cpu``) picks other backends for those suites,
+e.g. ``LUMINAL_TEST_BACKENDS=gpu-interpret`` (Triton's interpreter) or ``LUMINAL_TEST_BACKENDS=cuda`` on a
+machine with a GPU. ``LUMINAL_GPU_TEST_DEVICE=cuda`` points ``tests/test_gpu_interpret.py`` at a real GPU
+instead of the interpreter. With either naming ``cuda``, ``TRITON_INTERPRET`` is not set.
 """
 
 import os
@@ -12,7 +17,10 @@ import pytest
 # The gpu-interpret device runs Triton's interpreter, which Triton chooses when its kernels (its own standard
 # library included) are decorated: at import. torch._dynamo (the torch importer's tests) imports triton too, so
 # the interpreter is chosen before any test module can import it. Nothing here runs Triton on a real GPU.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+BACKENDS = [b.strip() for b in os.environ.get("LUMINAL_TEST_BACKENDS", "reference,cpu").split(",") if b.strip()]
+REAL_GPU = "cuda" in BACKENDS or os.environ.get("LUMINAL_GPU_TEST_DEVICE") == "cuda"
+if not REAL_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 BOTH_BACKENDS = ("test_hl_", "test_graph", "test_nn_")
 
@@ -21,7 +29,7 @@ def pytest_generate_tests(metafunc):
     name = metafunc.module.__name__.rsplit(".", 1)[-1]
     if name.startswith(BOTH_BACKENDS) and "backend" not in metafunc.fixturenames:
         metafunc.fixturenames.append("backend")
-        metafunc.parametrize("backend", ["reference", "cpu"])
+        metafunc.parametrize("backend", BACKENDS)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -42,7 +42,7 @@ if not HAVE_TRITON and not REQUIRE:
     pytestmark = pytest.mark.skip(reason="triton (and torch) are not installed: pip install triton torch "
                                          "(LUMINAL_SKIP_TRITON=1 is set; without it this is a failure)")
 
-DEV = "gpu-interpret"
+DEV = os.environ.get("LUMINAL_GPU_TEST_DEVICE", "gpu-interpret")  # "cuda": the same tests on a real GPU
 F32 = dict(rtol=1e-5, atol=1e-5)
 CHAIN = dict(rtol=1e-4, atol=1e-4)
 

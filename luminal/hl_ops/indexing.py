@@ -420,7 +420,8 @@ def _parse(x, key):
         raise IndexError("an index can only have a single ellipsis ('...')")
     n_real = sum(_consumed(k) for k in key)
     if n_real > x.ndim:
-        raise IndexError(f"too many indices for a tensor of dimension {x.ndim} (the index uses {n_real} dims)")
+        raise IndexError(f"too many indices for a tensor of dimension {x.ndim}: the index uses {n_real} dims but "
+                         f"the tensor has {x.ndim} dims")
     expanded = []
     for k in key:
         if k is Ellipsis:

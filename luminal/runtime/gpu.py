@@ -24,17 +24,20 @@ modulo by zero) are read back from a one-element buffer after the run and raised
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..codegen.kernel import Program, lower
 from ..codegen.triton import TritonProgram, render, storage_name
 from ..graph import Graph
+from ..shape import ShapeTracker
 
 INSTALL_HINT = "pip install 'luminal[gpu]'  (triton and cupy-cuda12x)"
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
@@ -65,6 +68,7 @@ class TorchCPUMemory:
     """Device memory of ``gpu-interpret``: torch CPU tensors (what Triton's interpreter reads)."""
 
     name = "torch CPU tensors (Triton interpreter)"
+    graphs = False  # no CUDA graphs in the interpreter
 
     def __init__(self):
         try:
@@ -84,11 +88,25 @@ class TorchCPUMemory:
         if arr.size:
             dst[:arr.size].copy_(self.torch.from_numpy(arr.reshape(-1)))
 
+    def copy(self, dst, src, n: int) -> None:
+        if n:
+            dst[:n].copy_(src[:n])
+
+    def is_device_array(self, arr) -> bool:
+        return False
+
     def download(self, src, n: int, storage: str) -> np.ndarray:
         return src[:n].numpy().copy()
 
+    def to_device_array(self, src, n: int, storage: str):
+        raise RuntimeError("data(device=True) needs device='cuda' (gpu-interpret keeps its buffers as torch CPU "
+                           "tensors; use data())")
+
     def arg(self, buf):
         return buf
+
+    def launching(self):
+        return contextlib.nullcontext()
 
     def synchronize(self) -> None:
         pass
@@ -108,7 +126,9 @@ class _CupyArg:
 
 
 class CuPyMemory:
-    """Device memory of ``cuda``: CuPy arrays (**unverified**: no GPU was available when this was written)."""
+    """Device memory of ``cuda``: CuPy arrays, every copy and launch on one non-blocking stream of the runtime's
+    own (Triton is pointed at it while the runtime launches, see :meth:`launching`), so the launches of one
+    ``execute()`` can be captured into a CUDA graph."""
 
     name = "CuPy device arrays"
 
@@ -125,30 +145,73 @@ class CuPyMemory:
         if count < 1:
             raise RuntimeError("device 'cuda': no CUDA device found")
         self.cupy = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.graphs = os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
 
     def empty(self, n: int, storage: str):
         try:
-            return self.cupy.empty(max(n, 1), dtype=storage)
+            with self.stream:
+                return self.cupy.empty(max(n, 1), dtype=storage)
         except self.cupy.cuda.memory.OutOfMemoryError as e:
             raise MemoryError(f"device 'cuda': out of memory allocating {n} x {storage}: {e}") from e
 
     def zeros(self, n: int, storage: str):
         out = self.empty(n, storage)
-        out.fill(0)
+        with self.stream:
+            out.fill(0)
         return out
 
     def upload(self, dst, arr: np.ndarray) -> None:
         if arr.size:
-            dst[:arr.size].set(arr.reshape(-1))
+            dst[:arr.size].set(arr.reshape(-1), stream=self.stream)
+
+    def copy(self, dst, src, n: int) -> None:
+        """Device -> device: ``n`` elements of ``src`` (a buffer or any CUDA array) into ``dst``."""
+        if n:
+            with self.stream:
+                dst[:n] = self.cupy.asarray(src).reshape(-1)[:n].astype(dst.dtype, copy=False)
+
+    def is_device_array(self, arr) -> bool:
+        return hasattr(arr, "__cuda_array_interface__")
 
     def download(self, src, n: int, storage: str) -> np.ndarray:
-        return self.cupy.asnumpy(src[:n])
+        return src[:n].get(stream=self.stream)
+
+    def to_device_array(self, src, n: int, storage: str):
+        with self.stream:
+            out = src[:n].copy()
+        self.stream.synchronize()
+        return out
 
     def arg(self, buf):
         return _CupyArg(buf)
 
+    def launching(self):
+        """Point Triton's launches at this stream (Triton asks its driver for the current stream per launch)."""
+        return _triton_stream(self.stream.ptr)
+
     def synchronize(self) -> None:
-        self.cupy.cuda.Device().synchronize()
+        self.stream.synchronize()
+
+
+@contextlib.contextmanager
+def _triton_stream(ptr: int):
+    import triton
+
+    drv = triton.runtime.driver.active
+    had = "get_current_stream" in vars(drv)
+    old = vars(drv).get("get_current_stream")
+    drv.get_current_stream = lambda *_a, **_k: ptr
+    try:
+        yield
+    finally:
+        if had:
+            drv.get_current_stream = old
+        else:
+            try:
+                del drv.get_current_stream
+            except AttributeError:
+                pass
 
 
 # ---------------------------------------------------------------------------- module loading
@@ -180,7 +243,7 @@ def _load_module(source: str):
 class GPURuntime:
     """Executes a graph as Triton kernels on ``memory`` (see the module docstring)."""
 
-    def __init__(self, graph: Graph, device: str, memory):
+    def __init__(self, graph: Graph, device: str, memory, search: str = "off"):
         self.graph = graph
         self.device = device
         self.memory = memory
@@ -195,6 +258,14 @@ class GPURuntime:
         self._sizes: dict[int, int] = {}
         self._err = memory.zeros(1, "int32")
         self._lock = threading.Lock()
+        self._uploaded: dict[int, object] = {}    # input node -> the host array last copied into its buffer
+        self._resident: dict[int, tuple] = {}     # id(host array) -> (array, output node) of the last download
+        self._graphs: dict[tuple, object] = {}    # bindings key -> captured CUDA graph of every launch
+        self._warm = None                         # bindings key of the last uncaptured run
+        self.graph_replays = 0                    # executes served by a captured CUDA graph (for tests, stats)
+        self.search = search
+        self._gemm_choice: dict[tuple, tuple] = {}  # (kernel, M, N, K, batch) -> GemmConfig
+        self.search_log: list[dict] = []           # measured GEMM candidates (search != "off")
 
     @property
     def source(self) -> str:
@@ -206,8 +277,13 @@ class GPURuntime:
         return graph.version != self._version
 
     def _allocate(self, bindings) -> None:
-        """One device buffer per program buffer at ``bindings`` (re-made when the bindings change)."""
+        """One device buffer per program buffer at ``bindings`` (re-made when the bindings change; captured
+        graphs and resident values of the old buffers are dropped with them)."""
         self._buffers, self._sizes = {}, {}
+        self._uploaded.clear()
+        self._resident.clear()
+        self._graphs.clear()
+        self._warm = None
         for node_id, (dims, dtype) in self.program.buffers.items():
             n = 1
             for d in dims:
@@ -218,11 +294,23 @@ class GPURuntime:
             self._buffers[alias] = self._buffers[target]
 
     def execute(self, graph: Graph) -> None:
-        """Copy the inputs to the device, launch every kernel in order, copy the results back."""
+        """Copy the changed inputs to the device, run every kernel (one CUDA-graph replay once warm), copy the
+        kept results back."""
         with self._lock:
             self._execute(graph)
 
     def _execute(self, graph: Graph) -> None:
+        bindings = self._upload(graph)
+        self._launch(bindings)
+        self._finish(graph, bindings)
+
+    def _upload(self, graph: Graph) -> dict:
+        """Bind the symbols (re-allocating on a new binding) and bring the inputs to the device.
+
+        An input is copied host -> device only when its array changed since the last copy (``set()`` stores a
+        new array object each call); a CUDA array given to ``set()`` is copied device -> device; the array a
+        carried output was downloaded into (training state) is copied from that output's buffer, device ->
+        device, instead of uploading it again."""
         dyn = graph.dyn_map
         symbols = self.tprogram.symbols
         key = tuple(dyn.get(s) for s in symbols)
@@ -237,31 +325,175 @@ class GPURuntime:
         bindings = dict(dyn)
         graph.reset()
         tensors = graph.tensors
+        memory = self.memory
         for node_id in self.program.inputs:
             node = graph.nodes[node_id]
             shape = tuple(d.evaluate(bindings) for d in node.dims)
             arr = tensors.get((node_id, 0))
-            if arr is None or arr.shape != shape or node_id in graph.deferred:
+            deferred = node_id in graph.deferred
+            if arr is None or tuple(arr.shape) != shape or deferred:
                 graph._load_input(node, shape, bindings)
                 arr = tensors[(node_id, 0)]
-            dtype = self.program.buffers[node_id][1]
-            host = np.ascontiguousarray(arr, dtype=dtype.numpy)
-            if storage_name(dtype) != dtype.value:
-                host = host.view(storage_name(dtype))
-            self.memory.upload(self._buffers[node_id], host)
-        self.memory.upload(self._err, np.zeros(1, np.int32))
-        err_arg = self.memory.arg(self._err)
-        for launch in self.tprogram.launches:
-            count = launch.grid[0].evaluate(bindings)
-            programs = -(-count // launch.grid[1])
-            if programs <= 0:
+            buf = self._buffers[node_id]
+            if memory.is_device_array(arr):
+                memory.copy(buf, arr, self._sizes[node_id])
+                self._uploaded.pop(node_id, None)
                 continue
-            fn = getattr(self.module, launch.name)
-            args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [err_arg]
-            args += [bindings[s] for s in launch.symbols]
-            args += [e.evaluate(bindings) for e in launch.extra]
-            with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
-                fn[(programs,)](*args, **launch.constexprs)
+            if self._uploaded.get(node_id) is arr and not deferred:
+                continue
+            resident = self._resident.get(id(arr))
+            if resident is not None and resident[0] is arr:
+                memory.copy(buf, self._buffers[resident[1]], self._sizes[node_id])
+            else:
+                dtype = self.program.buffers[node_id][1]
+                host = np.ascontiguousarray(arr, dtype=dtype.numpy)
+                if storage_name(dtype) != dtype.value:
+                    host = host.view(storage_name(dtype))
+                memory.upload(buf, host)
+            self._uploaded[node_id] = arr
+        memory.upload(self._err, np.zeros(1, np.int32))
+        return bindings
+
+    def _launch(self, bindings) -> None:
+        """Run every kernel: replay the captured CUDA graph of these bindings; else launch one by one, and on
+        the second run with the same bindings capture the launches into a CUDA graph (``cuda`` only;
+        ``LUMINAL_CUDA_GRAPHS=0`` turns capture off; a failed capture warns once and runs uncaptured)."""
+        memory = self.memory
+        cuda_graph = self._graphs.get(self._key)
+        if cuda_graph is not None:
+            cuda_graph.launch(memory.stream)
+            self.graph_replays += 1
+            return
+        if memory.graphs and self._warm == self._key:
+            cuda_graph = self._capture(bindings)
+            if cuda_graph is not None:
+                self._graphs[self._key] = cuda_graph
+                cuda_graph.launch(memory.stream)
+                self.graph_replays += 1
+                return
+        self._launch_kernels(bindings, tune=self.search != "off")
+        self._warm = self._key
+
+    def _capture(self, bindings):
+        stream = self.memory.stream
+        try:
+            stream.begin_capture()
+        except Exception as e:  # noqa: BLE001 - capture is an optimization
+            self._no_graphs(e)
+            return None
+        try:
+            self._launch_kernels(bindings, tune=False)
+        except Exception as e:  # noqa: BLE001
+            try:
+                stream.end_capture()
+            except Exception:  # noqa: BLE001
+                pass
+            self._no_graphs(e)
+            return None
+        try:
+            return stream.end_capture()
+        except Exception as e:  # noqa: BLE001
+            self._no_graphs(e)
+            return None
+
+    def _no_graphs(self, e: Exception) -> None:
+        import warnings
+
+        self.memory.graphs = False
+        warnings.warn(f"luminal (cuda): CUDA graph capture failed ({type(e).__name__}: {e}); launching kernels one "
+                      "by one", RuntimeWarning, stacklevel=3)
+
+    def _launch_kernels(self, bindings, tune: bool = False) -> None:
+        """Launch every kernel in order (asynchronously on the device; nothing is copied). GEMMs take their
+        measured tile configuration (``search`` on ``cuda``) or the default one."""
+        err_arg = self.memory.arg(self._err)
+        with self.memory.launching():
+            for launch in self.tprogram.launches:
+                fn = getattr(self.module, launch.name)
+                args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [err_arg]
+                args += [bindings[s] for s in launch.symbols]
+                extra = [e.evaluate(bindings) for e in launch.extra]
+                args += extra
+                if launch.kind == "gemm" and self.device == "cuda":
+                    cfg = self._gemm_config(launch, fn, args, extra, tune)
+                    programs = gemm_programs(extra, cfg)
+                    if programs > 0:
+                        fn[(programs,)](*args, **cfg.launch_kwargs())
+                    continue
+                count = launch.grid[0].evaluate(bindings)
+                programs = -(-count // launch.grid[1])
+                if programs <= 0:
+                    continue
+                with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
+                    fn[(programs,)](*args, **launch.constexprs)
+
+    def _gemm_config(self, launch, fn, args, extra, tune: bool) -> "GemmConfig":
+        batch, M, N, K = extra
+        key = (launch.name, batch, M, N, K)
+        cfg = self._gemm_choice.get(key)
+        if cfg is not None:
+            return cfg
+        default = GemmConfig(*[launch.constexprs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")])
+        tkey = _gemm_tuning_key(self.tprogram.source, launch.name, extra)
+        from . import tuning
+
+        cached = tuning.lookup(tkey, valid=lambda e: GemmConfig.parse(e["choice"]) is not None)
+        if cached is not None:
+            cfg = GemmConfig.parse(cached["choice"])
+        elif tune and batch * M * N * K >= GEMM_SEARCH_MIN_WORK:
+            cfg = self._measure_gemm(launch, fn, args, extra, default)
+            tuning.store(tkey, {"choice": cfg.name, "seconds": cfg.seconds})
+        else:
+            cfg = default
+        self._gemm_choice[key] = cfg
+        return cfg
+
+    def _measure_gemm(self, launch, fn, args, extra, default: "GemmConfig") -> "GemmConfig":
+        """Time every candidate tile configuration of one GEMM on its real operands (CUDA events, warm-up plus
+        the minimum of 3 rounds of 3 launches); a candidate whose result differs from the default
+        configuration's beyond float32 accumulation-order noise is dropped. Returns the fastest."""
+        cupy = self.memory.cupy
+        stream = self.memory.stream
+        out = self._buffers[launch.out]
+        n_out = self._sizes[launch.out]
+        results = []
+        ref = None
+        for cfg in [default] + [c for c in GEMM_CANDIDATES if c != default]:
+            programs = gemm_programs(extra, cfg)
+            try:
+                fn[(programs,)](*args, **cfg.launch_kwargs())  # compile + warm up
+                stream.synchronize()
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory for a large tile
+                self.search_log.append({"kernel": launch.name, "config": cfg.name, "error": str(e)[:200]})
+                continue
+            if ref is None:
+                ref = out[:n_out].copy()
+                scale = float(cupy.max(cupy.abs(ref))) if n_out else 0.0
+            else:
+                err = float(cupy.max(cupy.abs(out[:n_out] - ref))) if n_out else 0.0
+                if not err <= 1e-4 * max(scale, 1.0) * max(1.0, extra[3] ** 0.5 / 8):
+                    self.search_log.append({"kernel": launch.name, "config": cfg.name, "wrong": err})
+                    continue
+            best = float("inf")
+            for _ in range(3):
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                for _ in range(3):
+                    fn[(programs,)](*args, **cfg.launch_kwargs())
+                end.record(stream)
+                end.synchronize()
+                best = min(best, cupy.cuda.get_elapsed_time(start, end) / 3 * 1e-3)
+            results.append((best, cfg))
+            self.search_log.append({"kernel": launch.name, "config": cfg.name, "seconds": best,
+                                    "M": extra[1], "N": extra[2], "K": extra[3], "batch": extra[0]})
+        if ref is not None:  # leave the default configuration's result in the output buffer
+            with stream:
+                out[:n_out] = ref
+        best, cfg = min(results, key=lambda r: r[0])
+        return GemmConfig(cfg.bm, cfg.bn, cfg.bk, cfg.warps, cfg.stages, seconds=best)
+
+    def _finish(self, graph: Graph, bindings) -> None:
+        """Wait for the kernels, raise the errors they reported, copy the kept results device -> host."""
         self.memory.synchronize()
         code = int(self.memory.download(self._err, 1, "int32")[0])
         if code:
@@ -269,18 +501,118 @@ class GPURuntime:
             if code == 1:
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph ({self.device}): {text}")
+        tensors = graph.tensors
+        carried = ({graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries} if graph.carries
+                   else ())
+        self._resident.clear()
         for node_id in self.program.outputs:
             dims, dtype = self.program.buffers[node_id]
             shape = tuple(d.evaluate(bindings) for d in dims)
             host = self.memory.download(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
             if dtype.value != storage_name(dtype):
                 host = host.view(dtype.numpy)
-            tensors[(node_id, 0)] = host.reshape(shape)
+            host = host.reshape(shape)
+            if node_id in carried:  # the next step reads it from the device buffer: changing it here would not be
+                host.flags.writeable = False  # seen, so it is read-only (data() hands out copies)
+                self._resident[id(host)] = (host, node_id)
+            tensors[(node_id, 0)] = host
+
+    def device_array(self, node_id: int):
+        """A CuPy copy of a kept node's device buffer (flat), for ``GraphTensor.data(device=True)``."""
+        if node_id not in self.program.outputs or not self._buffers:
+            return None
+        dims, dtype = self.program.buffers[node_id]
+        if dtype.value != storage_name(dtype):
+            return None
+        return self.memory.to_device_array(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
+
+    def time_kernels(self, graph: Graph, repeat: int = 10) -> list[float]:
+        """Seconds per run of the kernels alone (the inputs already on the device, no host copies in the timed
+        part; a CUDA-graph replay once captured), one entry per repetition, each from a device synchronize to
+        the next. For benchmarks."""
+        import time
+
+        with self._lock:
+            bindings = self._upload(graph)
+            self._launch(bindings)
+            self.memory.synchronize()
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                self._launch(bindings)
+                self.memory.synchronize()
+                times.append(time.perf_counter() - t0)
+            self._finish(graph, bindings)
+        return times
+
+
+# ---------------------------------------------------------------------------- GEMM configurations (cuda)
+GEMM_SEARCH_MIN_WORK = 1 << 24  # batch*M*N*K below this keeps the default tiles (the search would cost more)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tile sizes and launch options of a generated GEMM (a candidate of the measured search on ``cuda``)."""
+    bm: int
+    bn: int
+    bk: int
+    warps: int = 4
+    stages: int = 3
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"triton:{self.bm}x{self.bn}x{self.bk}:w{self.warps}:s{self.stages}"
+
+    @staticmethod
+    def parse(name: str) -> "GemmConfig | None":
+        try:
+            kind, tiles, w, st = name.split(":")
+            bm, bn, bk = (int(v) for v in tiles.split("x"))
+            if kind != "triton" or not w.startswith("w") or not st.startswith("s"):
+                return None
+            return GemmConfig(bm, bn, bk, int(w[1:]), int(st[1:]))
+        except (ValueError, AttributeError):
+            return None
+
+    def launch_kwargs(self) -> dict:
+        return {"BLOCK_M": self.bm, "BLOCK_N": self.bn, "BLOCK_K": self.bk, "num_warps": self.warps,
+                "num_stages": self.stages}
+
+
+GEMM_CANDIDATES = (GemmConfig(64, 64, 32, 4, 3), GemmConfig(128, 128, 32, 8, 3), GemmConfig(128, 64, 32, 4, 3),
+                   GemmConfig(64, 128, 32, 4, 3), GemmConfig(128, 128, 16, 8, 4), GemmConfig(128, 256, 32, 8, 3))
+
+
+def gemm_programs(extra, cfg: GemmConfig) -> int:
+    batch, M, N, _ = extra
+    return batch * (-(-M // cfg.bm)) * (-(-N // cfg.bn))
+
+
+def _gemm_tuning_key(source: str, name: str, extra) -> str:
+    import triton
+
+    start = source.find(f"def {name}(")
+    end = source.find("\n@triton.jit", start)
+    body = source[start:end if end > 0 else None]
+    digest = hashlib.sha256(body.replace(name, "K").encode()).hexdigest()[:16]
+    return f"cuda-gemm:{_gpu_name()}:triton{triton.__version__}:{digest}:" + "x".join(str(v) for v in extra)
+
+
+def _gpu_name() -> str:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+    except Exception:  # noqa: BLE001
+        return "unknown-gpu"
 
 
 def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: float | None = None) -> None:
-    """Attach the Triton runtime of ``device`` (``"gpu-interpret"`` or ``"cuda"``) to ``graph``. ``search`` and
-    ``budget_s`` are accepted for the runtime interface; this slice has no measured search yet."""
+    """Attach the Triton runtime of ``device`` (``"gpu-interpret"`` or ``"cuda"``) to ``graph``. On ``cuda``,
+    ``search`` other than ``"off"`` times the tile configurations of every large GEMM on the device at its first
+    run with new sizes (cached in the tuning file by kernel, sizes, GPU model and Triton version; ``"off"`` uses
+    cached winners or the default tiles). ``budget_s`` is accepted for the runtime interface."""
     if device == "gpu-interpret":
         _import_triton(interpret=True)
         memory = TorchCPUMemory()
@@ -292,4 +624,4 @@ def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: floa
         _import_triton(interpret=False)
     else:
         raise ValueError(f"unknown GPU device {device!r}; expected 'gpu-interpret' or 'cuda'")
-    graph.runtime = GPURuntime(graph, device, memory)
+    graph.runtime = GPURuntime(graph, device, memory, search=search or "off")
