@@ -11,9 +11,10 @@ with ``input_precision="ieee"``):
 * ``W6x16``: the W5/W6 pre-LN encoder layer forward at batch 16, seq 128; ms.
 * ``W3x16``: the W3 MLP training step (forward, backward, Adam) at batch 4096; ms.
 
-Columns per case: torch eager, torch.compile (skipped with ``--no-compile``), luminal ``execute()`` (numpy in, numpy
-out: includes the host<->device copies of every input and kept output) and luminal kernels only
-(``GPURuntime.time_kernels``: the same launches with the inputs already on the device, device-synchronized).
+Columns per case: torch eager, torch.compile (skipped with ``--no-compile``), luminal ``execute()`` with numpy data
+set once (unchanged inputs are not copied again; the kept results are copied to the host every call), luminal
+``execute()`` with the results left on the device (``runtime.host_outputs = False``), and luminal kernels only
+(``GPURuntime.time_kernels``: the launches alone, a CUDA-graph replay once captured, device-synchronized).
 Each cell is the median over timed calls (min and max beside it); the first call (compile) is timed alone.
 Every framework's result is checked against torch's before its time is printed.
 """
@@ -141,7 +142,7 @@ def build_case(case: str):
     raise ValueError(f"unknown case {case!r}")
 
 
-def run(case: str, seconds: float, compiled: bool) -> dict:
+def run(case: str, seconds: float, compiled: bool, search: str = "off") -> dict:
     import torch
 
     import luminal as lm
@@ -172,7 +173,7 @@ def run(case: str, seconds: float, compiled: bool) -> dict:
     # luminal
     cx, out = lum(lm)
     t0 = time.perf_counter()
-    cx.compile(device="cuda")
+    cx.compile(device="cuda", search=search)
     cx.execute()
     row["luminal first s"] = time.perf_counter() - t0
     have = out.data()
@@ -184,8 +185,13 @@ def run(case: str, seconds: float, compiled: bool) -> dict:
     else:
         row["max rel err"] = float(abs(have.item() - float(want)) / abs(float(want)))
     row["luminal"] = _stats(_time_calls(cx.execute, lambda: None, seconds))
+    cx.runtime.host_outputs = False  # the results stay on the GPU (data(device=True) / data() on demand)
+    row["luminal on device"] = _stats(_time_calls(cx.execute, lambda: None, seconds))
+    cx.runtime.host_outputs = True
     row["luminal kernels"] = _stats(cx.runtime.time_kernels(cx, repeat=max(3, int(seconds * 50))))
     row["kernels"] = len(cx.runtime.tprogram.launches)
+    row["graph replays"] = cx.runtime.graph_replays
+    row["search"] = [e for e in cx.runtime.search_log]
     if flops:
         for k in ("torch", "torch.compile", "luminal", "luminal kernels"):
             if isinstance(row.get(k), tuple):
@@ -198,16 +204,19 @@ def main() -> None:
     ap.add_argument("--only", default="W1-4096,W1-8192,W2,W6x16,W3x16")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--search", default="quick", choices=["off", "quick", "full"],
+                    help="luminal's measured search (GEMM tile configurations on the GPU)")
     args = ap.parse_args()
     import torch
     print(f"# device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
-    cols = ["torch", "torch.compile", "luminal", "luminal kernels"]
+    cols = ["torch", "torch.compile", "luminal", "luminal on device", "luminal kernels"]
     print("| case | " + " | ".join(f"{c} ms (med/min/max)" for c in cols) + " | GFLOP/s torch / lum kernels | "
-          "first s torch / compile / luminal | kernels | max rel err |")
+          "first s torch / compile / luminal | kernels (graph replays) | max rel err |")
     print("|---" * (len(cols) + 5) + "|")
+    searched = []
     for case in args.only.split(","):
         try:
-            r = run(case, args.seconds, not args.no_compile)
+            r = run(case, args.seconds, not args.no_compile, args.search)
         except Exception as e:  # noqa: BLE001 - one case failing does not hide the others
             import traceback
             traceback.print_exc()
@@ -222,8 +231,13 @@ def main() -> None:
         first = " / ".join(f"{r[k]:.2f}" if k in r else "-" for k in ("torch first s", "torch.compile first s",
                                                                        "luminal first s"))
         wrong = " WRONG" if r.get("WRONG") else ""
-        print(f"| {case} | " + " | ".join(cells) + f" | {gf} | {first} | {r['kernels']} | "
+        print(f"| {case} | " + " | ".join(cells) + f" | {gf} | {first} | {r['kernels']} ({r['graph replays']}) | "
               f"{r['max rel err']:.1e}{wrong} |", flush=True)
+        searched += [(case, e) for e in r["search"]]
+    if searched:
+        print("\nGEMM candidates measured (seconds per launch, CUDA events, min of 3 rounds of 3):")
+        for case, e in searched:
+            print(f"  {case} {e}")
 
 
 if __name__ == "__main__":

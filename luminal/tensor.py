@@ -259,6 +259,10 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
             return self._device_data()
         buf = self.graph.tensors.get((self.id, 0))
         if buf is None:
+            fetch = getattr(self.graph.runtime, "fetch", None)  # a result left on the device (cuda)
+            if fetch is not None and fetch(self.graph, self.id):
+                buf = self.graph.tensors.get((self.id, 0))
+        if buf is None:
             node = self.graph.nodes.get(self.id)
             label = node.label if node else "?"
             if self.id not in self.graph.to_retrieve and self.id not in self.graph.no_delete and not (

@@ -440,6 +440,195 @@ def test_cuda_matches_reference():
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
 
 
+# ---------------------------------------------------------------------------- device-resident data
+def _count_uploads(runtime):
+    calls = []
+    real = runtime.memory.upload
+
+    def upload(dst, arr):
+        calls.append(arr.size)
+        return real(dst, arr)
+    runtime.memory.upload = upload
+    return calls
+
+
+def test_inputs_are_copied_to_the_device_only_when_set_changes_them():
+    """An unchanged input is not copied again; set() (even of the same, mutated numpy array) copies it."""
+    _require()
+    a = rand((6, 5), 1)
+    cx = lm.Graph()
+    x, w = cx.tensor(("n", 5)).set(a), cx.tensor((5, 3)).set(rand((5, 3), 2))
+    y = (x @ w).relu().retrieve()
+    cx.compile(device=DEV)
+    calls = _count_uploads(cx.runtime)
+    cx.execute()
+    first = y.data()
+    assert sorted(calls) == [1, 15, 30]  # the error flag, w, x
+    calls.clear()
+    cx.execute()  # nothing changed: only the one-element error flag
+    assert calls == [1]
+    np.testing.assert_allclose(y.data(), first)
+    a[:] = rand((6, 5), 3)
+    x.set(a)  # the same array object, changed in place, set again
+    calls.clear()
+    cx.execute()
+    assert sorted(calls) == [1, 30]
+    np.testing.assert_allclose(y.data(), np.maximum(a @ w.data(), 0), rtol=1e-5, atol=1e-5)
+
+
+def test_carried_training_state_stays_on_the_device():
+    """SGD + momentum with a fixed batch: after the first step the weights and moments are not copied to the
+    device again (only the batch, the hyperparameters and the error flag), the carried arrays are read-only, and the weights equal
+    the reference interpreter's after every step."""
+    from luminal import nn
+    from luminal.training import SGD
+
+    _require()
+    X, Y = rand((8, 5), 4), rand((8, 3), 5)
+    weights = {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        nn.init.manual_seed(1)
+        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        x, y = cx.tensor((8, 5)).set(X), cx.tensor((8, 3)).set(Y)
+        SGD(m.parameters(), lr=0.1, momentum=0.9).minimize(((m(x) - y) ** 2).mean())
+        cx.compile(device=device)
+        calls = _count_uploads(cx.runtime) if device == DEV else []
+        for step in range(4):
+            calls.clear()
+            x.set(X)
+            cx.execute()
+            if device == DEV and step > 0:
+                # the error flag, the optimizer's 4 hyperparameters (a deferred input, read every step) and x;
+                # y is unchanged, the weights and moments come from the device
+                assert sorted(calls) == [1, 4, 40], calls
+        weights[device] = {k: np.array(v) for k, v in m.state_dict().items()}
+        if device == DEV:
+            carried = [cx.tensors[(i, 0)] for _, i in cx.carries]
+            assert carried and all(not a.flags.writeable for a in carried)
+    for k, v in weights["reference"].items():
+        np.testing.assert_allclose(weights[DEV][k], v, **CHAIN)
+
+
+def test_results_left_on_the_device_until_data_asks():
+    _require()
+    a = rand((6, 5), 1)
+    cx = lm.Graph()
+    x = cx.tensor((6, 5)).set(a)
+    y, z = (x * 2).retrieve(), x.sum(0).retrieve()
+    cx.compile(device=DEV)
+    cx.runtime.host_outputs = False
+    cx.execute()
+    assert (y.id, 0) not in cx.tensors and (z.id, 0) not in cx.tensors
+    np.testing.assert_allclose(y.data(), a * 2, rtol=1e-6)
+    assert (z.id, 0) not in cx.tensors  # fetched one by one
+    np.testing.assert_allclose(z.data(), a.sum(0), rtol=1e-5, atol=1e-5)
+
+
+class _FakeCudaArray:
+    """Only the CUDA array interface of a device array (no GPU needed to test set()'s checks)."""
+
+    def __init__(self, shape, typestr="<f4", strides=None):
+        self.shape = shape
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (0, False), "version": 3}
+
+
+def test_device_arrays_checked_by_set_and_refused_off_cuda():
+    cx = lm.Graph()
+    x = cx.tensor(("n", 4))
+    (x * 2).retrieve()
+    with pytest.raises(TypeError, match="dtype float64"):
+        x.set(_FakeCudaArray((3, 4), "<f8"))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        x.set(_FakeCudaArray((3, 4), "<f4", strides=(4, 12)))
+    x.set(_FakeCudaArray((3, 4)))
+    assert cx.dyn_map["n"] == 3
+    with pytest.raises(TypeError, match="holds a CUDA array.*device='cuda'"):
+        cx.execute()
+
+
+def test_data_on_the_device_needs_cuda():
+    cx = lm.Graph()
+    y = (cx.tensor((2,)).set([1.0, 2.0]) * 2).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    with pytest.raises(RuntimeError, match="device='cuda'"):
+        y.data(device=True)
+
+
+def test_gemm_configurations_parse_and_cover_the_grid():
+    from luminal.runtime.gpu import GEMM_CANDIDATES, GemmConfig, gemm_programs
+
+    for cfg in GEMM_CANDIDATES:
+        assert GemmConfig.parse(cfg.name) == cfg
+        assert gemm_programs((2, 300, 129, 7), cfg) == 2 * -(-300 // cfg.bm) * -(-129 // cfg.bn)
+    assert GemmConfig.parse("blas") is None and GemmConfig.parse("triton:64x64:w4:s3") is None
+
+
+# ---------------------------------------------------------------------------- a real GPU only (pytest -m gpu)
+cuda_only = pytest.mark.skipif(DEV != "cuda", reason="needs a real GPU: LUMINAL_GPU_TEST_DEVICE=cuda pytest -m gpu "
+                                                     "(tools/gpu_check.sh)")
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_graph_replays_and_rebinding():
+    """The second run with the same bindings is captured, later ones replay the CUDA graph; a new binding
+    re-allocates and captures again; every result equals the reference interpreter's."""
+    def make(cx):
+        x = cx.tensor(("n", 40))
+        w = cx.tensor((40, 24)).set(rand((40, 24), 9))
+        return [x], [(x @ w).softmax(-1) + x.sum(1, keepdim=True), (x * 2).exp().max(0)]
+
+    feeds = [(rand((7, 40), k),) for k in range(4)] + [(rand((33, 40), 5),)] * 3 + [(rand((7, 40), 6),)]
+    runtime = compare(make, feeds, **CHAIN)
+    assert runtime.memory.graphs, "CUDA graph capture was turned off (a capture failed)"
+    assert runtime.graph_replays >= 4
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_device_arrays_in_and_out():
+    import cupy
+
+    a, b = rand((64, 48), 1), rand((48, 32), 2)
+    cx = lm.Graph()
+    x, w = cx.tensor(("m", 48)).set(cupy.asarray(a)), cx.tensor((48, 32)).set(b)
+    y = (x @ w).retrieve()
+    cx.compile(device="cuda")
+    cx.execute()
+    dev = y.data(device=True)
+    assert isinstance(dev, cupy.ndarray) and dev.shape == (64, 32)
+    np.testing.assert_allclose(cupy.asnumpy(dev), a.astype(np.float64) @ b, **CHAIN)
+    np.testing.assert_allclose(y.data(), cupy.asnumpy(dev))
+    x.set(cupy.asarray(a[:5]))
+    cx.execute()
+    np.testing.assert_allclose(y.data(device=True).get(), a[:5].astype(np.float64) @ b, **CHAIN)
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_gemm_search_measures_checks_and_caches():
+    a, b = rand((512, 384), 1), rand((384, 640), 2)
+
+    def build(search):
+        cx = lm.Graph()
+        y = (cx.tensor((512, 384)).set(a) @ cx.tensor((384, 640)).set(b)).retrieve()
+        cx.compile(device="cuda", search=search)
+        cx.execute()
+        return cx, y
+
+    cx, y = build("quick")
+    timed = [e for e in cx.runtime.search_log if "seconds" in e]
+    assert len(timed) >= 2, cx.runtime.search_log
+    np.testing.assert_allclose(y.data(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    chosen = set(cx.runtime._gemm_choice.values())
+    cx2, y2 = build("off")  # the cached winner, no measuring
+    assert not cx2.runtime.search_log and set(cx2.runtime._gemm_choice.values()) == chosen
+    np.testing.assert_allclose(y2.data(), y.data(), rtol=1e-5, atol=1e-4)
+
+
 # ---------------------------------------------------------------------------- the larger sweep
 full = pytest.mark.skipif(not FULL, reason="set LUMINAL_GPU_INTERPRET_FULL=1 for the larger sweep")
 

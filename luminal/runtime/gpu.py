@@ -266,6 +266,11 @@ class GPURuntime:
         self.search = search
         self._gemm_choice: dict[tuple, tuple] = {}  # (kernel, M, N, K, batch) -> GemmConfig
         self.search_log: list[dict] = []           # measured GEMM candidates (search != "off")
+        # True: every execute() copies the kept results to the host (data() is then free). False: they stay on
+        # the device until data() asks (fetch) or data(device=True) copies them on the device; for programs
+        # whose results stay on the GPU. Carried state is always on the host too.
+        self.host_outputs = True
+        self._pending: dict[int, dict] = {}
 
     @property
     def source(self) -> str:
@@ -505,7 +510,11 @@ class GPURuntime:
         carried = ({graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries} if graph.carries
                    else ())
         self._resident.clear()
+        self._pending = {}
         for node_id in self.program.outputs:
+            if not self.host_outputs and node_id not in carried:
+                self._pending[node_id] = bindings  # copied to the host by fetch() when data() asks for it
+                continue
             dims, dtype = self.program.buffers[node_id]
             shape = tuple(d.evaluate(bindings) for d in dims)
             host = self.memory.download(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
@@ -516,6 +525,21 @@ class GPURuntime:
                 host.flags.writeable = False  # seen, so it is read-only (data() hands out copies)
                 self._resident[id(host)] = (host, node_id)
             tensors[(node_id, 0)] = host
+
+    def fetch(self, graph: Graph, node_id: int) -> bool:
+        """Copy a kept result that the last ``execute()`` left on the device (``host_outputs = False``) to the
+        host, into ``graph.tensors``; False when there is none."""
+        with self._lock:
+            bindings = self._pending.pop(node_id, None)
+            if bindings is None:
+                return False
+            dims, dtype = self.program.buffers[node_id]
+            shape = tuple(d.evaluate(bindings) for d in dims)
+            host = self.memory.download(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
+            if dtype.value != storage_name(dtype):
+                host = host.view(dtype.numpy)
+            graph.tensors[(node_id, 0)] = host.reshape(shape)
+            return True
 
     def device_array(self, node_id: int):
         """A CuPy copy of a kept node's device buffer (flat), for ``GraphTensor.data(device=True)``."""
