@@ -113,27 +113,35 @@ def test_greedy_generation_matches_transformers(zoo, kind):
     np.testing.assert_array_equal(model.generate(batch, 16), hf_greedy(hf, batch, 16))
 
 
-@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("device,bucket", [("cpu", 1), ("cpu", 4), ("reference", 64)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_cached_steps_equal_full_recomputation(zoo, kind, device):
+def test_cached_steps_equal_full_recomputation(zoo, kind, device, bucket):
+    """Prompt step then one- and two-token steps with the cache; ``bucket=1`` keeps the ``past`` symbol equal to
+    the cached length at every step, ``bucket=4`` grows the cache every few steps (valid < capacity between)."""
     model, hf, _ = zoo[kind]
     cfg = model.config
     prog, full = model.program(device), model.program(device, all_logits=True)
     seq = prompt(2, 5, seed=7)
-    cache = KVCache.empty(cfg, 2)
+    cache = KVCache.empty(cfg, 2, bucket=bucket)
     rng = np.random.default_rng(11)
     step_ids = seq
+    capacities = set()
     for step in range(6 if device == "cpu" else 3):
         logits, cache = prog.step(step_ids, cache)
+        capacities.add(cache.capacity)
         assert logits.shape == (2, 1, VOCAB)
-        assert cache.length == seq.shape[1]
-        assert all(k.shape == (2, cfg.num_kv_heads, cache.length, cfg.head_dim) for k in cache.keys + cache.values)
-        # without a cache: luminal's full forward (past = 0) and transformers' (use_cache=False)
+        assert cache.length == seq.shape[1] and cache.capacity % bucket == 0 and cache.capacity >= cache.length
+        if bucket == 1:
+            assert cache.capacity == cache.length
+        assert all(k.shape == (2, cfg.num_kv_heads, cache.capacity, cfg.head_dim) for k in cache.keys + cache.values)
+        # without a cache: luminal's full forward and transformers' (use_cache=False)
         no_cache, _ = full.step(seq, KVCache.empty(cfg, 2))
         np.testing.assert_allclose(logits[:, 0], no_cache[:, -1], atol=TOL, rtol=0)
         np.testing.assert_allclose(logits[:, 0], hf_logits(hf, seq)[:, -1], atol=TOL, rtol=0)
         step_ids = rng.integers(0, VOCAB, (2, 1 if step % 2 == 0 else 2))  # one- and two-token steps
         seq = np.concatenate([seq, step_ids], axis=1)
+    if bucket == 4:
+        assert capacities == {8, 12}  # grown once, valid < capacity in between
 
 
 def test_cache_equals_transformers_past_key_values(zoo):
@@ -141,12 +149,15 @@ def test_cache_equals_transformers_past_key_values(zoo):
     model, hf, _ = zoo["llama"]
     ids = prompt(1, 7, seed=5)
     _, cache = model.program("cpu").step(ids, KVCache.empty(model.config, 1))
+    _, cache = model.program("cpu").step(ids[:, :2], cache)  # two more positions, after the seven
     with torch.no_grad():
-        past = hf(torch.from_numpy(ids), use_cache=True).past_key_values
+        past = hf(torch.from_numpy(np.concatenate([ids, ids[:, :2]], 1)), use_cache=True).past_key_values
+    keys, values = cache.valid()
+    assert cache.capacity == 64 and cache.length == 9
     for i in range(model.config.num_layers):
         layer = past.layers[i]
-        np.testing.assert_allclose(cache.keys[i], layer.keys.numpy(), atol=TOL, rtol=0)
-        np.testing.assert_allclose(cache.values[i], layer.values.numpy(), atol=TOL, rtol=0)
+        np.testing.assert_allclose(keys[i], layer.keys.numpy(), atol=TOL, rtol=0)
+        np.testing.assert_allclose(values[i], layer.values.numpy(), atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,12 +10,16 @@ in float32 or bfloat16) or are built from a config dict (:meth:`DecoderLM.from_c
 Hugging Face's (GPT-2's ``Conv1D`` weights are transposed into ``Linear`` layout when loaded).
 
 Generation runs one graph per (model, device): :class:`DecoderProgram`. Its inputs are the new token ids
-``("batch", "seq")`` and, per layer, the cached keys and values ``("batch", kv_heads, "past", head_dim)``; its
-outputs are the logits and the extended caches ``(batch, kv_heads, past + seq, head_dim)``. ``past`` is a
-symbol, so the one compiled program serves the prompt step (``seq`` tokens, ``past = 0``) and every one-token
-step after it; after each execute the extended caches become the next step's inputs (no copy: the arrays the
-runtime wrote are handed over). The causal mask lets query ``i`` (absolute position ``past + i``) read keys
-``0 .. past + i``.
+``("batch", "seq")``, the number of valid cached positions ``cache_len`` (an int64 value) and, per layer, the
+key/value cache ``("batch", kv_heads, "past", head_dim)``; its outputs are the logits and this step's keys and
+values ``(batch, kv_heads, seq, head_dim)``. ``past`` (the cache's length) is a symbol, so the one compiled
+program serves the prompt step and every one-token step after it. Between executes the step's keys and values
+are written into the cache arrays after the ``cache_len`` valid positions (:class:`KVCache`, host-side, in place)
+and those same arrays are the next step's inputs. The cache grows in buckets of positions (``generate``
+reserves prompt + new tokens at once), so ``past`` changes rarely and the runtime keeps its memory plan; a
+bucket of 1 makes ``past`` the exact cached length at every step. Query ``i`` (absolute position
+``cache_len + i``) reads the valid cached keys and the step's keys ``0 .. i`` (causal masking for a prompt step
+and for decode steps alike).
 
 Sampling (greedy, temperature, top-k, top-p) runs on the host in numpy on the last position's logits, with a
 seedable ``numpy.random.Generator``. See ``docs/models.md``.
@@ -183,39 +187,38 @@ class DecoderConfig:
 
 
 # ---------------------------------------------------------------------------------------------- attention
-def causal_attention(q, k, v, past, scale: float):
-    """Attention of ``q`` (batch, kv_heads, n_rep, seq, d) over ``k``/``v`` (batch, kv_heads, past + seq, d),
-    query ``i`` seeing keys ``0 .. past + i`` (``past`` an int or a symbolic ``Expression``): the causal mask of
-    a prompt step (``past = 0``) and of cached decode steps alike. Grouped-query attention is the ``n_rep`` axis:
-    each key/value head serves ``n_rep`` query heads through a broadcast view (no copy of the cache)."""
+def causal_attention(q, k, v, past, scale: float, cache_len=None):
+    """Attention of ``q`` (batch, kv_heads, n_rep, seq, d) over ``k``/``v`` (batch, kv_heads, past + seq, d): the
+    first ``past`` positions are the cache, of which only the first ``cache_len`` are valid (``cache_len`` a
+    ``(1,)`` int tensor; None: all ``past``), the last ``seq`` are this step's, query ``i`` seeing step keys
+    ``0 .. i`` (``past`` an int or a symbolic ``Expression``). Grouped-query attention is the ``n_rep`` axis: each
+    key/value head serves ``n_rep`` query heads through a broadcast view (no copy of the cache)."""
     graph = q.graph
     L, S = q.dims[-2], k.dims[-2]
     rows = graph.arange(L).unsqueeze(-1).expand((L, S))
     cols = graph.arange(S).unsqueeze(0).expand((L, S))
-    allowed = cols.le(rows + past)                                     # (seq, past + seq)
+    allowed = cols.le(rows + past)                                     # causal over the step's own keys
+    if cache_len is not None:                                          # and only the valid cached positions
+        allowed = allowed & (cols.ge(past) | cols.lt(cache_len.unsqueeze(0)))
     k, v = k.unsqueeze(2), v.unsqueeze(2)                              # (batch, kv_heads, 1, S, d)
     scores = (q @ k.mT) * scale                                        # (batch, kv_heads, n_rep, seq, S)
     scores = where(allowed, scores, -math.inf)
     return scores.softmax(-1) @ v                                      # (batch, kv_heads, n_rep, seq, d)
 
 
-def _split_heads(x, heads: int, head_dim: int):
-    """(batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)."""
-    B, L, _ = x.dims
-    return x.reshape((B, L, heads, head_dim)).permute(0, 2, 1, 3)
-
-
-def _attend(q, k, v, past_k, past_v, past, cfg: DecoderConfig, scale: float):
-    """Append this step's keys/values to the cache and attend; returns ``(out (batch, seq, heads * d),
-    new_k, new_v)``. ``q`` is (batch, seq, heads, d); ``k``/``v`` (batch, seq, kv_heads, d)."""
+def _attend(q, k, v, past_k, past_v, cache_len, cfg: DecoderConfig, scale: float):
+    """Attend over the cache and this step's keys/values; returns ``(out (batch, seq, heads * d), k, v)`` with
+    this step's ``k``/``v`` as (batch, kv_heads, seq, d). ``q`` is (batch, seq, heads, d); ``k``/``v``
+    (batch, seq, kv_heads, d); ``past_k``/``past_v`` (batch, kv_heads, past, d)."""
     B, L = q.dims[0], q.dims[1]
     kvh, rep, d = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
     q = q.reshape((B, L, kvh, rep, d)).permute(0, 2, 3, 1, 4)          # (batch, kv_heads, n_rep, seq, d)
-    new_k = concat([past_k, k.permute(0, 2, 1, 3)], 2)                  # (batch, kv_heads, past + seq, d)
-    new_v = concat([past_v, v.permute(0, 2, 1, 3)], 2)
-    out = causal_attention(q, new_k, new_v, past, scale)
+    k, v = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)                 # (batch, kv_heads, seq, d)
+    all_k = concat([past_k, k], 2)                                      # (batch, kv_heads, past + seq, d)
+    all_v = concat([past_v, v], 2)
+    out = causal_attention(q, all_k, all_v, past_k.dims[2], scale, cache_len)
     out = out.permute(0, 3, 1, 2, 4).reshape((B, L, cfg.num_heads * d))
-    return out, new_k, new_v
+    return out, k, v
 
 
 class GPT2Attention(Module):
@@ -229,13 +232,13 @@ class GPT2Attention(Module):
         scale = 1.0 / math.sqrt(cfg.head_dim) if cfg.scale_attn_weights else 1.0
         self.scale = scale / (layer_idx + 1) if cfg.scale_attn_by_inverse_layer_idx else scale
 
-    def forward(self, x, past_k, past_v, past):
+    def forward(self, x, past_k, past_v, cache_len):
         cfg, d = self.cfg, self.cfg.hidden_size
         B, L, _ = x.dims
         qkv = self.c_attn(x)
         q, k, v = (qkv.slice_axis(-1, i * d, (i + 1) * d).reshape((B, L, cfg.num_heads, cfg.head_dim))
                    for i in range(3))
-        out, new_k, new_v = _attend(q, k, v, past_k, past_v, past, cfg, self.scale)
+        out, new_k, new_v = _attend(q, k, v, past_k, past_v, cache_len, cfg, self.scale)
         return self.c_proj(out), new_k, new_v
 
 
@@ -260,8 +263,8 @@ class GPT2Block(Module):
         self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.mlp = GPT2MLP(cfg)
 
-    def forward(self, x, past_k, past_v, past):
-        a, new_k, new_v = self.attn(self.ln_1(x), past_k, past_v, past)
+    def forward(self, x, past_k, past_v, cache_len):
+        a, new_k, new_v = self.attn(self.ln_1(x), past_k, past_v, cache_len)
         x = x + a
         return x + self.mlp(self.ln_2(x)), new_k, new_v
 
@@ -273,6 +276,16 @@ class GPT2Model(Module):
         self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden_size)
         self.h = nn.ModuleList([GPT2Block(cfg, i) for i in range(cfg.num_layers)])
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+
+
+def _positions(input_ids, past_keys, cache_len):
+    """The absolute positions ``(seq,)`` int64 of a step's tokens: after the ``cache_len`` valid cached positions
+    (after all ``past`` of them when ``cache_len`` is None)."""
+    graph, L = input_ids.graph, input_ids.dims[1]
+    if cache_len is None:
+        past = past_keys[0].dims[2] if past_keys else 0
+        return graph.iota(to_expr("z") + to_expr(past), (L,), DType.int64)
+    return graph.iota("z", (L,), DType.int64) + cache_len.cast(DType.int64)
 
 
 def _last_position(x):
@@ -306,14 +319,14 @@ class LlamaAttention(Module):
         self.v_proj = nn.Linear(d, cfg.num_kv_heads * hd, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.num_heads * hd, d, bias=cfg.attention_bias)
 
-    def forward(self, x, past_k, past_v, past, positions, inv_freq):
+    def forward(self, x, past_k, past_v, cache_len, positions, inv_freq):
         cfg = self.cfg
         B, L, _ = x.dims
         q = self.q_proj(x).reshape((B, L, cfg.num_heads, cfg.head_dim))
         k = self.k_proj(x).reshape((B, L, cfg.num_kv_heads, cfg.head_dim))
         v = self.v_proj(x).reshape((B, L, cfg.num_kv_heads, cfg.head_dim))
         q, k = _rotary(q, positions, inv_freq), _rotary(k, positions, inv_freq)
-        out, new_k, new_v = _attend(q, k, v, past_k, past_v, past, cfg, 1.0 / math.sqrt(cfg.head_dim))
+        out, new_k, new_v = _attend(q, k, v, past_k, past_v, cache_len, cfg, 1.0 / math.sqrt(cfg.head_dim))
         return self.o_proj(out), new_k, new_v
 
 
@@ -339,8 +352,8 @@ class LlamaDecoderLayer(Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.mlp = LlamaMLP(cfg)
 
-    def forward(self, x, past_k, past_v, past, positions, inv_freq):
-        a, new_k, new_v = self.self_attn(self.input_layernorm(x), past_k, past_v, past, positions, inv_freq)
+    def forward(self, x, past_k, past_v, cache_len, positions, inv_freq):
+        a, new_k, new_v = self.self_attn(self.input_layernorm(x), past_k, past_v, cache_len, positions, inv_freq)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), new_k, new_v
 
@@ -358,10 +371,13 @@ class DecoderLM(Module):
     """Base class of the decoder-only language models; build one with :meth:`from_pretrained` (a Hugging Face
     folder) or :meth:`from_config` (a config dict or :class:`DecoderConfig`, random weights).
 
-    ``forward(input_ids, past_keys, past_values, past)`` builds the graph of one step: ``input_ids`` a
-    ``(batch, seq)`` int tensor, ``past_keys``/``past_values`` one ``(batch, kv_heads, past, head_dim)`` tensor
-    per layer, ``past`` the number of cached positions (an int or a symbolic ``Expression``). It returns
-    ``(logits (batch, seq, vocab), new_keys, new_values)`` with the caches extended by ``seq`` positions.
+    ``forward(input_ids, past_keys, past_values, cache_len=None, last_only=False)`` builds the graph of one
+    step: ``input_ids`` a ``(batch, seq)`` int tensor, ``past_keys``/``past_values`` one
+    ``(batch, kv_heads, past, head_dim)`` tensor per layer (``past`` may be symbolic), ``cache_len`` a ``(1,)``
+    int64 tensor holding how many of the ``past`` positions are valid (None: all of them). The step's tokens sit
+    at positions ``cache_len + 0 .. seq - 1``. It returns ``(logits (batch, seq, vocab), keys, values)`` with this
+    step's keys and values, ``(batch, kv_heads, seq, head_dim)`` per layer (keys after RoPE), to be stored after
+    the valid cached positions (``last_only``: the logits of the last position only, ``(batch, 1, vocab)``).
 
     The host-side API compiles that graph once per device (:meth:`program`) and runs it:
     :meth:`logits` (a full forward), :meth:`generate` (sampling with the KV cache, streaming or not)."""
@@ -437,7 +453,7 @@ class DecoderLM(Module):
         return get
 
     # -------------------------------------------------------------- graph
-    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):  # pragma: no cover
+    def forward(self, input_ids, past_keys, past_values, cache_len=None, last_only: bool = False):  # pragma: no cover
         raise NotImplementedError
 
     def program(self, device: str = "cpu", all_logits: bool = False, search: str | None = None) -> "DecoderProgram":
@@ -455,7 +471,8 @@ class DecoderLM(Module):
     def logits(self, input_ids, device: str = "cpu") -> np.ndarray:
         """Logits ``(batch, seq, vocab)`` (``(seq, vocab)`` for 1-D ids) of a full forward without a cache."""
         ids, single = _as_ids(input_ids, self.config)
-        out, _ = self.program(device, all_logits=True).step(ids, KVCache.empty(self.config, ids.shape[0]))
+        cache = KVCache.empty(self.config, ids.shape[0], capacity=ids.shape[1])
+        out, _ = self.program(device, all_logits=True).step(ids, cache)
         return out[0] if single else out
 
     def generate(self, input_ids, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
@@ -496,7 +513,8 @@ class DecoderLM(Module):
                        ) -> Iterator[np.ndarray]:
         if max_new_tokens == 0:
             return
-        cache = KVCache.empty(self.config, ids.shape[0])
+        # room for every position at once: the program's ``past`` symbol (the capacity) never changes
+        cache = KVCache.empty(self.config, ids.shape[0], capacity=ids.shape[1] + max_new_tokens)
         done = np.zeros(ids.shape[0], bool)
         step_ids = ids
         for n in range(max_new_tokens):
@@ -526,14 +544,13 @@ class GPT2LMHeadModel(DecoderLM):
                                                                         bias=False)
         self.eval()
 
-    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):
+    def forward(self, input_ids, past_keys, past_values, cache_len=None, last_only: bool = False):
         input_ids = check_graph_tensor(input_ids, type(self).__name__)
-        t, L = self.transformer, input_ids.dims[1]
-        positions = input_ids.graph.iota(to_expr("z") + to_expr(past), (L,), DType.int64)
-        x = t.wte(input_ids) + t.wpe(positions)
+        t = self.transformer
+        x = t.wte(input_ids) + t.wpe(_positions(input_ids, past_keys, cache_len))
         new_keys, new_values = [], []
         for block, pk, pv in zip(t.h, past_keys, past_values):
-            x, k, v = block(x, pk, pv, past)
+            x, k, v = block(x, pk, pv, cache_len)
             new_keys.append(k)
             new_values.append(v)
         x = _last_position(t.ln_f(x)) if last_only else t.ln_f(x)
@@ -582,16 +599,15 @@ class LlamaForCausalLM(DecoderLM):
         object.__setattr__(self, "rope_inv_freq", inv.astype(np.float32))
         self.eval()
 
-    def forward(self, input_ids, past_keys, past_values, past=0, last_only: bool = False):
+    def forward(self, input_ids, past_keys, past_values, cache_len=None, last_only: bool = False):
         input_ids = check_graph_tensor(input_ids, type(self).__name__)
-        m, L = self.model, input_ids.dims[1]
-        graph = input_ids.graph
-        positions = graph.iota(to_expr("z") + to_expr(past), (L,), DType.int64).cast(DType.float32)
+        m, graph = self.model, input_ids.graph
+        positions = _positions(input_ids, past_keys, cache_len).cast(DType.float32)
         inv_freq = graph.tensor(self.rope_inv_freq.shape, "float32", "rope_inv_freq").set(self.rope_inv_freq).keep()
         x = m.embed_tokens(input_ids)
         new_keys, new_values = [], []
         for layer, pk, pv in zip(m.layers, past_keys, past_values):
-            x, k, v = layer(x, pk, pv, past, positions, inv_freq)
+            x, k, v = layer(x, pk, pv, cache_len, positions, inv_freq)
             new_keys.append(k)
             new_values.append(v)
         x = _last_position(m.norm(x)) if last_only else m.norm(x)
@@ -626,34 +642,63 @@ class LlamaForCausalLM(DecoderLM):
 
 
 # ---------------------------------------------------------------------------------------------- running
-@dataclasses.dataclass
 class KVCache:
-    """The cached keys and values of every layer (``(batch, kv_heads, length, head_dim)`` float32 arrays) after
-    ``length`` positions. :meth:`DecoderProgram.step` returns the extended cache; the arrays are the ones the
-    runtime wrote (handed over, not copied) and become the next step's inputs."""
+    """The cached keys and values of every layer: ``keys[i]`` / ``values[i]`` are ``(batch, kv_heads, capacity,
+    head_dim)`` float32 arrays whose first ``length`` positions are valid (keys after RoPE, as Hugging Face's
+    caches hold them).
 
-    keys: list
-    values: list
-    length: int = 0
+    :meth:`DecoderProgram.step` writes each step's keys and values after the valid positions, in place, and
+    passes these same arrays to the next execute: that is how the cache is carried between executes. When a step
+    needs more room the arrays are reallocated to a multiple of ``bucket`` positions (:meth:`reserve`): the
+    compiled program's ``past`` symbol is the capacity, so it changes only then (``bucket=1``: the capacity is
+    the exact cached length at every step)."""
+
+    def __init__(self, keys: list, values: list, length: int = 0, bucket: int = 64):
+        if isinstance(bucket, bool) or not isinstance(bucket, (int, np.integer)) or bucket < 1:
+            raise ValueError(f"bucket must be an int >= 1, got {bucket!r}")
+        self.keys, self.values, self.length, self.bucket = list(keys), list(values), int(length), int(bucket)
 
     @classmethod
-    def empty(cls, config: DecoderConfig, batch: int) -> "KVCache":
-        shape = (batch, config.num_kv_heads, 0, config.head_dim)
+    def empty(cls, config: DecoderConfig, batch: int, capacity: int = 0, bucket: int = 64) -> "KVCache":
+        """An empty cache for ``batch`` rows with room for ``capacity`` positions."""
+        shape = (batch, config.num_kv_heads, int(capacity), config.head_dim)
         return cls([np.zeros(shape, np.float32) for _ in range(config.num_layers)],
-                   [np.zeros(shape, np.float32) for _ in range(config.num_layers)], 0)
+                   [np.zeros(shape, np.float32) for _ in range(config.num_layers)], 0, bucket)
 
     @property
     def batch(self) -> int:
         return self.keys[0].shape[0] if self.keys else 0
 
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
+
+    def reserve(self, positions: int) -> None:
+        """Make room for ``positions`` positions in all (rounded up to a multiple of ``bucket``), keeping the
+        valid ones."""
+        if positions <= self.capacity:
+            return
+        cap = -(-positions // self.bucket) * self.bucket
+        for arrays in (self.keys, self.values):
+            for i, old in enumerate(arrays):
+                new = np.zeros(old.shape[:2] + (cap,) + old.shape[3:], np.float32)
+                new[:, :, :self.length] = old[:, :, :self.length]
+                arrays[i] = new
+
+    def valid(self) -> tuple[list, list]:
+        """Views of the valid positions: ``([keys[:, :, :length]], [values[:, :, :length]])``."""
+        return ([k[:, :, :self.length] for k in self.keys], [v[:, :, :self.length] for v in self.values])
+
 
 class DecoderProgram:
     """One step of a :class:`DecoderLM` as a graph compiled once for ``device`` (``"cpu"``: generated C;
-    ``"reference"``: the numpy interpreter) over the symbols ``batch``, ``seq`` and ``past``.
+    ``"reference"``: the numpy interpreter) over the symbols ``batch``, ``seq`` and ``past`` (the cache's
+    capacity; how many of its positions are valid is the ``cache_len`` input's value).
 
-    Attributes: ``graph``, ``input_ids`` and ``past_keys``/``past_values`` (the inputs), ``logits`` (``(batch,
-    seq, vocab)`` with ``all_logits``, else the last position's ``(batch, 1, vocab)``), ``new_keys``/
-    ``new_values`` (the extended caches), ``compiles`` (how many times the graph was compiled: 1)."""
+    Attributes: ``graph``; the inputs ``input_ids``, ``cache_len`` and ``past_keys``/``past_values``; the
+    outputs ``logits`` (``(batch, seq, vocab)`` with ``all_logits``, else the last position's
+    ``(batch, 1, vocab)``) and ``new_keys``/``new_values`` (the step's, ``(batch, kv_heads, seq, head_dim)``);
+    ``compiles`` (how many times the graph was compiled: 1)."""
 
     def __init__(self, model: DecoderLM, device: str = "cpu", all_logits: bool = False, search: str | None = None):
         if device not in ("cpu", "reference"):
@@ -664,42 +709,49 @@ class DecoderProgram:
         cx = Graph()
         self.graph = cx
         self.input_ids = cx.tensor(("batch", "seq"), "int64", "input_ids")
+        self.cache_len = cx.tensor(1, "int64", "cache_len")
         shape = ("batch", cfg.num_kv_heads, "past", cfg.head_dim)
         self.past_keys = [cx.tensor(shape, "float32", f"past_key.{i}") for i in range(cfg.num_layers)]
         self.past_values = [cx.tensor(shape, "float32", f"past_value.{i}") for i in range(cfg.num_layers)]
-        logits, new_keys, new_values = model(self.input_ids, self.past_keys, self.past_values, to_expr("past"),
+        logits, new_keys, new_values = model(self.input_ids, self.past_keys, self.past_values, self.cache_len,
                                              last_only=not all_logits)
         self.logits = logits.retrieve()
         self.new_keys = [k.retrieve() for k in new_keys]
         self.new_values = [v.retrieve() for v in new_values]
         handles = {"l": self.logits, "k": self.new_keys, "v": self.new_values, "i": self.input_ids,
-                   "pk": self.past_keys, "pv": self.past_values}
+                   "n": self.cache_len, "pk": self.past_keys, "pv": self.past_values}
         cx.compile(remap=handles, device=device, search=search if device == "cpu" else None)
         self.compiles = 1
 
     def step(self, input_ids: np.ndarray, cache: KVCache) -> tuple[np.ndarray, KVCache]:
-        """Run ``input_ids`` (``(batch, seq)`` int64) after ``cache``; returns ``(logits, extended cache)``."""
+        """Run ``input_ids`` (``(batch, seq)`` int64) after the ``cache.length`` cached positions; the step's keys
+        and values are written into ``cache`` (grown if needed) and ``cache.length`` advances by ``seq``.
+        Returns ``(logits, cache)``."""
         ids = np.ascontiguousarray(input_ids, dtype=np.int64)
         _check_ids(ids, self.config)
         if cache.batch != ids.shape[0]:
             raise ValueError(f"the cache holds {cache.batch} rows but input_ids has {ids.shape[0]}")
-        if cache.length + ids.shape[1] > self.config.max_positions:
-            raise ValueError(f"{cache.length} cached + {ids.shape[1]} new tokens exceed the model's "
-                             f"{self.config.max_positions} positions")
+        n, seq = cache.length, ids.shape[1]
+        if n + seq > self.config.max_positions:
+            raise ValueError(f"{n} cached + {seq} new tokens exceed the model's {self.config.max_positions} "
+                             "positions")
+        cache.reserve(n + seq)
         with self._lock:
             self.input_ids.set(ids)
+            self.cache_len.set(np.array([n], np.int64))
             for t, arr in zip(self.past_keys, cache.keys):
                 t.set(arr)
             for t, arr in zip(self.past_values, cache.values):
                 t.set(arr)
             self.graph.execute()
             logits = self.logits.data()
-            # carry: the extended caches are handed over (copy=False), the runtime writes fresh arrays next step
-            keys = [k.data(copy=False) for k in self.new_keys]
-            values = [v.data(copy=False) for v in self.new_values]
-            for t in self.past_keys + self.past_values:  # do not pin the old caches in the graph
-                t.drop()
-        return logits, KVCache(keys, values, cache.length + ids.shape[1])
+            # the carry: this step's keys/values go into the cache arrays, the next execute's inputs
+            for t, arr in zip(self.new_keys, cache.keys):
+                arr[:, :, n:n + seq] = t.data(copy=False)
+            for t, arr in zip(self.new_values, cache.values):
+                arr[:, :, n:n + seq] = t.data(copy=False)
+        cache.length = n + seq
+        return logits, cache
 
 
 # ---------------------------------------------------------------------------------------------- sampling
