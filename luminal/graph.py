@@ -360,6 +360,10 @@ class Graph:
             output, _ = self.resolve(output, ShapeTracker.contiguous_of(()))
             new = self.tensors.get((output, 0))
             if new is None:
+                on_device = getattr(self.runtime, "carry_on_device", None)  # the value stayed on the GPU
+                if on_device is not None and on_device(self, output, input):
+                    self.tensors.pop((input, 0), None)
+                    continue
                 raise GraphError(f"carry: node {output} produced no value")
             dims = self.nodes[input].dims
             if new.ndim != len(dims):  # a compiler pass replaced the output by a node of other rank (a squeeze)

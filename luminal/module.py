@@ -30,6 +30,33 @@ from .graph import Graph, GraphError
 from .tensor import GraphTensor
 
 
+class DeviceValue:
+    """A value that a compiled device kept in its own memory (``device="cuda"`` with ``host_outputs = False``:
+    training state that stays on the GPU between steps): copied to the host on first use."""
+
+    __slots__ = ("graph", "node_id")
+
+    def __init__(self, graph: Graph, node_id: int):
+        self.graph, self.node_id = graph, node_id
+
+    def resolve(self) -> np.ndarray:
+        key = (self.node_id, 0)
+        value = self.graph.tensors.get(key)
+        if value is None:
+            fetch = getattr(self.graph.runtime, "fetch", None)
+            if fetch is not None and fetch(self.graph, self.node_id):
+                value = self.graph.tensors.get(key)
+        if value is None:
+            raise GraphError(f"the device value of node {self.node_id} is no longer available (its graph was "
+                             "recompiled); read training state before changing the graph")
+        return value
+
+
+def resolve(value):
+    """``value``, or the host copy of a :class:`DeviceValue`."""
+    return value.resolve() if isinstance(value, DeviceValue) else value
+
+
 class Parameter:
     """A named host array bound lazily to graphs as a kept input (see the module docstring).
 
@@ -46,6 +73,18 @@ class Parameter:
         self.requires_grad = requires_grad
         self._bound: dict[int, tuple[Graph, GraphTensor]] = {}
         self.name = "param"
+
+    @property
+    def data(self) -> np.ndarray:
+        """The current value (a host array; state kept on a GPU is copied over on first read)."""
+        value = self.__dict__["_data"]
+        if isinstance(value, DeviceValue):
+            value = self.__dict__["_data"] = value.resolve()
+        return value
+
+    @data.setter
+    def data(self, value) -> None:
+        self.__dict__["_data"] = value
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -90,6 +129,7 @@ class Parameter:
 
     def __getstate__(self):
         state = dict(self.__dict__)
+        state["_data"] = self.data  # a value kept on a device is copied to the host
         state.pop("_eager", None)  # the eager handle (and its gradient) is per process
         return state
 

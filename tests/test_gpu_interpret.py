@@ -525,6 +525,47 @@ def test_results_left_on_the_device_until_data_asks():
     np.testing.assert_allclose(z.data(), a.sum(0), rtol=1e-5, atol=1e-5)
 
 
+def test_training_with_results_and_state_left_on_the_device():
+    """host_outputs=False: the carried weights and moments never go through the host between steps (no
+    uploads of them, nothing in graph.tensors), reading them (state_dict, loss) fetches them, and a new batch
+    size (re-allocation) keeps them; the weights equal the reference interpreter's after every phase."""
+    from luminal import nn
+    from luminal.training import SGD
+
+    _require()
+    X, Y = rand((13, 5), 4), rand((13, 3), 5)
+    feeds = [(X[:8], Y[:8])] * 3 + [(X[:5], Y[:5])] * 2 + [(X[5:13], Y[5:13])]
+    weights, losses = {}, {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        nn.init.manual_seed(1)
+        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        x, y = cx.tensor(("b", 5)), cx.tensor(("b", 3))
+        loss = ((m(x) - y) ** 2).mean().retrieve()
+        SGD(m.parameters(), lr=0.1, momentum=0.9).minimize(loss)
+        x.set(X[:8]), y.set(Y[:8])
+        cx.compile(device=device)
+        if device == DEV:
+            cx.runtime.host_outputs = False
+            calls = _count_uploads(cx.runtime)
+        weights[device], losses[device] = [], []
+        for step, (xb, yb) in enumerate(feeds):
+            x.set(xb), y.set(yb)
+            if device == DEV:
+                calls.clear()
+            cx.execute()
+            if device == DEV and step in (1, 2, 4):
+                assert max(calls) <= 5 * 8, calls  # batches and hyperparameters only, no weights or moments
+                assert all((i, 0) not in cx.tensors for _, i in cx.carries)
+            losses[device].append(float(loss.data()))
+            if step in (2, 5):
+                weights[device].append({k: np.array(v) for k, v in m.state_dict().items()})
+    np.testing.assert_allclose(losses[DEV], losses["reference"], **CHAIN)
+    for ref, got in zip(weights["reference"], weights[DEV]):
+        for k, v in ref.items():
+            np.testing.assert_allclose(got[k], v, **CHAIN)
+
+
 class _FakeCudaArray:
     """Only the CUDA array interface of a device array (no GPU needed to test set()'s checks)."""
 
@@ -564,6 +605,7 @@ def test_gemm_configurations_parse_and_cover_the_grid():
         assert GemmConfig.parse(cfg.name) == cfg
         assert gemm_programs((2, 300, 129, 7), cfg) == 2 * -(-300 // cfg.bm) * -(-129 // cfg.bn)
     assert GemmConfig.parse("blas") is None and GemmConfig.parse("triton:64x64:w4:s3") is None
+    assert GemmConfig.parse("cublas").cublas
 
 
 # ---------------------------------------------------------------------------- a real GPU only (pytest -m gpu)

@@ -252,6 +252,9 @@ class GPURuntime:
         if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0"):
             print(f"# luminal: Triton source for device {device!r}\n{self.tprogram.source}")
         self.module = _load_module(self.tprogram.source)
+        from ..codegen.kernel import GemmKernel
+
+        self._gemm_kernels = {k.out: k for k in self.program.kernels if isinstance(k, GemmKernel)}
         self._version = graph.version
         self._key = None
         self._buffers: dict[int, object] = {}
@@ -270,7 +273,8 @@ class GPURuntime:
         # the device until data() asks (fetch) or data(device=True) copies them on the device; for programs
         # whose results stay on the GPU. Carried state is always on the host too.
         self.host_outputs = True
-        self._pending: dict[int, dict] = {}
+        self._pending: dict[int, dict] = {}      # kept result left on the device -> its bindings
+        self._carried_in: dict[int, int] = {}    # input whose carried value is only on the device -> its buffer
 
     @property
     def source(self) -> str:
@@ -325,6 +329,8 @@ class GPURuntime:
                 from ..shape import UnboundSymbolError
                 raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
                                          "Graph.set_dim")
+            for node_id in list(self._carried_in):  # state only on the device: to the host before re-allocating
+                self._fetch(graph, node_id)
             self._allocate(dict(dyn))
             self._key = key
         bindings = dict(dyn)
@@ -336,6 +342,13 @@ class GPURuntime:
             shape = tuple(d.evaluate(bindings) for d in node.dims)
             arr = tensors.get((node_id, 0))
             deferred = node_id in graph.deferred
+            source = self._carried_in.get(node_id)
+            if arr is None and source is not None and not deferred:  # carried state that stayed on the device
+                if source != node_id:
+                    memory.copy(self._buffers[node_id], self._buffers[source], self._sizes[node_id])
+                    self._carried_in[node_id] = node_id
+                continue
+            self._carried_in.pop(node_id, None)
             if arr is None or tuple(arr.shape) != shape or deferred:
                 graph._load_input(node, shape, bindings)
                 arr = tensors[(node_id, 0)]
@@ -420,7 +433,10 @@ class GPURuntime:
                 extra = [e.evaluate(bindings) for e in launch.extra]
                 args += extra
                 if launch.kind == "gemm" and self.device == "cuda":
-                    cfg = self._gemm_config(launch, fn, args, extra, tune)
+                    cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
+                    if cfg.cublas:
+                        self._cublas(launch, bindings)
+                        continue
                     programs = gemm_programs(extra, cfg)
                     if programs > 0:
                         fn[(programs,)](*args, **cfg.launch_kwargs())
@@ -432,7 +448,7 @@ class GPURuntime:
                 with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
                     fn[(programs,)](*args, **launch.constexprs)
 
-    def _gemm_config(self, launch, fn, args, extra, tune: bool) -> "GemmConfig":
+    def _gemm_config(self, launch, fn, args, extra, tune: bool, bindings) -> "GemmConfig":
         batch, M, N, K = extra
         key = (launch.name, batch, M, N, K)
         cfg = self._gemm_choice.get(key)
@@ -442,19 +458,59 @@ class GPURuntime:
         tkey = _gemm_tuning_key(self.tprogram.source, launch.name, extra)
         from . import tuning
 
-        cached = tuning.lookup(tkey, valid=lambda e: GemmConfig.parse(e["choice"]) is not None)
+        cached = tuning.lookup(tkey, valid=lambda e: GemmConfig.parse(e["choice"]) is not None and (
+            not GemmConfig.parse(e["choice"]).cublas or self._cublas_views(launch, bindings) is not None))
         if cached is not None:
             cfg = GemmConfig.parse(cached["choice"])
         elif tune and batch * M * N * K >= GEMM_SEARCH_MIN_WORK:
-            cfg = self._measure_gemm(launch, fn, args, extra, default)
+            cfg = self._measure_gemm(launch, fn, args, extra, default, bindings)
             tuning.store(tkey, {"choice": cfg.name, "seconds": cfg.seconds})
         else:
             cfg = default
         self._gemm_choice[key] = cfg
         return cfg
 
-    def _measure_gemm(self, launch, fn, args, extra, default: "GemmConfig") -> "GemmConfig":
-        """Time every candidate tile configuration of one GEMM on its real operands (CUDA events, warm-up plus
+    def _cublas_views(self, launch, bindings):
+        """CuPy views ``(A [*b, M, K], B [*b, K, N], C [*b, M, N])`` of one GEMM's buffers for cuBLAS (through
+        ``cupy.matmul``), or None when an operand view is masked or the dtype is not float32/float64."""
+        kernel = self._gemm_kernels.get(launch.out)
+        if kernel is None or kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or \
+                kernel.b_view.masks:
+            return None
+        cupy = self.memory.cupy
+        nb = len(kernel.dims) - 2
+        item = np.dtype(kernel.dtype.value).itemsize
+
+        def view(buf, tracker, axes):
+            dims = [tracker.dims[j].evaluate(bindings) for j in axes]
+            strides = [tracker.strides[j].evaluate(bindings) for j in axes]
+            offset = tracker.offset.evaluate(bindings)
+            if any(st < 0 for st in strides) or offset < 0:
+                return None
+            ptr = cupy.cuda.MemoryPointer(buf.data.mem, buf.data.ptr - buf.data.mem.ptr + offset * item)
+            return cupy.ndarray(tuple(dims), dtype=buf.dtype, memptr=ptr, strides=tuple(st * item for st in strides))
+
+        batch = list(range(nb))
+        a = view(self._buffers[kernel.a], kernel.a_view, batch + [nb, nb + 2])
+        b = view(self._buffers[kernel.b], kernel.b_view, batch + [nb + 2, nb + 1])
+        if a is None or b is None:
+            return None
+        shape = tuple(d.evaluate(bindings) for d in kernel.dims)
+        c = self._buffers[kernel.out][:int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        return a, b, c
+
+    def _cublas(self, launch, bindings) -> None:
+        a, b, c = self._cublas_views(launch, bindings)
+        if c.size == 0:
+            return
+        with self.memory.stream:
+            if a.shape[-1] == 0:
+                c.fill(0)
+            else:
+                self.memory.cupy.matmul(a, b, out=c)
+
+    def _measure_gemm(self, launch, fn, args, extra, default: "GemmConfig", bindings) -> "GemmConfig":
+        """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) on its real operands (CUDA events, warm-up plus
         the minimum of 3 rounds of 3 launches); a candidate whose result differs from the default
         configuration's beyond float32 accumulation-order noise is dropped. Returns the fastest."""
         cupy = self.memory.cupy
@@ -463,10 +519,20 @@ class GPURuntime:
         n_out = self._sizes[launch.out]
         results = []
         ref = None
-        for cfg in [default] + [c for c in GEMM_CANDIDATES if c != default]:
-            programs = gemm_programs(extra, cfg)
+        pool = GEMM_CANDIDATES if self.search == "full" else GEMM_CANDIDATES[:3]
+        pool = [default] + [c for c in pool if c != default]
+        if self._cublas_views(launch, bindings) is not None:
+            pool.append(CUBLAS)
+
+        def run(cfg):
+            if cfg.cublas:
+                self._cublas(launch, bindings)
+            else:
+                fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs())
+
+        for cfg in pool:
             try:
-                fn[(programs,)](*args, **cfg.launch_kwargs())  # compile + warm up
+                run(cfg)  # compile + warm up
                 stream.synchronize()
             except Exception as e:  # noqa: BLE001 - e.g. out of shared memory for a large tile
                 self.search_log.append({"kernel": launch.name, "config": cfg.name, "error": str(e)[:200]})
@@ -484,7 +550,7 @@ class GPURuntime:
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
                 start.record(stream)
                 for _ in range(3):
-                    fn[(programs,)](*args, **cfg.launch_kwargs())
+                    run(cfg)
                 end.record(stream)
                 end.synchronize()
                 best = min(best, cupy.cuda.get_elapsed_time(start, end) / 3 * 1e-3)
@@ -495,7 +561,7 @@ class GPURuntime:
             with stream:
                 out[:n_out] = ref
         best, cfg = min(results, key=lambda r: r[0])
-        return GemmConfig(cfg.bm, cfg.bn, cfg.bk, cfg.warps, cfg.stages, seconds=best)
+        return GemmConfig(cfg.bm, cfg.bn, cfg.bk, cfg.warps, cfg.stages, cfg.cublas, seconds=best)
 
     def _finish(self, graph: Graph, bindings) -> None:
         """Wait for the kernels, raise the errors they reported, copy the kept results device -> host."""
@@ -512,7 +578,7 @@ class GPURuntime:
         self._resident.clear()
         self._pending = {}
         for node_id in self.program.outputs:
-            if not self.host_outputs and node_id not in carried:
+            if not self.host_outputs:
                 self._pending[node_id] = bindings  # copied to the host by fetch() when data() asks for it
                 continue
             dims, dtype = self.program.buffers[node_id]
@@ -527,19 +593,40 @@ class GPURuntime:
             tensors[(node_id, 0)] = host
 
     def fetch(self, graph: Graph, node_id: int) -> bool:
-        """Copy a kept result that the last ``execute()`` left on the device (``host_outputs = False``) to the
-        host, into ``graph.tensors``; False when there is none."""
+        """Copy a value that only lives on the device (``host_outputs = False``: a kept result of the last
+        ``execute()``, or an input's carried state) to the host, into ``graph.tensors``; False when there is
+        none."""
         with self._lock:
-            bindings = self._pending.pop(node_id, None)
-            if bindings is None:
+            return self._fetch(graph, node_id)
+
+    def _fetch(self, graph: Graph, node_id: int) -> bool:
+        bindings = self._pending.pop(node_id, None)
+        source = node_id
+        if bindings is None:
+            source = self._carried_in.pop(node_id, None)
+            if source is None:
                 return False
-            dims, dtype = self.program.buffers[node_id]
-            shape = tuple(d.evaluate(bindings) for d in dims)
-            host = self.memory.download(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
-            if dtype.value != storage_name(dtype):
-                host = host.view(dtype.numpy)
-            graph.tensors[(node_id, 0)] = host.reshape(shape)
-            return True
+            bindings = dict(graph.dyn_map)
+        dims, dtype = self.program.buffers[node_id]
+        shape = tuple(d.evaluate(bindings) for d in dims)
+        self.memory.synchronize()
+        host = self.memory.download(self._buffers[source], self._sizes[node_id], storage_name(dtype))
+        if dtype.value != storage_name(dtype):
+            host = host.view(dtype.numpy)
+        host = host.reshape(shape)
+        if source != node_id or node_id in self.program.inputs:  # the device copy stays the one the next step reads
+            host.flags.writeable = False
+            self._resident[id(host)] = (host, source)
+        graph.tensors[(node_id, 0)] = host
+        return True
+
+    def carry_on_device(self, graph: Graph, output: int, input: int) -> bool:
+        """``Graph`` carries: when ``output`` was left on the device, the next ``execute()`` copies it into
+        ``input``'s buffer on the device (no host round trip); True when taken care of."""
+        if output not in self._pending:
+            return False
+        self._carried_in[input] = output
+        return True
 
     def device_array(self, node_id: int):
         """A CuPy copy of a kept node's device buffer (flat), for ``GraphTensor.data(device=True)``."""
@@ -571,7 +658,9 @@ class GPURuntime:
 
 
 # ---------------------------------------------------------------------------- GEMM configurations (cuda)
-GEMM_SEARCH_MIN_WORK = 1 << 24  # batch*M*N*K below this keeps the default tiles (the search would cost more)
+# batch*M*N*K below this keeps the default tiles: each candidate costs a Triton compile (about 1-2 s), more than
+# a small GEMM could ever win back (measured on an H100: W6 x16's six GEMMs x 6 candidates took 53 s to search)
+GEMM_SEARCH_MIN_WORK = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -582,14 +671,19 @@ class GemmConfig:
     bk: int
     warps: int = 4
     stages: int = 3
+    cublas: bool = False  # cuBLAS through cupy.matmul instead of the generated kernel (plain strided operands)
     seconds: float = field(default=0.0, compare=False)
 
     @property
     def name(self) -> str:
+        if self.cublas:
+            return "cublas"
         return f"triton:{self.bm}x{self.bn}x{self.bk}:w{self.warps}:s{self.stages}"
 
     @staticmethod
     def parse(name: str) -> "GemmConfig | None":
+        if name == "cublas":
+            return CUBLAS
         try:
             kind, tiles, w, st = name.split(":")
             bm, bn, bk = (int(v) for v in tiles.split("x"))
@@ -606,6 +700,9 @@ class GemmConfig:
 
 GEMM_CANDIDATES = (GemmConfig(64, 64, 32, 4, 3), GemmConfig(128, 128, 32, 8, 3), GemmConfig(128, 64, 32, 4, 3),
                    GemmConfig(64, 128, 32, 4, 3), GemmConfig(128, 128, 16, 8, 4), GemmConfig(128, 256, 32, 8, 3))
+
+
+CUBLAS = GemmConfig(0, 0, 0, 0, 0, True)
 
 
 def gemm_programs(extra, cfg: GemmConfig) -> int:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ..graph import Graph, GraphError
-from ..module import Module, Parameter
+from ..module import DeviceValue, Module, Parameter, resolve
 from ..tensor import GraphTensor
 from .autograd import grad as _grad
 
@@ -186,7 +186,7 @@ class Optimizer:
                 st = self.state.setdefault(p, {"step": 0})
                 bufs = {}
                 for name in self._state_names(group):
-                    arr = st.get(name)
+                    arr = resolve(st.get(name))
                     if arr is None:
                         arr = st[name] = self._init_state(name, p, group)
                     t = graph.tensor(p.shape, p.dtype, f"{p.name}.{name}").set(arr).keep()
@@ -211,14 +211,16 @@ class Optimizer:
             st = self.state[p]
             st["step"] += 1
             inputs = st["_inputs"]
-            new = graph.tensors[(inputs["param"].id, 0)]
-            p.data = new
+            new = graph.tensors.get((inputs["param"].id, 0))
+            # None: the runtime kept the new value on its device (cuda, host_outputs=False); read on first use
+            p.data = new if new is not None else DeviceValue(graph, inputs["param"].id)
             for other in p.bound_tensors():  # other graphs using this parameter see the new value
                 if other.graph is not graph:
-                    other.graph.tensors[(other.id, 0)] = new
+                    other.graph.tensors[(other.id, 0)] = p.data
             for name, t in inputs.items():
                 if name != "param":
-                    st[name] = graph.tensors[(t.id, 0)]
+                    value = graph.tensors.get((t.id, 0))
+                    st[name] = value if value is not None else DeviceValue(graph, t.id)
 
     # ------------------------------------------------------------------ state dicts
     def state_dict(self) -> dict:
@@ -227,7 +229,7 @@ class Optimizer:
         state = {}
         for p, st in self.state.items():
             if p in index:
-                state[index[p]] = {k: (np.array(v) if isinstance(v, np.ndarray) else v)
+                state[index[p]] = {k: (np.array(resolve(v)) if isinstance(v, (np.ndarray, DeviceValue)) else v)
                                    for k, v in st.items() if not k.startswith("_")}
         groups = []
         for g in self.param_groups:
