@@ -3,6 +3,7 @@
 
 Run:  python benchmarks/generate.py [--arch gpt2|llama] [--layers 12] [--hidden 768] [--heads 12]
                                     [--vocab 50257] [--prompt 32] [--new 128] [--rounds 3] [--torch-threads N]
+                                    [--search off|quick|full]
 
 The default model is GPT-2-small-shaped (12 layers, hidden 768, 12 heads, vocabulary 50257, 1024 positions)
 with random weights: built with transformers from a config (``torch.manual_seed(0)``), saved as safetensors to
@@ -10,7 +11,8 @@ a temporary folder and loaded by ``DecoderLM.from_pretrained``, so both sides ru
 generate greedily in the same process, alternating rounds (luminal, torch, luminal, ...); each side reports its
 best round. Columns:
   compile s     luminal: building + compiling the step graph once (symbolic batch, seq and past; cold cache
-                unless LUMINAL_CACHE_DIR already holds it); torch: none.
+                unless LUMINAL_CACHE_DIR already holds it; with --search, the kernel measurements too); torch:
+                none.
   prompt ms     the prompt step (``seq`` = prompt length, past 0) alone.
   ms/token      (generate time - prompt step) / (new - 1): the one-token steps with the cache.
   tokens/s      new tokens / whole generate time (prompt step included).
@@ -46,6 +48,8 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--torch-threads", type=int, default=None, help="default: torch's own choice")
+    parser.add_argument("--search", default=None, choices=["off", "quick", "full"],
+                        help="luminal's GEMM kernel search level (Graph.compile's search=; default off)")
     args = parser.parse_args()
 
     import torch
@@ -85,12 +89,12 @@ def main() -> None:
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, {os.cpu_count()} cpus")
 
     t0 = time.perf_counter()
-    prog = model.program("cpu")
+    prog = model.program("cpu", search=args.search)
     compile_s = time.perf_counter() - t0
 
     def lum_round():
         t = time.perf_counter()
-        it = model.generate(ids, args.new, stream=True)
+        it = model.generate(ids, args.new, stream=True, search=args.search)
         first = next(it)
         t_first = time.perf_counter() - t
         rest = list(it)
@@ -117,7 +121,7 @@ def main() -> None:
                 best[name] = r
     same = np.array_equal(best["luminal"][2], best["torch"][2])
     agree = int(np.argmin(np.concatenate([best["luminal"][2] == best["torch"][2], [False]])))
-    assert prog.compiles == 1 and model.program("cpu") is prog
+    assert prog.compiles == 1 and model.program("cpu", search=args.search) is prog
 
     print()
     print(f"{'side':<9} {'compile s':>9} {'prompt ms':>10} {'ms/token':>9} {'tokens/s':>9}")

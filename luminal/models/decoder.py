@@ -468,16 +468,16 @@ class DecoderLM(Module):
                 self._programs[key] = prog
         return prog
 
-    def logits(self, input_ids, device: str = "cpu") -> np.ndarray:
+    def logits(self, input_ids, device: str = "cpu", search: str | None = None) -> np.ndarray:
         """Logits ``(batch, seq, vocab)`` (``(seq, vocab)`` for 1-D ids) of a full forward without a cache."""
         ids, single = _as_ids(input_ids, self.config)
         cache = KVCache.empty(self.config, ids.shape[0], capacity=ids.shape[1])
-        out, _ = self.program(device, all_logits=True).step(ids, cache)
+        out, _ = self.program(device, all_logits=True, search=search).step(ids, cache)
         return out[0] if single else out
 
     def generate(self, input_ids, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed=None, eos_token_id=None,
-                 stream: bool = False, device: str = "cpu"):
+                 stream: bool = False, device: str = "cpu", search: str | None = None):
         """Continue ``input_ids`` (1-D ids, or a ``(batch, seq)`` array of equally long prompts) by up to
         ``max_new_tokens`` tokens with the KV cache: one prompt step, then one step per token, all on the one
         compiled program of :meth:`program` (no recompiles).
@@ -488,6 +488,7 @@ class DecoderLM(Module):
         ``numpy.random.Generator``). ``eos_token_id`` (an int or a list; default none) stops a row when it
         emits one; finished rows then repeat it until every row has finished.
 
+        ``device``/``search``: the program's (:meth:`program`; ``search`` is ``Graph.compile``'s kernel search).
         ``stream=False`` returns the prompt followed by the new tokens (``(batch, seq + n)`` int64, or 1-D for
         a 1-D prompt); ``stream=True`` returns an iterator yielding each new token as soon as it is chosen (an
         int for a 1-D prompt, a ``(batch,)`` array otherwise)."""
@@ -501,7 +502,7 @@ class DecoderLM(Module):
         _check_sampling(temperature, top_k, top_p)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         eos = set() if eos_token_id is None else set(np.atleast_1d(np.asarray(eos_token_id)).tolist())
-        prog = self.program(device)  # built (and any error raised) now, not at the first next() of a stream
+        prog = self.program(device, search=search)  # built (and errors raised) now, not at a stream's first next()
         it = self._generate_iter(prog, ids, int(max_new_tokens), do_sample, temperature, top_k, top_p, rng, eos)
         if stream:
             return (int(t[0]) for t in it) if single else it
