@@ -652,19 +652,30 @@ def test_cuda_device_arrays_in_and_out():
 @pytest.mark.gpu
 @cuda_only
 def test_cuda_gemm_search_measures_checks_and_caches():
-    a, b = rand((512, 384), 1), rand((384, 640), 2)
+    """A GEMM above the search threshold (2^28 multiply-adds) is measured (tile configurations and cuBLAS),
+    the winner is cached, and the program (two GEMMs with elementwise work between them) is captured in
+    segments around any cuBLAS call: replays give the same results."""
+    a, b = rand((1024, 512), 1), rand((512, 1024), 2)
 
     def build(search):
         cx = lm.Graph()
-        y = (cx.tensor((512, 384)).set(a) @ cx.tensor((384, 640)).set(b)).retrieve()
+        x = cx.tensor((1024, 512)).set(a)
+        w = cx.tensor((512, 1024)).set(b)
+        y = (((x @ w).relu() * 0.01) @ w.T).retrieve()
         cx.compile(device="cuda", search=search)
         cx.execute()
         return cx, y
 
+    want = (np.maximum(a.astype(np.float64) @ b, 0) * 0.01) @ b.T
     cx, y = build("quick")
     timed = [e for e in cx.runtime.search_log if "seconds" in e]
-    assert len(timed) >= 2, cx.runtime.search_log
-    np.testing.assert_allclose(y.data(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    assert len(timed) >= 4, cx.runtime.search_log
+    assert {e["config"] for e in timed} >= {"cublas", "triton:64x64x32:w4:s3"}, timed
+    np.testing.assert_allclose(y.data(), want, rtol=1e-4, atol=1e-3)
+    for _ in range(3):
+        cx.execute()
+        np.testing.assert_allclose(y.data(), want, rtol=1e-4, atol=1e-3)
+    assert cx.runtime.memory.graphs and cx.runtime.graph_replays >= 2
     chosen = set(cx.runtime._gemm_choice.values())
     cx2, y2 = build("off")  # the cached winner, no measuring
     assert not cx2.runtime.search_log and set(cx2.runtime._gemm_choice.values()) == chosen

@@ -25,11 +25,13 @@ modulo by zero) are read back from a one-element buffer after the run and raised
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,7 +88,10 @@ class TorchCPUMemory:
 
     def upload(self, dst, arr: np.ndarray) -> None:
         if arr.size:
-            dst[:arr.size].copy_(self.torch.from_numpy(arr.reshape(-1)))
+            with warnings.catch_warnings():  # torch warns about read-only arrays (carried state); only read here
+                warnings.simplefilter("ignore", UserWarning)
+                src = self.torch.from_numpy(arr.reshape(-1))
+            dst[:arr.size].copy_(src)
 
     def copy(self, dst, src, n: int) -> None:
         if n:
@@ -373,80 +378,101 @@ class GPURuntime:
         return bindings
 
     def _launch(self, bindings) -> None:
-        """Run every kernel: replay the captured CUDA graph of these bindings; else launch one by one, and on
-        the second run with the same bindings capture the launches into a CUDA graph (``cuda`` only;
-        ``LUMINAL_CUDA_GRAPHS=0`` turns capture off; a failed capture warns once and runs uncaptured)."""
+        """Run every kernel: replay the captured CUDA graph(s) of these bindings; else launch one by one, and on
+        the second run with the same bindings capture the launches (``cuda`` only; ``LUMINAL_CUDA_GRAPHS=0``
+        turns capture off; a failed capture warns once and runs uncaptured). cuBLAS calls cannot be captured
+        (CuPy refuses them during capture), so a program with cuBLAS GEMMs is captured as the segments between
+        them: each execute then replays ``segments`` graphs and makes the cuBLAS calls in between."""
         memory = self.memory
-        cuda_graph = self._graphs.get(self._key)
-        if cuda_graph is not None:
-            cuda_graph.launch(memory.stream)
-            self.graph_replays += 1
+        plan = self._graphs.get(self._key)
+        if plan is not None:
+            self._replay(plan, memory.stream)
             return
         if memory.graphs and self._warm == self._key:
-            cuda_graph = self._capture(bindings)
-            if cuda_graph is not None:
-                self._graphs[self._key] = cuda_graph
-                cuda_graph.launch(memory.stream)
-                self.graph_replays += 1
+            plan = self._capture(bindings)
+            if plan is not None:
+                self._graphs[self._key] = plan
+                self._replay(plan, memory.stream)
                 return
-        self._launch_kernels(bindings, tune=self.search != "off")
+        with memory.launching():
+            for _, step in self._steps(bindings, tune=self.search != "off"):
+                step()
         self._warm = self._key
 
+    def _replay(self, plan, stream) -> None:
+        with self.memory.launching():
+            for kind, item in plan:
+                if kind == "graph":
+                    item.launch(stream)
+                else:
+                    item()
+        self.graph_replays += 1
+
     def _capture(self, bindings):
+        """``[("graph", CUDA graph) | ("call", cuBLAS call), ...]`` in program order, or None (capture failed)."""
         stream = self.memory.stream
-        try:
+        plan, pending = [], []
+
+        def flush():
+            if not pending:
+                return
             stream.begin_capture()
+            try:
+                for step in pending:
+                    step()
+            except BaseException:
+                try:
+                    stream.end_capture()
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    pass
+                raise
+            plan.append(("graph", stream.end_capture()))
+            pending.clear()
+
+        try:
+            with self.memory.launching():
+                for capturable, step in self._steps(bindings, tune=False):
+                    if capturable:
+                        pending.append(step)
+                    else:
+                        flush()
+                        plan.append(("call", step))
+                flush()
         except Exception as e:  # noqa: BLE001 - capture is an optimization
             self._no_graphs(e)
             return None
-        try:
-            self._launch_kernels(bindings, tune=False)
-        except Exception as e:  # noqa: BLE001
-            try:
-                stream.end_capture()
-            except Exception:  # noqa: BLE001
-                pass
-            self._no_graphs(e)
-            return None
-        try:
-            return stream.end_capture()
-        except Exception as e:  # noqa: BLE001
-            self._no_graphs(e)
-            return None
+        return plan
 
     def _no_graphs(self, e: Exception) -> None:
-        import warnings
-
         self.memory.graphs = False
         warnings.warn(f"luminal (cuda): CUDA graph capture failed ({type(e).__name__}: {e}); launching kernels one "
                       "by one", RuntimeWarning, stacklevel=3)
 
-    def _launch_kernels(self, bindings, tune: bool = False) -> None:
-        """Launch every kernel in order (asynchronously on the device; nothing is copied). GEMMs take their
-        measured tile configuration (``search`` on ``cuda``) or the default one."""
+    def _steps(self, bindings, tune: bool = False):
+        """``(capturable, call)`` per kernel in program order; each call launches asynchronously on the device
+        (Triton kernels; cuBLAS GEMMs, not capturable). GEMMs take their measured tile configuration
+        (``search`` on ``cuda``) or the default one; with ``tune`` a GEMM's candidates are timed when it is
+        reached (its operands are ready: the steps before it have run)."""
         err_arg = self.memory.arg(self._err)
-        with self.memory.launching():
-            for launch in self.tprogram.launches:
-                fn = getattr(self.module, launch.name)
-                args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [err_arg]
-                args += [bindings[s] for s in launch.symbols]
-                extra = [e.evaluate(bindings) for e in launch.extra]
-                args += extra
-                if launch.kind == "gemm" and self.device == "cuda":
-                    cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
-                    if cfg.cublas:
-                        self._cublas(launch, bindings)
-                        continue
-                    programs = gemm_programs(extra, cfg)
-                    if programs > 0:
-                        fn[(programs,)](*args, **cfg.launch_kwargs())
+        for launch in self.tprogram.launches:
+            fn = getattr(self.module, launch.name)
+            args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [err_arg]
+            args += [bindings[s] for s in launch.symbols]
+            extra = [e.evaluate(bindings) for e in launch.extra]
+            args += extra
+            if launch.kind == "gemm" and self.device == "cuda":
+                cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
+                if cfg.cublas:
+                    yield False, functools.partial(self._cublas, launch, dict(bindings))
                     continue
-                count = launch.grid[0].evaluate(bindings)
-                programs = -(-count // launch.grid[1])
-                if programs <= 0:
-                    continue
-                with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
-                    fn[(programs,)](*args, **launch.constexprs)
+                programs = gemm_programs(extra, cfg)
+                if programs > 0:
+                    yield True, functools.partial(_run_triton, fn, programs, args, cfg.launch_kwargs())
+                continue
+            count = launch.grid[0].evaluate(bindings)
+            programs = -(-count // launch.grid[1])
+            if programs > 0:
+                yield True, functools.partial(_run_triton, fn, programs, args, launch.constexprs)
 
     def _gemm_config(self, launch, fn, args, extra, tune: bool, bindings) -> "GemmConfig":
         batch, M, N, K = extra
@@ -655,6 +681,11 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
+
+
+def _run_triton(fn, programs: int, args, kwargs) -> None:
+    with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
+        fn[(programs,)](*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------- GEMM configurations (cuda)
