@@ -213,7 +213,6 @@ def main() -> None:
     print("| case | " + " | ".join(f"{c} ms (med/min/max)" for c in cols) + " | GFLOP/s torch / lum kernels | "
           "first s torch / compile / luminal | kernels (graph replays) | max rel err |")
     print("|---" * (len(cols) + 5) + "|")
-    searched = []
     for case in args.only.split(","):
         try:
             r = run(case, args.seconds, not args.no_compile, args.search)
@@ -233,11 +232,8 @@ def main() -> None:
         wrong = " WRONG" if r.get("WRONG") else ""
         print(f"| {case} | " + " | ".join(cells) + f" | {gf} | {first} | {r['kernels']} ({r['graph replays']}) | "
               f"{r['max rel err']:.1e}{wrong} |", flush=True)
-        searched += [(case, e) for e in r["search"]]
-    if searched:
-        print("\nGEMM candidates measured (seconds per launch, CUDA events, min of 3 rounds of 3):")
-        for case, e in searched:
-            print(f"  {case} {e}")
+        for e in r["search"]:  # GEMM candidates: seconds per launch, CUDA events, min of 3 rounds of 3
+            print(f"  {case} searched: {e}", flush=True)
 
 
 if __name__ == "__main__":
