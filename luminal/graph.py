@@ -1,11 +1,15 @@
-"""The computation graph: nodes (primitive ops), data and schedule edges, tensor store, reference execution.
+"""The computation graph: nodes (primitive ops), data and schedule edges, tensor store, execution entry points.
 
 A :class:`Graph` is both the program and its runtime state. Nodes hold a
 primitive :class:`~luminal.ops.Op`; a data edge carries the source node, its
 output slot and the :class:`~luminal.shape.ShapeTracker` through which the
 consumer reads it (views live on edges, never in nodes). Schedule edges only
-order execution. ``execute()`` is the reference interpreter: it runs each node
-with numpy in topological order and frees intermediates by reference count.
+order execution. ``execute()`` hands the graph to its runtime (``graph.runtime``,
+a plug-in of :mod:`luminal.runtime`), then runs the checks, carries and hooks;
+a graph never compiled runs on the reference interpreter
+(:mod:`luminal.runtime.reference`: each node with numpy in topological order,
+intermediates freed by reference count). This module imports no runtime at
+import time: runtimes are imported where they are first used.
 
 Example::
 
@@ -24,17 +28,19 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from . import ops
 from .dtype import DType, as_dtype
 from .ops import GraphError, Op
-from .shape import Expression, ShapeTracker, UnboundSymbolError, to_expr
+from .shape import Expression, ShapeTracker, UnboundSymbolError, to_expr  # noqa: F401  (UnboundSymbolError: re-export)
+
+if TYPE_CHECKING:  # runtimes sit above the graph layer: imported where they are used, never at import time
+    from .runtime.reference import OpTiming
 
 
 @dataclass(frozen=True)
@@ -62,22 +68,11 @@ class Node:
         return self.name or str(self.op)
 
 
-@dataclass
-class OpTiming:
-    """One row of :meth:`Graph.execute_debug`."""
-
-    node: int
-    op: str
-    shape: tuple[int, ...]
-    dtype: str
-    seconds: float
-
-
 _MAX_DIM = 2 ** 63 - 1  # symbols are 64-bit signed ints in compiled code
 
 
 class Graph:
-    """A lazy computation graph plus the reference interpreter (see the module docstring).
+    """A lazy computation graph and its run-time state (see the module docstring).
 
     Attributes:
         nodes: node id -> :class:`Node`.
@@ -108,7 +103,9 @@ class Graph:
         # (output node, input node): after each execute the input takes the output's value (training state)
         self.carries: list[tuple[int, int]] = []
         self.diff_results: dict[str, dict] = {}
-        self.runtime = None  # a compiled backend replaces the reference interpreter here
+        # the runtime plug-in that executes the graph (luminal.runtime: execute(graph), stale(graph), optional
+        # recycle/fetch/carry_on_device hooks); None: the reference interpreter (luminal.runtime.reference)
+        self.runtime = None
         # replaced node -> (its replacement, view rewrite or None), for remapping user handles
         self.redirects: dict[int, tuple[int, Callable | None]] = {}
         # node -> (rule name, operand (node id, view) pairs, parameter, result dims): autograd differentiates the
@@ -478,7 +475,8 @@ class Graph:
     def compile(self, compiler=None, remap=(), device: str | None = None, search: str | None = None,
                 budget_s: float | None = None):
         """Run ``compiler`` (an object with ``compile(graph, remap)``, a callable, or a sequence of them), then
-        choose the runtime: ``device="cpu"`` (generated C) or ``"reference"`` (numpy interpreter).
+        choose the runtime (:func:`luminal.runtime.devices`): ``device="cpu"`` (generated C) or ``"reference"``
+        (the numpy interpreter, :mod:`luminal.runtime.reference`).
 
         Without a ``compiler``, a compiled device runs the default pipeline
         (:func:`luminal.compiler.GenericCompiler`: equality saturation over the graph, dead-node removal,
@@ -566,10 +564,14 @@ class Graph:
             self._attach_runtime()
         if self.device != "cuda":
             self._refuse_device_arrays()
-        if self.runtime is not None:
-            self.runtime.execute(self)
-        else:
-            self._interpret(None)
+        runtime = self.runtime
+        if runtime is None:  # never compiled (or a compiled device fell back): the reference interpreter
+            from .runtime.reference import REFERENCE as runtime  # runtimes are plug-ins above the graph layer
+        runtime.execute(self)
+        self._finish_run()
+
+    def _finish_run(self) -> None:
+        """After a run: the data checks, then the carries, then the post-execute hooks."""
         self._run_checks()
         self._apply_carries()
         for hook in list(self.post_execute_hooks):
@@ -585,156 +587,29 @@ class Graph:
                                 "device='cuda'")
 
     def execute_debug(self, print_table: bool = True) -> list[OpTiming]:
-        """Like :meth:`execute` (reference interpreter) but times each op; prints and returns the table."""
-        rows: list[OpTiming] = []
-        self._interpret(rows)
-        self._run_checks()
-        self._apply_carries()
-        for hook in list(self.post_execute_hooks):
-            hook(self)
+        """Like :meth:`execute` but always on the reference interpreter (whatever the device), timing each op;
+        prints the table (node, op, dtype, shape, milliseconds, then the total) and returns its rows
+        (:class:`~luminal.runtime.reference.OpTiming`)."""
+        from .runtime.reference import execute_timed, format_timings  # the interpreter is a runtime plug-in
+
+        rows = execute_timed(self)
+        self._finish_run()
         if print_table:
-            total = sum(r.seconds for r in rows)
-            print(f"{'node':>6}  {'op':<16} {'dtype':<8} {'shape':<24} {'ms':>9}")
-            for r in rows:
-                print(f"{r.node:>6}  {r.op:<16} {r.dtype:<8} {str(list(r.shape)):<24} {r.seconds * 1e3:>9.3f}")
-            print(f"{'':>6}  {'total':<16} {'':<8} {'':<24} {total * 1e3:>9.3f}")
+            print(format_timings(rows))
         return rows
 
     def _bindings(self) -> dict[str, int]:
         return dict(self.dyn_map)
 
-    def _contractions(self, keep: set[int]) -> dict[int, int]:
-        """``{Mul node: the SumReduce node that alone reads it}`` for the products the interpreter contracts
-        without materializing (see :func:`_contract`): a matrix product or convolution is
-        ``SumReduce(Mul(broadcast views))``, whose product is M*N*K elements."""
-        counts = self._consumer_counts
-        out = {}
-        for node in self.nodes.values():
-            if not isinstance(node.op, ops.SumReduce):
-                continue
-            e = node.inputs[0]
-            src = self.nodes[e.src]
-            if isinstance(src.op, ops.Mul) and counts.get((e.src, 0)) == 1 and e.src not in keep and \
-                    e.shape == ShapeTracker.contiguous_of(src.dims) and \
-                    any(i.shape.is_fake(j) for i in src.inputs for j in range(len(src.dims))):
-                out[e.src] = node.id
-        return out
-
-    def _interpret(self, timings: list[OpTiming] | None) -> None:
-        order = self.toposort()
-        counts = dict(self._consumer_counts)
-        keep = self._persistent_ids() | self.to_retrieve
-        self.reset()
-        bindings = self._bindings()
-        contract = self._contractions(keep)
-        fused = {reduce_id: mul_id for mul_id, reduce_id in contract.items()}
-        for node_id in order:
-            node = self.nodes[node_id]
-            if node_id in contract:  # evaluated by its SumReduce (below), its inputs kept until then
-                continue
-            start = time.perf_counter()
-            try:
-                out_shape = tuple(d.evaluate(bindings) for d in node.dims)
-            except UnboundSymbolError as err:
-                raise UnboundSymbolError(f"{err} (needed for the shape {list(node.dims)} of node {node_id} "
-                                         f"'{node.label}'); bind it with set() data or Graph.set_dim") from None
-            if isinstance(node.op, ops.Input):
-                self._load_input(node, out_shape, bindings)
-                if timings is not None:
-                    timings.append(OpTiming(node_id, "Input", out_shape, node.dtype.value, time.perf_counter() - start))
-                continue
-            if node_id in fused:
-                mul = self.nodes[fused[node_id]]
-                result = _contract([(self.tensors[(e.src, e.output)], e.shape) for e in mul.inputs], node.op.axis,
-                                   bindings, out_shape)
-                self._store(node, out_shape, result, timings, start)
-                self._release(mul.inputs, counts, keep)
-                continue
-            args = []
-            for e in node.inputs:
-                buf = self.tensors.get((e.src, e.output))
-                if buf is None:
-                    raise GraphError(f"node {node_id} '{node.label}' needs the output of node {e.src}, which was not "
-                                     "computed (was it dropped?)")
-                try:
-                    args.append(e.shape.gather_numpy(buf, bindings))
-                except UnboundSymbolError as err:
-                    raise UnboundSymbolError(f"{err} (in the view read by node {node_id} '{node.label}')") from None
-            try:
-                result = node.op.reference(args, bindings, out_shape)
-            except IndexError as err:
-                if isinstance(node.op, ops.Gather):
-                    raise IndexError(f"{err}{self._gather_context(node)}") from None
-                raise
-            self._store(node, out_shape, result, timings, start)
-            self._release(node.inputs, counts, keep)
-
-    def _release(self, edges, counts, keep) -> None:
-        """Drop the inputs of a computed node that no later node reads (and nobody keeps)."""
-        for e in edges:
-            key = (e.src, e.output)
-            counts[key] -= 1
-            if counts[key] == 0 and e.src not in keep:
-                self.tensors.pop(key, None)
-
-    def _store(self, node: Node, out_shape, result, timings, start: float) -> None:
-        result = np.asarray(result, dtype=node.dtype.numpy)
-        if not result.flags.c_contiguous:
-            result = result.copy()
-        if result.shape != out_shape:
-            raise GraphError(f"node {node.id} '{node.label}' ({node.op}) produced shape {result.shape}, "
-                             f"expected {out_shape}")
-        self.tensors[(node.id, 0)] = result
-        if timings is not None:
-            timings.append(OpTiming(node.id, str(node.op), out_shape, node.dtype.value, time.perf_counter() - start))
-
-    def _gather_context(self, node: Node) -> str:
-        """Where a Gather reads from, for its out-of-range error: `` in node 5 'Gather(0)' (data 'weight' node 1,
-        indices 'ids' node 0)``."""
-        data, index = (self.nodes.get(e.src) for e in node.inputs)
-        name = lambda n, e: f"'{n.label}' node {e.src}" if n is not None else f"node {e.src}"  # noqa: E731
-        return (f" in node {node.id} '{node.label}' (data {name(data, node.inputs[0])}, indices "
-                f"{name(index, node.inputs[1])})")
-
     def explain_gather_error(self) -> str | None:
         """The reference interpreter's message for the first out-of-range Gather index of the last run, or None.
 
         For compiled runtimes, whose kernels only report that some index was out of range: each Gather's index
-        is recomputed with the reference ops from the run's inputs, evaluating only the nodes it depends on."""
-        order = self.toposort()
-        gathers = [i for i in order if isinstance(self.nodes[i].op, ops.Gather)]
-        if not gathers:
-            return None
-        needed: set[int] = set()
-        stack = [self.nodes[i].inputs[1].src for i in gathers]
-        while stack:
-            i = stack.pop()
-            if i not in needed:
-                needed.add(i)
-                stack.extend(e.src for e in self.nodes[i].inputs)
-        bindings = self._bindings()
-        values: dict[int, np.ndarray] = {}
-        try:
-            for i in order:
-                node = self.nodes[i]
-                if i not in needed and i not in gathers:
-                    continue
-                if isinstance(node.op, ops.Input):
-                    values[i] = self.tensors[(i, 0)]
-                    continue
-                out_shape = tuple(d.evaluate(bindings) for d in node.dims)
-                if isinstance(node.op, ops.Gather):
-                    index = node.inputs[1].shape.gather_numpy(values[node.inputs[1].src], bindings)
-                    message = node.op.index_error(index, node.inputs[0].shape.dims[node.op.axis].evaluate(bindings))
-                    if message:
-                        return message + self._gather_context(node)
-                    if i not in needed:
-                        continue
-                args = [e.shape.gather_numpy(values[e.src], bindings) for e in node.inputs]
-                values[i] = np.asarray(node.op.reference(args, bindings, out_shape), dtype=node.dtype.numpy)
-        except Exception:  # noqa: BLE001 - an explanation is best effort; the caller has its own message
-            return None
-        return None
+        is recomputed with the reference ops from the run's inputs, evaluating only the nodes it depends on
+        (:func:`luminal.runtime.reference.explain_gather_error`)."""
+        from .runtime.reference import explain_gather_error  # the interpreter is a runtime above the graph layer
+
+        return explain_gather_error(self)
 
     def _load_input(self, node: Node, out_shape: tuple[int, ...], bindings: Mapping[str, int]) -> None:
         key = (node.id, 0)
@@ -787,70 +662,6 @@ class Graph:
         return None
 
     display = export_dot
-
-
-def _contract(operands, axis: int, bindings: Mapping[str, int], out_shape: tuple[int, ...]) -> np.ndarray:
-    """``SumReduce(axis)(Mul(a, b))`` of two operand views ``(buffer, ShapeTracker)`` without the product.
-
-    Each operand is read with its broadcast (fake) axes at size 1, so no view is expanded. Axes broadcast in one
-    operand only are the M and N of a matrix product, axes in both are batch axes; ``np.matmul`` contracts
-    ``(batch, M, K) @ (batch, K, N)`` and the result is laid out back (axes broadcast in both operands are
-    broadcast in the result). Same dtype as the primitives (a float32 sum in another order, NaN and inf
-    propagating as in the product and sum; integer products and sums wrap the same way); float16, whose
-    products the primitives round to float16, is summed in chunks of the product instead."""
-    arrays = []
-    for buf, st in operands:
-        fake = [st.is_fake(j) for j in range(st.ndim)]
-        small = ShapeTracker([1 if f else d for f, d in zip(fake, st.dims)], st.strides, st.offset, st.masks)
-        arrays.append(small.gather_numpy(buf, bindings))
-    a, b = arrays
-    full = operands[0][1].shape(bindings)  # the product's shape (out_shape with K at axis)
-    rest = [j for j in range(len(full)) if j != axis]
-    if a.dtype == np.float16:  # float16 products round to float16 before the float32 sum: chunks of the product
-        return _contract_chunked(a, b, axis, full, rest, out_shape)
-    batch = [j for j in rest if a.shape[j] != 1 and b.shape[j] != 1]
-    m = [j for j in rest if a.shape[j] != 1 and b.shape[j] == 1]
-    n = [j for j in rest if a.shape[j] == 1 and b.shape[j] != 1]
-    both = [j for j in rest if a.shape[j] == 1 and b.shape[j] == 1]
-    size = lambda axes: int(np.prod([full[j] for j in axes], dtype=np.int64))  # noqa: E731
-    kk = full[axis]
-    a2 = np.broadcast_to(a.transpose(batch + m + [axis] + n + both).reshape(size(batch), size(m), a.shape[axis]),
-                         (size(batch), size(m), kk))
-    b2 = np.broadcast_to(b.transpose(batch + [axis] + n + m + both).reshape(size(batch), b.shape[axis], size(n)),
-                         (size(batch), kk, size(n)))
-    with np.errstate(all="ignore"):
-        c = np.matmul(a2, b2)
-    c = c.reshape([full[j] for j in batch + m + n] + [1] * len(both))
-    c = c.transpose(np.argsort(batch + m + n + both))
-    return np.array(np.broadcast_to(c, out_shape), order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
-
-
-_CHUNK = 1 << 22  # product elements per chunk of _contract_chunked
-
-
-def _contract_chunked(a, b, axis, full, rest, out_shape) -> np.ndarray:
-    """``sum(a * b, axis)`` (broadcasting) in slices of the largest output axis, each product at most ``_CHUNK``
-    elements: the primitives' exact arithmetic with bounded memory."""
-    out = np.empty(out_shape, a.dtype)
-    if out.size == 0:
-        return out
-    j = max(rest, key=lambda r: full[r]) if rest else None
-    per = int(np.prod(full, dtype=np.int64)) // max(full[j], 1) if j is not None else 0
-    step = max(1, _CHUNK // max(per, 1)) if j is not None else 1
-    acc = np.float32 if a.dtype == np.float16 else a.dtype
-    for start in range(0, full[j] if j is not None else 1, step):
-        def part(x):
-            if j is None or x.shape[j] == 1:
-                return x
-            return x[(slice(None),) * j + (slice(start, start + step),)]
-        with np.errstate(all="ignore"):
-            r = np.sum(np.multiply(part(a), part(b)), axis=axis, dtype=acc).astype(a.dtype)
-        if j is None:
-            out[...] = r
-        else:
-            oj = j if j < axis else j - 1
-            out[(slice(None),) * oj + (slice(start, start + step),)] = r
-    return out
 
 
 def _dot_escape(text: str) -> str:
@@ -984,3 +795,12 @@ class _Overlay(MutableMapping):
 
 
 _MISSING = object()
+
+
+def __getattr__(name: str):
+    # OpTiming moved to the reference runtime; ``from luminal.graph import OpTiming`` keeps working without this
+    # module importing a runtime when it loads
+    if name == "OpTiming":
+        from .runtime.reference import OpTiming
+        return OpTiming
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
