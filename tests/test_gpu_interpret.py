@@ -566,6 +566,27 @@ def test_training_with_results_and_state_left_on_the_device():
             np.testing.assert_allclose(got[k], v, **CHAIN)
 
 
+def test_intermediates_share_one_planned_arena():
+    """A chain of GEMMs: h1 is dead once h2 exists, so h3 reuses its bytes; the arena is smaller than the
+    intermediates together, and every result equals the reference interpreter's (two batch sizes)."""
+    def make(cx):
+        x = cx.tensor(("n", 64))
+        ws = [cx.tensor((64, 64)).set(rand((64, 64), 10 + k) * 0.2) for k in range(4)]
+        h = x
+        for w in ws:
+            h = (h @ w).relu()
+        return [x], [h.sum(1)]
+
+    runtime = compare(make, [(rand((40, 64), 1),), (rand((40, 64), 2),), (rand((9, 64), 3),)], **CHAIN)
+    program = runtime.program
+    owned = set(program.inputs) | set(program.outputs)
+    total = 0
+    for node_id, (dims, dtype) in program.buffers.items():
+        if node_id not in owned:
+            total += dtype.itemsize * int(np.prod([d.evaluate({"n": 9}) for d in dims]))
+    assert 0 < runtime.arena_bytes < total, (runtime.arena_bytes, total)
+
+
 class _FakeCudaArray:
     """Only the CUDA array interface of a device array (no GPU needed to test set()'s checks)."""
 

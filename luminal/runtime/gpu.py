@@ -86,6 +86,11 @@ class TorchCPUMemory:
     def zeros(self, n: int, storage: str):
         return self.torch.zeros(max(n, 1), dtype=getattr(self.torch, storage))
 
+    def view(self, arena, offset: int, n: int, storage: str):
+        dtype = getattr(self.torch, storage)
+        nbytes = max(n, 1) * self.torch.empty(0, dtype=dtype).element_size()
+        return arena[offset:offset + nbytes].view(dtype)
+
     def upload(self, dst, arr: np.ndarray) -> None:
         if arr.size:
             with warnings.catch_warnings():  # torch warns about read-only arrays (carried state); only read here
@@ -159,6 +164,10 @@ class CuPyMemory:
                 return self.cupy.empty(max(n, 1), dtype=storage)
         except self.cupy.cuda.memory.OutOfMemoryError as e:
             raise MemoryError(f"device 'cuda': out of memory allocating {n} x {storage}: {e}") from e
+
+    def view(self, arena, offset: int, n: int, storage: str):
+        nbytes = max(n, 1) * np.dtype(storage).itemsize
+        return arena[offset:offset + nbytes].view(storage)
 
     def zeros(self, n: int, storage: str):
         out = self.empty(n, storage)
@@ -264,6 +273,7 @@ class GPURuntime:
         self._key = None
         self._buffers: dict[int, object] = {}
         self._sizes: dict[int, int] = {}
+        self.arena_bytes = 0  # bytes of the intermediates' arena at the current bindings
         self._err = memory.zeros(1, "int32")
         self._lock = threading.Lock()
         self._uploaded: dict[int, object] = {}    # input node -> the host array last copied into its buffer
@@ -291,19 +301,34 @@ class GPURuntime:
         return graph.version != self._version
 
     def _allocate(self, bindings) -> None:
-        """One device buffer per program buffer at ``bindings`` (re-made when the bindings change; captured
-        graphs and resident values of the old buffers are dropped with them)."""
+        """Device buffers at ``bindings`` (re-made when the bindings change; captured graphs and resident values
+        of the old buffers are dropped with them): inputs and kept outputs get their own allocation, the
+        intermediates share one arena planned from their lifetimes in kernel order (:mod:`.arena`)."""
         self._buffers, self._sizes = {}, {}
         self._uploaded.clear()
         self._resident.clear()
         self._graphs.clear()
         self._warm = None
+        from .arena import lifetimes, place
+
+        offsets, total = place(lifetimes(self.program, bindings), align=256)
+        self.arena_bytes = total
+        self._arena = None
+        try:
+            self._arena = self.memory.empty(total, "uint8") if offsets else None
+        except MemoryError as e:
+            raise MemoryError(f"device {self.device!r}: out of memory allocating this graph's arena of "
+                              f"{total / 2**20:.1f} MiB (its intermediates at the bindings {dict(bindings)}): "
+                              f"{e}") from e
         for node_id, (dims, dtype) in self.program.buffers.items():
             n = 1
             for d in dims:
                 n *= d.evaluate(bindings)
             self._sizes[node_id] = n
-            self._buffers[node_id] = self.memory.empty(n, storage_name(dtype))
+            if node_id in offsets:
+                self._buffers[node_id] = self.memory.view(self._arena, offsets[node_id], n, storage_name(dtype))
+            else:
+                self._buffers[node_id] = self.memory.empty(n, storage_name(dtype))
         for alias, target in self.program.aliases.items():
             self._buffers[alias] = self._buffers[target]
 
