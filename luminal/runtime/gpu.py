@@ -7,17 +7,19 @@ Two devices share all of this module's code and differ only in where memory live
   tested on machines without a GPU. ``TRITON_INTERPRET`` is read when ``triton`` is imported: this module sets
   it before importing triton for this device, and a process that already imported triton without it cannot
   switch (a clear error says so).
-* ``"cuda"`` (**unverified**: written without access to a GPU): memory from **CuPy** (``cupy-cuda12x``); CuPy
-  arrays are handed to Triton through a tiny wrapper with ``data_ptr()`` and ``dtype``. Triton launches on
-  CUDA without torch; note that when a CPU-only torch is imported in the process, Triton's CUDA driver asks
-  torch whether CUDA is available and finds no GPU.
+* ``"cuda"`` (verified on an H100, see docs/gpu.md): memory from **CuPy**; CuPy arrays are handed to Triton
+  through a tiny wrapper with ``data_ptr()`` and ``dtype``; every copy and launch goes to one stream of the
+  runtime's own.
 
-This first slice keeps things simple: one device allocation per buffer (no arena planning yet), re-made when
-the symbol bindings change; inputs are copied host -> device on every ``execute()``; retrieved / kept tensors
-are copied device -> host into ``graph.tensors`` after the last kernel, as fresh arrays (so carries and
-``data()`` never alias device memory). Kernels run one launch each (no CUDA graph capture yet); row groups are
-not fused (see :mod:`luminal.codegen.triton`). Errors found by kernels (gather index out of range, integer
-modulo by zero) are read back from a one-element buffer after the run and raised like the CPU backend does.
+Memory: inputs and kept outputs have their own allocations, intermediates share one arena planned from their
+lifetimes (:mod:`.arena`). An input is copied to the device only when ``set()`` gave it new data (or a CUDA
+array, copied device -> device); carried training state is copied device -> device from the output that
+produced it. Results are copied to the host after each run, or stay on the device until ``data()`` asks
+(``host_outputs = False``, training state included). The launches of a run are captured into a CUDA graph at
+the second run with the same bindings (in segments around cuBLAS calls) and replayed. On ``cuda`` the measured
+search times tile configurations and cuBLAS for large GEMMs. Errors found by kernels (gather index out of range,
+integer modulo by zero) are read back from a one-element buffer after the run and raised like the CPU backend
+does.
 
 ``LUMINAL_DEBUG=1`` prints the generated Triton source when a graph compiles.
 """
