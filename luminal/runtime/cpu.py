@@ -19,6 +19,7 @@ import ctypes
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -39,6 +40,9 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 # timeout). 2**4 cycles: they sleep at once and are woken by the next GEMM. Read when OpenBLAS loads, i.e.
 # the first compiled graph that links it; set OPENBLAS_THREAD_TIMEOUT yourself to override.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+PLAN_CACHE_SIZE = 8   # binding sets whose plan and buffer table are kept (LRU)
+PLAN_HEADROOM = 1.5   # a new plan's slot for a buffer that grew since the last plan: this times its size
 
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero")}
 
@@ -76,6 +80,8 @@ class CPURuntime:
         self._queued: set = set()     # every bindings ever queued (each is tuned once)
         self._search_thread: threading.Thread | None = None
         self._search_error: BaseException | None = None
+        self._looked_up: set = set()  # (GEMM kernel, its symbols' values) already looked up (search="off")
+        self._gemm_syms: list | None = None
         bindings = dict(graph.dyn_map)
         if self._all_gemms_known(bindings):
             self._table_bindings = bindings
@@ -84,9 +90,17 @@ class CPURuntime:
             else:
                 self._merge(self.gemm_table, bindings, self._cached(bindings))
         self._install(self.gemm_table, self._build(self.gemm_table))
-        self._plan_key = None
+        # memory plans (see _plan): an LRU of binding sets -> _Binding, all sharing one arena
+        self._layout_cache: _Layout | None = None
+        self._entries: OrderedDict[tuple, _Binding] = OrderedDict()
+        self._current: _Binding | None = None
+        self._current_key = None
+        self._last_plan: _Plan | None = None
         self._arena = np.empty(0, np.uint8)
-        self._offsets: dict[int, int] = {}
+        self._arena_gen = 0
+        self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # node -> (array, its data address)
+        self.plans_built = 0  # placements computed (a binding set whose sizes fit a cached plan reuses it)
+        self.plan_hits = 0    # runs whose binding set was not the last one but was still cached
         self._out_local = threading.local()  # per thread: output arrays reused by the next run (_out_arrays)
         self._version = graph.version
         if self.search_level == "background" and self._all_gemms_known(bindings):
@@ -223,8 +237,12 @@ class CPURuntime:
         return True
 
     def _new_bindings(self, bindings) -> None:
-        """Bindings seen for the first time: with search on, tune GEMM sizes the dispatch table lacks."""
-        if self.search_level == "off" or not self._untuned(bindings):
+        """Bindings not in the plan cache: with search on, tune GEMM sizes the dispatch table lacks; with search
+        off, look the GEMMs' sizes up in the tuning cache (:meth:`_lookup_winners`)."""
+        if self.search_level == "off":
+            self._lookup_winners(bindings)
+            return
+        if not self._untuned(bindings):
             return
         if self.search_level == "background":
             self._enqueue(bindings)
@@ -233,6 +251,54 @@ class CPURuntime:
         self._table_bindings = dict(bindings)
         if self._tune_into(table, bindings, self.search_level):
             self._install(table, self._build(table))
+
+    def _lookup_winners(self, bindings) -> None:
+        """search="off" at new bindings: the tuning cache's winners for the GEMMs whose sizes were not looked up
+        yet (the file is read once per process and again only when it changed, :func:`tuning.entries`; nothing
+        is measured). A winner other than what the library runs now rebuilds it, as at compile time."""
+        from . import tuning
+        from .search import gemm_shape, valid_choice
+        seen = self._looked_up
+        todo = []
+        for i, kernel, syms in self._gemm_symbols():
+            memo = (i, tuple(bindings.get(s) for s in syms))
+            if memo not in seen:
+                todo.append((i, kernel, memo))
+        if not todo:
+            return
+        if len(seen) > 1 << 16:  # bounded: forgetting only means looking a size up again
+            seen.clear()
+        entries = tuning.entries()
+        table = None
+        for i, kernel, memo in todo:
+            seen.add(memo)
+            shape = gemm_shape(kernel, bindings)
+            entry = entries.get(shape.key()) if shape is not None and entries else None
+            choice = entry.get("choice") if isinstance(entry, dict) else None
+            if choice is None or not valid_choice(choice, shape.dtype):
+                continue
+            sizes = self._sizes(shape)
+            if ((table or self.gemm_table)[i].get(sizes) or self._default(i)) != choice:
+                table = table or {k: dict(e) for k, e in self.gemm_table.items()}
+                table[i][sizes] = choice
+        if table is not None:
+            self._table_bindings = dict(bindings)
+            self._install(table, self._build(table))
+
+    def _gemm_symbols(self) -> list:
+        """(kernel index, kernel, the symbols its sizes and strides depend on) of every searchable GEMM."""
+        if self._gemm_syms is None:
+            out = []
+            for i in self.gemm_table:
+                k = self.program.kernels[i]
+                exprs = list(k.dims) + list(k.a_view.dims) + list(k.a_view.strides) + list(k.b_view.strides)
+                syms = set()
+                for e in exprs:
+                    if hasattr(e, "symbols"):
+                        syms |= e.symbols()
+                out.append((i, k, tuple(sorted(syms))))
+            self._gemm_syms = out
+        return self._gemm_syms
 
     def _swap(self) -> None:
         with self._swap_lock:
@@ -256,52 +322,58 @@ class CPURuntime:
         return graph.version != self._version
 
     # ------------------------------------------------------------------ memory planning
-    def _plan(self, bindings: Mapping[str, int]) -> None:
-        key = tuple(bindings.get(s, None) for s in self.cprogram.symbols)
-        if key == self._plan_key:
-            return
-        program = self.program
-        # lifetimes in units of rendered groups (kernels fused into one loop nest run together)
-        from ..codegen.values import kernel_buffers
-        step = {}
-        for g, group in enumerate(self.cprogram.groups or [[i] for i in range(len(program.kernels))]):
-            for i in group:
-                step[i] = g
-        kernel_of = {k.out: step[i] for i, k in enumerate(program.kernels)}
-        last_use: dict[int, int] = {}
-        for i, kernel in enumerate(program.kernels):
-            for b in kernel_buffers(kernel):
-                last_use[b] = step[i]
-        owned = set(program.inputs) | set(program.outputs)
-        intervals = []
-        for node_id, (dims, dtype) in program.buffers.items():
-            if node_id in owned:
-                continue
-            size = dtype.itemsize
-            for d in dims:
-                size *= d.evaluate(bindings)
-            start = kernel_of[node_id]
-            intervals.append((start, last_use.get(node_id, start), max(size, 1), node_id))
-        offsets: dict[int, int] = {}
-        placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, size)
-        total = 0
-        for start, end, size, node_id in sorted(intervals, key=lambda t: -t[2]):
-            size = (size + 63) // 64 * 64
-            busy = sorted((o, o + s) for (s0, e0, o, s) in placed if not (e0 < start or end < s0))
-            offset = 0
-            for lo, hi in busy:
-                if offset + size <= lo:
-                    break
-                offset = max(offset, hi)
-            placed.append((start, end, offset, size))
-            offsets[node_id] = offset
-            total = max(total, offset + size)
-        if self._arena.size < total + 64:
-            self._arena = np.empty(total + 64, np.uint8)
-        base = self._arena.ctypes.data
-        shift = (-base) % 64
-        self._offsets = {n: o + shift for n, o in offsets.items()}
-        self._plan_key = key
+    def _layout(self) -> "_Layout":
+        """The binding-independent half of memory planning, computed once per runtime."""
+        layout = self._layout_cache
+        if layout is None:
+            layout = self._layout_cache = _Layout(self.program, self.cprogram, self.graph)
+        return layout
+
+    def _plan(self, bindings: Mapping[str, int]) -> "_Plan":
+        """A memory plan that holds every intermediate at ``bindings``: a cached plan whose slots are large
+        enough (the most recently used first), else a new placement. A new placement gives the buffers that
+        grew since the last plan ``PLAN_HEADROOM`` times their size, so that a symbol growing step by step (a KV
+        cache of bucket 1) re-plans every few steps, not at every step."""
+        layout = self._layout()
+        sizes = layout.sizes(bindings)
+        for plan in self._plans_by_recency():
+            if plan.fits(sizes):
+                return plan
+        last = self._last_plan
+        if last is not None:
+            sizes = [s if s <= c else max(s, int(s * PLAN_HEADROOM)) for s, c in zip(sizes, last.slots)]
+        plan = layout.place(sizes)
+        self.plans_built += 1
+        return plan
+
+    def _plans_by_recency(self):
+        seen = set()
+        for entry in reversed(self._entries.values()):
+            if id(entry.plan) not in seen:
+                seen.add(id(entry.plan))
+                yield entry.plan
+
+    def _fit_arena(self) -> None:
+        """Size the one shared arena for the plans still cached: grown when one needs more, shrunk when it is
+        over twice what they need (a plan for a huge binding is not kept alive by its arena once evicted)."""
+        need = max((e.plan.total for e in self._entries.values()), default=0) + 64
+        if self._arena.size < need or self._arena.size > 2 * need:
+            self._arena = np.empty(need, np.uint8)
+            self._arena_gen += 1
+
+    def _bind(self, key: tuple, bindings: Mapping[str, int]) -> "_Binding":
+        """Everything of a run that depends only on the symbol bindings: the memory plan, the entry's buffer
+        table (arena slots filled in by :meth:`_fill`), the symbol values, the expected input/output shapes.
+        Kept in an LRU of ``PLAN_CACHE_SIZE`` binding sets."""
+        plan = self._plan(bindings)
+        layout = self._layout()
+        entry = _Binding(plan, layout, bindings, self.cprogram.symbols)
+        self._entries[key] = entry
+        while len(self._entries) > PLAN_CACHE_SIZE:
+            self._entries.popitem(last=False)
+        self._last_plan = plan
+        self._fit_arena()
+        return entry
 
     def profile(self, top: int | None = 20) -> str:
         """Seconds spent per kernel over all runs so far (needs ``LUMINAL_PROFILE=1`` when the graph compiled)."""
@@ -338,27 +410,6 @@ class CPURuntime:
             self._out_arrays[node_id] = arr
 
     # ------------------------------------------------------------------ execution
-    def _bind(self, bindings: Mapping[str, int]) -> None:
-        """Everything of a run that depends only on the symbol bindings: the memory plan, the entry's buffer
-        table with the arena slots filled in, the symbol values, and the expected input/output shapes."""
-        self._plan(bindings)
-        order = self.cprogram.buffer_order
-        self._buffers = (ctypes.c_void_p * max(1, len(order)))()
-        base = self._arena.ctypes.data
-        self._in_slots, self._out_slots = [], []
-        for k, node_id in enumerate(order):
-            if node_id in self.program.inputs:
-                node = self.graph.nodes[node_id]
-                self._in_slots.append((k, node_id, tuple(d.evaluate(bindings) for d in node.dims)))
-            elif node_id in self.program.outputs:
-                dims, dtype = self.program.buffers[node_id]
-                self._out_slots.append((k, node_id, tuple(d.evaluate(bindings) for d in dims), dtype.numpy))
-            else:
-                self._buffers[k] = base + self._offsets[node_id]
-        self._syms = (ctypes.c_longlong * max(1, len(self.cprogram.symbols)))(
-            *[bindings[s] for s in self.cprogram.symbols])
-        self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # node -> (array, its data address)
-
     def _pointer(self, node_id: int, arr: np.ndarray) -> int:
         cached = self._pointers.get(node_id)
         if cached is not None and cached[0] is arr:
@@ -367,43 +418,187 @@ class CPURuntime:
         self._pointers[node_id] = (arr, address)
         return address
 
+    def _entry_for(self, key: tuple, dyn) -> "_Binding":
+        """The cached :class:`_Binding` of ``key`` (the symbol values), planned on a miss."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self.plan_hits += 1
+            return entry
+        missing = [s for s, v in zip(self.cprogram.symbols, key) if v is None]
+        if missing:
+            from ..shape import UnboundSymbolError
+            raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
+                                     "Graph.set_dim")
+        bindings = dict(dyn)
+        self._new_bindings(bindings)
+        return self._bind(key, bindings)
+
     def execute(self, graph: Graph) -> None:
         """Run the compiled graph: one call into the library. Python's share is a few dictionary look-ups per
-        input and output; the plan and buffer table are rebuilt only when the symbol bindings change."""
+        input and output; a binding set seen recently reuses its plan and buffer table (an LRU)."""
         dyn = graph.dyn_map
         key = tuple(dyn.get(s) for s in self.cprogram.symbols)
-        if key != self._plan_key:
-            missing = [s for s, v in zip(self.cprogram.symbols, key) if v is None]
-            if missing:
-                from ..shape import UnboundSymbolError
-                raise UnboundSymbolError(f"no value bound for symbol(s) {missing}; bind them with set() data or "
-                                         "Graph.set_dim")
-            self._bind(dict(dyn))
-            self._new_bindings(dict(dyn))
+        entry = self._current if key == self._current_key else None
+        if entry is None:  # (the current entry is the most recently used: never evicted while current)
+            entry = self._entry_for(key, dyn)
+            self._current, self._current_key = entry, key
+        if entry.arena_gen != self._arena_gen:
+            entry.fill(self._arena, self._arena_gen)
         if self._pending is not None:
             self._swap()
         graph.reset()
-        buffers, tensors = self._buffers, graph.tensors
-        for k, node_id, shape in self._in_slots:
+        buffers, tensors = entry.buffers, graph.tensors
+        for k, node_id, shape in entry.in_slots:
             arr = tensors.get((node_id, 0))
             if arr is None or arr.shape != shape or node_id in graph.deferred:
                 graph._load_input(graph.nodes[node_id], shape, dyn)  # fills deferred data, or explains what is wrong
                 arr = tensors[(node_id, 0)]
             buffers[k] = self._pointer(node_id, arr)
-        for k, node_id, shape, dtype in self._out_slots:
-            arr = self._out_arrays.get(node_id)
+        out_arrays = self._out_arrays
+        for k, node_id, shape, dtype in entry.out_slots:
+            arr = out_arrays.get(node_id)
             if arr is not None and arr.shape != shape and arr.size == int(np.prod(shape, dtype=np.int64)):
                 arr = arr.reshape(shape)  # a carried-back array of the same elements, e.g. (8, 5) for (8, 5, 1)
             if arr is None or arr.shape != shape:  # reuse last run's array: no fresh page faults
-                arr = self._out_arrays[node_id] = _aligned_empty(shape, dtype)
+                arr = out_arrays[node_id] = _aligned_empty(shape, dtype)
             tensors[(node_id, 0)] = arr
             buffers[k] = self._pointer(node_id, arr)
-        code = self._run(buffers, self._syms)
+        code = self._run(buffers, entry.syms)
         if code:
             exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
             if code == 1:  # name the index, the size and the tensors as the reference interpreter does
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph: {text}")
+
+
+class _Layout:
+    """What memory planning needs that does not depend on the bindings, computed once: each arena buffer's
+    lifetime (in rendered groups), the buffers whose lifetimes overlap (they may not share bytes), its size as a
+    constant times unique symbolic dims (each unique dim is evaluated once per binding set), and the buffer
+    table's arena/input/output slots."""
+
+    def __init__(self, program: Program, cprogram, graph: Graph):
+        from ..codegen.values import kernel_buffers
+        step = {}
+        for g, group in enumerate(cprogram.groups or [[i] for i in range(len(program.kernels))]):
+            for i in group:
+                step[i] = g
+        kernel_of = {k.out: step[i] for i, k in enumerate(program.kernels)}
+        last_use: dict[int, int] = {}
+        for i, kernel in enumerate(program.kernels):
+            for b in kernel_buffers(kernel):
+                last_use[b] = step[i]
+        owned = set(program.inputs) | set(program.outputs)
+        exprs: dict = {}
+        self.nodes, self.const, self.terms, spans = [], [], [], []
+        for node_id, (dims, dtype) in program.buffers.items():
+            if node_id in owned:
+                continue
+            const, terms = dtype.itemsize, []
+            for d in dims:
+                v = d.to_int() if hasattr(d, "to_int") else int(d)
+                if v is not None:
+                    const *= v
+                else:
+                    terms.append(exprs.setdefault(d, len(exprs)))
+            start = kernel_of[node_id]
+            self.nodes.append(node_id)
+            self.const.append(const)
+            self.terms.append(tuple(terms))
+            spans.append((start, last_use.get(node_id, start)))
+        self.exprs = list(exprs)
+        self.index = {n: j for j, n in enumerate(self.nodes)}
+        # interference: j and i overlap unless one ends before the other starts (a sweep over start order)
+        n = len(self.nodes)
+        self.conflicts: list[list[int]] = [[] for _ in range(n)]
+        by_start = sorted(range(n), key=lambda j: spans[j][0])
+        for a, j in enumerate(by_start):
+            end = spans[j][1]
+            for i in by_start[a + 1:]:
+                if spans[i][0] > end:
+                    break
+                self.conflicts[j].append(i)
+                self.conflicts[i].append(j)
+        self.arena_slots, self.in_slots, self.out_slots = [], [], []
+        for k, node_id in enumerate(cprogram.buffer_order):
+            if node_id in program.inputs:
+                self.in_slots.append((k, node_id, tuple(graph.nodes[node_id].dims)))
+            elif node_id in program.outputs:
+                dims, dtype = program.buffers[node_id]
+                self.out_slots.append((k, node_id, tuple(dims), dtype.numpy))
+            else:
+                self.arena_slots.append((k, self.index[node_id]))
+        self.n_slots = max(1, len(cprogram.buffer_order))
+
+    def sizes(self, bindings) -> list[int]:
+        """Each arena buffer's bytes at ``bindings`` (at least 1)."""
+        vals = [e.evaluate(bindings) for e in self.exprs]
+        out = []
+        for const, terms in zip(self.const, self.terms):
+            for t in terms:
+                const *= vals[t]
+            out.append(const if const > 0 else 1)
+        return out
+
+    def place(self, sizes: list[int]) -> "_Plan":
+        """First fit, largest first, 64-byte aligned slots; a buffer may reuse the bytes of any buffer whose
+        lifetime does not overlap its own."""
+        slots = [(s + 63) // 64 * 64 for s in sizes]
+        offsets = [-1] * len(slots)
+        total = 0
+        for j in sorted(range(len(slots)), key=lambda j: -slots[j]):
+            size = slots[j]
+            busy = sorted((offsets[i], offsets[i] + slots[i]) for i in self.conflicts[j] if offsets[i] >= 0)
+            offset = 0
+            for lo, hi in busy:
+                if offset + size <= lo:
+                    break
+                if hi > offset:
+                    offset = hi
+            offsets[j] = offset
+            if offset + size > total:
+                total = offset + size
+        return _Plan(offsets, slots, total)
+
+
+class _Plan:
+    """Arena offsets (from the arena's first 64-byte boundary) and slot bytes of every intermediate. Valid at
+    any bindings whose sizes all fit their slots (lifetimes do not depend on the bindings)."""
+
+    __slots__ = ("offsets", "slots", "total")
+
+    def __init__(self, offsets: list[int], slots: list[int], total: int):
+        self.offsets, self.slots, self.total = offsets, slots, total
+
+    def fits(self, sizes: list[int]) -> bool:
+        return all(s <= c for s, c in zip(sizes, self.slots))
+
+
+class _Binding:
+    """One binding set's run state: its plan, its buffer table (arena slots filled for arena generation
+    ``arena_gen``; input/output slots are written by every run), the symbol values and the input/output shapes."""
+
+    __slots__ = ("plan", "layout", "buffers", "arena_gen", "in_slots", "out_slots", "syms")
+
+    def __init__(self, plan: _Plan, layout: _Layout, bindings, symbols):
+        self.plan, self.layout, self.arena_gen = plan, layout, -1
+        self.buffers = (ctypes.c_void_p * layout.n_slots)()
+        self.in_slots = [(k, n, tuple(_value(d, bindings) for d in dims)) for k, n, dims in layout.in_slots]
+        self.out_slots = [(k, n, tuple(_value(d, bindings) for d in dims), dt) for k, n, dims, dt in layout.out_slots]
+        self.syms = (ctypes.c_longlong * max(1, len(symbols)))(*[bindings[s] for s in symbols])
+
+    def fill(self, arena: np.ndarray, gen: int) -> None:
+        base = arena.ctypes.data
+        base += (-base) % 64
+        buffers, offsets = self.buffers, self.plan.offsets
+        for k, j in self.layout.arena_slots:
+            buffers[k] = base + offsets[j]
+        self.arena_gen = gen
+
+
+def _value(d, bindings) -> int:
+    return d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
 
 
 def _aligned_empty(shape, dtype) -> np.ndarray:

@@ -38,6 +38,7 @@ import warnings
 FORMAT = 1
 _lock = threading.Lock()
 _machine: tuple[str, str, str] | None = None
+_snapshot: tuple | None = None  # (path, file signature, this machine's valid entries): see entries()
 
 
 def _cpu_description() -> tuple[str, str]:
@@ -152,6 +153,37 @@ def _file_lock(path: str):
                 fcntl.flock(lf, fcntl.LOCK_UN)
 
 
+def _signature(path: str):
+    """What changes when the file is rewritten (every write renames a new file over it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def entries() -> dict[str, dict]:
+    """This machine's valid entries (kernel key -> entry), read from the file once and kept in memory until the
+    file changes (one ``stat`` per call; a write by this process or another renames a new file over it).
+    Callers must not modify the returned dict."""
+    global _snapshot
+    path = tuning_path()
+    sig = _signature(path)
+    snap = _snapshot
+    if snap is not None and snap[0] == path and snap[1] == sig:
+        return snap[2]
+    found = _read(path)["machines"].get(machine()[0], {})
+    found = found.get("entries", {}) if isinstance(found, dict) else {}
+    valid = {k: e for k, e in found.items() if _valid_entry(e)} if isinstance(found, dict) else {}
+    _snapshot = (path, sig, valid)
+    return valid
+
+
+def _forget() -> None:
+    global _snapshot
+    _snapshot = None
+
+
 def lookup(kernel_key: str, valid=None) -> dict | None:
     """The cached entry of ``kernel_key`` on this machine, or None (missing, malformed, or ``valid(entry)``
     false, e.g. a candidate name this version does not know)."""
@@ -164,12 +196,10 @@ def lookup(kernel_key: str, valid=None) -> dict | None:
 
 
 def lookup_many(keys) -> dict[str, dict]:
-    """Cached entries of several kernel keys at once (one file read); missing or malformed ones are absent."""
-    data = _read(tuning_path())
-    entries = data["machines"].get(machine()[0], {}).get("entries", {})
-    if not isinstance(entries, dict):
-        return {}
-    return {k: entries[k] for k in keys if _valid_entry(entries.get(k))}
+    """Cached entries of several kernel keys at once (through :func:`entries`: no read when the file did not
+    change); missing or malformed ones are absent."""
+    found = entries()
+    return {k: found[k] for k in keys if k in found}
 
 
 def store(kernel_key: str, entry: dict) -> None:
@@ -185,6 +215,7 @@ def store(kernel_key: str, entry: dict) -> None:
             m["entries"] = {}
         m["entries"][kernel_key] = entry
         _write(path, data)
+        _forget()
 
 
 def clear() -> None:
@@ -194,6 +225,7 @@ def clear() -> None:
         data = _read(path, warn=False)
         data["machines"].pop(machine()[0], None)
         _write(path, data)
+        _forget()
 
 
 def export_tunings(path: str) -> int:
@@ -236,4 +268,5 @@ def import_tunings(path: str, overwrite: bool = False) -> int:
                     dst["entries"][k] = entry
                     added += 1
         _write(target, data)
+        _forget()
     return added
