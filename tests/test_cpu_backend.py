@@ -444,3 +444,27 @@ def test_identical_kernels_share_one_compiled_body():
     cpu.execute()
     ref.execute()
     np.testing.assert_allclose(y.data(), yr.data(), rtol=1e-5, atol=1e-5)
+
+
+def test_gather_read_through_a_padded_view_is_not_evaluated_out_of_range():
+    """Regression: a producer holding a gather, read through a padded / strided view (item assignment
+    ``x[0:3, idx, ::2] = v`` spreads the gathered rows over a step-2 axis), was evaluated at the padded slots'
+    out-of-range positions, so its index was read outside its buffer and a valid program raised "a Gather index
+    is out of range". Against the reference interpreter (exact: only copies and selects)."""
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    vv = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    got = {}
+    for device in ("reference", "cpu"):
+        cx = lm.Graph()
+        x = cx.tensor((4, 5, 6)).set(xv)
+        idx = cx.tensor((2,), "int64").set(np.array([1, 3], np.int64))
+        x[0:3, idx, ::2] = cx.tensor((3, 2, 3)).set(vv)
+        out = x.retrieve()
+        cx.compile(device=device)
+        cx.execute()
+        got[device] = out.data()
+    want = xv.copy()
+    want[0:3, [1, 3], ::2] = vv
+    np.testing.assert_array_equal(got["reference"], want)
+    np.testing.assert_array_equal(got["cpu"], want)

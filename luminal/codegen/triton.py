@@ -246,7 +246,10 @@ class BodyWriter:
                 return self.zero(value.dtype)
             off, valid = value.view.axis_expressions(vars_)
             strides = ShapeTracker.contiguous_of(value.dims).strides
-            inner = tuple(off // s if j == 0 else (off // s) % d
+            # where the view masks the value out, ``off`` may lie outside the producer (a padded slot): wrap
+            # the outer index too, so the producer is evaluated at some in-range position (its gathers read
+            # real indices, not an out-of-range error) and the result is masked away
+            inner = tuple(off // s if j == 0 and valid == 1 else (off // s) % d
                           for j, (s, d) in enumerate(zip(strides, value.dims)))
             text = self.emit(value.value, inner)
             return self.masked(valid, text, value.dtype)

@@ -770,10 +770,6 @@ def setitem(x, key, value):
     order = axes + rest
     if order != list(range(cur.ndim)):
         new = new.permute([order.index(j) for j in range(cur.ndim)])
-    if any(s[0] == "slice" and s[4] != 1 for s in steps):
-        # the cpu backend mis-fuses this gather into the strided embedding (a Gather index reported out of range
-        # where none is): materialize the region first
-        new = new.graph_break()
     return _embed(x, new, steps)
 
 
