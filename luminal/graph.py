@@ -612,6 +612,9 @@ class Graph:
         return explain_gather_error(self)
 
     def _load_input(self, node: Node, out_shape: tuple[int, ...], bindings: Mapping[str, int]) -> None:
+        """Make input ``node``'s data ready for a run (a deferred input's data is produced from ``bindings``) or
+        explain why it cannot be. Part of the graph's state, shared by every runtime: the reference interpreter
+        calls it for each input, the compiled runtimes for an input whose array is missing or of another shape."""
         key = (node.id, 0)
         if node.id in self.deferred:
             data = np.asarray(self.deferred[node.id](bindings))
