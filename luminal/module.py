@@ -346,7 +346,7 @@ class CompiledModel:
 
     @property
     def runtime(self):
-        """The compiled runtime object (``None`` on the reference device)."""
+        """The compiled runtime object (``None`` before the first compile of a graph on the reference device)."""
         return self.graph.runtime
 
 

@@ -68,6 +68,25 @@ def test_interpolate_modes():
     _check(cx, outs, exps, rtol=1e-5, atol=5e-6, labels=labels)
 
 
+def test_interpolate_antialias():
+    """antialias=True (bilinear, bicubic): downscaling by integer and fractional factors, upscaling, one axis
+    down and one up, align_corners both ways, scale_factor; against torch (same tolerances as above, 2e-5
+    absolute for bicubic: partly negative weights over up to 13 taps)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 16, 20)).astype(np.float32)
+    cx, (t,) = _inputs(x)
+    X = torch.from_numpy(x)
+    cases = []
+    for mode in ["bilinear", "bicubic"]:
+        for kw in [dict(size=(5, 7)), dict(size=(4, 30)), dict(size=(8, 10)), dict(scale_factor=0.3),
+                   dict(size=(32, 3))]:
+            for ac in [False, True]:
+                cases.append((mode, dict(kw, align_corners=ac)))
+    outs = [F.interpolate(t, mode=m, antialias=True, **k) for m, k in cases]
+    exps = [TF.interpolate(X, mode=m, antialias=True, **k) for m, k in cases]
+    _check(cx, outs, exps, rtol=1e-5, atol=2e-5, labels=[f"{m} {k}" for m, k in cases])
+
+
 def test_interpolate_errors():
     cx = lm.Graph()
     x = cx.tensor((1, 2, 4, 4))
@@ -79,6 +98,8 @@ def test_interpolate_errors():
         F.interpolate(x, size=3, mode="nearest", align_corners=True)
     with pytest.raises(ValueError, match="5-D"):
         F.interpolate(x, size=3, mode="trilinear")
+    with pytest.raises(ValueError, match="antialias.*bilinear"):
+        F.interpolate(x, size=3, mode="nearest", antialias=True)
 
 
 def test_pad_modes_and_conv_padding_mode():

@@ -9,7 +9,9 @@ constant weight table summed over the neighbours -- or, for nearest, the gather 
 PyTorch's modes in these terms: ``nearest`` is the asymmetric mapping ``floor(dst * in / out)``; ``nearest-exact``
 is ``floor((dst + 0.5) * in / out)``; ``linear``/``bilinear``/``trilinear`` the half-pixel mapping (clamped at the
 edges) or, with ``align_corners=True``, ``dst * (in - 1) / (out - 1)``; ``bicubic`` the same mappings with Keys'
-cubic kernel ``a = -0.75`` and clamped neighbour reads; ``area`` is adaptive average pooling. With
+cubic kernel ``a = -0.75`` and clamped neighbour reads; ``area`` is adaptive average pooling. ``antialias=True`` (bilinear, bicubic) widens the filter by the
+downscaling factor and normalizes its taps, as ATen's ``_upsample_bilinear2d_aa`` / ``_upsample_bicubic2d_aa``
+(triangle filter; cubic filter with ``a = -0.5``). With
 ``scale_factor`` (and ``recompute_scale_factor`` not set) the mapping uses ``1 / scale_factor``, as PyTorch.
 """
 
@@ -153,8 +155,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     module docstring for the modes). ``size`` or ``scale_factor`` (an int/float or one per spatial dim)."""
     if mode not in _TORCH_MODES:
         raise ValueError(f"interpolate: mode must be one of {', '.join(_TORCH_MODES)}, got {mode!r}")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise ValueError(f"interpolate: antialias=True is only for the 'bilinear' and 'bicubic' modes (as in "
+                         f"PyTorch), not {mode!r}")
     if x.ndim < 3:
         raise ValueError(f"interpolate: expected an (N, C, *spatial) input with at least 3 dims, got {x.ndim}")
     n = x.ndim - 2
@@ -199,7 +202,10 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
         in_len, out_len = in_sizes[k], outs[k]
         if out_len == in_len and scales[k] is None:
             continue  # the identity mapping in every mode
-        idx, coeffs = torch_axis_weights(mode, in_len, out_len, scales[k], align, op)
+        if antialias:
+            idx, coeffs = torch_antialias_weights(mode, in_len, out_len, scales[k], align, op)
+        else:
+            idx, coeffs = torch_axis_weights(mode, in_len, out_len, scales[k], align, op)
         work = resample_axis(work, axis, idx, coeffs)
     return work
 
@@ -243,3 +249,41 @@ def torch_axis_weights(mode, in_len, out_len, scale_factor, align, op=np.float32
     lam = np.clip(real - i0.astype(op), op(0), op(1)).astype(np.float64)
     i1 = np.minimum(i0 + 1, in_len - 1)
     return np.stack([i0, i1], 1), np.stack([1.0 - lam, lam], 1)
+
+
+def torch_antialias_weights(mode, in_len, out_len, scale_factor, align, op=np.float32):
+    """(indices, weights) of one axis for PyTorch's ``interpolate(..., antialias=True)`` (bilinear: a triangle
+    filter; bicubic: Keys' cubic with ``a = -0.5``): the filter's support is widened by the downscaling factor,
+    each output reads the input taps inside it and their weights are normalized to sum to 1, as ATen's
+    anti-aliased kernels compute them (in the opmath type ``op``)."""
+    scale = _compute_scale(in_len, out_len, scale_factor, align, op)
+    interp = 2 if mode == "bilinear" else 4
+    support = op(interp * 0.5) * scale if scale >= 1 else op(interp * 0.5)
+    invscale = op(1) / scale if scale >= 1 else op(1)
+
+    def tri(v):
+        v = np.abs(v)
+        return np.where(v < 1, 1 - v, 0)
+
+    def cubic(v, a=-0.5):
+        v = np.abs(v)
+        return np.where(v < 1, ((a + 2) * v - (a + 3)) * v * v + 1,
+                        np.where(v < 2, (((v - 5) * v + 8) * v - 4) * a, 0))
+
+    filt = tri if mode == "bilinear" else cubic
+    width = int(math.ceil(float(support))) * 2 + 1
+    idx = np.zeros((out_len, width), np.int64)
+    coeffs = np.zeros((out_len, width), np.float64)
+    for i in range(out_len):
+        center = scale * (op(i) + op(0.5))
+        xmin = max(int(center - support + op(0.5)), 0)
+        xsize = min(int(center + support + op(0.5)), in_len) - xmin
+        j = np.arange(xsize)
+        w = filt(((j + xmin).astype(op) - center + op(0.5)) * invscale).astype(op)
+        total = w.sum(dtype=op)
+        if total != 0:
+            w = w / total
+        idx[i, :xsize] = xmin + j
+        idx[i, xsize:] = xmin
+        coeffs[i, :xsize] = w
+    return idx, coeffs
