@@ -95,7 +95,7 @@ class CPURuntime:
         self._entries: OrderedDict[tuple, _Binding] = OrderedDict()
         self._current: _Binding | None = None
         self._current_key = None
-        self._last_plan: _Plan | None = None
+        self._last_sizes: list[int] | None = None  # arena buffer sizes at the last planned bindings
         self._arena = np.empty(0, np.uint8)
         self._arena_gen = 0
         self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # node -> (array, its data address)
@@ -258,6 +258,9 @@ class CPURuntime:
         is measured). A winner other than what the library runs now rebuilds it, as at compile time."""
         from . import tuning
         from .search import gemm_shape, valid_choice
+        entries = tuning.entries()
+        if not entries:  # (nothing tuned on this machine: no shapes to compute)
+            return
         seen = self._looked_up
         todo = []
         for i, kernel, syms in self._gemm_symbols():
@@ -268,12 +271,11 @@ class CPURuntime:
             return
         if len(seen) > 1 << 16:  # bounded: forgetting only means looking a size up again
             seen.clear()
-        entries = tuning.entries()
         table = None
         for i, kernel, memo in todo:
             seen.add(memo)
             shape = gemm_shape(kernel, bindings)
-            entry = entries.get(shape.key()) if shape is not None and entries else None
+            entry = entries.get(shape.key()) if shape is not None else None
             choice = entry.get("choice") if isinstance(entry, dict) else None
             if choice is None or not valid_choice(choice, shape.dtype):
                 continue
@@ -329,19 +331,19 @@ class CPURuntime:
             layout = self._layout_cache = _Layout(self.program, self.cprogram, self.graph)
         return layout
 
-    def _plan(self, bindings: Mapping[str, int]) -> "_Plan":
+    def _plan(self, vals: list[int]) -> "_Plan":
         """A memory plan that holds every intermediate at ``bindings``: a cached plan whose slots are large
         enough (the most recently used first), else a new placement. A new placement gives the buffers that
-        grew since the last plan ``PLAN_HEADROOM`` times their size, so that a symbol growing step by step (a KV
-        cache of bucket 1) re-plans every few steps, not at every step."""
+        grew since the previous binding set ``PLAN_HEADROOM`` times their size, so that a symbol growing step
+        by step (a KV cache of bucket 1) re-plans once in a while (geometrically), not at every step."""
         layout = self._layout()
-        sizes = layout.sizes(bindings)
+        sizes = layout.sizes(vals)
+        prev, self._last_sizes = self._last_sizes, sizes
         for plan in self._plans_by_recency():
             if plan.fits(sizes):
                 return plan
-        last = self._last_plan
-        if last is not None:
-            sizes = [s if s <= c else max(s, int(s * PLAN_HEADROOM)) for s, c in zip(sizes, last.slots)]
+        if prev is not None:
+            sizes = [s if s <= p else max(s, int(s * PLAN_HEADROOM)) for s, p in zip(sizes, prev)]
         plan = layout.place(sizes)
         self.plans_built += 1
         return plan
@@ -365,13 +367,13 @@ class CPURuntime:
         """Everything of a run that depends only on the symbol bindings: the memory plan, the entry's buffer
         table (arena slots filled in by :meth:`_fill`), the symbol values, the expected input/output shapes.
         Kept in an LRU of ``PLAN_CACHE_SIZE`` binding sets."""
-        plan = self._plan(bindings)
         layout = self._layout()
-        entry = _Binding(plan, layout, bindings, self.cprogram.symbols)
+        vals = layout.values(bindings)
+        plan = self._plan(vals)
+        entry = _Binding(plan, layout, vals, bindings, self.cprogram.symbols)
         self._entries[key] = entry
         while len(self._entries) > PLAN_CACHE_SIZE:
             self._entries.popitem(last=False)
-        self._last_plan = plan
         self._fit_arena()
         return entry
 
@@ -507,7 +509,6 @@ class _Layout:
             self.const.append(const)
             self.terms.append(tuple(terms))
             spans.append((start, last_use.get(node_id, start)))
-        self.exprs = list(exprs)
         self.index = {n: j for j, n in enumerate(self.nodes)}
         # interference: j and i overlap unless one ends before the other starts (a sweep over start order)
         n = len(self.nodes)
@@ -520,20 +521,35 @@ class _Layout:
                     break
                 self.conflicts[j].append(i)
                 self.conflicts[i].append(j)
+        # input/output shapes: a constant dim as itself, a symbolic one as ~(its index in exprs)
+        def spec(dims):
+            out = []
+            for d in dims:
+                v = d.to_int() if hasattr(d, "to_int") else int(d)
+                out.append(v if v is not None else ~exprs.setdefault(d, len(exprs)))
+            return tuple(out)
         self.arena_slots, self.in_slots, self.out_slots = [], [], []
         for k, node_id in enumerate(cprogram.buffer_order):
             if node_id in program.inputs:
-                self.in_slots.append((k, node_id, tuple(graph.nodes[node_id].dims)))
+                self.in_slots.append((k, node_id, spec(graph.nodes[node_id].dims)))
             elif node_id in program.outputs:
                 dims, dtype = program.buffers[node_id]
-                self.out_slots.append((k, node_id, tuple(dims), dtype.numpy))
+                self.out_slots.append((k, node_id, spec(dims), dtype.numpy))
             else:
                 self.arena_slots.append((k, self.index[node_id]))
+        self.exprs = list(exprs)
         self.n_slots = max(1, len(cprogram.buffer_order))
 
-    def sizes(self, bindings) -> list[int]:
-        """Each arena buffer's bytes at ``bindings`` (at least 1)."""
-        vals = [e.evaluate(bindings) for e in self.exprs]
+    def values(self, bindings) -> list[int]:
+        """The unique symbolic dims' values at ``bindings`` (each evaluated once)."""
+        return [e.evaluate(bindings) for e in self.exprs]
+
+    @staticmethod
+    def shape(spec: tuple, vals: list[int]) -> tuple:
+        return tuple(d if d >= 0 else vals[~d] for d in spec)
+
+    def sizes(self, vals: list[int]) -> list[int]:
+        """Each arena buffer's bytes at the bindings whose dims are ``vals`` (:meth:`values`; at least 1)."""
         out = []
         for const, terms in zip(self.const, self.terms):
             for t in terms:
@@ -581,11 +597,12 @@ class _Binding:
 
     __slots__ = ("plan", "layout", "buffers", "arena_gen", "in_slots", "out_slots", "syms")
 
-    def __init__(self, plan: _Plan, layout: _Layout, bindings, symbols):
+    def __init__(self, plan: _Plan, layout: _Layout, vals: list[int], bindings, symbols):
         self.plan, self.layout, self.arena_gen = plan, layout, -1
         self.buffers = (ctypes.c_void_p * layout.n_slots)()
-        self.in_slots = [(k, n, tuple(_value(d, bindings) for d in dims)) for k, n, dims in layout.in_slots]
-        self.out_slots = [(k, n, tuple(_value(d, bindings) for d in dims), dt) for k, n, dims, dt in layout.out_slots]
+        shape = layout.shape
+        self.in_slots = [(k, n, shape(spec, vals)) for k, n, spec in layout.in_slots]
+        self.out_slots = [(k, n, shape(spec, vals), dt) for k, n, spec, dt in layout.out_slots]
         self.syms = (ctypes.c_longlong * max(1, len(symbols)))(*[bindings[s] for s in symbols])
 
     def fill(self, arena: np.ndarray, gen: int) -> None:
@@ -595,10 +612,6 @@ class _Binding:
         for k, j in self.layout.arena_slots:
             buffers[k] = base + offsets[j]
         self.arena_gen = gen
-
-
-def _value(d, bindings) -> int:
-    return d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
 
 
 def _aligned_empty(shape, dtype) -> np.ndarray:
