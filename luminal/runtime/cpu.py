@@ -549,18 +549,19 @@ class _Layout:
         return tuple(d if d >= 0 else vals[~d] for d in spec)
 
     def sizes(self, vals: list[int]) -> list[int]:
-        """Each arena buffer's bytes at the bindings whose dims are ``vals`` (:meth:`values`; at least 1)."""
+        """Each arena buffer's bytes at the bindings whose dims are ``vals`` (:meth:`values`), rounded up to a
+        multiple of 64 (at least 64)."""
         out = []
         for const, terms in zip(self.const, self.terms):
             for t in terms:
                 const *= vals[t]
-            out.append(const if const > 0 else 1)
+            out.append((const + 63) // 64 * 64 if const > 0 else 64)
         return out
 
     def place(self, sizes: list[int]) -> "_Plan":
         """First fit, largest first, 64-byte aligned slots; a buffer may reuse the bytes of any buffer whose
         lifetime does not overlap its own."""
-        slots = [(s + 63) // 64 * 64 for s in sizes]
+        slots = [(s + 63) // 64 * 64 for s in sizes]  # (headroom may have unrounded them)
         offsets = [-1] * len(slots)
         total = 0
         for j in sorted(range(len(slots)), key=lambda j: -slots[j]):
@@ -582,13 +583,15 @@ class _Plan:
     """Arena offsets (from the arena's first 64-byte boundary) and slot bytes of every intermediate. Valid at
     any bindings whose sizes all fit their slots (lifetimes do not depend on the bindings)."""
 
-    __slots__ = ("offsets", "slots", "total")
+    __slots__ = ("offsets", "slots", "total", "slot_sum")
 
     def __init__(self, offsets: list[int], slots: list[int], total: int):
-        self.offsets, self.slots, self.total = offsets, slots, total
+        self.offsets, self.slots, self.total, self.slot_sum = offsets, slots, total, sum(slots)
 
     def fits(self, sizes: list[int]) -> bool:
-        return all(s <= c for s, c in zip(sizes, self.slots))
+        """Every size fits its slot, and the slots are not over twice the sizes in all (a plan made for far
+        larger bindings is not reused: its arena would stay allocated for small ones)."""
+        return 2 * sum(sizes) >= self.slot_sum and all(s <= c for s, c in zip(sizes, self.slots))
 
 
 class _Binding:
