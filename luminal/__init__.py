@@ -18,7 +18,8 @@ Two ways in, one engine:
 """
 
 from . import ops
-from .dtype import DType, bool_, float16, float32, float64, int32, int64
+from .dtype import (DType, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+                    uint64)
 from .graph import Edge, Graph, GraphError, Node
 from .hl_ops import arange as _graph_arange
 from .hl_ops import cat as _graph_cat
@@ -35,6 +36,7 @@ float = float32  # noqa: A001
 double = float64
 half = float16
 long = int64
+short = int16
 int = int32  # noqa: A001
 
 

@@ -1,7 +1,14 @@
 """Element types and PyTorch's type-promotion rules.
 
 ``float32`` is the default. ``float64`` works end to end, ``float16`` where the
-backend supports it, ``int32``/``int64`` and ``bool`` for indices and masks.
+backend supports it. Integers: ``int8``/``int16``/``int32``/``int64`` and ``uint8``/``uint16``/``uint32``/
+``uint64``, all with two's-complement wrap-around on overflow (as in PyTorch and numpy); ``bool`` for masks.
+
+Promotion follows ``torch.result_type``: bool < integers < floats; among integers the narrowest type holding
+both ranges (``uint8 + int8 -> int16``); ``uint16``/``uint32``/``uint64`` promote only with themselves, bool is
+not an exception, and floats (mixing them with another integer type or bool raises ``TypeError``, as PyTorch 2.x
+does). A Python int scalar keeps a tensor's integer type (the value wraps into it), a float scalar gives the
+default float for an integer or bool tensor.
 """
 
 from __future__ import annotations
@@ -15,8 +22,14 @@ class DType(enum.Enum):
     """A tensor element type."""
 
     bool = "bool"
+    int8 = "int8"
+    int16 = "int16"
     int32 = "int32"
     int64 = "int64"
+    uint8 = "uint8"
+    uint16 = "uint16"
+    uint32 = "uint32"
+    uint64 = "uint64"
     float16 = "float16"
     float32 = "float32"
     float64 = "float64"
@@ -32,7 +45,36 @@ class DType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.int32, DType.int64)
+        """Any integer type (signed or unsigned; not bool)."""
+        return self in _INTS
+
+    @property
+    def is_signed(self) -> bool:
+        """A signed integer or floating-point type."""
+        return self in _SIGNED or self in _FLOATS
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self in _UNSIGNED
+
+    @property
+    def bits(self) -> int:
+        """Width in bits (bool: 8, its storage)."""
+        return 8 * self.numpy.itemsize
+
+    @property
+    def min(self):
+        """The smallest value (integers and bool; ``-inf`` for floats)."""
+        if self == DType.bool:
+            return 0
+        return int(np.iinfo(self.numpy).min) if self.is_int else -np.inf
+
+    @property
+    def max(self):
+        """The largest value (integers and bool; ``inf`` for floats)."""
+        if self == DType.bool:
+            return 1
+        return int(np.iinfo(self.numpy).max) if self.is_int else np.inf
 
     @property
     def itemsize(self) -> int:
@@ -40,8 +82,12 @@ class DType(enum.Enum):
 
     @property
     def c_type(self) -> str:
-        return {"bool": "unsigned char", "int32": "int", "int64": "long long", "float16": "_Float16",
-                "float32": "float", "float64": "double"}[self.value]
+        return _C_TYPES[self.value]
+
+    @property
+    def c_unsigned(self) -> str:
+        """The C unsigned type of an integer type's width (for wrap-around arithmetic on signed values)."""
+        return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"}[self.bits]
 
     def __repr__(self) -> str:
         return f"luminal.{self.value}"
@@ -49,19 +95,33 @@ class DType(enum.Enum):
     __str__ = __repr__
 
 
+_C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+            "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+            "uint64": "unsigned long long", "float16": "_Float16", "float32": "float", "float64": "double"}
 _FLOATS = (DType.float16, DType.float32, DType.float64)
-_CATEGORY = {DType.bool: 0, DType.int32: 1, DType.int64: 1, DType.float16: 2, DType.float32: 2, DType.float64: 2}
-_ORDER = [DType.bool, DType.int32, DType.int64, DType.float16, DType.float32, DType.float64]
+_SIGNED = (DType.int8, DType.int16, DType.int32, DType.int64)
+_UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
+_INTS = _SIGNED + _UNSIGNED
+# uint16/32/64 are "barely supported" in PyTorch: they promote only with themselves and floats
+_BARE_UNSIGNED = (DType.uint16, DType.uint32, DType.uint64)
+_CATEGORY = {DType.bool: 0, **{d: 1 for d in _INTS}, DType.float16: 2, DType.float32: 2, DType.float64: 2}
+_ORDER = [DType.bool, DType.uint8, DType.int8, DType.int16, DType.int32, DType.int64, DType.uint16, DType.uint32,
+          DType.uint64, DType.float16, DType.float32, DType.float64]
 
 bool_, int32, int64, float16, float32, float64 = (DType.bool, DType.int32, DType.int64, DType.float16,
                                                   DType.float32, DType.float64)
+int8, int16, uint8, uint16, uint32, uint64 = (DType.int8, DType.int16, DType.uint8, DType.uint16, DType.uint32,
+                                              DType.uint64)
 DEFAULT_FLOAT = DType.float32
 DEFAULT_INT = DType.int64
 
 _ALIASES = {"bool": DType.bool, "int32": DType.int32, "int": DType.int32, "int64": DType.int64, "long": DType.int64,
             "float16": DType.float16, "half": DType.float16, "f16": DType.float16, "float32": DType.float32,
             "float": DType.float32, "f32": DType.float32, "float64": DType.float64, "double": DType.float64,
-            "f64": DType.float64, "i32": DType.int32, "i64": DType.int64}
+            "f64": DType.float64, "i32": DType.int32, "i64": DType.int64, "int8": DType.int8, "i8": DType.int8,
+            "char": DType.int8, "int16": DType.int16, "i16": DType.int16, "short": DType.int16,
+            "uint8": DType.uint8, "u8": DType.uint8, "byte": DType.uint8, "uint16": DType.uint16, "u16": DType.uint16,
+            "uint32": DType.uint32, "u32": DType.uint32, "uint64": DType.uint64, "u64": DType.uint64}
 
 
 def as_dtype(value) -> DType:
@@ -86,13 +146,36 @@ def as_dtype(value) -> DType:
 
 
 def promote_types(a: DType, b: DType) -> DType:
-    """Result type of a binary op between two tensors (PyTorch rules: bool < int < float, wider wins)."""
+    """Result type of a binary op between two tensors (``torch.promote_types``): bool < integers < floats; two
+    integer types give the narrowest type holding both ranges (``uint8 + int8 -> int16``, ``uint8 + int32 ->
+    int32``). ``uint16``/``uint32``/``uint64`` promote only with themselves and with floats: any other mix raises
+    ``TypeError`` (PyTorch 2.x: "Promotion for uint16, uint32, uint64 types is not supported")."""
     if a == b:
         return a
     ca, cb = _CATEGORY[a], _CATEGORY[b]
+    if (a in _BARE_UNSIGNED and cb < 2) or (b in _BARE_UNSIGNED and ca < 2):
+        raise TypeError(f"Promotion for uint16, uint32, uint64 types is not supported, attempted to promote {a} "
+                        f"and {b} (as in PyTorch); cast one operand explicitly")
     if ca != cb:
         return a if ca > cb else b
+    if ca == 1:
+        if a.is_unsigned != b.is_unsigned:  # uint8 with a signed type: the signed type of twice uint8's width
+            u, s = (a, b) if a.is_unsigned else (b, a)
+            return s if s.bits > u.bits else DType.int16
+        return a if a.bits > b.bits else b
     return a if _ORDER.index(a) > _ORDER.index(b) else b
+
+
+def wrap_int(value: int, dtype: DType) -> int:
+    """``value`` wrapped (two's complement) into the range of the integer ``dtype`` (bool: nonzero -> 1)."""
+    if dtype == DType.bool:
+        return int(bool(value))
+    value = int(value)
+    bits = dtype.bits
+    value &= (1 << bits) - 1
+    if dtype.is_signed and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
 
 
 def scalar_result_type(tensor: DType, scalar) -> DType:

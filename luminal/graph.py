@@ -701,6 +701,11 @@ def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
     tensor, from an array or a Python list) raises ``OverflowError`` naming the tensor, the value and the range
     instead of wrapping. Float data into a narrower float type is an ordinary cast (as in PyTorch)."""
     arr = np.asarray(data)
+    if arr.dtype.kind == "f" and dtype.is_int and not isinstance(data, np.ndarray) and not np.isscalar(data):
+        # numpy turns a list mixing ints beyond int64 (uint64 values) with others into float64: keep the ints
+        obj = np.asarray(data, dtype=object)
+        if obj.size and all(isinstance(v, (int, np.integer)) for v in obj.flat):
+            arr = obj
     if arr.dtype == object and arr.size and all(isinstance(v, (int, np.integer)) for v in arr.flat):
         if dtype.is_float:  # Python ints beyond int64 are still numbers for a float tensor
             arr = np.array(arr.tolist(), dtype=dtype.numpy)
@@ -708,6 +713,7 @@ def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
             arr = np.asarray(arr != 0, dtype=bool)
         else:
             _check_int_range(arr, dtype, label)
+            arr = np.array(arr.tolist(), dtype=dtype.numpy)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise TypeError(f"data for '{label}' must be numeric, got an array of {arr.dtype}")
     target = dtype.numpy
@@ -735,6 +741,10 @@ def _check_int_range(arr: np.ndarray, dtype: DType, label: str) -> None:
         return  # every value of arr's type fits
     if arr.dtype == object:
         bad = [int(v) for v in arr.flat if not info.min <= v <= info.max]
+    elif arr.dtype.kind == "f":  # against 2**bits exactly: float(2**63 - 1) rounds up to 2**63, which must fail
+        top = float(info.max + 1)
+        bad = arr[(arr < info.min) | (arr >= top)].tolist() if arr.size and (
+            arr.min() < info.min or arr.max() >= top) else []
     elif arr.size and (arr.min() < info.min or arr.max() > info.max):  # (two passes, no temporaries)
         bad = arr[(arr < info.min) | (arr > info.max)].tolist()
     else:

@@ -14,17 +14,17 @@ op             input dtypes                           output
 =============  =====================================  =========================
 Log2 Exp2 Sin  float16/32/64                          same
 Sqrt Recip
-Add Mul        any, both the same                     same (bool: or / and)
-Mod            int32/int64/float*, both the same      same (floor modulo, Python/torch ``remainder``)
+Add Mul        any, both the same                     same (bool: or / and; integers wrap around)
+Mod            ints/float*, both the same             same (floor modulo, Python/torch ``remainder``)
 LessThan       any, both the same                     bool
-SumReduce      int32/int64/float* (f16 accumulates    same
-               in f32)
+Bitwise(kind)  ints (and/or/xor: bool too), the same  same (and or xor; shl shr: see :class:`Bitwise`)
+SumReduce      ints/float* (f16 accumulates in f32)   same (integers wrap around)
 MaxReduce      any but bool                           same (NaN propagates; empty -> -inf / int min)
 Contiguous     any                                    same
 Constant       (scalar: number or symbolic expr)      its dtype
 Iota           (expression of the flat index ``z``)   its dtype (int32/int64/float*)
 Gather         data any, index int32/int64            data dtype (``torch.gather`` semantics)
-Cast           any                                    target dtype (float->int truncates)
+Cast           any                                    target dtype (float->int truncates; ints wrap)
 Input          (set from the host)                    its dtype
 GraphBreak     any                                    same (identity; a fusion barrier)
 =============  =====================================  =========================
@@ -37,7 +37,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .dtype import DType
+from .dtype import DType, wrap_int
 from .shape import Expression, ShapeTracker
 
 
@@ -105,6 +105,8 @@ class Constant(Op):
 
     def reference(self, inputs, bindings, out_shape):
         v = self.value.evaluate(bindings) if isinstance(self.value, Expression) else self.value
+        if self.dtype.is_int:
+            v = wrap_int(v, self.dtype)
         return np.full(out_shape, v, dtype=self.dtype.numpy)
 
     def __str__(self) -> str:
@@ -217,7 +219,56 @@ class Mod(_Binary):
         if a.dtype.kind in "iu" and np.any(b == 0):
             raise ZeroDivisionError("integer modulo by zero in Mod")
         with np.errstate(all="ignore"):
+            if a.dtype.kind == "i":  # INT_MIN % -1 is 0 (numpy gives 0 too, but warns or traps on some builds)
+                return np.where(b == -1, np.zeros_like(a), np.mod(a, np.where(b == -1, np.ones_like(b), b)))
             return np.mod(a, b)
+
+
+BITWISE_KINDS = ("and", "or", "xor", "shl", "shr")
+
+
+@dataclass(frozen=True)
+class Bitwise(_Binary):
+    """Bitwise ``kind`` of two integer operands of the same dtype: ``"and"``, ``"or"``, ``"xor"`` (also on bool:
+    logical and/or/xor), ``"shl"`` (``a << b``) and ``"shr"`` (``a >> b``, arithmetic for signed types).
+
+    Shifts follow PyTorch's CPU results for every shift amount: a left shift by ``b < 0`` or ``b >=`` the bit width
+    gives 0; a right shift by such an amount gives the sign fill (-1 for a negative signed ``a``, else 0). Bitwise
+    not is ``x ^ -1`` (``x ^ True`` for bool). No gradient (integer op)."""
+
+    kind: str
+
+    def __post_init__(self):
+        if self.kind not in BITWISE_KINDS:
+            raise ValueError(f"Bitwise kind must be one of {BITWISE_KINDS}, got {self.kind!r}")
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        d = dtypes[0]
+        if d.is_float or (d == DType.bool and self.kind in ("shl", "shr")):
+            raise TypeError(f"{self}: not defined for {d} tensors (integer{' or bool' if self.kind in ('and', 'or', 'xor') else ''} "
+                            "operands only)")
+
+    def reference(self, inputs, bindings, out_shape):
+        a, b = inputs
+        if self.kind == "and":
+            return np.bitwise_and(a, b)
+        if self.kind == "or":
+            return np.bitwise_or(a, b)
+        if self.kind == "xor":
+            return np.bitwise_xor(a, b)
+        bits = a.dtype.itemsize * 8
+        signed = a.dtype.kind == "i"
+        out_of_range = (b >= bits) | (b < 0) if signed else b >= bits
+        s = np.where(out_of_range, np.zeros_like(b), b)
+        if self.kind == "shl":
+            return np.where(out_of_range, np.zeros_like(a), np.left_shift(a, s))
+        if signed:
+            return np.right_shift(a, np.where(out_of_range, np.full_like(b, bits - 1), b))
+        return np.where(out_of_range, np.zeros_like(a), np.right_shift(a, s))
+
+    def __str__(self) -> str:
+        return f"Bitwise({self.kind})"
 
 
 @dataclass(frozen=True)
@@ -301,7 +352,7 @@ class Gather(Op):
     def check(self, dtypes, shapes):
         super().check(dtypes, shapes)
         data, index = shapes
-        if not dtypes[1].is_int:
+        if dtypes[1] not in (DType.int32, DType.int64):
             raise TypeError(f"Gather: index must be int32/int64, got {dtypes[1]}")
         if data.ndim != index.ndim:
             raise GraphError(f"Gather: data has {data.ndim} dims {list(data.dims)} but index has {index.ndim} "
@@ -349,5 +400,5 @@ class Cast(Op):
         return f"Cast({self.dtype.value})"
 
 
-PRIMITIVES = (Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, SumReduce, MaxReduce, Contiguous,
+PRIMITIVES = (Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, Bitwise, SumReduce, MaxReduce, Contiguous,
               Constant, Iota, Gather, Cast, Input, GraphBreak)

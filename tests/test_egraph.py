@@ -122,6 +122,17 @@ def test_outputs_folded_to_constants_keep_their_shape(tmp_path, monkeypatch):
         np.testing.assert_array_equal(c.data(), np.full((2, 3), 7.0, np.float32))
 
 
+def test_narrow_integer_constants_fold_with_wrap_around():
+    def build(cx):
+        x = cx.tensor((3,), "int8", name="x").set(np.array([1, -2, 3], np.int8))
+        c = cx.full((3,), 100, "int8")
+        big = (c + c) ^ 1  # 100 + 100 wraps to -56 in int8, then -56 ^ 1 = -55 (folded in Python, not in egglog)
+        return ((x + big).retrieve(), ((c << 1) | (x >> 1)).retrieve())
+
+    cx, outs = run_both(build, EqualitySaturation(rulesets=("algebra",)))
+    np.testing.assert_array_equal(outs[0].data(), np.array([-54, -57, -52], np.int8))
+
+
 def test_constant_folding():
     def build(cx):
         x = cx.tensor((3,)).set(rand((3,), 3))
@@ -154,13 +165,16 @@ def build_every_op(cx):
     x0, i0 = x + 0, i * 1
     outs = [x0.sin(), x0.sqrt(), x0.reciprocal(), x0.log2(), x0.exp2(), x0 % 0.7, (x0 < 1.0),
             x0.sum(1), x0.max(0), x0.cast("int32"), x0.gather(1, i0 % 4), x0.permute(1, 0).contiguous(),
-            x0.graph_break(), cx.arange(4).cast("float32") + x0, (i0 + 0) % 3]
+            x0.graph_break(), cx.arange(4).cast("float32") + x0, (i0 + 0) % 3, i0 ^ 6, (i0 << 2) >> 1,
+            (i0.cast("int8") * 1) | 64]
     return tuple(o.retrieve() for o in outs)
 
 
 def test_every_primitive_is_rebuilt_correctly():
     cx, outs = run_both(build_every_op, EqualitySaturation(rulesets=("algebra",)))
     assert all(cx.nodes[o.id].inputs for o in outs)
+    assert op_counts(cx).get("Bitwise", 0) == 4 and {str(cx.nodes[o.id].op) for o in outs[-3:]} == {
+        "Bitwise(xor)", "Bitwise(shr)", "Bitwise(or)"}
     assert op_counts(cx).get("Add", 0) == 1  # only arange + x0 remains an Add
 
 

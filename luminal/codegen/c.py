@@ -110,6 +110,17 @@ def _last_level_cache() -> int:
 STREAM_BYTES = _last_level_cache()
 SMALL_GEMM = 1 << 23  # multiply-adds per GEMM up to which a batch of GEMMs is split over the OpenMP threads
 
+
+def _acc_type(dtype: DType, kind: str) -> str:
+    """The C type a reduction accumulates in: float for float16, an unsigned type for integer sums (wrap-around
+    without signed overflow; converted back to the dtype at the end), else the dtype's own type."""
+    if dtype == DType.float16:
+        return "float"
+    if kind == "sum" and dtype.is_int:
+        return "unsigned long long" if dtype.bits == 64 else "unsigned int"
+    return dtype.c_type
+
+
 @dataclass
 class CProgram:
     """C source plus the calling convention of its entry point."""
@@ -393,7 +404,7 @@ class CRenderer:
     def _reduce_body(self, kernel: ReduceKernel, vars_, flat) -> list[str]:
         """Statements reducing one output element (at index ``vars_``, flat offset ``flat``) of ``kernel``."""
         dtype = kernel.dtype
-        acc_type = "float" if dtype == DType.float16 else dtype.c_type
+        acc_type = _acc_type(dtype, kernel.kind)
         init, combine, simd, track_nan = self._reduce_parts(kernel)
         reduce_var = Expression.symbol("r", kernel.extent - 1)
         w = KernelWriter(self, loop_var="r")
@@ -415,9 +426,12 @@ class CRenderer:
         dtype = kernel.dtype
         if kernel.kind == "sum":
             init = "0"
-            combine = lambda acc, v: f"{acc} += {v};"  # noqa: E731
+            if dtype.is_int:  # an unsigned accumulator: wraps around (signed overflow is undefined in C)
+                combine = lambda acc, v: f"{acc} += ({_acc_type(dtype, 'sum')}){v};"  # noqa: E731
+            else:
+                combine = lambda acc, v: f"{acc} += {v};"  # noqa: E731
         else:
-            init = ("-INFINITY" if dtype.is_float else "LLONG_MIN" if dtype == DType.int64 else "INT_MIN")
+            init = "-INFINITY" if dtype.is_float else _literal(dtype.min, dtype)
             # vectorizable max; NaN is tracked in a flag so it still propagates
             if dtype.is_float:
                 combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc}; nanf |= ({v} != {v});"  # noqa: E731
@@ -432,7 +446,7 @@ class CRenderer:
 
     def _reduce(self, kernel: ReduceKernel, lines):
         dtype = kernel.dtype
-        acc_type = "float" if dtype == DType.float16 else dtype.c_type
+        acc_type = _acc_type(dtype, kernel.kind)
         init, combine, _, track_nan = self._reduce_parts(kernel)
         reduce_var = Expression.symbol("r", kernel.extent - 1)
         work = work_per_element(kernel.value) * kernel.extent

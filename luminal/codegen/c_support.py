@@ -15,7 +15,8 @@ HELPERS = r"""
 #endif
 static inline float lm_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
 static inline double lm_fmod(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }
-static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } if (b == -1) return 0; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline unsigned long long lm_umod(unsigned long long a, unsigned long long b, int *err) { if (b == 0) { *err = 2; return 0; } return a % b; }
 #include <omp.h>
 /* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
    -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]

@@ -7,7 +7,7 @@ import math
 import re
 
 from .. import ops
-from ..dtype import DType
+from ..dtype import DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ConstValue, GatherValue, IotaValue, Load, Remapped
 from .values import gather_slots, value_range
@@ -17,7 +17,12 @@ def _literal(value, dtype: DType) -> str:
     if dtype == DType.bool:
         return "1" if value else "0"
     if dtype.is_int:
-        return f"{int(value)}LL"
+        v = wrap_int(value, dtype)
+        if dtype.is_unsigned:
+            return f"{v}ULL"
+        if v == -2 ** 63:  # the literal 9223372036854775808 does not fit a long long
+            return "(-9223372036854775807LL - 1)"
+        return f"{v}LL"
     v = float(value)
     if math.isnan(v):
         text = "NAN"
@@ -199,10 +204,18 @@ class KernelWriter:
         if isinstance(op, ops.Recip):
             return f"(({dtype.c_type})1 / {args[0]})"
         if isinstance(op, ops.Add):
+            if dtype.is_int:
+                return _wrapping(dtype, "+", args)
             return f"({args[0]} | {args[1]})" if dtype == DType.bool else f"({args[0]} + {args[1]})"
         if isinstance(op, ops.Mul):
+            if dtype.is_int:
+                return _wrapping(dtype, "*", args)
             return f"({args[0]} & {args[1]})" if dtype == DType.bool else f"({args[0]} * {args[1]})"
+        if isinstance(op, ops.Bitwise):
+            return _bitwise(op.kind, dtype, args)
         if isinstance(op, ops.Mod):
+            if dtype == DType.uint64:
+                return f"lm_umod({args[0]}, {args[1]}, &err)"
             if dtype.is_int:
                 return f"({dtype.c_type})lm_imod({args[0]}, {args[1]}, &err)"
             if half:
@@ -215,3 +228,31 @@ class KernelWriter:
                 return f"({args[0]} != 0)"
             return f"({dtype.c_type})({args[0]})"
         raise NotImplementedError(str(op))
+
+
+def _wide_unsigned(dtype: DType) -> str:
+    """The unsigned C type integer arithmetic of ``dtype`` is done in: ``unsigned int`` up to 32 bits (narrower
+    unsigned operands would be promoted to *signed* int, where uint16 * uint16 can overflow), else 64-bit."""
+    return "unsigned long long" if dtype.bits == 64 else "unsigned int"
+
+
+def _wrapping(dtype: DType, op: str, args) -> str:
+    """``a op b`` in an integer ``dtype`` with two's-complement wrap-around: computed in an unsigned type (signed
+    overflow is undefined behaviour in C) and converted back (GCC defines the narrowing as modulo 2^N)."""
+    u = _wide_unsigned(dtype)
+    return f"(({dtype.c_type})(({u}){args[0]} {op} ({u}){args[1]}))"
+
+
+def _bitwise(kind: str, dtype: DType, args) -> str:
+    """C text of a ``Bitwise`` primitive (PyTorch's CPU results for out-of-range shift amounts)."""
+    a, b = args
+    if kind in ("and", "or", "xor"):
+        text = f"({a} {dict(zip(('and', 'or', 'xor'), '&|^'))[kind]} {b})"
+        return text if dtype == DType.bool else f"(({dtype.c_type}){text})"
+    bits = dtype.bits
+    bad = f"({b} < 0 || {b} >= {bits})" if dtype.is_signed else f"({b} >= {bits})"
+    if kind == "shl":
+        return f"({bad} ? ({dtype.c_type})0 : ({dtype.c_type})(({_wide_unsigned(dtype)}){a} << {b}))"
+    if dtype.is_signed:  # arithmetic shift (GCC's >> on negative values); out of range: the sign fill
+        return f"(({dtype.c_type})({a} >> ({bad} ? {bits - 1} : {b})))"
+    return f"({bad} ? ({dtype.c_type})0 : ({dtype.c_type})({a} >> {b}))"

@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import ops
-from ..dtype import DType
+from ..dtype import DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.expression import ADD, AND, DIV, GE, LT, MAX, MIN, MOD, MUL, NUM, OR, VAR
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
@@ -46,8 +46,10 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
 from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
 # Triton element types of luminal dtypes (bool buffers hold one byte per element: uint8)
-TL_TYPE = {DType.bool: "tl.int1", DType.int32: "tl.int32", DType.int64: "tl.int64", DType.float16: "tl.float16",
-           DType.float32: "tl.float32", DType.float64: "tl.float64"}
+TL_TYPE = {DType.bool: "tl.int1", DType.int8: "tl.int8", DType.int16: "tl.int16", DType.int32: "tl.int32",
+           DType.int64: "tl.int64", DType.uint8: "tl.uint8", DType.uint16: "tl.uint16", DType.uint32: "tl.uint32",
+           DType.uint64: "tl.uint64", DType.float16: "tl.float16", DType.float32: "tl.float32",
+           DType.float64: "tl.float64"}
 STORAGE = {DType.bool: "uint8"}  # dtype -> numpy name of the storage type where it differs from the dtype's
 
 ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
@@ -76,6 +78,17 @@ def _lm_max(a, b):
     # max that propagates NaN (the reference's np.max)
     return tl.where((a > b) | (a != a), a, b)
 '''
+
+
+def _int_text(value, dtype: DType) -> str:
+    """A Python literal of an integer constant, wrapped into ``dtype`` (uint64 values above 2**63 - 1 are written
+    as their int64 bit pattern: Triton constants are at most int64)."""
+    v = wrap_int(value, dtype)
+    if v == -2 ** 63:  # (as a difference: the literal 2**63 alone would not fit an int64 constant)
+        return "(-9223372036854775807 - 1)"
+    if v >= 2 ** 63:
+        return f"({v - 2 ** 64})"
+    return str(v)
 
 
 def storage_name(dtype: DType) -> str:
@@ -175,7 +188,9 @@ class BodyWriter:
         if dtype == DType.bool:
             return f"tl.full({self.shape}, {1 if value else 0}, tl.int1)"
         if dtype.is_int:
-            return f"tl.full({self.shape}, {int(value)}, {TL_TYPE[dtype]})"
+            if wrap_int(value, dtype) >= 2 ** 63:  # a uint64 above int64's range: its int64 bit pattern
+                return f"tl.full({self.shape}, {_int_text(value, dtype)}, tl.int64).to(tl.uint64, bitcast=True)"
+            return f"tl.full({self.shape}, {_int_text(value, dtype)}, {TL_TYPE[dtype]})"
         return f"tl.full({self.shape}, {_float_text(float(value))}, {TL_TYPE[dtype]})"
 
     def block_int(self, e: Expression) -> str:
@@ -308,10 +323,14 @@ class BodyWriter:
             if value.args[0].dtype == DType.bool:
                 return self.temp(f"{a}.to(tl.int8) < {b}.to(tl.int8)")
             return self.temp(f"{a} < {b}")
+        if isinstance(op, ops.Bitwise):
+            return self._bitwise(op.kind, dtype, a, b)
         if isinstance(op, ops.Mod):
             if dtype.is_int:
                 self.error(f"{b} == 0", 2)
-                bs = self.temp(f"tl.where({b} == 0, 1, {b}).to({tt})")
+                # x % -1 is 0 = x % 1 (and INT_MIN % -1 would be undefined on the device)
+                cond = f"({b} == 0) | ({b} == -1)" if dtype.is_signed else f"{b} == 0"
+                bs = self.temp(f"tl.where({cond}, 1, {b}).to({tt})")
                 r = self.temp(f"{a} % {bs}")
                 return self.temp(f"tl.where(({r} != 0) & (({r} < 0) != ({bs} < 0)), {r} + {bs}, {r})")
             if dtype == DType.float16:
@@ -324,6 +343,19 @@ class BodyWriter:
                 return self.temp(f"{a} != 0")
             return self.temp(f"{a}.to({tt})")
         raise NotImplementedError(f"Triton backend: no rendering for primitive {op}")
+
+    def _bitwise(self, kind: str, dtype: DType, a: str, b: str) -> str:
+        """A ``Bitwise`` primitive (shift amounts out of range give PyTorch's CPU results, as in the C backend)."""
+        if kind in ("and", "or", "xor"):
+            return self.temp(f"{a} {dict(zip(('and', 'or', 'xor'), '&|^'))[kind]} {b}")
+        tt, bits = TL_TYPE[dtype], dtype.bits
+        bad = self.temp(f"({b} < 0) | ({b} >= {bits})" if dtype.is_signed else f"{b} >= {bits}")
+        if kind == "shr" and dtype.is_signed:
+            s = self.temp(f"tl.where({bad}, tl.full({self.shape}, {bits - 1}, {tt}), {b})")
+            return self.temp(f"({a} >> {s}).to({tt})")
+        s = self.temp(f"tl.where({bad}, {self.zero(dtype)}, {b})")
+        shifted = self.temp(f"({a} << {s}).to({tt})" if kind == "shl" else f"({a} >> {s}).to({tt})")
+        return self.temp(f"tl.where({bad}, {self.zero(dtype)}, {shifted})")
 
 
 # ---------------------------------------------------------------------------- program
@@ -461,8 +493,7 @@ class TritonRenderer:
         elif dtype.is_float:
             ident = 'float("-inf")'
         else:
-            # (written as a difference: the literal 2**63 alone would not fit an int64 constant)
-            ident = "(-2147483647 - 1)" if dtype == DType.int32 else "(-9223372036854775807 - 1)"
+            ident = _int_text(dtype.min, dtype)
         lines += ["    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)",
                   "    rows_live = rows < n_rows",
                   "    rr = rows[:, None]",

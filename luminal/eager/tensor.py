@@ -487,7 +487,8 @@ _SKIP = {"graph", "id", "shape", "dims", "ndim", "size", "concrete_shape", "nume
 _DUNDERS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
             "__abs__", "__lt__", "__gt__", "__le__", "__ge__", "__eq__", "__ne__", "__invert__", "__and__", "__or__",
-            "__xor__", "__matmul__", "__rmatmul__"]
+            "__xor__", "__rand__", "__ror__", "__rxor__", "__lshift__", "__rshift__", "__rlshift__", "__rrshift__",
+            "__matmul__", "__rmatmul__"]
 
 
 def _rename_dim(fn):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from .. import ops
-from ..dtype import DType, promote_types, scalar_result_type
+from ..dtype import DType, promote_types, scalar_result_type, wrap_int
 from ..graph import GraphError
 from ..shape import Expression, ShapeTracker, to_expr
 
@@ -90,7 +90,7 @@ def constant(graph, value, dtype: DType, dims: Iterable = ()) -> "GraphTensor":
     elif dtype == DType.bool and not isinstance(value, Expression):
         value = bool(value)
     elif dtype.is_int and not isinstance(value, Expression):
-        value = int(value)
+        value = wrap_int(value, dtype)  # an int scalar keeps the tensor's int type and wraps into it (PyTorch)
     node = graph.add_op(ops.Constant(value, dtype), (), (), dtype)
     dims = tuple(to_expr(d) for d in dims)
     return GraphTensor(graph, node, ShapeTracker.fake(dims), dtype)
@@ -132,3 +132,14 @@ def binary_operands(a: "GraphTensor", b, dtype: DType | None = None):
     a = a.cast(dtype)
     dims = broadcast_dims(a.dims, b.dims)
     return a._view(broadcast_view(a.shape, dims)), b._view(broadcast_view(b.shape, dims)), dims, dtype
+
+
+def check_index_dtype(dtype: DType, what: str, error=TypeError) -> None:
+    """Raise ``error`` unless ``dtype`` is an index type PyTorch accepts (int32 or int64). uint8 indices mean a
+    boolean mask in PyTorch (deprecated there); they are refused with a message saying so."""
+    if dtype in (DType.int32, DType.int64):
+        return
+    if dtype == DType.uint8:
+        raise error(f"{what}: uint8 index tensors are not supported (PyTorch reads them as a boolean mask); "
+                    "use a bool mask or cast the indices to int64")
+    raise error(f"{what}: index must be int32/int64, got {dtype.value}")

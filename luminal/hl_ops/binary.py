@@ -96,6 +96,9 @@ class BinaryOps:
             fl = q.floor()
             fl = where((q - fl) > 0.5, fl + 1.0, fl)
             return where(b.eq(0), a.div(b), fl)
+        if dtype.bits < 64:  # in int64: a - a mod b cannot wrap there; the int64 quotient wraps back on the cast
+            # (int8: -128 // -1 = 128 -> -128, as PyTorch)
+            return a.cast(DType.int64).floor_divide(b.cast(DType.int64)).cast(dtype)
         # (a - a mod b) is an exact multiple of b: divide in float64 and round
         exact = a.sub(a.remainder(b)).cast(DType.float64).div(b.cast(DType.float64))
         return (exact + 0.5).floor().cast(dtype)
@@ -308,11 +311,6 @@ class BinaryOps:
         a, b = self._as_bool(), as_tensor(self, other)._as_bool()
         return a.lt(b).logical_or(b.lt(a))
 
-    def _bool_only(self, other, what):
-        if self.dtype != DType.bool or (hasattr(other, "dtype") and other.dtype != DType.bool) or (
-                not hasattr(other, "dtype") and not isinstance(other, bool)):
-            raise TypeError(f"bitwise {what} is only supported on bool tensors here (got {self.dtype})")
-
     # ------------------------------------------------------------------ selection
     def where_(self, cond, other):
         """``other`` where ``cond`` is True, ``self`` elsewhere (helper for ``where(cond, other, self)``)."""
@@ -350,24 +348,60 @@ class BinaryOps:
     def __ne__(self, other): return self.ne(other)  # type: ignore[override]
     __hash__ = object.__hash__
 
-    def __invert__(self):
-        if self.dtype != DType.bool:
-            raise TypeError(f"~ is only supported on bool tensors here (got {self.dtype})")
-        return self.logical_not()
+    def __invert__(self): return self.bitwise_not()
+    def __and__(self, other): return self.bitwise_and(other)
+    def __or__(self, other): return self.bitwise_or(other)
+    def __xor__(self, other): return self.bitwise_xor(other)
+    def __rand__(self, other): return as_tensor(self, other, operand_dtype(self, other)).bitwise_and(self)
+    def __ror__(self, other): return as_tensor(self, other, operand_dtype(self, other)).bitwise_or(self)
+    def __rxor__(self, other): return as_tensor(self, other, operand_dtype(self, other)).bitwise_xor(self)
+    def __lshift__(self, other): return self.bitwise_left_shift(other)
+    def __rshift__(self, other): return self.bitwise_right_shift(other)
+    def __rlshift__(self, other): return as_tensor(self, other, operand_dtype(self, other)).bitwise_left_shift(self)
+    def __rrshift__(self, other): return as_tensor(self, other, operand_dtype(self, other)).bitwise_right_shift(self)
 
-    def __and__(self, other):
-        self._bool_only(other, "and")
-        return self.logical_and(other)
+    # ------------------------------------------------------------------ bitwise (integers and bool)
+    def _bitwise(self, kind: str, other):
+        dtype = operand_dtype(self, other)
+        shift = kind in ("shl", "shr")
+        if dtype.is_float or (shift and dtype == DType.bool):
+            name = {"and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "shl": "bitwise_left_shift",
+                    "shr": "bitwise_right_shift"}[kind]
+            raise TypeError(f"{name} is only defined for integer{'' if shift else ' and bool'} tensors, got {dtype}")
+        if dtype == DType.bool:  # logical ops: the primitives the e-graph rules know
+            return {"and": self.logical_and, "or": self.logical_or, "xor": self.logical_xor}[kind](other)
+        return self._binary_primitive(ops.Bitwise(kind), other, dtype)
 
-    def __or__(self, other):
-        self._bool_only(other, "or")
-        return self.logical_or(other)
+    def bitwise_and(self, other):
+        """``self & other`` (``torch.bitwise_and``): integer or bool tensors, PyTorch's type promotion."""
+        return self._bitwise("and", other)
 
-    def __xor__(self, other):
-        self._bool_only(other, "xor")
-        return self.logical_xor(other)
+    def bitwise_or(self, other):
+        """``self | other`` (``torch.bitwise_or``)."""
+        return self._bitwise("or", other)
 
-    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    def bitwise_xor(self, other):
+        """``self ^ other`` (``torch.bitwise_xor``)."""
+        return self._bitwise("xor", other)
+
+    def bitwise_not(self):
+        """``~self`` (``torch.bitwise_not``): the complement of an integer, logical not of a bool (``x ^ -1``)."""
+        if self.dtype.is_float:
+            raise TypeError(f"bitwise_not is only defined for integer and bool tensors, got {self.dtype}")
+        if self.dtype == DType.bool:
+            return self.logical_not()
+        return self._binary_primitive(ops.Bitwise("xor"), constant(self.graph, -1, self.dtype), self.dtype)
+
+    def bitwise_left_shift(self, other):
+        """``self << other`` (``torch.bitwise_left_shift``; integers only). Bits shifted out are lost (wrap-around);
+        a shift by a negative amount or by at least the bit width gives 0, as PyTorch's CPU kernels do."""
+        return self._bitwise("shl", other)
+
+    def bitwise_right_shift(self, other):
+        """``self >> other`` (``torch.bitwise_right_shift``): arithmetic for signed types, logical for unsigned.
+        A shift by a negative amount or by at least the bit width gives the sign fill (-1 for a negative signed
+        value, else 0), as PyTorch's CPU kernels do."""
+        return self._bitwise("shr", other)
 
 
 def _grad_rule(result, name: str, operands, param=None):

@@ -29,7 +29,7 @@ import numpy as np
 from ..dtype import DType, as_dtype
 from ..graph import GraphError
 from ..shape import to_expr
-from ._util import broadcast_dims, constant, normalize_axis
+from ._util import broadcast_dims, check_index_dtype, constant, normalize_axis
 
 
 def _where(c, a, b):
@@ -92,8 +92,7 @@ def scatter_elements(x, axis: int, index, updates, reduction: str = "none", incl
     a = normalize_axis(axis, x.ndim)
     if index.ndim != x.ndim:
         raise ValueError(f"scatter: index has {index.ndim} dims, the tensor {x.ndim}")
-    if not index.dtype.is_int:
-        raise TypeError(f"scatter: index must be int32/int64, got {index.dtype.value}")
+    check_index_dtype(index.dtype, "scatter")
     n = x.dims[a]
     u_dims, x_dims = list(index.dims), list(x.dims)
     order = [j for j in range(x.ndim) if j != a] + [a]
@@ -496,6 +495,7 @@ def _parse(x, key):
                 continue
             if not k.dtype.is_int:
                 raise IndexError(f"tensors used as indices must be integer or bool tensors, got {k.dtype.value}")
+            check_index_dtype(k.dtype, "indexing", IndexError)
             value = known_value(k)
             n = cur.dims[axis]
             if value is not None and n.is_constant():

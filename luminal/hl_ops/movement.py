@@ -16,7 +16,7 @@ from .. import ops
 from ..dtype import DType
 from ..graph import GraphError
 from ..shape import Expression, to_expr
-from ._util import normalize_axis
+from ._util import check_index_dtype, normalize_axis
 
 
 class MovementOps:
@@ -366,6 +366,7 @@ class MovementOps:
             raise TypeError(f"gather: index must be a GraphTensor of int32/int64, got {type(index).__name__}")
         if index.graph is not self.graph:
             raise GraphError("gather: index belongs to a different graph")
+        check_index_dtype(index.dtype, "gather")
         axis = normalize_axis(axis, self.ndim)
         return self._apply(ops.Gather(axis), index, dims=index.dims)
 
@@ -376,8 +377,7 @@ class MovementOps:
         lookup). Implemented as a ``Gather`` with the index broadcast over the other axes (no one-hot).
         """
         axis = normalize_axis(axis, self.ndim)
-        if not index.dtype.is_int:
-            raise TypeError(f"index_select: index must be int32/int64, got {index.dtype}")
+        check_index_dtype(index.dtype, "index_select")
         idx_dims = index.dims
         flat_index = index.reshape((index.numel(),)) if index.ndim != 1 else index
         # index (m,) -> (pre..., m, post...) broadcast

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtype import DType
 from ..graph import GraphError
 from ..module import Module, Parameter, bind, check_graph_tensor
 from . import init
@@ -28,7 +29,7 @@ def embedding(ids, weight, padding_idx=None):
 
     ``padding_idx`` only matters for gradients in PyTorch; it is accepted and ignored here."""
     ids = check_graph_tensor(ids, "embedding")
-    if not ids.dtype.is_int:
+    if ids.dtype not in (DType.int32, DType.int64):
         raise TypeError(f"embedding: ids must be int32/int64, got {ids.dtype}")
     if weight.ndim != 2:
         raise GraphError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "

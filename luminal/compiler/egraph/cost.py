@@ -41,7 +41,7 @@ class BackendCosts:
     materialized: frozenset  # ops that write their own buffer
 
 
-_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Cast": 1.0, "Sum": 1.0, "Max": 1.0,
+_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "Sum": 1.0, "Max": 1.0,
             "Gather": 1.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
 
 BACKENDS = {

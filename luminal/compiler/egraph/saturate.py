@@ -250,6 +250,8 @@ def rebuild(graph: Graph, enc: Encoding, eg: EGraphData, ext: Extraction) -> lis
             elif e.op in ("Sum", "Max"):
                 op = (ops.SumReduce if e.op == "Sum" else ops.MaxReduce)(e.args[1])
                 dims = v0.dims[:e.args[1]] + v0.dims[e.args[1] + 1:]
+            elif e.op == "Bit":
+                op, dims = ops.Bitwise(e.args[1]), v0.dims
             elif e.op == "Cast":
                 op, dims = ops.Cast(dtype), v0.dims
             elif e.op == "Gather":
