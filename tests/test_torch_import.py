@@ -489,3 +489,24 @@ def test_extra_ops_decomposition_and_resize():
         np.testing.assert_allclose(g, _np(w), rtol=RTOL, atol=ATOL)
     with pytest.raises(UnsupportedTorchOpError, match="decompose=False"):
         from_torch(net, args, decompose=False)
+
+
+def test_bitwise_module_int8_uint8():
+    """aten.bitwise_* / __lshift__ / __rshift__ on narrow integer inputs, in torch's dtypes (exact)."""
+    class Bits(nn.Module):
+        def forward(self, a, b, u):
+            x = (a & b) | (a ^ 5)
+            y = (a << 2) >> b.clamp(0, 7)
+            z = ~u & 0x3C
+            return x, y + a, z, torch.bitwise_xor(u, u >> 1), (a > 0) & (b < 0)
+
+    a = torch.tensor([-128, -1, 0, 3, 127, 64], dtype=torch.int8)
+    b = torch.tensor([1, 7, -3, 2, -1, 6], dtype=torch.int8)
+    u = torch.tensor([0, 1, 128, 255, 60, 7], dtype=torch.uint8)
+    model = from_torch(Bits(), (a, b, u))
+    got = model(a, b, u)
+    want = Bits()(a, b, u)
+    for g, w in zip(got, want):
+        g = g.numpy() if hasattr(g, "numpy") else np.asarray(g)
+        assert g.dtype == w.numpy().dtype
+        np.testing.assert_array_equal(g, w.numpy())

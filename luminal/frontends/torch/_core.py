@@ -48,8 +48,8 @@ class TorchInputError(TorchImportError, ValueError):
 _DTYPES = {
     torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,
     torch.int64: DType.int64, torch.int32: DType.int32, torch.bool: DType.bool,
-    # held in int32 (as the ONNX importer does); wrap-around inside the graph is not reproduced
-    torch.int16: DType.int32, torch.int8: DType.int32, torch.uint8: DType.int32,
+    torch.int16: DType.int16, torch.int8: DType.int8, torch.uint8: DType.uint8, torch.uint16: DType.uint16,
+    torch.uint32: DType.uint32, torch.uint64: DType.uint64,
 }
 
 
@@ -65,7 +65,9 @@ def _ldtype(dt, where_: str = "") -> DType:
 
 def _torch_dtype_of(dtype: DType):
     return {DType.float32: torch.float32, DType.float64: torch.float64, DType.float16: torch.float16,
-            DType.int64: torch.int64, DType.int32: torch.int32, DType.bool: torch.bool}[dtype]
+            DType.int64: torch.int64, DType.int32: torch.int32, DType.bool: torch.bool, DType.int16: torch.int16,
+            DType.int8: torch.int8, DType.uint8: torch.uint8, DType.uint16: torch.uint16,
+            DType.uint32: torch.uint32, DType.uint64: torch.uint64}[dtype]
 
 
 # ---------------------------------------------------------------------------------------------------- parameters

@@ -115,86 +115,44 @@ def _where(ctx):
 
 
 # ---------------------------------------------------------------------------------------------------- bitwise
-def _width(onnx_type: int) -> tuple[int, bool]:
-    """(bit width, signed) of an integer ONNX type."""
-    info = np.iinfo(dtypes.numpy(onnx_type))
-    return info.bits, info.min < 0
+def _native(ctx, k: int = 0):
+    """Input ``k`` in the luminal dtype of its ONNX type's own width (the importer holds narrow integers widened:
+    an INT8 value in an int32 tensor); casting the in-range value there is exact."""
+    x = ctx.t(k)
+    if x.dtype == DType.bool:
+        return x
+    return x.cast(dtypes.numpy(ctx.type(k)).name)
 
 
-def _bits(x, width: int):
-    """The two's-complement bits of ``x`` (low to high) as bool tensors: ``bit_k = (x mod 2^(k+1)) >= 2^k``,
-    computed in int64 (the sign bit is ``x < 0``; bit 62 from the exact multiple ``x - x mod 2^62``)."""
-    x = x.cast(DType.int64)
-    out = []
-    for k in range(width):
-        if k == 63 or (k == width - 1 and k >= 31):
-            out.append(x < 0)
-        elif k == 62:
-            q = (x - x.remainder(2 ** 62)).floor_divide(2 ** 62)
-            out.append(q.remainder(2).ne(0))
-        else:
-            out.append(x.remainder(2 ** (k + 1)) >= 2 ** k)
-    return out
-
-
-def _from_bits(bits, width: int, signed: bool, like):
-    """Reassemble bits into ``like``'s dtype (the top bit of a signed type weighs -2^(width-1))."""
-    acc = None
-    for k, b in enumerate(bits):
-        weight = -(2 ** k) if (k == width - 1 and (signed or k >= 63)) else 2 ** k
-        if like.dtype == DType.int32 and weight >= 2 ** 31:
-            weight -= 2 ** 32  # the same low 32 bits
-        term = where(b, ctx_const(like, weight), ctx_const(like, 0))
-        acc = term if acc is None else acc + term
-    return acc
-
-
-def ctx_const(like, value):
-    from ...hl_ops.creation import constant
-    return constant(like.graph, value, like.dtype, ())
-
-
-def _bitwise(fn):
+def _bitwise(method):
     def handler(ctx):
-        a, b = ctx.t(0), ctx.t(1)
-        if a.dtype == DType.bool:
-            return [fn(a, b)]
-        width, signed = _width(ctx.type(0))
-        bits = [fn(x, y) for x, y in zip(_bits(a, width), _bits(b, width))]
-        return [_from_bits(bits, width, signed, a)]
+        a, b = _native(ctx, 0), _native(ctx, 1)
+        return [getattr(a, method)(b).cast(ctx.t(0).dtype)]  # back to the widened holder (exact)
     return handler
 
 
-register("BitwiseAnd")(_bitwise(lambda x, y: x.logical_and(y)))
-register("BitwiseOr")(_bitwise(lambda x, y: x.logical_or(y)))
-register("BitwiseXor")(_bitwise(lambda x, y: x.logical_xor(y)))
+register("BitwiseAnd")(_bitwise("bitwise_and"))
+register("BitwiseOr")(_bitwise("bitwise_or"))
+register("BitwiseXor")(_bitwise("bitwise_xor"))
 
 
 @register("BitwiseNot")
 def _bitwise_not(ctx):
-    x = ctx.t(0)
-    if x.dtype == DType.bool:
-        return [x.logical_not()]
-    width, signed = _width(ctx.type(0))
-    if signed or width == 64:
-        return [-x - 1]
-    return [(2 ** width - 1) - x]
+    return [_native(ctx).bitwise_not().cast(ctx.t(0).dtype)]
 
 
 @register("BitShift")
 def _bitshift(ctx):
-    x, s = ctx.t(0), ctx.t(1)
-    width, _ = _width(ctx.type(0))
-    table = ctx.array(np.array([2 ** k if k < 63 else -(2 ** 63) for k in range(64)], dtype=np.int64))
-    s = s.cast(DType.int64)
-    valid = (s >= 0).logical_and(s < width)
-    power = table.index_select(0, where(valid, s, 0)).cast(x.dtype)
+    """Shifts of unsigned integers; an amount of at least the bit width gives 0 (PyTorch's results)."""
+    x, s = _native(ctx, 0), _native(ctx, 1)
     direction = ctx.attr("direction", "LEFT")
     if direction == "LEFT":
-        return [where(valid, x * power, 0)]
-    if direction == "RIGHT":
-        return [where(valid, x.floor_divide(power), where(x < 0, -1, 0))]
-    raise ValueError(f"direction must be LEFT or RIGHT, got {direction!r}")
+        out = x.bitwise_left_shift(s)
+    elif direction == "RIGHT":
+        out = x.bitwise_right_shift(s)
+    else:
+        raise ValueError(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return [out.cast(ctx.t(0).dtype)]
 
 
 # ---------------------------------------------------------------------------------------------------- math functions

@@ -201,29 +201,54 @@ for _op, _m in {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge"
 def _logical(method):
     def h(cv, node, a, b):
         a, b = cv.tensor(a), cv.tensor(b)
-        if a.dtype != DType.bool or b.dtype != DType.bool:
-            if method in ("logical_and", "logical_or", "logical_xor"):
-                a, b = a.ne(0) if a.dtype != DType.bool else a, b.ne(0) if b.dtype != DType.bool else b
-            else:
-                raise TorchImportError(f"bitwise ops on {a.dtype}/{b.dtype} tensors are not supported (bool only)")
+        a, b = a.ne(0) if a.dtype != DType.bool else a, b.ne(0) if b.dtype != DType.bool else b
         return getattr(a, method)(b)
     return h
 
 
-_reg("aten.logical_and.default", "aten.bitwise_and.Tensor", "aten.__and__.Tensor",
-     "aten.bitwise_and.Scalar")(_logical("logical_and"))
-_reg("aten.logical_or.default", "aten.bitwise_or.Tensor", "aten.__or__.Tensor",
-     "aten.bitwise_or.Scalar")(_logical("logical_or"))
-_reg("aten.logical_xor.default", "aten.bitwise_xor.Tensor", "aten.__xor__.Tensor")(_logical("logical_xor"))
+_reg("aten.logical_and.default")(_logical("logical_and"))
+_reg("aten.logical_or.default")(_logical("logical_or"))
+_reg("aten.logical_xor.default")(_logical("logical_xor"))
 
 
-@_reg("aten.logical_not.default", "aten.bitwise_not.default")
+def _bitwise(method):
+    """``torch.bitwise_*`` / ``&`` ``|`` ``^`` ``<<`` ``>>`` on integer or bool tensors, in torch's result dtype."""
+    def h(cv, node, a, b):
+        a, b = _binop_operands(cv, node, a, b)
+        want = _out_dtype(node)
+        if want == DType.bool:  # bool & bool (a Python bool scalar stays one)
+            a = a if not _is_t(a) or a.dtype == DType.bool else a.ne(0)
+            b = b if not _is_t(b) or b.dtype == DType.bool else b.ne(0)
+        if not _is_t(a):
+            a = cv.tensor(a, dtype=want or b.dtype)
+        return getattr(a, method)(b)
+    return h
+
+
+for _method, _targets in (
+        ("bitwise_and", ("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.__and__.Tensor",
+                         "aten.__and__.Scalar", "aten.bitwise_and.Scalar_Tensor")),
+        ("bitwise_or", ("aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar", "aten.__or__.Tensor",
+                        "aten.__or__.Scalar", "aten.bitwise_or.Scalar_Tensor")),
+        ("bitwise_xor", ("aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.__xor__.Tensor",
+                         "aten.__xor__.Scalar", "aten.bitwise_xor.Scalar_Tensor")),
+        ("bitwise_left_shift", ("aten.bitwise_left_shift.Tensor", "aten.bitwise_left_shift.Tensor_Scalar",
+                                "aten.bitwise_left_shift.Scalar_Tensor", "aten.__lshift__.Tensor",
+                                "aten.__lshift__.Scalar")),
+        ("bitwise_right_shift", ("aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar",
+                                 "aten.bitwise_right_shift.Scalar_Tensor", "aten.__rshift__.Tensor",
+                                 "aten.__rshift__.Scalar"))):
+    _reg(*_targets)(_bitwise(_method))
+
+
+@_reg("aten.logical_not.default")
 def _logical_not(cv, node, x):
-    if x.dtype != DType.bool:
-        if node.target is torch.ops.aten.bitwise_not.default:
-            raise TorchImportError(f"bitwise_not on a {x.dtype} tensor is not supported (bool only)")
-        x = x.ne(0)
-    return x.logical_not()
+    return (x if x.dtype == DType.bool else x.ne(0)).logical_not()
+
+
+@_reg("aten.bitwise_not.default")
+def _bitwise_not(cv, node, x):
+    return x.bitwise_not()
 
 
 @_reg("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
