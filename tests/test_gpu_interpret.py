@@ -131,6 +131,26 @@ def test_binary_primitives_float_int_bool():
     compare(make, [(a, b, ia, ib, ba, bb)], **F32)
 
 
+def test_narrow_ints_wrap_and_bitwise():
+    """int8/uint8/int16/uint32 arithmetic wrapping at the edges, the Bitwise primitive (and/or/xor/not, shifts by
+    in- and out-of-range amounts), modulo incl. INT_MIN % -1, narrow sums (int64) and max, casts between ints."""
+    e8 = np.array([0, 1, -1, 127, -128, 5, -7, 64, 100, -100, 3, 2], np.int8)
+    s8 = np.array([1, 7, -1, 1, -1, 2, 3, 8, 9, -3, 0, 6], np.int8)
+    u8 = np.array([0, 1, 255, 128, 254, 7, 200, 60, 3, 99, 16, 2], np.uint8)
+    u32 = np.array([0, 1, 2 ** 32 - 1, 2 ** 31, 5, 7, 40, 31, 32, 33, 3, 2], np.uint32)
+
+    def make(cx):
+        a, b = cx.tensor((12,), lm.int8), cx.tensor((12,), lm.int8)
+        u, w = cx.tensor((12,), lm.uint8), cx.tensor((12,), lm.uint32)
+        nz = b.where(b != 0, 1)
+        return [a, b, u, w], [a + b, a * b, a - b, -a, a < b, a % nz, a // nz, a & b, a | b, a ^ b, ~a, a << b,
+                              a >> b, u + u, u * 3, ~u, u << 7, u >> (u % 9), u + a, a.sum(), u.max(), u.min(),
+                              w * w, w >> w, w << w, w & 0xF0F0F0F0, a.cast(lm.uint8), u.cast(lm.int8),
+                              w.cast(lm.int16), (a.cast(lm.int16) << 9) >> 3]
+
+    compare(make, [(e8, s8, u8, u32)])
+
+
 def test_modulo_signs_float_and_int64():
     xs = np.array([-7.5, 7.5, -7.5, 7.5, 0.0, -3.0, 3.0, np.inf, 5.0], np.float32)
     ys = np.array([2.0, -2.0, -2.0, 2.0, 3.0, 3.0, -3.0, 2.0, np.inf], np.float32)

@@ -199,3 +199,30 @@ def test_bf16_save_is_atomic(tmp_path, monkeypatch):
         save_safetensors({"w": np.full(3, 2.0, np.float32)}, path, dtype="bfloat16")
     np.testing.assert_array_equal(load_safetensors(path)["w"], np.full(3, 1.0, np.float32))
     assert os.listdir(tmp_path) == ["w.safetensors"]
+
+
+def test_safetensors_integer_dtypes_roundtrip_through_graph_tensors(tmp_path):
+    """I8/U8/I16/U16/U32/U64 arrays load as numpy arrays, set() into tensors of the matching luminal dtype,
+    compute there (wrap-around) and save back with the same safetensors dtypes."""
+    import luminal as lm
+    from luminal.io.safetensors import load_safetensors, safetensors_header, save_safetensors
+
+    arrays = {d: np.array([0, 1, np.iinfo(d).max, np.iinfo(d).min, 7], d)
+              for d in ("int8", "uint8", "int16", "uint16", "uint32", "uint64")}
+    save_safetensors(arrays, tmp_path / "a.safetensors")
+    loaded = load_safetensors(tmp_path / "a.safetensors")
+    cx = lm.Graph()
+    outs = {}
+    for d, arr in loaded.items():
+        assert arr.dtype == np.dtype(d)
+        t = cx.tensor(arr.shape, dtype=d).set(arr)
+        outs[d] = ((t + 1) ^ 3).retrieve()
+    cx.execute()
+    result = {d: o.data() for d, o in outs.items()}
+    with np.errstate(over="ignore"):
+        for d, arr in arrays.items():
+            np.testing.assert_array_equal(result[d], (arr + np.array(1, d)) ^ np.array(3, d))
+    save_safetensors(result, tmp_path / "b.safetensors")
+    header = safetensors_header(tmp_path / "b.safetensors")
+    assert {k: v[0] for k, v in header.items()} == {"int8": "I8", "uint8": "U8", "int16": "I16", "uint16": "U16",
+                                                    "uint32": "U32", "uint64": "U64"}
