@@ -5,7 +5,9 @@ or a symbol name), which become ``Constant`` nodes. Decompositions:
 ``a - b = a + (-1)*b``, ``a / b = a * recip(b)``, comparisons from
 ``LessThan`` (with NaN handled as PyTorch does), ``where`` as an exact
 ``Gather`` from the two candidates stacked on a new axis (no ``c*a + (1-c)*b``,
-which turns ``inf``/``nan`` in the unselected branch into ``nan``).
+which turns ``inf``/``nan`` in the unselected branch into ``nan``). Bitwise ops on integers
+(``& | ^ ~ << >>``, ``bitwise_*``) are the ``Bitwise`` primitive (``~x = x ^ -1``); on bool, ``& | ^ ~`` are
+the logical ops.
 """
 
 from __future__ import annotations

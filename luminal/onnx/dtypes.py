@@ -1,7 +1,8 @@
 """ONNX element types and how luminal holds them.
 
-luminal computes in ``bool int32 int64 float16 float32 float64``. The ONNX types with those names map one to one;
-the narrow integer types are *widened* for computation and narrowed back when a value leaves the model:
+The ONNX types named like luminal's ``bool int32 int64 float16 float32 float64`` map one to one; the narrow
+integer types are *widened* between operators and narrowed back when a value leaves the model (the bitwise
+operators cast to luminal's native type of the same width, ``uint8``..., for their own computation):
 
 =========================  ==============  ==========================================================
 ONNX type                  luminal dtype   note
