@@ -421,21 +421,13 @@ def _setitem(x, key, value):
 
 
 def _index_item(k):
-    """A list / numpy index as a numpy array (bool or int64) or a Python scalar; other items unchanged."""
-    if isinstance(k, list):
-        if any(isinstance(e, Tensor) for e in k):
-            k = [np.asarray(e) for e in k]
-        k = np.asarray(k)
-        if k.size == 0:
-            k = k.astype(np.int64)
-    if isinstance(k, np.bool_):
-        return bool(k)
-    if isinstance(k, np.ndarray):
-        if k.dtype == np.bool_:
-            return bool(k) if k.ndim == 0 else k
-        if k.dtype.kind in "iu":
-            return int(k) if k.ndim == 0 else k.astype(np.int64)
-    return k
+    """A list / numpy index as a numpy array (bool or int64) or a Python scalar; other items unchanged (the
+    lazy graph's rule, with eager tensors inside a list read as arrays)."""
+    from ..hl_ops.indexing import _as_index_array
+
+    if isinstance(k, list) and any(isinstance(e, Tensor) for e in k):
+        k = [np.asarray(e) for e in k]
+    return _as_index_array(k)
 
 
 def _is_mask(k) -> bool:
