@@ -3,7 +3,7 @@
 Models: an MLP and an op-variety graph built with ``onnx.helper``; a small CNN (Conv/BatchNorm/MaxPool/
 GlobalAveragePool) and a transformer encoder block with a symbolic batch and sequence exported from PyTorch
 (``torch.onnx.export``, TorchScript exporter: its shape subgraphs ``Shape -> Gather -> Concat -> Reshape``
-are what the symbolic folding must handle); magika's model shipped on PyPI when the package is installed.
+are what the symbolic folding must handle); magika's model shipped on PyPI (magika is in the test extra).
 Tolerances: rtol=1e-4, atol=1e-5 for float32 models (stated per comparison).
 """
 
@@ -304,7 +304,8 @@ def test_magika_model_matches_onnxruntime():
     try:
         import magika
     except ImportError:
-        pytest.skip("the 'magika' package (which ships a real ONNX model) is not installed")
+        pytest.fail("the 'magika' package (which ships a real ONNX model) is in the test extra but not installed: "
+                    "pip install -e '.[test]'")
     folder = os.path.join(os.path.dirname(magika.__file__), "models")
     paths = sorted(os.path.join(root, f) for root, _, files in os.walk(folder) for f in files if f.endswith(".onnx"))
     if not paths:
