@@ -7,9 +7,12 @@
 * Cache: libraries are keyed by a hash of source, flags and compiler in ``LUMINAL_CACHE_DIR`` and loaded only
   after their recorded SHA-256 verifies (:func:`luminal.runtime.build.build_library`).
 * Memory: intermediates live in one arena, planned from buffer lifetimes in kernel order (first-fit with
-  offset reuse, 64-byte aligned). The plan is recomputed only when the symbol bindings change; the arena
-  grows when a symbol grows. Inputs are passed by pointer (no copy when the dtype already matches);
-  retrieved/kept tensors get their own arrays, which ``GraphTensor.data()`` reads.
+  offset reuse, 64-byte aligned). The last ``PLAN_CACHE_SIZE`` (8) binding sets keep their plan and buffer
+  table (an LRU keyed by the symbol values); new bindings whose sizes fit a cached plan reuse it, and buffers
+  that grew get ``PLAN_HEADROOM`` (1.5x) room in a new plan, so a symbol growing step by step re-plans
+  geometrically rarely. All plans share one arena, sized for the cached plans (grown when one needs more,
+  shrunk when it is over twice what they need). Inputs are passed by pointer (no copy when the dtype already
+  matches); retrieved/kept tensors get their own arrays, which ``GraphTensor.data()`` reads.
 * Symbolic dims are arguments of the entry function: changing a bound value never recompiles.
 """
 
@@ -51,7 +54,8 @@ class CPURuntime:
     """Executes a graph through generated C (see the module docstring).
 
     ``search`` (see :mod:`luminal.runtime.search`) chooses each GEMM's implementation: ``"off"`` uses the
-    tuning cache's winner where one is recorded for the kernel's sizes, else the default (OpenBLAS);
+    tuning cache's winner where one is recorded for the kernel's sizes, else the default (OpenBLAS), looked up
+    at compile() for the bindings known then and at every binding set planned later (nothing is measured);
     ``"quick"``/``"full"`` measure the candidates not yet cached within ``budget_s`` seconds before the first
     run (at construction when every size is known, else at the first ``execute()``, whose bindings are then
     the tuned ones); ``"background"`` runs at once with the ``"off"`` plan and searches in a thread, the
