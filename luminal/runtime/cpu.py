@@ -262,6 +262,8 @@ class CPURuntime:
         is measured). A winner other than what the library runs now rebuilds it, as at compile time."""
         from . import tuning
         from .search import gemm_shape, valid_choice
+        if not self.gemm_table:
+            return
         entries = tuning.entries()
         if not entries:  # (nothing tuned on this machine: no shapes to compute)
             return
