@@ -147,3 +147,16 @@ def test_mask_in_jit_raises_trace_error():
 
     with pytest.raises(lm.JitTraceError):
         f(np.ones(3, np.float32))
+
+
+def test_eager_repeat_interleave_reads_tensor_repeats():
+    """Eager repeats given as a tensor are read (realized) like torch's; values and gradient against torch."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    e = lm.tensor(x, requires_grad=True)
+    X = torch.from_numpy(x).requires_grad_(True)
+    r = e.repeat_interleave(lm.tensor([1, 0, 2]), dim=0)
+    R = X.repeat_interleave(torch.tensor([1, 0, 2]), dim=0)
+    np.testing.assert_array_equal(r.numpy(), R.detach().numpy())
+    (r * lm.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))).sum().backward()
+    (R * torch.arange(12, dtype=torch.float32).reshape(3, 4)).sum().backward()
+    np.testing.assert_array_equal(e.grad.numpy(), X.grad.numpy())

@@ -318,3 +318,38 @@ def test_setitem_functional_form_and_old_handles():
     check(new.data(), want)
     check(same.data(), x)
     check(old.data(), x[0])
+
+
+def test_repeat_interleave_with_per_element_repeats():
+    """Per-element repeats from a list, a numpy array, a one-element list and a tensor of constants, along a dim
+    and flattened, against torch (exact: copies); the gradient sums the copies (torch autograd); repeats computed
+    from graph inputs raise DataDependentShapeError; a size mismatch and negative counts raise ValueError."""
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    X = torch.from_numpy(x).requires_grad_(True)
+    cx = lm.Graph()
+    t = cx.tensor((3, 4)).set(x)
+    const = cx.arange(3, dtype="int64") % 2 + 1          # [1, 2, 1], computed from constants only
+    outs = [t.repeat_interleave([1, 0, 2], 0), t.repeat_interleave(np.array([2, 1, 1, 3]), dim=1),
+            t.repeat_interleave([3], dim=0), t.repeat_interleave([2] * 12), t.repeat_interleave(const, 0)]
+    wants = [X.repeat_interleave(torch.tensor([1, 0, 2]), 0), X.repeat_interleave(torch.tensor([2, 1, 1, 3]), dim=1),
+             X.repeat_interleave(torch.tensor([3]), dim=0), X.repeat_interleave(torch.tensor([2] * 12)),
+             X.repeat_interleave(torch.tensor([1, 2, 1]), 0)]
+    weights = np.random.default_rng(0).standard_normal(7 * 4).astype(np.float32)
+    w_rep = cx.tensor((12,)).set(weights[:12]).repeat_interleave([2, 1, 3, 1] * 3)[:21]
+    loss = (outs[1].reshape((-1,)) * w_rep).sum()
+    (g,) = grad(loss, [t])
+    for o in outs + [g]:
+        o.retrieve()
+    cx.execute()
+    for o, w in zip(outs, wants):
+        np.testing.assert_array_equal(o.data(), w.detach().numpy())
+    W = torch.from_numpy(weights[:12]).repeat_interleave(torch.tensor([2, 1, 3, 1] * 3))[:21]
+    (wants[1].reshape(-1) * W).sum().backward()
+    np.testing.assert_allclose(g.data(), X.grad.numpy(), rtol=1e-6)
+    with pytest.raises(DataDependentShapeError, match="data-dependent"):
+        t.repeat_interleave(cx.tensor((3,), "int64"), 0)
+    with pytest.raises(ValueError, match="same size"):
+        t.repeat_interleave([1, 2], 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        t.repeat_interleave([1, -1, 2], 0)

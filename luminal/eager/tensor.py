@@ -174,6 +174,18 @@ class Tensor:
         else:
             _GRADS[self._v] = value
 
+    def repeat_interleave(self, repeats, dim=None):
+        """``torch.repeat_interleave``: an int, or per-element repeats (a list, numpy array or tensor, whose
+        values are read now: they set the result's size)."""
+        if isinstance(repeats, Tensor):
+            repeats = repeats.numpy()
+        if isinstance(repeats, (list, tuple, np.ndarray)):
+            arr = np.asarray(repeats)
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"repeat_interleave: repeats must be integers, got {arr.dtype}")
+            repeats = int(arr) if arr.ndim == 0 else tuple(int(v) for v in arr.reshape(-1))
+        return call_method("repeat_interleave", self, (repeats,), {"dim": dim})
+
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on.
 

@@ -241,13 +241,15 @@ class IndexingOps:
         zero = False if self.dtype == DType.bool else 0
         return _where(on, along, zero)
 
-    def repeat_interleave(self, repeats: int, dim: int | None = None):
-        """Each element repeated ``repeats`` times along ``dim`` (flattened first when ``dim`` is None), as
-        ``torch.repeat_interleave`` with an int. A tensor of per-element repeats would make the output size
-        depend on data: not supported in a lazy graph (realize it and use numpy's ``repeat``)."""
-        if not isinstance(repeats, int) or isinstance(repeats, bool):
-            raise TypeError("repeat_interleave: repeats must be an int (per-element repeats give a data-dependent "
-                            f"size), got {type(repeats).__name__}")
+    def repeat_interleave(self, repeats, dim: int | None = None):
+        """Each element repeated along ``dim`` (flattened first when ``dim`` is None), as
+        ``torch.repeat_interleave``: ``repeats`` an int, or per-element repeats (a list, numpy array or tensor
+        with one count per element along ``dim``, or one count for all). Per-element repeats set the output
+        size, so they must be known when the graph is built (a list/array, or a tensor computed from constants
+        only); repeats computed from graph inputs raise ``DataDependentShapeError`` (eager tensors realize
+        them)."""
+        if not (isinstance(repeats, int) and not isinstance(repeats, bool)):
+            return self._repeat_interleave_counts(repeats, dim)
         if repeats < 0:
             raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
         x = self
@@ -263,6 +265,44 @@ class IndexingOps:
             dims[a + 1] = to_expr(repeats)
             y = y.expand(dims)
         return y.reshape(x.dims[:a] + (x.dims[a] * repeats,) + x.dims[a + 1:])
+
+    def _repeat_interleave_counts(self, repeats, dim):
+        from ..tensor import GraphTensor
+        if isinstance(repeats, GraphTensor):
+            if not repeats.dtype.is_int:
+                raise TypeError(f"repeat_interleave: repeats must be an integer tensor, got {repeats.dtype.value}")
+            counts = known_value(repeats)
+            if counts is None:
+                raise DataDependentShapeError(
+                    "repeat_interleave with per-element repeats computed in the graph has a data-dependent result "
+                    "size; pass the repeats as a list / numpy array (or a tensor of constants), or an int")
+        else:
+            counts = np.asarray(repeats)
+            if counts.dtype == object or counts.dtype.kind not in "iu":
+                raise TypeError(f"repeat_interleave: repeats must be an int or integers, got {counts.dtype}")
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.ndim > 1:
+            raise ValueError(f"repeat_interleave: repeats must be 0-d or 1-d, got shape {counts.shape}")
+        if (counts < 0).any():
+            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {counts.min()}")
+        x = self
+        if dim is None:
+            x, a = x.reshape((x.numel(),)), 0
+        else:
+            a = normalize_axis(dim, max(x.ndim, 1))
+            if x.ndim == 0:
+                x = x.unsqueeze(0)
+        n = to_expr(x.dims[a])
+        if counts.ndim == 0 or counts.size == 1:
+            if n.is_constant() or counts.ndim == 0:
+                return x.repeat_interleave(int(counts.reshape(-1)[0]), a)
+        if not n.is_constant():
+            raise ValueError(f"repeat_interleave: per-element repeats need a concrete size along dim {a}, got {n}")
+        if counts.size != n.to_int():
+            raise ValueError(f"repeat_interleave: repeats must have the same size as input along dim {a}: "
+                             f"{counts.size} repeats for size {n.to_int()}")
+        index = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+        return x.index_select(a, _const_input(x.graph, index))
 
     def one_hot(self, num_classes: int):
         """``torch.nn.functional.one_hot``: int64, a new last axis of ``num_classes`` (which a lazy graph needs
