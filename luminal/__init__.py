@@ -18,7 +18,7 @@ Two ways in, one engine:
 """
 
 from . import ops
-from .dtype import (DType, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+from .dtype import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
                     uint64)
 from .graph import Edge, Graph, GraphError, Node
 from .hl_ops import arange as _graph_arange
@@ -138,4 +138,4 @@ def __getattr__(name):
 
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch"]
+           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch"]

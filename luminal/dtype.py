@@ -1,7 +1,10 @@
 """Element types and PyTorch's type-promotion rules.
 
 ``float32`` is the default. ``float64`` works end to end, ``float16`` where the
-backend supports it. Integers: ``int8``/``int16``/``int32``/``int64`` and ``uint8``/``uint16``/``uint32``/
+backend supports it. ``bfloat16`` (8 exponent bits, 8 significand bits) works on the reference interpreter and
+the cpu backend with PyTorch's CPU semantics: stored in 2 bytes, every op computed in float32 and its result
+rounded to bfloat16 (round to nearest even); host arrays use ``ml_dtypes.bfloat16`` (numpy has no bfloat16; see
+:data:`BFLOAT16_NUMPY`). Integers: ``int8``/``int16``/``int32``/``int64`` and ``uint8``/``uint16``/``uint32``/
 ``uint64``, all with two's-complement wrap-around on overflow (as in PyTorch and numpy); ``bool`` for masks.
 
 Promotion follows ``torch.result_type``: bool < integers < floats; among integers the narrowest type holding
@@ -15,7 +18,13 @@ from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
+
+BFLOAT16_NUMPY = np.dtype(ml_dtypes.bfloat16)
+"""The host (numpy) dtype of ``bfloat16`` tensors: ``ml_dtypes.bfloat16`` (JAX's numpy extension type). Its
+casts from float32 round to nearest even and its ufuncs compute in float32 and round each result, as PyTorch's
+CPU kernels do."""
 
 
 class DType(enum.Enum):
@@ -31,12 +40,15 @@ class DType(enum.Enum):
     uint32 = "uint32"
     uint64 = "uint64"
     float16 = "float16"
+    bfloat16 = "bfloat16"
     float32 = "float32"
     float64 = "float64"
 
     @property
     def numpy(self) -> np.dtype:
-        """The matching numpy dtype."""
+        """The matching numpy dtype (``ml_dtypes.bfloat16`` for bfloat16)."""
+        if self is DType.bfloat16:
+            return BFLOAT16_NUMPY
         return np.dtype(self.value)
 
     @property
@@ -81,7 +93,14 @@ class DType(enum.Enum):
         return self.numpy.itemsize
 
     @property
+    def is_half(self) -> bool:
+        """A 16-bit float (float16 or bfloat16): ops whose decompositions lose accuracy to per-primitive rounding
+        compute these in float32 and round once."""
+        return self in (DType.float16, DType.bfloat16)
+
+    @property
     def c_type(self) -> str:
+        """The C storage type (bfloat16: its bit pattern as ``unsigned short``; the C backend computes in float)."""
         return _C_TYPES[self.value]
 
     @property
@@ -97,21 +116,22 @@ class DType(enum.Enum):
 
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
             "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
-            "uint64": "unsigned long long", "float16": "_Float16", "float32": "float", "float64": "double"}
-_FLOATS = (DType.float16, DType.float32, DType.float64)
+            "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short", "float32": "float", "float64": "double"}
+_FLOATS = (DType.float16, DType.bfloat16, DType.float32, DType.float64)
 _SIGNED = (DType.int8, DType.int16, DType.int32, DType.int64)
 _UNSIGNED = (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
 _INTS = _SIGNED + _UNSIGNED
 # uint16/32/64 are "barely supported" in PyTorch: they promote only with themselves and floats
 _BARE_UNSIGNED = (DType.uint16, DType.uint32, DType.uint64)
-_CATEGORY = {DType.bool: 0, **{d: 1 for d in _INTS}, DType.float16: 2, DType.float32: 2, DType.float64: 2}
+_CATEGORY = {DType.bool: 0, **{d: 1 for d in _INTS}, DType.float16: 2, DType.bfloat16: 2, DType.float32: 2, DType.float64: 2}
 _ORDER = [DType.bool, DType.uint8, DType.int8, DType.int16, DType.int32, DType.int64, DType.uint16, DType.uint32,
-          DType.uint64, DType.float16, DType.float32, DType.float64]
+          DType.uint64, DType.float16, DType.bfloat16, DType.float32, DType.float64]
 
 bool_, int32, int64, float16, float32, float64 = (DType.bool, DType.int32, DType.int64, DType.float16,
                                                   DType.float32, DType.float64)
 int8, int16, uint8, uint16, uint32, uint64 = (DType.int8, DType.int16, DType.uint8, DType.uint16, DType.uint32,
                                               DType.uint64)
+bfloat16 = DType.bfloat16
 DEFAULT_FLOAT = DType.float32
 DEFAULT_INT = DType.int64
 
@@ -121,7 +141,8 @@ _ALIASES = {"bool": DType.bool, "int32": DType.int32, "int": DType.int32, "int64
             "f64": DType.float64, "i32": DType.int32, "i64": DType.int64, "int8": DType.int8, "i8": DType.int8,
             "char": DType.int8, "int16": DType.int16, "i16": DType.int16, "short": DType.int16,
             "uint8": DType.uint8, "u8": DType.uint8, "byte": DType.uint8, "uint16": DType.uint16, "u16": DType.uint16,
-            "uint32": DType.uint32, "u32": DType.uint32, "uint64": DType.uint64, "u64": DType.uint64}
+            "uint32": DType.uint32, "u32": DType.uint32, "uint64": DType.uint64, "u64": DType.uint64,
+            "bfloat16": DType.bfloat16, "bf16": DType.bfloat16}
 
 
 def as_dtype(value) -> DType:
@@ -149,7 +170,8 @@ def promote_types(a: DType, b: DType) -> DType:
     """Result type of a binary op between two tensors (``torch.promote_types``): bool < integers < floats; two
     integer types give the narrowest type holding both ranges (``uint8 + int8 -> int16``, ``uint8 + int32 ->
     int32``). ``uint16``/``uint32``/``uint64`` promote only with themselves and with floats: any other mix raises
-    ``TypeError`` (PyTorch 2.x: "Promotion for uint16, uint32, uint64 types is not supported")."""
+    ``TypeError`` (PyTorch 2.x: "Promotion for uint16, uint32, uint64 types is not supported"). Floats: the wider
+    one; ``float16`` with ``bfloat16`` gives ``float32``; any integer with ``bfloat16`` gives ``bfloat16``."""
     if a == b:
         return a
     ca, cb = _CATEGORY[a], _CATEGORY[b]
@@ -163,7 +185,30 @@ def promote_types(a: DType, b: DType) -> DType:
             u, s = (a, b) if a.is_unsigned else (b, a)
             return s if s.bits > u.bits else DType.int16
         return a if a.bits > b.bits else b
+    if {a, b} == {DType.float16, DType.bfloat16}:  # neither holds the other: float32 (as PyTorch)
+        return DType.float32
     return a if _ORDER.index(a) > _ORDER.index(b) else b
+
+
+def to_host(arr, dtype: DType) -> np.ndarray:
+    """``arr`` (a numpy array of any numeric dtype, ``ml_dtypes.bfloat16`` included) converted to ``dtype``'s
+    numpy dtype with PyTorch's rules where numpy has none: to bfloat16 through float32 (float64 and int64 round
+    to float32 first, then to bfloat16 to nearest even, as ``Tensor.to(torch.bfloat16)``; NaN stays NaN,
+    overflow gives inf), from bfloat16 through float32 (exact). Other conversions are numpy's ``astype``."""
+    arr = np.asarray(arr)
+    target = dtype.numpy
+    if arr.dtype == target:
+        return arr
+    with np.errstate(all="ignore"):
+        if target == BFLOAT16_NUMPY:
+            if arr.dtype != np.float32:
+                arr = arr.astype(np.float32)
+            return arr.astype(target)
+        if arr.dtype == BFLOAT16_NUMPY:
+            arr = arr.astype(np.float32)
+            if dtype == DType.bool:
+                return arr != 0
+        return arr.astype(target)
 
 
 def wrap_int(value: int, dtype: DType) -> int:

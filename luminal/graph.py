@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import ops
-from .dtype import DType, as_dtype
+from .dtype import BFLOAT16_NUMPY, DType, as_dtype, to_host
 from .ops import GraphError, Op
 from .shape import Expression, ShapeTracker, UnboundSymbolError, to_expr  # noqa: F401  (UnboundSymbolError: re-export)
 
@@ -714,6 +714,13 @@ def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
         else:
             _check_int_range(arr, dtype, label)
             arr = np.array(arr.tolist(), dtype=dtype.numpy)
+    if arr.dtype == BFLOAT16_NUMPY or (dtype == DType.bfloat16 and arr.dtype != object and arr.dtype.kind in "biuf"):
+        # ml_dtypes.bfloat16 data, or numeric data for a bfloat16 tensor: through float32, rounded to nearest even
+        if arr.dtype == BFLOAT16_NUMPY and not dtype.is_float:
+            raise TypeError(f"data for '{label}' has dtype bfloat16 but the tensor is {dtype}; bfloat16 -> "
+                            f"{dtype.numpy} would lose information (cast explicitly)")
+        arr = to_host(arr, dtype)
+        return arr if arr.flags.c_contiguous else arr.copy()
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise TypeError(f"data for '{label}' must be numeric, got an array of {arr.dtype}")
     target = dtype.numpy

@@ -12,13 +12,13 @@ the node's logical shape. Supported dtypes per op:
 =============  =====================================  =========================
 op             input dtypes                           output
 =============  =====================================  =========================
-Log2 Exp2 Sin  float16/32/64                          same
+Log2 Exp2 Sin  float16/bfloat16/32/64                 same
 Sqrt Recip
 Add Mul        any, both the same                     same (bool: or / and; integers wrap around)
 Mod            ints/float*, both the same             same (floor modulo, Python/torch ``remainder``)
 LessThan       any, both the same                     bool
 Bitwise(kind)  ints (and/or/xor: bool too), the same  same (and or xor; shl shr: see :class:`Bitwise`)
-SumReduce      ints/float* (f16 accumulates in f32)   same (integers wrap around)
+SumReduce      ints/float* (f16/bf16 accumulate in f32) same (integers wrap around)
 MaxReduce      any but bool                           same (NaN propagates; empty -> -inf / int min)
 Contiguous     any                                    same
 Constant       (scalar: number or symbolic expr)      its dtype
@@ -28,6 +28,10 @@ Cast           any                                    target dtype (float->int t
 Input          (set from the host)                    its dtype
 GraphBreak     any                                    same (identity; a fusion barrier)
 =============  =====================================  =========================
+
+bfloat16 (host arrays of ``ml_dtypes.bfloat16``) follows PyTorch's CPU kernels: every op computes in float32 on
+the widened operands and rounds its result to bfloat16 (nearest even) once; ``SumReduce`` accumulates in float32
+and rounds at the end; casts go through float32 (:func:`luminal.dtype.to_host`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .dtype import DType, wrap_int
+from .dtype import BFLOAT16_NUMPY, DType, to_host, wrap_int
 from .shape import Expression, ShapeTracker
 
 
@@ -64,6 +68,20 @@ class Op:
 
     def __str__(self) -> str:
         return self.name
+
+
+def _widen(arrays):
+    """bfloat16 operands as float32 (exact), and whether any was bfloat16 (the result is rounded back)."""
+    if any(a.dtype == BFLOAT16_NUMPY for a in arrays):
+        return [a.astype(np.float32) for a in arrays], True
+    return list(arrays), False
+
+
+def _narrow(result, was_bf16: bool):
+    """A float32 result rounded to bfloat16 (nearest even) when the operands were bfloat16."""
+    if was_bf16 and result.dtype == np.float32:
+        return result.astype(BFLOAT16_NUMPY)
+    return result
 
 
 def _require_float(op: Op, dtypes: Sequence[DType]) -> None:
@@ -107,6 +125,8 @@ class Constant(Op):
         v = self.value.evaluate(bindings) if isinstance(self.value, Expression) else self.value
         if self.dtype.is_int:
             v = wrap_int(v, self.dtype)
+        if self.dtype == DType.bfloat16:  # a Python float rounds to float32, then to bfloat16 (as PyTorch)
+            return to_host(np.full(out_shape, v, dtype=np.float32), self.dtype)
         return np.full(out_shape, v, dtype=self.dtype.numpy)
 
     def __str__(self) -> str:
@@ -125,7 +145,7 @@ class Iota(Op):
         env = dict(bindings)
         env["z"] = np.arange(n, dtype=np.int64)
         vals = self.expr.evaluate_array(env)
-        return np.broadcast_to(np.asarray(vals), (n,)).astype(self.dtype.numpy).reshape(out_shape)
+        return to_host(np.broadcast_to(np.asarray(vals), (n,)), self.dtype).reshape(out_shape)
 
     def __str__(self) -> str:
         return f"Iota({self.expr})"
@@ -142,8 +162,9 @@ class _Unary(Op):
         _require_float(self, dtypes)
 
     def reference(self, inputs, bindings, out_shape):
+        (x,), bf16 = _widen(inputs)
         with np.errstate(all="ignore"):
-            return type(self).fn(inputs[0]).astype(inputs[0].dtype, copy=False)
+            return _narrow(type(self).fn(x).astype(x.dtype, copy=False), bf16)
 
 
 @dataclass(frozen=True)
@@ -192,8 +213,9 @@ class Add(_Binary):
     """``a + b`` (logical or on bool)."""
 
     def reference(self, inputs, bindings, out_shape):
+        (a, b), bf16 = _widen(inputs)
         with np.errstate(all="ignore"):
-            return np.add(inputs[0], inputs[1])
+            return _narrow(np.add(a, b), bf16)
 
 
 @dataclass(frozen=True)
@@ -201,8 +223,9 @@ class Mul(_Binary):
     """``a * b`` (logical and on bool)."""
 
     def reference(self, inputs, bindings, out_shape):
+        (a, b), bf16 = _widen(inputs)
         with np.errstate(all="ignore"):
-            return np.multiply(inputs[0], inputs[1])
+            return _narrow(np.multiply(a, b), bf16)
 
 
 @dataclass(frozen=True)
@@ -215,7 +238,10 @@ class Mod(_Binary):
             raise TypeError("Mod is not defined for bool tensors")
 
     def reference(self, inputs, bindings, out_shape):
-        a, b = inputs
+        (a, b), bf16 = _widen(inputs)
+        if bf16:
+            with np.errstate(all="ignore"):
+                return _narrow(np.mod(a, b), bf16)
         if a.dtype.kind in "iu" and np.any(b == 0):
             raise ZeroDivisionError("integer modulo by zero in Mod")
         with np.errstate(all="ignore"):
@@ -276,8 +302,9 @@ class LessThan(_Binary):
     """``a < b`` as bool."""
 
     def reference(self, inputs, bindings, out_shape):
+        (a, b), _ = _widen(inputs)
         with np.errstate(all="ignore"):
-            return np.less(inputs[0], inputs[1])
+            return np.less(a, b)
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -303,6 +330,9 @@ class SumReduce(_Reduce):
 
     def reference(self, inputs, bindings, out_shape):
         x = inputs[0]
+        if x.dtype == BFLOAT16_NUMPY:  # float32 accumulation, one rounding at the end (PyTorch's CPU sum)
+            with np.errstate(all="ignore"):
+                return np.sum(x.astype(np.float32), axis=self.axis).astype(x.dtype)
         acc = np.float32 if x.dtype == np.float16 else x.dtype
         with np.errstate(all="ignore"):
             return np.sum(x, axis=self.axis, dtype=acc).astype(x.dtype, copy=False)
@@ -314,6 +344,8 @@ class MaxReduce(_Reduce):
 
     def reference(self, inputs, bindings, out_shape):
         x = inputs[0]
+        if x.dtype == BFLOAT16_NUMPY:
+            return to_host(MaxReduce.reference(self, [x.astype(np.float32)], bindings, out_shape), DType.bfloat16)
         if x.shape[self.axis] == 0:
             low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
             return np.full(out_shape, low, dtype=x.dtype)
@@ -394,7 +426,7 @@ class Cast(Op):
         with np.errstate(all="ignore"):
             if self.dtype == DType.bool:
                 return inputs[0] != 0
-            return inputs[0].astype(self.dtype.numpy)
+            return to_host(inputs[0], self.dtype)
 
     def __str__(self) -> str:
         return f"Cast({self.dtype.value})"

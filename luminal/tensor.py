@@ -324,6 +324,9 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
     def half(self) -> "GraphTensor":
         return self.cast(DType.float16)
 
+    def bfloat16(self) -> "GraphTensor":
+        return self.cast(DType.bfloat16)
+
     def int(self) -> "GraphTensor":
         return self.cast(DType.int32)
 

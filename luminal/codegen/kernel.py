@@ -270,8 +270,16 @@ def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DTyp
 
 
 def lower(graph: Graph) -> Program:
-    """Partition ``graph`` into kernels (see the module docstring)."""
+    """Partition ``graph`` into kernels (see the module docstring). bfloat16 is not lowered yet: a graph with a
+    bfloat16 node raises ``NotImplementedError`` (run it on device ``"reference"``)."""
     order = graph.toposort()
+    for node_id in order:
+        if graph.nodes[node_id].dtype == DType.bfloat16:
+            node = graph.nodes[node_id]
+            raise NotImplementedError(
+                f"bfloat16 is not supported by the compiled backends yet (cpu, gpu-interpret, cuda): node "
+                f"{node_id} '{node.label}' ({node.op}) is bfloat16; run the graph on device 'reference' or cast "
+                "to float32 first")
     consumers = graph.consumer_edges()
     gemms = {}
     for node_id in order:

@@ -36,7 +36,10 @@ class BinaryOps:
         return self._binary_primitive(ops.Add(), other)
 
     def mul(self, other):
-        """``self * other`` (bool: logical and)."""
+        """``self * other`` (bool: logical and). A bfloat16 tensor times a Python float multiplies by the
+        float32 scalar and rounds once (PyTorch's CPU kernel keeps the scalar in float32)."""
+        if _bf16_float_scalar(self, other):
+            return self.cast(DType.float32).mul(other).cast(DType.bfloat16)
         return self._binary_primitive(ops.Mul(), other)
 
     def sub(self, other):
@@ -75,6 +78,10 @@ class BinaryOps:
         dtype = operand_dtype(self, other)
         if not dtype.is_float:
             dtype = DType.float32
+        if dtype == DType.bfloat16:  # the float32 quotient (as PyTorch: a Python float divisor stays float32),
+            # from float64's a * (1/b), which rounds to the correctly rounded float32 quotient; then rounded once
+            wide = float(np.float32(other)) if is_scalar(other) else as_tensor(self, other, dtype).cast(DType.float64)
+            return self.cast(DType.float64).div(wide).cast(DType.float32).cast(dtype)
         other = as_tensor(self, other, dtype)
         return self.cast(dtype).mul(other.recip())
 
@@ -89,7 +96,7 @@ class BinaryOps:
         if dtype == DType.bool:
             raise TypeError("floor division of bool tensors is not supported")
         a, b, _, _ = binary_operands(self, other, dtype)
-        if dtype == DType.float16:  # compute in float32 (exact floor of the half inputs), round the result
+        if dtype.is_half:  # compute in float32 (exact floor of the half inputs), round the result
             return a.cast(DType.float32).floor_divide(b.cast(DType.float32)).cast(dtype)
         if dtype.is_float:  # PyTorch's div_floor: round (a - fmod(a, b)) / b, not floor(a * recip(b))
             mod = a.fmod(b)
@@ -423,6 +430,11 @@ def _node_numel(node):
     for d in node.dims:
         n = n * d
     return n
+
+
+def _bf16_float_scalar(tensor, other) -> bool:
+    """``tensor`` is bfloat16 and ``other`` a Python/numpy float scalar (not an Expression)."""
+    return tensor.dtype == DType.bfloat16 and isinstance(other, (float, np.floating)) and not isinstance(other, bool)
 
 
 def _reject_bool_subtraction(a, b) -> None:

@@ -30,6 +30,8 @@ class MatmulOps:
         dtype = promote_types(self.dtype, other.dtype)
         if dtype == DType.bool:
             raise TypeError("matmul is not defined for bool tensors")
+        if dtype == DType.bfloat16:  # PyTorch's CPU GEMM: float32 products and sums, the output rounded once
+            return self.cast(DType.float32).matmul(other.cast(DType.float32)).cast(dtype)
         a, b = self.cast(dtype), other.cast(dtype)
         if a.ndim == 1 and b.ndim == 1:
             return a.dot(b)

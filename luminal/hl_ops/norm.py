@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..dtype import DType
 from ._util import normalize_axes
 from .binary import where
 
@@ -12,6 +13,8 @@ class NormOps:
     def softmax(self, axis=-1):
         """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (an int or tuple)."""
         x = self._floating()
+        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel)
+            return x.cast(DType.float32).softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
         e = (x - x.max(axes, keepdim=True)).exp()
         return e / e.sum(axes, keepdim=True)
@@ -19,6 +22,8 @@ class NormOps:
     def log_softmax(self, axis=-1):
         """``x - max - log(sum(exp(x - max)))`` (stable)."""
         x = self._floating()
+        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel)
+            return x.cast(DType.float32).log_softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
         shifted = x - x.max(axes, keepdim=True)
         return shifted - shifted.exp().sum(axes, keepdim=True).log()
@@ -33,7 +38,10 @@ class NormOps:
         return self * (self.square().mean(axes, keepdim=True) + epsilon).rsqrt()
 
     def layer_norm(self, axis=-1, epsilon: float = 1e-5):
-        """``(x - mean) / sqrt(var + epsilon)`` with the biased variance (no affine parameters)."""
+        """``(x - mean) / sqrt(var + epsilon)`` with the biased variance (no affine parameters); bfloat16 is
+        computed in float32 and rounded once."""
+        if self.dtype == DType.bfloat16:
+            return self.cast(DType.float32).layer_norm(axis, epsilon).cast(DType.bfloat16)
         return self._floating().mean_norm(axis).std_norm(axis, epsilon)
 
     def normalize(self, p: float = 2.0, axis=-1, epsilon: float = 1e-12):

@@ -42,6 +42,8 @@ class ReductionOps:
             x = x.cast(dtype)
         elif not x.dtype.is_float:
             x = x.cast(DType.int64)
+        if x.dtype == DType.bfloat16:  # float32 accumulation over all the axes, rounded once (PyTorch's CPU sum)
+            return x.cast(DType.float32)._reduce(ops.SumReduce, axis, keepdim).cast(DType.bfloat16)
         return x._reduce(ops.SumReduce, axis, keepdim)
 
     def max(self, axis=None, keepdim: bool = False):
@@ -67,6 +69,8 @@ class ReductionOps:
         if not self.dtype.is_float:
             raise TypeError(f"mean() needs a floating-point tensor, got {self.dtype}; cast first")
         axes = normalize_axes(axis, self.ndim)
+        if self.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU mean)
+            return self.cast(DType.float32).mean(axes, keepdim).cast(DType.bfloat16)
         count = to_expr(1)
         for a in axes:
             count = count * self.dims[a]

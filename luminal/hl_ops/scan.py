@@ -48,7 +48,7 @@ class ScanOps:
         n = self.dims[axis].to_int()
         if n is None or n <= SCAN_WINDOW_MAX:
             return None
-        x = self.cast(DType.float32) if self.dtype == DType.float16 else self
+        x = self.cast(DType.float32) if self.dtype.is_half else self
         shift = 1
         while shift < n:
             pads = [(0, 0)] * x.ndim

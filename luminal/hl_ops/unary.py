@@ -104,26 +104,34 @@ class UnaryOps:
         return self.sqrt().recip()
 
     def exp(self):
-        """``e ** x`` = ``exp2(x / ln 2)``; float16 is computed in float32 and rounded once (rounding ``x / ln 2``
-        to float16 first would cost up to 10 ulp)."""
+        """``e ** x`` = ``exp2(x / ln 2)``; float16/bfloat16 are computed in float32 and rounded once (rounding
+        ``x / ln 2`` to float16 first would cost up to 10 ulp)."""
         x = self._floating()
-        if x.dtype == DType.float16:
-            return (x.cast(DType.float32) * INV_LN2).exp2().cast(DType.float16)
+        if x.dtype.is_half:
+            return (x.cast(DType.float32) * INV_LN2).exp2().cast(x.dtype)
         return (x * INV_LN2).exp2()
 
     def log(self):
-        """Natural logarithm = ``log2(x) * ln 2``."""
+        """Natural logarithm = ``log2(x) * ln 2`` (bfloat16: in float32, rounded once, as PyTorch)."""
+        if self.dtype == DType.bfloat16:
+            return self.cast(DType.float32).log().cast(DType.bfloat16)
         return self.log2() * LN2
 
     def log10(self):
+        if self.dtype == DType.bfloat16:
+            return self.cast(DType.float32).log10().cast(DType.bfloat16)
         return self.log2() * (LN2 / math.log(10.0))
 
     def log1p(self):
         """``log(1 + x)``."""
+        if self.dtype == DType.bfloat16:
+            return self.cast(DType.float32).log1p().cast(DType.bfloat16)
         return (self._floating() + 1.0).log()
 
     def expm1(self):
         """``exp(x) - 1``."""
+        if self.dtype == DType.bfloat16:
+            return self.cast(DType.float32).expm1().cast(DType.bfloat16)
         return self.exp() - 1.0
 
     def _cos64(self):
@@ -177,7 +185,7 @@ class UnaryOps:
         if not self.dtype.is_float:
             return self
         from .binary import where
-        big = {DType.float16: 2.0 ** 10, DType.float32: 2.0 ** 23, DType.float64: 2.0 ** 52}[self.dtype]
+        big = {DType.float16: 2.0 ** 10, DType.bfloat16: 2.0 ** 7, DType.float32: 2.0 ** 23, DType.float64: 2.0 ** 52}[self.dtype]
         return where(self.abs() < big, self - self.remainder(1.0), self)
 
     def ceil(self):
@@ -213,8 +221,8 @@ class UnaryOps:
         at +-inf is 0), and the sign restored (odd symmetry; ``erf(0) = 0`` exactly, NaN propagates)."""
         from .binary import where
         x = self._floating()
-        if x.dtype == DType.float16:
-            return x.cast(DType.float32).erf().cast(DType.float16)
+        if x.dtype.is_half:
+            return x.cast(DType.float32).erf().cast(x.dtype)
         key = "float64" if x.dtype == DType.float64 else "float32"
         r_coef, (l_coef, mid, half, clamp) = ERF_R[key], ERF_L[key]
         a = where(x < 0, -x, x)  # |x| with slope +1 at 0 (the branch the result takes there), not abs's 0
@@ -264,6 +272,8 @@ class UnaryOps:
         inside the ``exp`` too, so the gradient stays finite (unclamped it is ``0 * inf``). One fused loop."""
         from .binary import where
         x = self._floating()
+        if x.dtype == DType.bfloat16:  # in float32, rounded once (PyTorch's CPU kernel)
+            return x.cast(DType.float32).sigmoid().cast(DType.bfloat16)
         limit = {DType.float16: 11.0, DType.float64: 709.0}.get(x.dtype, 88.0)
         nx = -x
         big = nx > limit

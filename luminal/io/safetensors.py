@@ -7,13 +7,16 @@
 * ``load_safetensors(path, dtype=None, names=None)`` reads lazily through ``safe_open`` (memory-mapped: only the
   requested tensors are read) and can convert floating tensors to ``dtype``. File dtypes: ``F32 F64 F16`` and
   the integer/bool types numpy holds (``I8 U8 I16 U16 I32 U32 I64 U64 BOOL``) come back as those numpy dtypes;
-  ``BF16`` (most Hugging Face checkpoints) is widened to float32 exactly (a 16-bit shift, pure numpy, no torch).
+  ``BF16`` (most Hugging Face checkpoints) is widened to float32 exactly (a 16-bit shift, pure numpy, no torch),
+  or kept as ``ml_dtypes.bfloat16`` arrays (``keep_bfloat16=True`` or ``dtype="bfloat16"``) for
+  ``luminal.bfloat16`` tensors.
   Other dtypes (``F8_*``, ``F4`` ...) raise :class:`UnsupportedDTypeError` naming the file, the tensor and the
   dtypes that can be read. :func:`safetensors_header` lists names, file dtypes and shapes without reading data.
 * ``save_safetensors(..., dtype="bfloat16")`` rounds floating tensors to bfloat16 with round-to-nearest-even
   (as ``torch.Tensor.to(torch.bfloat16)``: float64 goes through float32 first; NaN stays NaN, sign kept,
   payload canonicalised to a quiet NaN) and writes ``BF16`` tensors; ``dtype="float16"``/``"float32"``/...
-  casts floating tensors with numpy. Integer and bool tensors are written as they are.
+  casts floating tensors with numpy. Integer and bool tensors are written as they are; ``ml_dtypes.bfloat16``
+  arrays (the data of ``luminal.bfloat16`` tensors) are written as ``BF16`` bit for bit.
 * ``load_into(module, path)`` loads a checkpoint into a module by PyTorch-compatible names — a file saved
   from a PyTorch model (``safetensors.torch.save_file(model.state_dict(), path)``) loads into the matching
   luminal module.
@@ -30,7 +33,7 @@ import struct
 
 import numpy as np
 
-from ..dtype import as_dtype
+from ..dtype import BFLOAT16_NUMPY, DType, as_dtype, to_host
 from ..module import Module
 from .atomic import atomic_save
 
@@ -90,7 +93,7 @@ def _save_dtype(dtype) -> str | None:
 
 
 def _is_bf16_array(arr: np.ndarray) -> bool:
-    return arr.dtype.name == "bfloat16"  # an ml_dtypes.bfloat16 array (ml_dtypes is optional)
+    return arr.dtype.name == "bfloat16"  # an ml_dtypes.bfloat16 array
 
 
 def _write_safetensors(path: str, entries: dict, metadata: dict) -> None:
@@ -128,7 +131,8 @@ def save_safetensors(obj, path, metadata: dict | None = None, dtype=None) -> Non
     state = {k: np.ascontiguousarray(v) for k, v in _state(obj).items()}
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     if target is not None and target != "bfloat16":
-        state = {k: v.astype(target) if v.dtype.kind == "f" else v for k, v in state.items()}
+        state = {k: to_host(v, as_dtype(target)) if v.dtype.kind == "f" or _is_bf16_array(v) else v
+                 for k, v in state.items()}
     if target == "bfloat16" or any(_is_bf16_array(v) for v in state.values()):
         entries = {}
         for k, v in state.items():
@@ -171,13 +175,18 @@ def safetensors_header(path) -> dict[str, tuple[str, tuple[int, ...]]]:
                          "is it truncated or corrupt?)") from err
 
 
-def _read_bf16(path: str, start: int, info: dict) -> np.ndarray:
+def _read_bf16(path: str, start: int, info: dict, keep: bool = False) -> np.ndarray:
+    """A ``BF16`` tensor: widened to float32 (exact), or with ``keep`` as an ``ml_dtypes.bfloat16`` array."""
     shape = tuple(info["shape"])
     begin, end = info["data_offsets"]
     count = (end - begin) // 2
     if count == 0:
-        return np.zeros(shape, np.float32)
+        return np.zeros(shape, BFLOAT16_NUMPY if keep else np.float32)
     bits = np.memmap(path, dtype="<u2", mode="r", offset=start + begin, shape=(count,))
+    if keep:
+        out = np.array(bits, dtype=np.uint16).view(BFLOAT16_NUMPY).reshape(shape)
+        del bits
+        return out
     out = bfloat16_bits_to_float32(bits).reshape(shape)
     del bits
     return out
@@ -192,16 +201,20 @@ def _check_path(path) -> str:
     return path
 
 
-def load_safetensors(path, dtype=None, names=None) -> dict[str, np.ndarray]:
-    """Read tensors from a safetensors file (all, or ``names``); floating tensors cast to ``dtype`` if given.
+def load_safetensors(path, dtype=None, names=None, keep_bfloat16: bool = False) -> dict[str, np.ndarray]:
+    """Read tensors from a safetensors file (all, or ``names``); floating tensors cast to ``dtype`` if given
+    (``dtype="bfloat16"`` rounds to nearest even through float32, as PyTorch).
 
-    ``BF16`` tensors come back as float32 (exact); ``F16``, ``I8``, ``U8`` and the other numpy-representable
+    ``BF16`` tensors come back as float32 (exact) by default, or as ``ml_dtypes.bfloat16`` arrays (the bits
+    as stored; the host type of ``luminal.bfloat16`` tensors) with ``keep_bfloat16=True`` or
+    ``dtype="bfloat16"``; ``F16``, ``I8``, ``U8`` and the other numpy-representable
     dtypes as their numpy dtype. A tensor of another dtype raises :class:`UnsupportedDTypeError` (a
     ``ValueError``) naming the file, the tensor and the readable dtypes."""
     from safetensors import safe_open
 
     path = _check_path(path)
-    target = as_dtype(dtype).numpy if dtype is not None else None
+    target = as_dtype(dtype) if dtype is not None else None
+    keep = keep_bfloat16 or target == DType.bfloat16
     out = {}
     try:
         with safe_open(path, framework="np") as f:
@@ -216,15 +229,15 @@ def load_safetensors(path, dtype=None, names=None) -> dict[str, np.ndarray]:
                 if st_dtype == "BF16":
                     if header is None:
                         header = _header(path)
-                    arr = _read_bf16(path, header[0], header[1][k])
+                    arr = _read_bf16(path, header[0], header[1][k], keep)
                 elif st_dtype in _NUMPY_DTYPES:
                     arr = f.get_tensor(k)
                 else:
                     raise UnsupportedDTypeError(
                         f"{path}: tensor {k!r} has dtype {st_dtype}, which luminal cannot read; expected one of "
                         f"{', '.join(READABLE_DTYPES)} (convert the checkpoint, e.g. to float32 or bfloat16)")
-                if target is not None and arr.dtype.kind == "f":
-                    arr = arr.astype(target)
+                if target is not None and (arr.dtype.kind == "f" or arr.dtype == BFLOAT16_NUMPY):
+                    arr = to_host(arr, target)
                 out[k] = arr
     except (KeyError, UnsupportedDTypeError):
         raise

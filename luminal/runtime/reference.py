@@ -198,7 +198,8 @@ def _contract(operands, axis: int, bindings: Mapping[str, int], out_shape: tuple
     a, b = arrays
     full = operands[0][1].shape(bindings)  # the product's shape (out_shape with K at axis)
     rest = [j for j in range(len(full)) if j != axis]
-    if a.dtype == np.float16:  # float16 products round to float16 before the float32 sum: chunks of the product
+    if a.dtype == np.float16 or a.dtype.name == "bfloat16":  # float16/bfloat16 products round to their type
+        # before the float32 sum: chunks of the product
         return _contract_chunked(a, b, axis, full, rest, out_shape)
     batch = [j for j in rest if a.shape[j] != 1 and b.shape[j] != 1]
     m = [j for j in rest if a.shape[j] != 1 and b.shape[j] == 1]
@@ -229,14 +230,18 @@ def _contract_chunked(a, b, axis, full, rest, out_shape) -> np.ndarray:
     j = max(rest, key=lambda r: full[r]) if rest else None
     per = int(np.prod(full, dtype=np.int64)) // max(full[j], 1) if j is not None else 0
     step = max(1, _CHUNK // max(per, 1)) if j is not None else 1
-    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    acc = np.float32 if a.dtype == np.float16 or a.dtype.name == "bfloat16" else a.dtype
     for start in range(0, full[j] if j is not None else 1, step):
         def part(x):
             if j is None or x.shape[j] == 1:
                 return x
             return x[(slice(None),) * j + (slice(start, start + step),)]
         with np.errstate(all="ignore"):
-            r = np.sum(np.multiply(part(a), part(b)), axis=axis, dtype=acc).astype(a.dtype)
+            if a.dtype.name == "bfloat16":  # each product rounded to bfloat16, summed in float32, rounded once
+                prod = np.multiply(part(a).astype(acc), part(b).astype(acc)).astype(a.dtype).astype(acc)
+                r = np.sum(prod, axis=axis).astype(a.dtype)
+            else:
+                r = np.sum(np.multiply(part(a), part(b)), axis=axis, dtype=acc).astype(a.dtype)
         if j is None:
             out[...] = r
         else:
