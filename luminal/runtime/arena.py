@@ -3,7 +3,8 @@ lifetimes in kernel order so buffers that are never alive together share bytes.
 
 ``lifetimes`` gives each intermediate buffer the step of the kernel that writes it and the last step that reads
 it; ``place`` puts the buffers, largest first, at the lowest aligned offset that overlaps no buffer alive at the
-same time (first fit). Inputs and kept outputs are not planned: they outlive an execution.
+same time (first fit, :func:`first_fit`, which the CPU runtime's cached plans use too). Inputs and kept outputs
+are not planned: they outlive an execution.
 """
 
 from __future__ import annotations
@@ -36,21 +37,32 @@ def lifetimes(program, bindings: Mapping[str, int], step_of_kernel=None) -> list
     return out
 
 
-def place(intervals, align: int = 64) -> tuple[dict[int, int], int]:
-    """``({node id: byte offset}, total bytes)`` for ``intervals`` as :func:`lifetimes` gives them; every offset
-    is a multiple of ``align``."""
-    offsets: dict[int, int] = {}
-    placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, size)
+def first_fit(slots: list[int], conflicts) -> tuple[list[int], int]:
+    """``(offsets, total)``: each slot (bytes, already aligned) at the lowest offset that overlaps no slot of
+    ``conflicts[j]`` (the buffers alive at the same time as ``j``), largest first; ties in input order."""
+    offsets = [-1] * len(slots)
     total = 0
-    for start, end, size, node_id in sorted(intervals, key=lambda t: (-t[2], t[3])):
-        size = (size + align - 1) // align * align
-        busy = sorted((o, o + s) for (s0, e0, o, s) in placed if not (e0 < start or end < s0))
+    for j in sorted(range(len(slots)), key=lambda j: -slots[j]):
+        size = slots[j]
+        busy = sorted((offsets[i], offsets[i] + slots[i]) for i in conflicts[j] if offsets[i] >= 0)
         offset = 0
         for lo, hi in busy:
             if offset + size <= lo:
                 break
-            offset = max(offset, hi)
-        placed.append((start, end, offset, size))
-        offsets[node_id] = offset
-        total = max(total, offset + size)
+            if hi > offset:
+                offset = hi
+        offsets[j] = offset
+        if offset + size > total:
+            total = offset + size
     return offsets, total
+
+
+def place(intervals, align: int = 64) -> tuple[dict[int, int], int]:
+    """``({node id: byte offset}, total bytes)`` for ``intervals`` as :func:`lifetimes` gives them; every offset
+    is a multiple of ``align``."""
+    intervals = sorted(intervals, key=lambda t: t[3])
+    slots = [(size + align - 1) // align * align for _, _, size, _ in intervals]
+    conflicts = [[i for i, (s1, e1, _, _) in enumerate(intervals) if i != j and not (e1 < s0 or e0 < s1)]
+                 for j, (s0, e0, _, _) in enumerate(intervals)]
+    offsets, total = first_fit(slots, conflicts)
+    return {t[3]: o for t, o in zip(intervals, offsets)}, total

@@ -567,21 +567,10 @@ class _Layout:
     def place(self, sizes: list[int]) -> "_Plan":
         """First fit, largest first, 64-byte aligned slots; a buffer may reuse the bytes of any buffer whose
         lifetime does not overlap its own."""
+        from .arena import first_fit
+
         slots = [(s + 63) // 64 * 64 for s in sizes]  # (headroom may have unrounded them)
-        offsets = [-1] * len(slots)
-        total = 0
-        for j in sorted(range(len(slots)), key=lambda j: -slots[j]):
-            size = slots[j]
-            busy = sorted((offsets[i], offsets[i] + slots[i]) for i in self.conflicts[j] if offsets[i] >= 0)
-            offset = 0
-            for lo, hi in busy:
-                if offset + size <= lo:
-                    break
-                if hi > offset:
-                    offset = hi
-            offsets[j] = offset
-            if offset + size > total:
-                total = offset + size
+        offsets, total = first_fit(slots, self.conflicts)
         return _Plan(offsets, slots, total)
 
 
