@@ -607,6 +607,55 @@ def test_intermediates_share_one_planned_arena():
     assert 0 < runtime.arena_bytes < total, (runtime.arena_bytes, total)
 
 
+def test_gemm_operand_layouts_for_blas_match_numpy():
+    """The strided layouts the cuBLAS candidate hands to ``cupy.matmul`` (no GPU needed to check them): for
+    transposed, batched, broadcast and sliced operands, numpy's matmul over ``as_strided`` views of the input
+    buffers at those layouts equals the reference interpreter's product."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from luminal.runtime.gpu import gemm_operand_layout
+
+    _require()
+    a = rand((2, 6, 5), 1)
+    w = rand((5, 7), 2)
+    b = rand((2, 7, 5), 3)
+    cases = {
+        "plain": lambda x, y, z: x[0] @ y,
+        "a transposed": lambda x, y, z: x[1].T @ x[0],
+        "b transposed": lambda x, y, z: x[0] @ z[0].T,
+        "batched, broadcast weight": lambda x, y, z: x @ y,
+        "batched, both transposed": lambda x, y, z: z.permute((0, 2, 1)).permute((0, 2, 1)) @ x.permute((0, 2, 1)),
+        "sliced": lambda x, y, z: x[:, 1:4, :] @ y[:, 2:6],
+    }
+    checked = 0
+    for name, build in cases.items():
+        cx = lm.Graph()
+        ta, tw, tb = cx.tensor(a.shape).set(a), cx.tensor(w.shape).set(w), cx.tensor(b.shape).set(b)
+        out = build(ta, tw, tb).retrieve()
+        ref = lm.Graph()
+        ra, rw, rb = ref.tensor(a.shape).set(a), ref.tensor(w.shape).set(w), ref.tensor(b.shape).set(b)
+        want_t = build(ra, rw, rb).retrieve()
+        ref.execute()
+        cx.compile(device=DEV)
+        runtime = cx.runtime
+        arrays = {ta.id: a, tw.id: w, tb.id: b}
+        for kernel in runtime._gemm_kernels.values():
+            if kernel.a not in arrays or kernel.b not in arrays:
+                continue  # an operand computed by an earlier kernel
+            layout = gemm_operand_layout(kernel, dict(cx.dyn_map))
+            assert layout is not None, name
+            (ad, ast, ao), (bd, bst, bo), shape = layout
+            fa, fb = arrays[kernel.a].reshape(-1), arrays[kernel.b].reshape(-1)
+            A = as_strided(fa[ao:], ad, [s * fa.itemsize for s in ast])
+            B = as_strided(fb[bo:], bd, [s * fb.itemsize for s in bst])
+            got = np.matmul(A.astype(np.float64), B.astype(np.float64)).reshape(shape)
+            if kernel.out == out.id or got.size == want_t.data().size:
+                np.testing.assert_allclose(got.reshape(want_t.data().shape), want_t.data(), rtol=1e-5, atol=1e-5,
+                                           err_msg=name)
+                checked += 1
+    assert checked >= 5, checked  # every case but at most one whose operand is an earlier kernel's result
+
+
 class _FakeCudaArray:
     """Only the CUDA array interface of a device array (no GPU needed to test set()'s checks)."""
 

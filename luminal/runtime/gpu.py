@@ -489,8 +489,8 @@ class GPURuntime:
             args += extra
             if launch.kind == "gemm" and self.device == "cuda":
                 cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
-                if cfg.cublas:
-                    yield False, functools.partial(self._cublas, launch, dict(bindings))
+                if cfg.cublas:  # the views are made once: the buffers stay until the bindings change
+                    yield False, functools.partial(self._cublas, launch, None, self._cublas_views(launch, bindings))
                     continue
                 programs = gemm_programs(extra, cfg)
                 if programs > 0:
@@ -527,33 +527,24 @@ class GPURuntime:
         """CuPy views ``(A [*b, M, K], B [*b, K, N], C [*b, M, N])`` of one GEMM's buffers for cuBLAS (through
         ``cupy.matmul``), or None when an operand view is masked or the dtype is not float32/float64."""
         kernel = self._gemm_kernels.get(launch.out)
-        if kernel is None or kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or \
-                kernel.b_view.masks:
+        layout = gemm_operand_layout(kernel, bindings) if kernel is not None else None
+        if layout is None:
             return None
         cupy = self.memory.cupy
-        nb = len(kernel.dims) - 2
         item = np.dtype(kernel.dtype.value).itemsize
 
-        def view(buf, tracker, axes):
-            dims = [tracker.dims[j].evaluate(bindings) for j in axes]
-            strides = [tracker.strides[j].evaluate(bindings) for j in axes]
-            offset = tracker.offset.evaluate(bindings)
-            if any(st < 0 for st in strides) or offset < 0:
-                return None
+        def view(buf, dims, strides, offset):
             ptr = cupy.cuda.MemoryPointer(buf.data.mem, buf.data.ptr - buf.data.mem.ptr + offset * item)
-            return cupy.ndarray(tuple(dims), dtype=buf.dtype, memptr=ptr, strides=tuple(st * item for st in strides))
+            return cupy.ndarray(dims, dtype=buf.dtype, memptr=ptr, strides=tuple(st * item for st in strides))
 
-        batch = list(range(nb))
-        a = view(self._buffers[kernel.a], kernel.a_view, batch + [nb, nb + 2])
-        b = view(self._buffers[kernel.b], kernel.b_view, batch + [nb + 2, nb + 1])
-        if a is None or b is None:
-            return None
-        shape = tuple(d.evaluate(bindings) for d in kernel.dims)
+        (a_dims, a_strides, a_off), (b_dims, b_strides, b_off), shape = layout
+        a = view(self._buffers[kernel.a], a_dims, a_strides, a_off)
+        b = view(self._buffers[kernel.b], b_dims, b_strides, b_off)
         c = self._buffers[kernel.out][:int(np.prod(shape, dtype=np.int64))].reshape(shape)
         return a, b, c
 
-    def _cublas(self, launch, bindings) -> None:
-        a, b, c = self._cublas_views(launch, bindings)
+    def _cublas(self, launch, bindings, views=None) -> None:
+        a, b, c = views or self._cublas_views(launch, bindings)
         if c.size == 0:
             return
         with self.memory.stream:
@@ -563,9 +554,10 @@ class GPURuntime:
                 self.memory.cupy.matmul(a, b, out=c)
 
     def _measure_gemm(self, launch, fn, args, extra, default: "GemmConfig", bindings) -> "GemmConfig":
-        """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) on its real operands (CUDA events, warm-up plus
-        the minimum of 3 rounds of 3 launches); a candidate whose result differs from the default
-        configuration's beyond float32 accumulation-order noise is dropped. Returns the fastest."""
+        """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS on its real
+        operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
+        differs from the default configuration's beyond float32 accumulation-order noise is dropped. Returns the
+        fastest."""
         cupy = self.memory.cupy
         stream = self.memory.stream
         out = self._buffers[launch.out]
@@ -574,12 +566,13 @@ class GPURuntime:
         ref = None
         pool = GEMM_CANDIDATES if self.search == "full" else GEMM_CANDIDATES[:3]
         pool = [default] + [c for c in pool if c != default]
-        if self._cublas_views(launch, bindings) is not None:
+        views = self._cublas_views(launch, bindings)
+        if views is not None:
             pool.append(CUBLAS)
 
         def run(cfg):
             if cfg.cublas:
-                self._cublas(launch, bindings)
+                self._cublas(launch, bindings, views)
             else:
                 fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs())
 
@@ -708,6 +701,30 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
+
+
+def gemm_operand_layout(kernel, bindings):
+    """The plain strided layout of a GEMM kernel's operands at ``bindings``, for a BLAS call: ``((A dims [*b, M,
+    K], A strides, A offset), (B dims [*b, K, N], B strides, B offset), C shape [*b, M, N])`` in elements, or None
+    when it has none (masked views, negative strides or offsets, a dtype other than float32/float64)."""
+    if kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or kernel.b_view.masks:
+        return None
+    nb = len(kernel.dims) - 2
+    batch = list(range(nb))
+
+    def layout(tracker, axes):
+        dims = tuple(tracker.dims[j].evaluate(bindings) for j in axes)
+        strides = tuple(tracker.strides[j].evaluate(bindings) for j in axes)
+        offset = tracker.offset.evaluate(bindings)
+        if any(st < 0 for st in strides) or offset < 0:
+            return None
+        return dims, strides, offset
+
+    a = layout(kernel.a_view, batch + [nb, nb + 2])
+    b = layout(kernel.b_view, batch + [nb + 2, nb + 1])
+    if a is None or b is None:
+        return None
+    return a, b, tuple(d.evaluate(bindings) for d in kernel.dims)
 
 
 def _run_triton(fn, programs: int, args, kwargs) -> None:
