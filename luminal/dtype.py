@@ -104,6 +104,12 @@ class DType(enum.Enum):
         return _C_TYPES[self.value]
 
     @property
+    def c_compute(self) -> str:
+        """The C type the C backend computes values of this dtype in: ``float`` for bfloat16 (each result is rounded
+        to bfloat16 and widened back, see :mod:`luminal.codegen.emit`), else :attr:`c_type`."""
+        return "float" if self is DType.bfloat16 else _C_TYPES[self.value]
+
+    @property
     def c_unsigned(self) -> str:
         """The C unsigned type of an integer type's width (for wrap-around arithmetic on signed values)."""
         return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"}[self.bits]

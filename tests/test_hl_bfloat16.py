@@ -1,10 +1,12 @@
 """bfloat16 end to end against PyTorch's CPU bfloat16 (the oracle): elementwise chains bit for bit, reductions,
 softmax/layer_norm, matmul, casts, promotion, host round trips and safetensors.
 
-Runs on ``reference``; the compiled backends do not lower bfloat16 yet, and the ``cpu`` variant checks that they
-say so (``NotImplementedError`` naming bfloat16). Tolerances: bfloat16 has 8 significand bits (1 ulp = 2**-7
+Runs on ``reference`` and ``cpu`` (the C backend: bfloat16 stored as bits, computed in float, every op rounded as
+the interpreter rounds it) with the same expectations; the GPU backends (Triton) do not lower bfloat16 yet and
+must say so (``NotImplementedError`` naming bfloat16). Tolerances: bfloat16 has 8 significand bits (1 ulp = 2**-7
 relative at most); results that PyTorch also rounds once from float32 are compared bit for bit, the others
-within the stated number of ulps.
+within the stated number of ulps. The ``cpu``-only tests at the end compare the C backend with the interpreter
+bit for bit (fused chains, casts, reductions).
 """
 
 import os
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 import luminal as lm
+from luminal import ops
 from luminal.dtype import DType, promote_types
 from luminal.io import load_safetensors, save_safetensors
 
@@ -37,14 +40,17 @@ def _backend():
     return os.environ.get("LUMINAL_DEVICE") or "reference"
 
 
+RUNS_BF16 = ("reference", "cpu")  # the devices that execute bfloat16 graphs (the others raise)
+
+
 def _run(fn, *tensors):
     """``fn`` on luminal inputs holding ``tensors`` (bfloat16 torch tensors); the result as a float32 torch
-    tensor, or None on a compiled backend after checking its NotImplementedError."""
+    tensor, or None on a GPU backend after checking its NotImplementedError."""
     g = lm.Graph()
     ins = [g.tensor(tuple(t.shape), _dtype_of(t)).set(
         _to_np(t) if t.dtype == torch.bfloat16 else t.numpy()) for t in tensors]
     out = fn(*ins).retrieve()
-    if _backend() != "reference":
+    if _backend() not in RUNS_BF16:
         with pytest.raises(NotImplementedError, match="bfloat16"):
             g.execute()
         return None
@@ -198,7 +204,7 @@ def test_set_data_round_trip():
     x = g.tensor((host.size,), "bfloat16").set(host)
     f = g.tensor((5,), "bfloat16").set(np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1e39, np.nan, -0.0]))  # float64
     y, z = (x + 0.0).retrieve(), f.retrieve()
-    if _backend() != "reference":
+    if _backend() not in RUNS_BF16:
         with pytest.raises(NotImplementedError, match="bfloat16"):
             g.execute()
         return
@@ -231,7 +237,7 @@ def test_safetensors_round_trip(tmp_path):
     from safetensors.torch import load_file
     theirs = load_file(str(path))["w"]
     assert theirs.dtype == torch.bfloat16 and np.array_equal(_bits(theirs), w.view(np.uint16))
-    if _backend() != "reference":
+    if _backend() not in RUNS_BF16:
         return
     # a luminal bfloat16 tensor's data saves as it is
     g = lm.Graph()
@@ -240,3 +246,149 @@ def test_safetensors_round_trip(tmp_path):
     save_safetensors({"t": t.data()}, tmp_path / "t.safetensors")
     assert np.array_equal(load_safetensors(tmp_path / "t.safetensors", keep_bfloat16=True)["t"].view(np.uint16),
                           w.view(np.uint16))
+
+
+# ------------------------------------------------------------------ the C backend against the interpreter
+ALL_BITS = np.arange(1 << 16, dtype=np.uint16).view(BF)  # every bfloat16 (NaNs with payloads, subnormals)
+
+
+def _cpu_and_reference(make, *arrays, dtypes=None):
+    """``make(*inputs) -> output`` built twice and run on ``reference`` and on ``cpu``; both results and the cpu
+    runtime. Only the ``cpu`` variant runs these (the ``reference`` one would compare the interpreter with itself)."""
+    if _backend() != "cpu":
+        pytest.skip("compares the cpu backend with the reference interpreter")
+    out, runtime = {}, None
+    for device in ("reference", "cpu"):
+        g = lm.Graph()
+        ins = [g.tensor(a.shape, (dtypes or ["bfloat16"] * len(arrays))[k]).set(a) for k, a in enumerate(arrays)]
+        res = make(*ins).retrieve()
+        g.compile(device=device)
+        g.execute()
+        out[device] = np.array(res.data())
+        runtime = g.runtime
+    return out["reference"], out["cpu"], runtime
+
+
+def _same_bits(ref, cpu, nan_sign=True):
+    """bfloat16 arrays equal bit for bit (NaNs: the quiet NaN of the same sign, or any NaN with ``nan_sign=False``)."""
+    assert ref.dtype == cpu.dtype == BF
+    a, b = ref.view(np.uint16), cpu.view(np.uint16)
+    if not nan_sign:
+        nan = np.isnan(ref.astype(np.float32))
+        assert np.array_equal(nan, np.isnan(cpu.astype(np.float32))), "NaN positions differ"
+        a, b = a[~nan], b[~nan]
+    bad = np.flatnonzero(np.atleast_1d(a != b))
+    assert bad.size == 0, f"{bad.size} differ, e.g. reference {a[bad[:4]]} cpu {b[bad[:4]]}"
+
+
+def test_cpu_fused_chain_rounds_every_op():
+    """Seven primitives over every bfloat16 (paired with a shuffle of them) in one C kernel: each result rounded
+    to bfloat16 as the interpreter rounds it, so the chain equals it bit for bit (a float32 chain rounded once at
+    the end would not: that is checked too)."""
+    y = np.random.default_rng(7).permutation(ALL_BITS)
+
+    def chain(a, b):  # Mul Add Mul(-1) Add Mul Recip Sqrt: each a bfloat16 primitive
+        return (((a * b + a) - b) * a).reciprocal().abs().sqrt()
+
+    ref, cpu, runtime = _cpu_and_reference(chain, ALL_BITS, y)
+    kernels = runtime.program.kernels
+    assert len(kernels) == 1, [type(k).__name__ for k in kernels]  # fused: the chain's temporaries stay in float
+    _same_bits(ref, cpu, nan_sign=False)  # (NaN + NaN: which operand's sign C keeps is the compiler's choice)
+    wide = lambda v: v.astype(np.float32)  # noqa: E731
+    a32, b32 = wide(ALL_BITS), wide(y)
+    with np.errstate(all="ignore"):
+        once = np.sqrt(np.abs(1 / (((a32 * b32 + a32) - b32) * a32))).astype(BF)
+    finite = np.isfinite(once.astype(np.float32)) & np.isfinite(ref.astype(np.float32))
+    assert (once.view(np.uint16) != ref.view(np.uint16))[finite].sum() > 100  # the per-op rounding matters
+
+
+@pytest.mark.parametrize("name", ["sqrt", "recip", "exp", "exp2", "log", "sin", "sigmoid", "neg_abs", "div",
+                                  "mul_add", "maximum", "lt"])
+def test_cpu_ops_every_bfloat16(name):
+    """Each op over all 65536 bfloat16 inputs, cpu against the interpreter bit for bit (NaN: any NaN)."""
+    y = np.random.default_rng(8).permutation(ALL_BITS)
+    fns = {"sqrt": lambda a, b: a.sqrt(), "recip": lambda a, b: a.reciprocal(), "exp": lambda a, b: a.exp(),
+           "exp2": lambda a, b: a.exp2(), "log": lambda a, b: a.log(), "sin": lambda a, b: a.sin(),
+           "sigmoid": lambda a, b: a.sigmoid(), "neg_abs": lambda a, b: -a.abs() + b, "div": lambda a, b: a / b,
+           "mul_add": lambda a, b: a * b + 0.3, "maximum": lambda a, b: a.maximum(b), "lt": lambda a, b: a < b}
+    ref, cpu, _ = _cpu_and_reference(fns[name], ALL_BITS, y)
+    if name == "lt":
+        np.testing.assert_array_equal(ref, cpu)
+        return
+    if name == "maximum":  # where() keeps -0.0 on cpu (torch.maximum's result); the interpreter's sum gives +0.0
+        zero = (ref.astype(np.float32) == 0) & (cpu.astype(np.float32) == 0)
+        ref, cpu = ref[~zero], cpu[~zero]
+    _same_bits(ref, cpu, nan_sign=False)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_cpu_reductions(reduce):
+    """A bfloat16 SumReduce (float accumulator, one rounding) and MaxReduce (exact; NaN propagates) on cpu.
+    Sums of small integers are exact in float32: equal bit for bit; other sums within 1 ulp (float32 addition
+    in another order than numpy's pairwise sum)."""
+    rng = np.random.default_rng(9)
+    ints = rng.integers(-64, 64, (37, 300)).astype(np.float32).astype(BF)
+    real = (rng.standard_normal((37, 300)) * 10).astype(np.float32).astype(BF)
+    real[3, 17] = np.nan
+    real[5, :] = np.inf
+    if reduce == "sum":
+        make = lambda a, axis=1: a._reduce(ops.SumReduce, axis, False)  # noqa: E731  (the bfloat16 primitive)
+    else:
+        make = lambda a, axis=1: a.amax(axis)  # noqa: E731
+    ref, cpu, runtime = _cpu_and_reference(make, ints)
+    assert any(getattr(k, "kind", None) == reduce and k.dtype == DType.bfloat16 for k in runtime.program.kernels)
+    _same_bits(ref, cpu)
+    ref, cpu, _ = _cpu_and_reference(make, real)
+    if reduce == "max":
+        _same_bits(ref, cpu, nan_sign=False)
+    else:
+        _same(torch.from_numpy(cpu.astype(np.float32)), torch.from_numpy(ref.astype(np.float32)), ulps=1)
+    # a full reduction (one output, the reduced loop parallel), and a column reduction (axis 0)
+    for fn in (lambda a: make(a.reshape((37 * 300,)), 0), lambda a: make(a, 0)):
+        ref, cpu, _ = _cpu_and_reference(fn, ints)
+        _same_bits(ref, cpu)
+
+
+@pytest.mark.parametrize("other", ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"])
+def test_cpu_casts_both_ways(other):
+    """Casts to bfloat16 (through float32: a double or int64 rounds twice, as the interpreter and PyTorch) and
+    from every bfloat16 (in range for the integer types), cpu against the interpreter bit for bit."""
+    rng = np.random.default_rng(10)
+    if other == "float32":  # random bit patterns: NaN payloads, subnormals, ties
+        data = rng.integers(0, 2 ** 32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        data = np.concatenate([data, SPECIAL, (np.arange(1 << 16, dtype=np.uint32) << 16 | 0x8000).view(np.float32)])
+    elif other == "bool":
+        data = rng.integers(0, 2, 100).astype(bool)
+    elif other.startswith("float"):
+        data = np.concatenate([SPECIAL.astype(other), (rng.standard_normal(50_000) * 300).astype(other)])
+        if other == "float64":
+            data = np.concatenate([data, [1 + 2 ** -8 + 2 ** -30, 1 + 2 ** -8 - 2 ** -40, 1e300, -1e-300]])
+    else:
+        info = np.iinfo(other)
+        data = rng.integers(info.min, info.max, 50_000, dtype=np.int64, endpoint=True).astype(other)
+    with np.errstate(all="ignore"):
+        ref, cpu, _ = _cpu_and_reference(lambda v: v.cast("bfloat16"), data, dtypes=[other])
+    _same_bits(ref, cpu)
+    src = ALL_BITS
+    if other not in ("bool",) and not other.startswith("float"):
+        f = ALL_BITS.astype(np.float32)
+        src = ALL_BITS[(f > np.iinfo(other).min - 1) & (f < np.iinfo(other).max + 1) & (np.abs(f) < 2 ** 31)]
+    ref, cpu, _ = _cpu_and_reference(lambda v: v.cast(other), src)
+    assert ref.dtype == cpu.dtype == DType(other).numpy
+    if other.startswith("float"):  # bit for bit (signed zeros too); NaN stays NaN (a signaling NaN is quieted
+        nan = np.isnan(ref)  # by the hardware's float16 conversion, numpy's keeps it signaling)
+        np.testing.assert_array_equal(nan, np.isnan(cpu))
+        np.testing.assert_array_equal(ref[~nan].view(np.uint8), cpu[~nan].view(np.uint8))
+    else:
+        np.testing.assert_array_equal(ref, cpu)
+
+
+def test_gpu_backends_refuse_bfloat16():
+    """The Triton backend does not lower bfloat16: compiling for gpu-interpret says so, naming the node."""
+    pytest.importorskip("triton")
+    g = lm.Graph()
+    x = g.tensor((4,), "bfloat16", name="w").set(np.ones(4, BF))
+    (x * 2).retrieve()
+    with pytest.raises(NotImplementedError, match=r"bfloat16 is not supported on device 'gpu-interpret'.*'w'"):
+        g.compile(device="gpu-interpret")
+        g.execute()

@@ -112,9 +112,10 @@ SMALL_GEMM = 1 << 23  # multiply-adds per GEMM up to which a batch of GEMMs is s
 
 
 def _acc_type(dtype: DType, kind: str) -> str:
-    """The C type a reduction accumulates in: float for float16, an unsigned type for integer sums (wrap-around
-    without signed overflow; converted back to the dtype at the end), else the dtype's own type."""
-    if dtype == DType.float16:
+    """The C type a reduction accumulates in: float for float16 and bfloat16 (rounded once at the end), an
+    unsigned type for integer sums (wrap-around without signed overflow; converted back to the dtype at the end),
+    else the dtype's own type."""
+    if dtype in (DType.float16, DType.bfloat16):
         return "float"
     if kind == "sum" and dtype.is_int:
         return "unsigned long long" if dtype.bits == 64 else "unsigned int"
@@ -158,6 +159,13 @@ class CRenderer:
 
     def pointer(self, buffer: int) -> str:
         return f"b{self.slot[buffer]}"
+
+    def store(self, buffer: int, text: str) -> str:
+        """The C value to store into ``buffer`` for the computed value ``text``: bfloat16 buffers hold bit patterns,
+        so a float is narrowed (round to nearest even; a value already rounded keeps its bits)."""
+        if self.program.buffers[buffer][1] == DType.bfloat16:
+            return f"lm_f32_to_bf16({text})"
+        return text
 
     def constant(self, value, dtype: DType) -> str:
         """The C text of a constant in the kernel being rendered. float32/float64 numbers are locals read from a
@@ -313,7 +321,7 @@ class CRenderer:
             w = KernelWriter(self)
             for kernel, value in zip(kernels, values):
                 result = w.emit(value, vars_)
-                w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};")
+                w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self.store(kernel.out, result)};")
             return w.lines
 
         self._loops(dims, lines, body, simd_inner=True, work=work)
@@ -344,7 +352,7 @@ class CRenderer:
         lines.append("            #pragma omp simd")
         lines.append(f"            for (long long i{j} = it; i{j} < iend; i{j}++) {{")
         lines += ["                " + x for x in w.lines]
-        lines += [f"                lm_tile{k}[i{j} - it] = {r};" for k, r in enumerate(results)]
+        lines += [f"                lm_tile{k}[i{j} - it] = {self.store(b, r)};" for k, (b, r) in enumerate(zip(outs, results))]
         lines.append("            }")
         lines += [f"            lm_stream({self.pointer(b)} + it, lm_tile{k}, (iend - it) * (long long)sizeof({t}));"
                   for k, (b, t) in enumerate(zip(outs, ctypes_))]
@@ -361,7 +369,7 @@ class CRenderer:
         def body(vars_, flat):
             w = KernelWriter(self)
             result = w.emit(value, vars_)
-            return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {result};"]
+            return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self.store(kernel.out, result)};"]
 
         self._loops(dims, lines, body, simd_inner=True, work=work_per_element(value))
 
@@ -390,12 +398,14 @@ class CRenderer:
                     out += ["    " + x for x in w.hoisted]
                     out += ["    #pragma omp simd", f"    for (long long j = 0; j < {self.index(extent)}; j++) {{"]
                     out += ["        " + x for x in w.lines]
-                    out.append(f"        {self.pointer(kernel.out)}[{self.index(flat * extent + jvar)}] = {v};")
+                    out.append(f"        {self.pointer(kernel.out)}[{self.index(flat * extent + jvar)}] = "
+                               f"{self.store(kernel.out, v)};")
                     out.append("    }")
                 else:  # one value per row
                     w = KernelWriter(self)
                     v = w.emit(kernel.value, vars_ + (to_expr(0),) * (len(kernel.dims) - n))
-                    out += ["    " + x for x in w.lines] + [f"    {self.pointer(kernel.out)}[{self.index(flat)}] = {v};"]
+                    out += ["    " + x for x in w.lines] + [
+                        f"    {self.pointer(kernel.out)}[{self.index(flat)}] = {self.store(kernel.out, v)};"]
                 out.append("}")
             return out
 
@@ -417,8 +427,14 @@ class CRenderer:
         out += ["    " + x for x in w.lines] + ["    " + combine("acc", v), "}"]
         if track_nan:
             out.append("if (nanf) acc = NAN;")
-        out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = ({dtype.c_type})acc;")
+        out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self._result(kernel)};")
         return out
+
+    def _result(self, kernel: ReduceKernel) -> str:
+        """The stored value of a reduction's accumulator ``acc`` (bfloat16: the float sum rounded once)."""
+        if kernel.dtype == DType.bfloat16:
+            return self.store(kernel.out, "acc")
+        return f"({kernel.dtype.c_type})acc"
 
     @staticmethod
     def _reduce_parts(kernel: ReduceKernel):
@@ -468,7 +484,7 @@ class CRenderer:
             lines += ["        " + x for x in w.lines] + ["        " + combine("acc", v), "    }"]
             if track_nan:
                 lines.append("    if (nanf) acc = NAN;")
-            lines.append(f"    {self.pointer(kernel.out)}[0] = ({dtype.c_type})acc;")
+            lines.append(f"    {self.pointer(kernel.out)}[0] = {self._result(kernel)};")
             return
         self._loops(kernel.dims, lines, body, work=work)
 
@@ -544,7 +560,7 @@ class CRenderer:
         lines += ["        " + x for x in w.hoisted]
         lines += ["        #pragma omp simd", "        for (long long i1 = n0; i1 < n1; i1++) {"]
         lines += ["            " + x for x in w.lines]
-        lines.append(f"            {self.pointer(kernel.out)}[i1 + {self.index(n)} * i0] = {v};")
+        lines.append(f"            {self.pointer(kernel.out)}[i1 + {self.index(n)} * i0] = {self.store(kernel.out, v)};")
         lines += ["        }", "    }"]
         lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
         lines += ["    return err;", "}"]

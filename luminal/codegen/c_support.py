@@ -18,23 +18,37 @@ static inline double lm_fmod(double a, double b) { double r = fmod(a, b); return
 static inline long long lm_imod(long long a, long long b, int *err) { if (b == 0) { *err = 2; return 0; } if (b == -1) return 0; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline unsigned long long lm_umod(unsigned long long a, unsigned long long b, int *err) { if (b == 0) { *err = 2; return 0; } return a % b; }
 #include <omp.h>
+/* bfloat16: stored as its bit pattern (the top half of a float32), computed in float. lm_bf16r rounds a float to
+   the nearest bfloat16 (ties to even; overflow gives inf; NaN becomes the quiet NaN of its sign, 0x7fc0/0xffc0,
+   as ml_dtypes/Eigen) and returns it as a float; branch-free, so loops stay vectorizable. */
+static inline uint32_t lm_bf16_round_bits(float x) {
+    uint32_t u; memcpy(&u, &x, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (u & 0x80000000u) | 0x7fc00000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+}
+static inline float lm_bf16r(float x) { uint32_t u = lm_bf16_round_bits(x); float y; memcpy(&y, &u, 4); return y; }
+static inline unsigned short lm_f32_to_bf16(float x) { return (unsigned short)(lm_bf16_round_bits(x) >> 16); }
+static inline float lm_bf16_to_f32(unsigned short b) { uint32_t u = (uint32_t)b << 16; float y; memcpy(&y, &u, 4); return y; }
 /* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
    -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
    (relative error ~1e-7); log2: mantissa in [sqrt(1/2), sqrt(2)), atanh series in t=(m-1)/(m+1).
-   NaN, +-inf, 0, negatives and subnormal inputs follow IEEE/libm; results below 2^-126 flush to 0. */
+   NaN, +-inf, 0, negatives and subnormal inputs and results follow IEEE/libm. */
 static inline float lm_exp2f(float x) {
-    float xc = x < -126.0f ? -126.0f : x;
+    float xc = x < -151.0f ? -151.0f : x;
     xc = xc > 128.0f ? 128.0f : xc;
     xc = xc == xc ? xc : 0.0f;
     float r = rintf(xc), f = xc - r;
     float p = 1.0f + f * (0.69314718f + f * (0.24022651f + f * (0.05550411f + f * (0.00961813f
               + f * (0.00133336f + f * (0.00015404f + f * 0.0000152527f))))));
-    int i = (int)r;
-    uint32_t bits = (uint32_t)(i + 126) << 23;
-    float scale; memcpy(&scale, &bits, 4);
-    float y = (p * scale) * 2.0f;
+    /* p * 2^i in two exact power-of-two steps (each in the normal range): the last one rounds a subnormal
+       result once, as libm does (bfloat16 results down to 2^-133 need them) */
+    int i = (int)r, i1 = i >> 1, i2 = i - i1;
+    uint32_t bits1 = (uint32_t)(i1 + 127) << 23, bits2 = (uint32_t)(i2 + 127) << 23;
+    float s1, s2; memcpy(&s1, &bits1, 4); memcpy(&s2, &bits2, 4);
+    float y = (p * s1) * s2;
     y = x > 128.0f ? INFINITY : y;
-    y = x < -126.0f ? 0.0f : y;
+    y = x < -151.0f ? 0.0f : y;
     return x == x ? y : x;
 }
 /* Streaming stores, for outputs larger than the last-level cache (see CRenderer._streamed): a tile computed in

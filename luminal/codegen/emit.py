@@ -1,13 +1,21 @@
 """Kernel-body emission: a kernel's value tree (loads through views, constants, elementwise primitives,
-gathers) as C statements over SSA temporaries, for the loop nests :mod:`luminal.codegen.c` renders."""
+gathers) as C statements over SSA temporaries, for the loop nests :mod:`luminal.codegen.c` renders.
+
+bfloat16 values are stored as their bit patterns (``unsigned short``) and computed as ``float``
+(:attr:`DType.c_compute`): a load widens the bits exactly (``lm_bf16_to_f32``), every bfloat16 primitive and
+cast is computed in float32 and its result rounded to bfloat16 (``lm_bf16r``: nearest even, NaN quieted with
+its sign kept, as ``ml_dtypes``) so a fused chain rounds after each op exactly as the reference interpreter
+does, and every store narrows the bits (``lm_f32_to_bf16``, see :meth:`CRenderer.store`)."""
 
 from __future__ import annotations
 
 import math
 import re
 
+import numpy as np
+
 from .. import ops
-from ..dtype import DType, wrap_int
+from ..dtype import BFLOAT16_NUMPY, DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ConstValue, GatherValue, IotaValue, Load, Remapped
 from .values import gather_slots, value_range
@@ -24,13 +32,15 @@ def _literal(value, dtype: DType) -> str:
             return "(-9223372036854775807LL - 1)"
         return f"{v}LL"
     v = float(value)
+    if dtype == DType.bfloat16:  # a Python number rounds to float32, then to bfloat16 (as the reference)
+        v = float(np.float32(v).astype(BFLOAT16_NUMPY))
     if math.isnan(v):
         text = "NAN"
     elif math.isinf(v):
         text = "INFINITY" if v > 0 else "(-INFINITY)"
     else:
         text = repr(v)
-    return f"(({dtype.c_type}){text})"
+    return f"(({dtype.c_compute}){text})"
 
 
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -65,7 +75,7 @@ class KernelWriter:
         self.counter += 1
         # bool temporaries are ints: GCC does not vectorize loops that mix unsigned char values with
         # float/64-bit ones ("no vectype"); bool buffers stay one byte per element
-        line = f"{'int' if dtype == DType.bool else dtype.c_type} {name} = {expr};"
+        line = f"{'int' if dtype == DType.bool else dtype.c_compute} {name} = {expr};"
         if self.loop_var is not None and all(
                 name_ in self.invariant or not _TEMP.fullmatch(name_) and name_ != self.loop_var
                 for name_ in _IDENT.findall(expr)):
@@ -107,7 +117,7 @@ class KernelWriter:
             return text
         if valid == 0:
             return _zero(dtype)
-        return f"(({self.index(valid)}) ? ({text}) : ({dtype.c_type})0)"
+        return f"(({self.index(valid)}) ? ({text}) : ({dtype.c_compute})0)"
 
     def _emit(self, value, vars_) -> str:
         if isinstance(value, Load):
@@ -115,32 +125,35 @@ class KernelWriter:
             ptr = self.r.pointer(value.buffer)
             if valid == 0:  # statically masked out (a padded slot seen at a constant index)
                 return _zero(value.dtype)
+            read = f"{ptr}[{self.index(off)}]"
+            if value.dtype == DType.bfloat16:  # the stored bits widened to float (exact)
+                read = f"lm_bf16_to_f32({read})"
             if valid == 1:
-                return self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
+                return self.temp(value.dtype, read)
             if self._in_bounds(value.buffer, off):
                 # the address is valid even where the view masks the value out: load unconditionally and
                 # select (branch-free, so the loop vectorizes; a conditional load cannot be if-converted)
-                loaded = self.temp(value.dtype, f"{ptr}[{self.index(off)}]")
-                return self.temp(value.dtype, f"({self.index(valid)}) ? {loaded} : ({value.dtype.c_type})0")
-            return self.temp(value.dtype, f"({self.index(valid)}) ? {ptr}[{self.index(off)}] : "
-                                          f"({value.dtype.c_type})0")
+                loaded = self.temp(value.dtype, read)
+                return self.temp(value.dtype, f"({self.index(valid)}) ? {loaded} : ({value.dtype.c_compute})0")
+            return self.temp(value.dtype, f"({self.index(valid)}) ? {read} : ({value.dtype.c_compute})0")
         if isinstance(value, ConstValue):
             if isinstance(value.value, Expression):
-                text = f"({value.dtype.c_type})({self.index(value.value)})"
+                text = _round(value.dtype, f"({value.dtype.c_compute})({self.index(value.value)})")
             else:
                 text = self.r.constant(value.value, value.dtype)
             return self._masked(value.view, vars_, text, value.dtype)
         if isinstance(value, IotaValue):
             off, _ = value.view.axis_expressions(vars_)
             expr = value.expr.substitute("z", off) if "z" in value.expr.symbols() else value.expr
-            return self._masked(value.view, vars_, f"({value.dtype.c_type})({self.index(expr)})", value.dtype)
+            text = _round(value.dtype, f"({value.dtype.c_compute})({self.index(expr)})")
+            return self._masked(value.view, vars_, text, value.dtype)
         if isinstance(value, Compute):
             args = [self.emit(a, vars_) for a in value.args]
             if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
                 # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
                 # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
                 return args[1] if args[0] == _zero(value.dtype) else args[0]
-            return self.temp(value.dtype, self._compute(value, args))
+            return self.temp(value.dtype, _round(value.dtype, self._compute(value, args)))
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
             slots = gather_slots(value)
@@ -189,7 +202,7 @@ class KernelWriter:
             fast = f"lm_{name}f" if name in ("exp2", "log2") else f"{name}f"
             if half:
                 return f"(_Float16){fast}((float){x})"
-            if dtype == DType.float32:
+            if dtype in (DType.float32, DType.bfloat16):  # (bfloat16: float operands, rounded by the caller)
                 return f"{fast}({x})"
             return f"{name}({x})"
 
@@ -202,7 +215,7 @@ class KernelWriter:
         if isinstance(op, ops.Sqrt):
             return fn("sqrt", args[0])
         if isinstance(op, ops.Recip):
-            return f"(({dtype.c_type})1 / {args[0]})"
+            return f"(({dtype.c_compute})1 / {args[0]})"
         if isinstance(op, ops.Add):
             if dtype.is_int:
                 return _wrapping(dtype, "+", args)
@@ -220,14 +233,22 @@ class KernelWriter:
                 return f"({dtype.c_type})lm_imod({args[0]}, {args[1]}, &err)"
             if half:
                 return f"(_Float16)lm_fmodf((float){args[0]}, (float){args[1]})"
+            if dtype == DType.bfloat16:
+                return f"lm_fmodf({args[0]}, {args[1]})"
             return f"lm_fmod{f}({args[0]}, {args[1]})"
         if isinstance(op, ops.LessThan):
             return f"({args[0]} < {args[1]})"
         if isinstance(op, ops.Cast):
             if dtype == DType.bool:
                 return f"({args[0]} != 0)"
-            return f"({dtype.c_type})({args[0]})"
+            # to bfloat16: through float32 (a double or a 64-bit integer rounds to float first, as the reference)
+            return f"({dtype.c_compute})({args[0]})"
         raise NotImplementedError(str(op))
+
+
+def _round(dtype: DType, text: str) -> str:
+    """``text`` (a float) rounded to bfloat16 and widened back when ``dtype`` is bfloat16, else as it is."""
+    return f"lm_bf16r({text})" if dtype == DType.bfloat16 else text
 
 
 def _wide_unsigned(dtype: DType) -> str:

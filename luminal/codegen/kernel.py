@@ -196,7 +196,9 @@ def find_gemm(graph: Graph, node) -> tuple | None:
     gradients (reduction over a middle axis, operands broadcast along M or K by a constant gradient). The returned edges
     are the operand views permuted to ``(*batch, M, N, K)`` (stride 0 on N for the first, on M for the second).
     """
-    if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float or node.dtype == DType.float16:
+    # (half types are not BLAS GEMMs: float16 products round to float16, and bfloat16 matmul is computed in float32
+    # by the high-level op, so a bfloat16 product-sum is the primitives' rounded products in a plain reduction)
+    if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float or node.dtype.is_half:
         return None
     edge = node.inputs[0]
     mul = graph.nodes[edge.src]
@@ -270,16 +272,8 @@ def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DTyp
 
 
 def lower(graph: Graph) -> Program:
-    """Partition ``graph`` into kernels (see the module docstring). bfloat16 is not lowered yet: a graph with a
-    bfloat16 node raises ``NotImplementedError`` (run it on device ``"reference"``)."""
+    """Partition ``graph`` into kernels (see the module docstring)."""
     order = graph.toposort()
-    for node_id in order:
-        if graph.nodes[node_id].dtype == DType.bfloat16:
-            node = graph.nodes[node_id]
-            raise NotImplementedError(
-                f"bfloat16 is not supported by the compiled backends yet (cpu, gpu-interpret, cuda): node "
-                f"{node_id} '{node.label}' ({node.op}) is bfloat16; run the graph on device 'reference' or cast "
-                "to float32 first")
     consumers = graph.consumer_edges()
     gemms = {}
     for node_id in order:
