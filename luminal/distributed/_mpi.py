@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -92,6 +93,10 @@ def abort(code: int = 1, comm=None) -> None:
     ``MPI_Abort`` returns."""
     sys.stdout.flush()
     sys.stderr.flush()
+    # the process manager forwards each rank's output through a pipe; MPI_Abort makes it kill every rank at once,
+    # and what it had not forwarded yet (the traceback just written) could be lost on a busy machine: give it a
+    # moment first (an error path, so the delay costs nothing in a healthy run)
+    time.sleep(0.5)
     try:
         (comm or world()).Abort(code)
     finally:  # MPI_Abort may return before the process manager kills this rank: never go on running
