@@ -252,13 +252,7 @@ class IndexingOps:
             return self._repeat_interleave_counts(repeats, dim)
         if repeats < 0:
             raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
-        x = self
-        if dim is None:
-            x, a = x.reshape((x.numel(),)), 0
-        else:
-            a = normalize_axis(dim, max(x.ndim, 1))
-            if x.ndim == 0:
-                x = x.unsqueeze(0)
+        x, a = _repeat_axis(self, dim)
         y = x.unsqueeze(a + 1)
         if repeats != 1:
             dims = list(y.dims)
@@ -285,13 +279,7 @@ class IndexingOps:
             raise ValueError(f"repeat_interleave: repeats must be 0-d or 1-d, got shape {counts.shape}")
         if (counts < 0).any():
             raise ValueError(f"repeat_interleave: repeats must be non-negative, got {counts.min()}")
-        x = self
-        if dim is None:
-            x, a = x.reshape((x.numel(),)), 0
-        else:
-            a = normalize_axis(dim, max(x.ndim, 1))
-            if x.ndim == 0:
-                x = x.unsqueeze(0)
+        x, a = _repeat_axis(self, dim)
         n = to_expr(x.dims[a])
         if counts.ndim == 0 or counts.size == 1:
             if n.is_constant() or counts.ndim == 0:
@@ -366,6 +354,15 @@ class _Mask:
 
     def __init__(self, axis, ndim, t, value):
         self.axis, self.ndim, self.t, self.value = axis, ndim, t, value
+
+
+def _repeat_axis(x, dim):
+    """``(x, axis)`` that ``repeat_interleave`` repeats along: the flattened tensor and 0 when ``dim`` is None, a 0-d
+    tensor as 1-d."""
+    if dim is None:
+        return x.reshape((x.numel(),)), 0
+    a = normalize_axis(dim, max(x.ndim, 1))
+    return (x.unsqueeze(0) if x.ndim == 0 else x), a
 
 
 def _const_input(graph, arr: np.ndarray):
