@@ -613,7 +613,7 @@ def test_gemm_operand_layouts_for_blas_match_numpy():
     buffers at those layouts equals the reference interpreter's product."""
     from numpy.lib.stride_tricks import as_strided
 
-    from luminal.runtime.gpu import gemm_operand_layout
+    from luminal.runtime.gpu_gemm import gemm_operand_layout
 
     _require()
     a = rand((2, 6, 5), 1)
@@ -689,7 +689,7 @@ def test_data_on_the_device_needs_cuda():
 
 
 def test_gemm_configurations_parse_and_cover_the_grid():
-    from luminal.runtime.gpu import GEMM_CANDIDATES, GemmConfig, gemm_programs
+    from luminal.runtime.gpu_gemm import GEMM_CANDIDATES, GemmConfig, gemm_programs
 
     for cfg in GEMM_CANDIDATES:
         assert GemmConfig.parse(cfg.name) == cfg

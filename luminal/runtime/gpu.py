@@ -22,11 +22,12 @@ integer modulo by zero) are read back from a one-element buffer after the run an
 does.
 
 ``LUMINAL_DEBUG=1`` prints the generated Triton source when a graph compiles.
+
+The memory classes live in :mod:`.gpu_memory`, the GEMM configurations and cuBLAS layouts in :mod:`.gpu_gemm`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -34,7 +35,6 @@ import os
 import sys
 import threading
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,8 +43,10 @@ from ..codegen.kernel import Program, lower
 from ..codegen.triton import TritonProgram, render, storage_name
 from ..graph import Graph
 from ..shape import ShapeTracker
+from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
+                       gemm_operand_layout, gemm_programs)
+from .gpu_memory import INSTALL_HINT, CuPyMemory, TorchCPUMemory
 
-INSTALL_HINT = "pip install 'luminal[gpu]'  (triton and cupy-cuda12x)"
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
            2: (ZeroDivisionError, "integer modulo by zero")}
 _MODULES: dict[str, object] = {}
@@ -66,169 +68,6 @@ def _import_triton(interpret: bool):
         raise RuntimeError(f"the GPU backend needs Triton, which is not installed ({e}); install it with "
                            f"{INSTALL_HINT}") from e
     return triton
-
-
-# ---------------------------------------------------------------------------- memory
-class TorchCPUMemory:
-    """Device memory of ``gpu-interpret``: torch CPU tensors (what Triton's interpreter reads)."""
-
-    name = "torch CPU tensors (Triton interpreter)"
-    graphs = False  # no CUDA graphs in the interpreter
-
-    def __init__(self):
-        try:
-            import torch
-        except ImportError as e:
-            raise RuntimeError("device 'gpu-interpret' needs torch (CPU build is enough) for Triton's interpreter: "
-                               "pip install torch") from e
-        self.torch = torch
-
-    def empty(self, n: int, storage: str):
-        return self.torch.empty(max(n, 1), dtype=getattr(self.torch, storage))
-
-    def zeros(self, n: int, storage: str):
-        return self.torch.zeros(max(n, 1), dtype=getattr(self.torch, storage))
-
-    def view(self, arena, offset: int, n: int, storage: str):
-        dtype = getattr(self.torch, storage)
-        nbytes = max(n, 1) * self.torch.empty(0, dtype=dtype).element_size()
-        return arena[offset:offset + nbytes].view(dtype)
-
-    def upload(self, dst, arr: np.ndarray) -> None:
-        if arr.size:
-            with warnings.catch_warnings():  # torch warns about read-only arrays (carried state); only read here
-                warnings.simplefilter("ignore", UserWarning)
-                src = self.torch.from_numpy(arr.reshape(-1))
-            dst[:arr.size].copy_(src)
-
-    def copy(self, dst, src, n: int) -> None:
-        if n:
-            dst[:n].copy_(src[:n])
-
-    def is_device_array(self, arr) -> bool:
-        return False
-
-    def download(self, src, n: int, storage: str) -> np.ndarray:
-        return src[:n].numpy().copy()
-
-    def to_device_array(self, src, n: int, storage: str):
-        raise RuntimeError("data(device=True) needs device='cuda' (gpu-interpret keeps its buffers as torch CPU "
-                           "tensors; use data())")
-
-    def arg(self, buf):
-        return buf
-
-    def launching(self):
-        return contextlib.nullcontext()
-
-    def synchronize(self) -> None:
-        pass
-
-
-class _CupyArg:
-    """A CuPy array as Triton sees a tensor: ``data_ptr()`` and a ``dtype`` whose name Triton canonicalizes."""
-
-    __slots__ = ("_ptr", "dtype")
-
-    def __init__(self, arr):
-        self._ptr = arr.data.ptr
-        self.dtype = arr.dtype  # numpy dtype: str() gives "float32", ... (bool buffers are uint8)
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-
-class CuPyMemory:
-    """Device memory of ``cuda``: CuPy arrays, every copy and launch on one non-blocking stream of the runtime's
-    own (Triton is pointed at it while the runtime launches, see :meth:`launching`), so the launches of one
-    ``execute()`` can be captured into a CUDA graph."""
-
-    name = "CuPy device arrays"
-
-    def __init__(self):
-        try:
-            import cupy
-        except ImportError as e:
-            raise RuntimeError(f"device 'cuda' needs CuPy, which is not installed ({e}); install it with "
-                               f"{INSTALL_HINT}") from e
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except Exception as e:  # noqa: BLE001 - no driver, no device: CuPy raises its own runtime errors
-            raise RuntimeError(f"device 'cuda': no usable CUDA device ({type(e).__name__}: {e})") from e
-        if count < 1:
-            raise RuntimeError("device 'cuda': no CUDA device found")
-        self.cupy = cupy
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.graphs = os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
-
-    def empty(self, n: int, storage: str):
-        try:
-            with self.stream:
-                return self.cupy.empty(max(n, 1), dtype=storage)
-        except self.cupy.cuda.memory.OutOfMemoryError as e:
-            raise MemoryError(f"device 'cuda': out of memory allocating {n} x {storage}: {e}") from e
-
-    def view(self, arena, offset: int, n: int, storage: str):
-        nbytes = max(n, 1) * np.dtype(storage).itemsize
-        return arena[offset:offset + nbytes].view(storage)
-
-    def zeros(self, n: int, storage: str):
-        out = self.empty(n, storage)
-        with self.stream:
-            out.fill(0)
-        return out
-
-    def upload(self, dst, arr: np.ndarray) -> None:
-        if arr.size:
-            dst[:arr.size].set(arr.reshape(-1), stream=self.stream)
-
-    def copy(self, dst, src, n: int) -> None:
-        """Device -> device: ``n`` elements of ``src`` (a buffer or any CUDA array) into ``dst``."""
-        if n:
-            with self.stream:
-                dst[:n] = self.cupy.asarray(src).reshape(-1)[:n].astype(dst.dtype, copy=False)
-
-    def is_device_array(self, arr) -> bool:
-        return hasattr(arr, "__cuda_array_interface__")
-
-    def download(self, src, n: int, storage: str) -> np.ndarray:
-        return src[:n].get(stream=self.stream)
-
-    def to_device_array(self, src, n: int, storage: str):
-        with self.stream:
-            out = src[:n].copy()
-        self.stream.synchronize()
-        return out
-
-    def arg(self, buf):
-        return _CupyArg(buf)
-
-    def launching(self):
-        """Point Triton's launches at this stream (Triton asks its driver for the current stream per launch)."""
-        return _triton_stream(self.stream.ptr)
-
-    def synchronize(self) -> None:
-        self.stream.synchronize()
-
-
-@contextlib.contextmanager
-def _triton_stream(ptr: int):
-    import triton
-
-    drv = triton.runtime.driver.active
-    had = "get_current_stream" in vars(drv)
-    old = vars(drv).get("get_current_stream")
-    drv.get_current_stream = lambda *_a, **_k: ptr
-    try:
-        yield
-    finally:
-        if had:
-            drv.get_current_stream = old
-        else:
-            try:
-                del drv.get_current_stream
-            except AttributeError:
-                pass
 
 
 # ---------------------------------------------------------------------------- module loading
@@ -716,106 +555,9 @@ class GPURuntime:
             self._finish(graph, bindings)
         return times
 
-
-def gemm_operand_layout(kernel, bindings):
-    """The plain strided layout of a GEMM kernel's operands at ``bindings``, for a BLAS call: ``((A dims [*b, M,
-    K], A strides, A offset), (B dims [*b, K, N], B strides, B offset), C shape [*b, M, N])`` in elements, or None
-    when it has none (masked views, negative strides or offsets, a dtype other than float32/float64)."""
-    if kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or kernel.b_view.masks:
-        return None
-    nb = len(kernel.dims) - 2
-    batch = list(range(nb))
-
-    def layout(tracker, axes):
-        dims = tuple(tracker.dims[j].evaluate(bindings) for j in axes)
-        strides = tuple(tracker.strides[j].evaluate(bindings) for j in axes)
-        offset = tracker.offset.evaluate(bindings)
-        if any(st < 0 for st in strides) or offset < 0:
-            return None
-        return dims, strides, offset
-
-    a = layout(kernel.a_view, batch + [nb, nb + 2])
-    b = layout(kernel.b_view, batch + [nb + 2, nb + 1])
-    if a is None or b is None:
-        return None
-    return a, b, tuple(d.evaluate(bindings) for d in kernel.dims)
-
-
 def _run_triton(fn, programs: int, args, kwargs) -> None:
     with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
         fn[(programs,)](*args, **kwargs)
-
-
-# ---------------------------------------------------------------------------- GEMM configurations (cuda)
-# batch*M*N*K below this keeps the default tiles: each candidate costs a Triton compile (about 1-2 s), more than
-# a small GEMM could ever win back (measured on an H100: W6 x16's six GEMMs x 6 candidates took 53 s to search)
-GEMM_SEARCH_MIN_WORK = 1 << 28
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """Tile sizes and launch options of a generated GEMM (a candidate of the measured search on ``cuda``)."""
-    bm: int
-    bn: int
-    bk: int
-    warps: int = 4
-    stages: int = 3
-    cublas: bool = False  # cuBLAS through cupy.matmul instead of the generated kernel (plain strided operands)
-    seconds: float = field(default=0.0, compare=False)
-
-    @property
-    def name(self) -> str:
-        if self.cublas:
-            return "cublas"
-        return f"triton:{self.bm}x{self.bn}x{self.bk}:w{self.warps}:s{self.stages}"
-
-    @staticmethod
-    def parse(name: str) -> "GemmConfig | None":
-        if name == "cublas":
-            return CUBLAS
-        try:
-            kind, tiles, w, st = name.split(":")
-            bm, bn, bk = (int(v) for v in tiles.split("x"))
-            if kind != "triton" or not w.startswith("w") or not st.startswith("s"):
-                return None
-            return GemmConfig(bm, bn, bk, int(w[1:]), int(st[1:]))
-        except (ValueError, AttributeError):
-            return None
-
-    def launch_kwargs(self) -> dict:
-        return {"BLOCK_M": self.bm, "BLOCK_N": self.bn, "BLOCK_K": self.bk, "num_warps": self.warps,
-                "num_stages": self.stages}
-
-
-GEMM_CANDIDATES = (GemmConfig(64, 64, 32, 4, 3), GemmConfig(128, 128, 32, 8, 3), GemmConfig(128, 64, 32, 4, 3),
-                   GemmConfig(64, 128, 32, 4, 3), GemmConfig(128, 128, 16, 8, 4), GemmConfig(128, 256, 32, 8, 3))
-
-
-CUBLAS = GemmConfig(0, 0, 0, 0, 0, True)
-
-
-def gemm_programs(extra, cfg: GemmConfig) -> int:
-    batch, M, N, _ = extra
-    return batch * (-(-M // cfg.bm)) * (-(-N // cfg.bn))
-
-
-def _gemm_tuning_key(source: str, name: str, extra) -> str:
-    import triton
-
-    start = source.find(f"def {name}(")
-    end = source.find("\n@triton.jit", start)
-    body = source[start:end if end > 0 else None]
-    digest = hashlib.sha256(body.replace(name, "K").encode()).hexdigest()[:16]
-    return f"cuda-gemm:{_gpu_name()}:triton{triton.__version__}:{digest}:" + "x".join(str(v) for v in extra)
-
-
-def _gpu_name() -> str:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
-    except Exception:  # noqa: BLE001
-        return "unknown-gpu"
 
 
 def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: float | None = None) -> None:
