@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import luminal as lm
-from luminal.hl_ops.indexing import DataDependentShapeError
+from luminal.hl_ops.subscript import DataDependentShapeError
 from luminal.training.autograd import grad
 from hl_helpers import check
 

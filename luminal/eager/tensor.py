@@ -364,7 +364,7 @@ class Tensor:
         """``x[key] = value``: functional underneath (:meth:`luminal.GraphTensor.setitem`), then ``x`` takes the new
         value, as the in-place methods do; gradients flow to the old value (zero where overwritten) and to
         ``value``. A boolean mask is realized only when ``value`` has one entry per True entry."""
-        from ..hl_ops.indexing import DataDependentShapeError
+        from ..hl_ops.subscript import DataDependentShapeError
         try:
             result = call_function(_setitem, (self, _eager_key(self, key, False), value), {}, name="setitem")
         except DataDependentShapeError:
@@ -435,7 +435,7 @@ def _setitem(x, key, value):
 def _index_item(k):
     """A list / numpy index as a numpy array (bool or int64) or a Python scalar; other items unchanged (the
     lazy graph's rule, with eager tensors inside a list read as arrays)."""
-    from ..hl_ops.indexing import _as_index_array
+    from ..hl_ops.subscript import _as_index_array
 
     if isinstance(k, list) and any(isinstance(e, Tensor) for e in k):
         k = [np.asarray(e) for e in k]

@@ -143,3 +143,9 @@ def check_index_dtype(dtype: DType, what: str, error=TypeError) -> None:
         raise error(f"{what}: uint8 index tensors are not supported (PyTorch reads them as a boolean mask); "
                     "use a bool mask or cast the indices to int64")
     raise error(f"{what}: index must be int32/int64, got {dtype.value}")
+
+
+def lazy_where(c, a, b):
+    """``hl_ops.where(c, a, b)``, imported on first use (modules that ``binary`` itself imports use this)."""
+    from .binary import where
+    return where(c, a, b)

@@ -214,8 +214,8 @@ class MovementOps:
     def __getitem__(self, key):
         """PyTorch indexing: ints, slices (any step), ``None``, ``...``, integer index tensors / numpy arrays /
         lists (several broadcast together: advanced indexing) and boolean masks known when the graph is built.
-        See :func:`luminal.hl_ops.indexing.getitem` and docs/tensor_api.md."""
-        from .indexing import getitem
+        See :func:`luminal.hl_ops.subscript.getitem` and docs/tensor_api.md."""
+        from .subscript import getitem
         return getitem(self, key)
 
     def pad_axis(self, axis: int, before=0, after=0):
