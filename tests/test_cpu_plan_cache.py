@@ -17,6 +17,7 @@ import pytest
 
 import luminal as lm
 from luminal.runtime import cpu as C
+from luminal.runtime import cpu_plan
 from luminal.runtime import search as S
 from luminal.runtime import tuning
 from luminal.runtime.cpu import find_compiler
@@ -47,12 +48,12 @@ def close(got, ref):
 def placements(monkeypatch):
     """Counts memory placements (each is one plan built)."""
     count = {"n": 0}
-    real = C._Layout.place
+    real = cpu_plan._Layout.place
 
     def place(self, sizes):
         count["n"] += 1
         return real(self, sizes)
-    monkeypatch.setattr(C._Layout, "place", place)
+    monkeypatch.setattr(cpu_plan._Layout, "place", place)
     return count
 
 

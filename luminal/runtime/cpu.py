@@ -31,6 +31,7 @@ from ..codegen.c import CProgram, CRenderer  # noqa: F401  (CProgram: the type o
 from ..codegen.kernel import Program, lower
 from ..codegen.toolchain import find_compiler
 from ..graph import Graph
+from .cpu_plan import _Binding, _Layout, _Plan
 from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library,  # noqa: F401
                     cache_dir, clean_stale_temporaries)
 
@@ -478,138 +479,6 @@ class CPURuntime:
             if code == 1:  # name the index, the size and the tensors as the reference interpreter does
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph: {text}")
-
-
-class _Layout:
-    """What memory planning needs that does not depend on the bindings, computed once: each arena buffer's
-    lifetime (in rendered groups), the buffers whose lifetimes overlap (they may not share bytes), its size as a
-    constant times unique symbolic dims (each unique dim is evaluated once per binding set), and the buffer
-    table's arena/input/output slots."""
-
-    def __init__(self, program: Program, cprogram, graph: Graph):
-        from ..codegen.values import kernel_buffers
-        step = {}
-        for g, group in enumerate(cprogram.groups or [[i] for i in range(len(program.kernels))]):
-            for i in group:
-                step[i] = g
-        kernel_of = {k.out: step[i] for i, k in enumerate(program.kernels)}
-        last_use: dict[int, int] = {}
-        for i, kernel in enumerate(program.kernels):
-            for b in kernel_buffers(kernel):
-                last_use[b] = step[i]
-        owned = set(program.inputs) | set(program.outputs)
-        exprs: dict = {}
-        self.nodes, self.const, self.terms, spans = [], [], [], []
-        for node_id, (dims, dtype) in program.buffers.items():
-            if node_id in owned:
-                continue
-            const, terms = dtype.itemsize, []
-            for d in dims:
-                v = d.to_int() if hasattr(d, "to_int") else int(d)
-                if v is not None:
-                    const *= v
-                else:
-                    terms.append(exprs.setdefault(d, len(exprs)))
-            start = kernel_of[node_id]
-            self.nodes.append(node_id)
-            self.const.append(const)
-            self.terms.append(tuple(terms))
-            spans.append((start, last_use.get(node_id, start)))
-        self.index = {n: j for j, n in enumerate(self.nodes)}
-        # interference: j and i overlap unless one ends before the other starts (a sweep over start order)
-        n = len(self.nodes)
-        self.conflicts: list[list[int]] = [[] for _ in range(n)]
-        by_start = sorted(range(n), key=lambda j: spans[j][0])
-        for a, j in enumerate(by_start):
-            end = spans[j][1]
-            for i in by_start[a + 1:]:
-                if spans[i][0] > end:
-                    break
-                self.conflicts[j].append(i)
-                self.conflicts[i].append(j)
-        # input/output shapes: a constant dim as itself, a symbolic one as ~(its index in exprs)
-        def spec(dims):
-            out = []
-            for d in dims:
-                v = d.to_int() if hasattr(d, "to_int") else int(d)
-                out.append(v if v is not None else ~exprs.setdefault(d, len(exprs)))
-            return tuple(out)
-        self.arena_slots, self.in_slots, self.out_slots = [], [], []
-        for k, node_id in enumerate(cprogram.buffer_order):
-            if node_id in program.inputs:
-                self.in_slots.append((k, node_id, spec(graph.nodes[node_id].dims)))
-            elif node_id in program.outputs:
-                dims, dtype = program.buffers[node_id]
-                self.out_slots.append((k, node_id, spec(dims), dtype.numpy))
-            else:
-                self.arena_slots.append((k, self.index[node_id]))
-        self.exprs = list(exprs)
-        self.n_slots = max(1, len(cprogram.buffer_order))
-
-    def values(self, bindings) -> list[int]:
-        """The unique symbolic dims' values at ``bindings`` (each evaluated once)."""
-        return [e.evaluate(bindings) for e in self.exprs]
-
-    @staticmethod
-    def shape(spec: tuple, vals: list[int]) -> tuple:
-        return tuple(d if d >= 0 else vals[~d] for d in spec)
-
-    def sizes(self, vals: list[int]) -> list[int]:
-        """Each arena buffer's bytes at the bindings whose dims are ``vals`` (:meth:`values`), rounded up to a
-        multiple of 64 (at least 64)."""
-        out = []
-        for const, terms in zip(self.const, self.terms):
-            for t in terms:
-                const *= vals[t]
-            out.append((const + 63) // 64 * 64 if const > 0 else 64)
-        return out
-
-    def place(self, sizes: list[int]) -> "_Plan":
-        """First fit, largest first, 64-byte aligned slots; a buffer may reuse the bytes of any buffer whose
-        lifetime does not overlap its own."""
-        from .arena import first_fit
-
-        slots = [(s + 63) // 64 * 64 for s in sizes]  # (headroom may have unrounded them)
-        offsets, total = first_fit(slots, self.conflicts)
-        return _Plan(offsets, slots, total)
-
-
-class _Plan:
-    """Arena offsets (from the arena's first 64-byte boundary) and slot bytes of every intermediate. Valid at
-    any bindings whose sizes all fit their slots (lifetimes do not depend on the bindings)."""
-
-    __slots__ = ("offsets", "slots", "total", "slot_sum")
-
-    def __init__(self, offsets: list[int], slots: list[int], total: int):
-        self.offsets, self.slots, self.total, self.slot_sum = offsets, slots, total, sum(slots)
-
-    def fits(self, sizes: list[int]) -> bool:
-        """Every size fits its slot, and the slots are not over twice the sizes in all (a plan made for far
-        larger bindings is not reused: its arena would stay allocated for small ones)."""
-        return 2 * sum(sizes) >= self.slot_sum and all(s <= c for s, c in zip(sizes, self.slots))
-
-
-class _Binding:
-    """One binding set's run state: its plan, its buffer table (arena slots filled for arena generation
-    ``arena_gen``; input/output slots are written by every run), the symbol values and the input/output shapes."""
-
-    __slots__ = ("plan", "layout", "buffers", "arena_gen", "in_slots", "out_slots", "syms")
-
-    def __init__(self, plan: _Plan, layout: _Layout, vals: list[int], bindings, symbols):
-        self.plan, self.layout, self.arena_gen = plan, layout, -1
-        self.buffers = (ctypes.c_void_p * layout.n_slots)()
-        shape = layout.shape
-        self.in_slots = [(k, n, shape(spec, vals)) for k, n, spec in layout.in_slots]
-        self.out_slots = [(k, n, shape(spec, vals), dt) for k, n, spec, dt in layout.out_slots]
-        self.syms = (ctypes.c_longlong * max(1, len(symbols)))(*[bindings[s] for s in symbols])
-
-    def fill(self, arena: np.ndarray, gen: int) -> None:
-        base = arena.ctypes.data
-        base += (-base) % 64
-        buffers, offsets = self.buffers, self.plan.offsets
-        for k, j in self.layout.arena_slots:
-            buffers[k] = base + offsets[j]
-        self.arena_gen = gen
 
 
 def _aligned_empty(shape, dtype) -> np.ndarray:
