@@ -113,6 +113,7 @@ class Graph:
         # PyTorch's formulas for pow, maximum/minimum ties, cos and tan)
         self.grad_rules: dict[int, tuple] = {}
         self.version = 0  # bumped on every structural change (compiled runtimes rebuild when it moves)
+        self._device_inputs = False  # set() was given a CUDA array (device="cuda" reads it; others refuse it)
         self.device: str | None = None
         self._next_id = 0
         self._order: list[int] | None = None
@@ -158,6 +159,7 @@ class Graph:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("grad_rules", {})
+        self.__dict__.setdefault("_device_inputs", False)
         self._owner = threading.get_ident()
         self._local = threading.local()
         self._lock = threading.RLock()
@@ -562,7 +564,7 @@ class Graph:
             self.device = os.environ["LUMINAL_DEVICE"]  # uncompiled graphs follow LUMINAL_DEVICE
         if self.device not in (None, "reference") and (self.runtime is None or self.runtime.stale(self)):
             self._attach_runtime()
-        if self.device != "cuda":
+        if self._device_inputs and self.device != "cuda":  # set() saw a CUDA array: only then scan the inputs
             self._refuse_device_arrays()
         runtime = self.runtime
         if runtime is None:  # never compiled (or a compiled device fell back): the reference interpreter

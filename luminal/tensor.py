@@ -186,6 +186,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         node = self._input_node()
         if hasattr(data, "__cuda_array_interface__"):  # a CuPy array / CUDA torch tensor: stays on the device
             arr = _device_data(data, node)
+            self.graph._device_inputs = True
         else:
             arr = coerce_data(data, node.dtype, node.label)
             if arr is data:  # a new array object per set(): compiled runtimes that copy inputs (cuda) see the change
