@@ -186,11 +186,10 @@ def _forget() -> None:
 
 def lookup(kernel_key: str, valid=None) -> dict | None:
     """The cached entry of ``kernel_key`` on this machine, or None (missing, malformed, or ``valid(entry)``
-    false, e.g. a candidate name this version does not know)."""
-    data = _read(tuning_path())
-    entries = data["machines"].get(machine()[0], {}).get("entries", {})
-    entry = entries.get(kernel_key) if isinstance(entries, dict) else None
-    if not _valid_entry(entry) or (valid is not None and not valid(entry)):
+    false, e.g. a candidate name this version does not know). Through :func:`entries`: no read when the file did
+    not change."""
+    entry = entries().get(kernel_key)
+    if entry is None or (valid is not None and not valid(entry)):
         return None
     return entry
 
