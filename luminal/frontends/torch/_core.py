@@ -49,8 +49,17 @@ _DTYPES = {
     torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,
     torch.int64: DType.int64, torch.int32: DType.int32, torch.bool: DType.bool,
     torch.int16: DType.int16, torch.int8: DType.int8, torch.uint8: DType.uint8, torch.uint16: DType.uint16,
-    torch.uint32: DType.uint32, torch.uint64: DType.uint64,
+    torch.uint32: DType.uint32, torch.uint64: DType.uint64, torch.bfloat16: DType.bfloat16,
 }
+
+
+def tensor_to_numpy(t: "torch.Tensor") -> np.ndarray:
+    """A CPU copy of a torch tensor as a numpy array of luminal's host dtype: ``torch.bfloat16`` becomes an
+    ``ml_dtypes.bfloat16`` array holding the same bits (``Tensor.numpy()`` refuses bfloat16)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(DType.bfloat16.numpy)
+    return t.numpy()
 
 
 def _ldtype(dt, where_: str = "") -> DType:
@@ -67,7 +76,7 @@ def _torch_dtype_of(dtype: DType):
     return {DType.float32: torch.float32, DType.float64: torch.float64, DType.float16: torch.float16,
             DType.int64: torch.int64, DType.int32: torch.int32, DType.bool: torch.bool, DType.int16: torch.int16,
             DType.int8: torch.int8, DType.uint8: torch.uint8, DType.uint16: torch.uint16,
-            DType.uint32: torch.uint32, DType.uint64: torch.uint64}[dtype]
+            DType.uint32: torch.uint32, DType.uint64: torch.uint64, DType.bfloat16: torch.bfloat16}[dtype]
 
 
 # ---------------------------------------------------------------------------------------------------- parameters
@@ -232,7 +241,7 @@ class _Converter:
                     trainable = kind == InputKind.PARAMETER and value.dtype.is_floating_point
                     data = value.detach().cpu()
                     lum = _ldtype(data.dtype, f"{kind.name.lower()} '{spec.target}'")
-                    param = Parameter(data.numpy().astype(lum.numpy), dtype=lum, requires_grad=trainable)
+                    param = Parameter(tensor_to_numpy(data).astype(lum.numpy), dtype=lum, requires_grad=trainable)
                     self.params.add(spec.target, param)
                     self.env[node.name] = param.bind(self.graph)
                 elif kind == InputKind.TOKEN:
@@ -297,7 +306,7 @@ class _Converter:
     def _const_tensor(self, value: "torch.Tensor", name: str) -> GraphTensor:
         data = value.detach().cpu()
         lum = _ldtype(data.dtype, f"constant '{name}'")
-        arr = np.ascontiguousarray(data.numpy().astype(lum.numpy))
+        arr = np.ascontiguousarray(tensor_to_numpy(data).astype(lum.numpy))
         if arr.ndim == 0:
             return self.graph.constant(arr.item(), lum)
         return self.graph.tensor(arr.shape, lum, f"const:{name}").set(arr).keep()
@@ -321,6 +330,10 @@ class _Converter:
             raise UnsupportedTorchOpError(name, node.name, _unsupported_message(name, node, self.decomposed))
         args = self._arg(node.args)
         kwargs = self._arg(node.kwargs)
+        if name not in _KEEPS_HALF and _has_half(args, kwargs):
+            # PyTorch's CPU kernels compute float16/bfloat16 in float32 ("opmath") and round each op's result once;
+            # the handler builds the op in float32 and _match_meta rounds the result to torch's dtype
+            args, kwargs = _widen_half(args), _widen_half(kwargs)
         try:
             out = handler(self, node, *args, **kwargs)
         except _NeedsDecomposition as err:
@@ -377,6 +390,45 @@ class _Converter:
             dtype = (DType.bool if isinstance(x, bool) else DType.float32 if isinstance(x, float)
                      else DType.int64)
         return self.graph.constant(x, dtype)
+
+
+# ops that only move, select or copy elements: they run in the half type itself (no rounding is involved)
+_KEEPS_HALF = frozenset(
+    f"aten.{op}" for op in (
+        "view.default _unsafe_view.default reshape.default view_copy.default view_as.default reshape_as.default "
+        "permute.default permute_copy.default transpose.int swapaxes.default transpose_copy.int expand.default "
+        "expand_copy.default expand_as.default unsqueeze.default unsqueeze_copy.default squeeze.dim squeeze.dims "
+        "squeeze.default squeeze_copy.dims flatten.using_ints unflatten.int slice.Tensor slice_copy.Tensor "
+        "select.int select_copy.int narrow.default cat.default concat.default concatenate.default stack.default "
+        "split.Tensor split_with_sizes.default split_with_sizes_copy.default chunk.default unbind.int flip.default "
+        "roll.default repeat.default tile.default t.default numpy_T.default clone.default contiguous.default "
+        "alias.default detach.default lift_fresh_copy.default embedding.default index_select.default "
+        "gather.default index.Tensor _to_copy.default to.dtype to.dtype_layout type_as.default"
+    ).split())
+
+
+def _has_half(*trees) -> bool:
+    for x in trees:
+        if _is_t(x):
+            if x.dtype.is_half:
+                return True
+        elif isinstance(x, (list, tuple)):
+            if _has_half(*x):
+                return True
+        elif isinstance(x, dict):
+            if _has_half(*x.values()):
+                return True
+    return False
+
+
+def _widen_half(x):
+    if _is_t(x):
+        return x.cast(DType.float32) if x.dtype.is_half else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_widen_half(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _widen_half(v) for k, v in x.items()}
+    return x
 
 
 def _unsupported_message(name: str, node, decomposed: bool) -> str:

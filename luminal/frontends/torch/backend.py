@@ -73,7 +73,7 @@ class _CompiledSubgraph:
                 model = from_torch(self.gm, args, device=self.device)
                 self.models[key] = model
             flat = model.run(*args)
-        outs = [torch.from_numpy(np.ascontiguousarray(o)) if isinstance(o, np.ndarray) else o for o in flat]
+        outs = [_to_torch(o) if isinstance(o, np.ndarray) else o for o in flat]
         if model._out_spec is not None:
             return pytree.tree_unflatten(outs, model._out_spec)
         return outs
@@ -99,3 +99,12 @@ def register(name: str = "luminal") -> None:
     if name in list_backends(exclude_tags=()):
         return
     register_backend(compiler_fn=_registered_backend, name=name)
+
+
+def _to_torch(arr: np.ndarray) -> "torch.Tensor":
+    """A numpy result as a torch tensor (``ml_dtypes.bfloat16`` arrays become ``torch.bfloat16`` bit for bit)."""
+    from ...dtype import BFLOAT16_NUMPY
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype == BFLOAT16_NUMPY:
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)

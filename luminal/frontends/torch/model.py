@@ -6,12 +6,13 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+from ...dtype import BFLOAT16_NUMPY, to_host
 from ...graph import Graph
 from ...module import CompiledModel
 from ...shape import Expression, to_expr
 from ...tensor import GraphTensor
 from ._core import (_OPS, TorchImportError, TorchInputError, TorchParameters, UnsupportedTorchOpError, _Converter,
-                    _is_t, _NeedsDecomposition, _sanitize_symbol, _target_name)
+                    _is_t, _NeedsDecomposition, _sanitize_symbol, _target_name, tensor_to_numpy)
 
 
 # ---------------------------------------------------------------------------------------------------- the model
@@ -149,14 +150,15 @@ class TorchModel(CompiledModel):
     def _set_input(self, name: str, data) -> None:
         tensor = self.inputs[name]
         if isinstance(data, torch.Tensor):
-            data = data.detach().cpu().numpy()
+            data = tensor_to_numpy(data)
         arr = np.asarray(data)
         want = self._cv.input_dtypes[name]
         expected = f"{want} of shape {[str(d) for d in tensor.dims]}"
-        if arr.dtype.kind not in "biuf":
+        got_kind = "f" if arr.dtype == BFLOAT16_NUMPY else arr.dtype.kind
+        if got_kind not in "biuf":
             raise TorchInputError(f"input '{name}': expected {expected}, got an array of {arr.dtype}")
         kind = "b" if want == torch.bool else "f" if want.is_floating_point else "iu"
-        if arr.dtype.kind not in kind:
+        if got_kind not in kind:
             raise TorchInputError(f"input '{name}': expected {expected}, got dtype {arr.dtype}")
         if arr.ndim != tensor.ndim:
             raise TorchInputError(f"input '{name}': expected rank {tensor.ndim} ({expected}), got shape {arr.shape}")
@@ -165,7 +167,7 @@ class TorchModel(CompiledModel):
                 raise TorchInputError(f"input '{name}': expected {expected}, got shape {arr.shape} (dim {k} must "
                                       f"be {d.to_int()}; export with a torch.export.Dim to make it dynamic)")
         try:
-            tensor.set(arr.astype(tensor.dtype.numpy, copy=False))
+            tensor.set(to_host(arr, tensor.dtype))
         except ValueError as err:
             raise TorchInputError(f"input '{name}': {err}") from None
 
