@@ -183,6 +183,9 @@ class MovementOps:
         n = self.dims[axis]
         if step == 0:
             raise ValueError("slice step cannot be zero")
+        if n.to_int() is None and all(v is None or isinstance(v, (int, np.integer)) for v in (start, stop)):
+            start, stop, length = _nonempty_slice(start, stop, step, n)
+            return self._view(self.shape.slice(axis, start, stop, step, length=length))
         start, stop = _normalize_slice(start, stop, step, n)
         return self._view(self.shape.slice(axis, start, stop, step))
 
@@ -395,20 +398,49 @@ class MovementOps:
         return self.gather(axis, index)
 
 
+_REST = Expression.symbol("__lm_axis_rest")  # a symbolic axis n sliced by integer bounds is 1 + _REST
+
+
+def _nonempty_slice(start, stop, step, n: Expression):
+    """``(start, stop, length)`` of a slice by integer bounds of a symbolic axis ``n``, simplified assuming the
+    axis is non-empty (``n >= 1``, as an integer index ``x[:, k]`` also assumes): computed over ``n = 1 + r``
+    with a fresh ``r >= 0``, then ``r = n - 1`` put back. So ``x[:, 0:1]`` and ``x[:, -1:]`` have the size
+    ``1``, ``x[:, 1:]`` ``seq - 1``, while ``x[:, :4]`` keeps ``min(4, seq)`` (shorter sequences are legal)."""
+    from ..shape.simplify import _size
+    from ..shape.tracker import slice_length
+    s, e = _normalize_slice_bounds(start, stop, step, _REST + 1)
+    back = {_REST.args[0]: n - 1}
+    assumed = tuple(to_expr(v).substitute(back) for v in (s, e, slice_length(s, e, step)))
+    s, e = _normalize_slice_bounds(start, stop, step, n)
+    exact = (to_expr(s), to_expr(e), slice_length(s, e, step))  # holds for n = 0 too: kept unless longer
+    return assumed if sum(map(_size, assumed)) < sum(map(_size, exact)) else exact
+
+
 def _normalize_slice(start, stop, step, n: Expression):
-    """Python slice bounds on a (possibly symbolic) dim ``n`` -> expressions."""
+    """Python slice bounds on a (possibly symbolic) dim ``n`` -> expressions (a symbolic ``n`` sliced by
+    integer bounds is taken as non-empty, see :func:`_nonempty_slice`)."""
+    nc = n.to_int()
+    ints = all(v is None or isinstance(v, (int, np.integer)) for v in (start, stop))
+    if nc is None and ints:
+        return _nonempty_slice(start, stop, step, n)[:2]
+    return _normalize_slice_bounds(start, stop, step, n)
+
+
+def _normalize_slice_bounds(start, stop, step, n: Expression):
     nc = n.to_int()
     if nc is not None and all(v is None or isinstance(v, (int, np.integer)) for v in (start, stop)):
         s, e, _ = slice(start, stop, step).indices(nc)
         if step < 0 and e < 0:
             e = -1
         return s, e
+    low, high = (0, n) if step > 0 else (-1, n - 1)  # Python's clamps (slice.indices)
+
     def norm(v, default):
         if v is None:
             return default
         if isinstance(v, (int, np.integer)) and v < 0:
-            return (n + int(v)).max(0)
-        return to_expr(v).min(n)
+            return (n + int(v)).max(low)
+        return to_expr(v).min(high)
     if step > 0:
         return norm(start, to_expr(0)), norm(stop, n)
     return norm(start, n - 1), (to_expr(-1) if stop is None else norm(stop, n))

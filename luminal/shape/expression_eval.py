@@ -124,7 +124,9 @@ def _c_style(e: Expression, parts, names):
     if op in (DIV, MOD):
         alo = e.args[0].bounds()[0]
         blo = e.args[1].bounds()[0]
-        if alo is not None and alo >= 0 and blo is not None and blo > 0:
+        # a non-negative dividend over a non-negative divisor: C's truncation is the floor (a zero divisor is
+        # undefined either way, and a loop over a zero extent runs no iteration)
+        if alo is not None and alo >= 0 and blo is not None and blo >= 0:
             return f"({a} {'/' if op == DIV else '%'} {b})"
         return f"{'LUMINAL_FLOORDIV' if op == DIV else 'LUMINAL_FLOORMOD'}({a}, {b})"
     if op == MIN:

@@ -68,7 +68,29 @@ def _add(a: Expression, b: Expression) -> Expression:
         return ZERO
     if len(terms) == 1:
         return terms[0]
-    return Expression(ADD, tuple(terms))
+    out = Expression(ADD, tuple(terms))
+    pushed = _push_into_minmax(out)
+    return out if pushed is None else pushed
+
+
+def _size(e: Expression) -> int:
+    return 1 if e.op in (NUM, VAR) else 1 + sum(_size(a) for a in e.args)
+
+
+def _push_into_minmax(s: Expression) -> Expression | None:
+    """``r + k*min(a, b)`` -> ``min(r + k*a, r + k*b)`` (``max`` for ``k < 0``; likewise for ``max``) when that is
+    smaller, e.g. ``seq - min(2, seq)`` -> ``max(0, seq - 2)``: the sizes of slices over symbolic axes."""
+    idx = [j for j, t in enumerate(s.args) if _split_coef(t)[1].op in (MIN, MAX)]
+    if len(idx) != 1:
+        return None
+    k, mm = _split_coef(s.args[idx[0]])
+    rest = ZERO
+    for j, t in enumerate(s.args):
+        if j != idx[0]:
+            rest = _add(rest, t)
+    a, b = (_add(rest, _mul(_num(k), x)) for x in mm.args)
+    out = _minmax(mm.op if k > 0 else (MAX if mm.op == MIN else MIN), a, b)
+    return out if _size(out) < _size(s) else None
 
 
 def _collect_terms(parts, k: int, coefs: dict) -> int:

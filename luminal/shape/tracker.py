@@ -51,6 +51,16 @@ def contiguous_strides(dims: Sequence[Expression]) -> tuple[Expression, ...]:
     return tuple(reversed(strides))
 
 
+def slice_length(start: IntLike, stop: IntLike | None, step: int) -> Expression:
+    """Entries of ``[start:stop:step]`` for normalized bounds (``stop`` None: ``-1`` for a negative step)."""
+    start = to_expr(start)
+    if step > 0:
+        length = (to_expr(stop) - start).max(0)
+        return length.ceil_div(step) if step != 1 else length
+    stop = to_expr(-1) if stop is None else to_expr(stop)
+    return (start - stop).max(0).ceil_div(-step)
+
+
 class ShapeTracker:
     """An affine, masked view of a contiguous buffer (see the module docstring)."""
 
@@ -238,24 +248,21 @@ class ShapeTracker:
         dims = self.dims[:axis] + tuple(new_dims) + self.dims[axis + 1:]
         return ShapeTracker(dims, strides, offset, masks)._drop_redundant_masks()
 
-    def slice(self, axis: int, start: IntLike = 0, stop: IntLike | None = None, step: int = 1) -> "ShapeTracker":
+    def slice(self, axis: int, start: IntLike = 0, stop: IntLike | None = None, step: int = 1,
+              length: IntLike | None = None) -> "ShapeTracker":
         """View ``[start:stop:step]`` along ``axis`` (bounds already normalized to ``0 <= start``, ``stop <= dim``).
 
-        A negative step reads backwards from ``start`` (as Python's ``x[start:stop:step]``).
+        A negative step reads backwards from ``start`` (as Python's ``x[start:stop:step]``). ``length`` (the
+        number of entries) defaults to :func:`slice_length` of the bounds; a caller that knows more (the
+        slicing of ``GraphTensor`` simplifies it assuming a symbolic axis is non-empty) passes it.
         """
         axis = self._axis(axis)
         start = to_expr(start)
         if step == 0:
             raise ValueError("slice step cannot be zero")
-        if step > 0:
-            stop = self.dims[axis] if stop is None else to_expr(stop)
-            length = (stop - start).max(0)
-            if step != 1:
-                length = length.ceil_div(step)
-        else:
-            stop = to_expr(-1) if stop is None else to_expr(stop)
-            length = (start - stop).max(0).ceil_div(-step)
-        return self._substitute_axis(axis, (length,), (to_expr(step),), start)
+        if length is None:
+            length = slice_length(start, self.dims[axis] if stop is None and step > 0 else stop, step)
+        return self._substitute_axis(axis, (to_expr(length),), (to_expr(step),), start)
 
     def flip(self, axis: int) -> "ShapeTracker":
         """Reverse ``axis`` without copying."""
