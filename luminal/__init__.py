@@ -28,6 +28,7 @@ from .hl_ops import stack as _graph_stack
 from .hl_ops import where as _graph_where
 from .shape import Expression, ShapeTracker, UnboundSymbolError, sym
 from .tensor import GraphTensor
+from .amp import GradScaler, autocast  # mixed precision (docs/mixed_precision.md)
 
 __version__ = "0.1.0"
 
@@ -138,4 +139,5 @@ def __getattr__(name):
 
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch"]
+           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch",
+           "autocast", "GradScaler"]

@@ -8,12 +8,17 @@ Lowering: each operand takes the diagonal of its repeated letters (:meth:`diagon
 letters no one else needs, and is permuted/unsqueezed (views) onto a common letter order. Operands are then
 combined left to right: ``sum(a * b)`` over the letters that neither the output nor a later operand uses, so a
 two-operand contraction is exactly the broadcast-multiply-and-sum pattern the compilers recognize as a matmul.
+
+Under :class:`luminal.autocast` (two or more float operands) the operands are rounded to the autocast dtype, the
+sums run in float32, and every pairwise contraction's result is rounded to the autocast dtype (torch's einsum is
+a chain of ``bmm`` calls, each cast by autocast); the result has the autocast dtype.
 """
 
 from __future__ import annotations
 
 import string
 
+from ..amp import autocast_off, lower_precision_dtype, round_to
 from ..graph import GraphError
 
 _LETTERS = set(string.ascii_letters)
@@ -80,6 +85,14 @@ def einsum(equation: str, *operands):
         operands = tuple(operands[0])
     if not operands:
         raise ValueError("einsum needs at least one operand")
+    low = lower_precision_dtype(*operands) if len(operands) >= 2 else None
+    if low is not None:  # luminal.autocast: operands rounded, float32 sums, each contraction rounded (torch's bmm)
+        with autocast_off():
+            return _einsum(equation, [round_to(t, low) for t in operands], low).cast(low)
+    return _einsum(equation, operands, None)
+
+
+def _einsum(equation: str, operands, low):
     labels, out_labels = _parse(equation, operands)
     sizes = {}
     prepared = []
@@ -114,6 +127,8 @@ def einsum(equation: str, *operands):
         drop = [k for k, c in enumerate(union) if c not in out_labels and c not in later]
         acc = prod.sum(tuple(drop)) if drop else prod
         acc_lab = [c for k, c in enumerate(union) if k not in drop]
+        if low is not None and i < len(reduced) - 1:
+            acc = round_to(acc, low)
     drop = [k for k, c in enumerate(acc_lab) if c not in out_labels]
     if drop:
         acc = acc.sum(tuple(drop))

@@ -3,12 +3,16 @@
 Follows ``torch.matmul`` for every rank combination: 1-D x 1-D is a dot product,
 a 1-D left operand is a row vector and a 1-D right operand a column vector
 (the added axis is removed again), and leading batch dims broadcast.
+
+Inside :class:`luminal.autocast` (float operands, no float64) the operands are rounded to the autocast dtype,
+multiplied and summed in float32, and the result is rounded once to the autocast dtype (torch's CPU autocast).
 """
 
 from __future__ import annotations
 
 from .. import ops
 from ..dtype import DType, promote_types
+from ..amp import autocast_off, lower_precision_dtype, round_to
 from ..graph import GraphError
 from ._util import as_tensor, broadcast_dims, broadcast_view
 
@@ -17,7 +21,8 @@ class MatmulOps:
     """Mixin of :class:`~luminal.tensor.GraphTensor` with ``matmul``/``@``/``dot``."""
 
     def matmul(self, other):
-        """Matrix product with ``torch.matmul`` semantics (see the module docstring).
+        """Matrix product with ``torch.matmul`` semantics (see the module docstring; under
+        :class:`luminal.autocast` the result has the autocast dtype).
 
         Shapes ``(..., M, K) @ (..., K, N) -> (broadcast(...), M, N)``. The graph is
         ``a[..., M, 1, K] * b^T[..., 1, N, K]`` summed over the last axis; compilers
@@ -28,6 +33,10 @@ class MatmulOps:
             raise GraphError(f"matmul needs tensors with at least 1 dim, got shapes {[str(d) for d in self.dims]} "
                              f"and {[str(d) for d in other.dims]}")
         dtype = promote_types(self.dtype, other.dtype)
+        low = lower_precision_dtype(self, other)
+        if low is not None:
+            with autocast_off():
+                return round_to(self, low).matmul(round_to(other, low)).cast(low)
         if dtype == DType.bool:
             raise TypeError("matmul is not defined for bool tensors")
         if dtype == DType.bfloat16:  # PyTorch's CPU GEMM: float32 products and sums, the output rounded once

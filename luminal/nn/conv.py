@@ -8,7 +8,8 @@ One N-d implementation, :func:`conv_nd`, serves every rank:
    broadcast ``Mul`` and a ``SumReduce`` over ``(in_channels/groups, *kernel)`` -- the matmul pattern.
 
 Transposed convolutions are convolutions of the zero-interleaved (stride-dilated) input with the spatially
-flipped, in/out-swapped kernel. Layouts, parameter names and default initialization follow PyTorch, so
+flipped, in/out-swapped kernel. Under :class:`luminal.autocast` every convolution is computed from inputs
+rounded to the autocast dtype, in float32, and rounded once (see :func:`conv_nd`). Layouts, parameter names and default initialization follow PyTorch, so
 ``load_state_dict(torch_module.state_dict())`` works.
 """
 
@@ -19,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..amp import autocast_off, lower_precision_dtype, round_to
 from ..graph import GraphError
 from ..module import Module, Parameter, bind, check_graph_tensor
 from . import init
@@ -80,7 +82,15 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     ``x``: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``; ``weight``: ``(C_out, C_in/groups,
     *kernel)``; ``bias``: ``(C_out,)`` or None. ``padding``: int, tuple, ``'same'`` (stride 1; an odd total
     pads one more after, as PyTorch) or ``'valid'``. Returns ``(N, C_out, *out)`` (or ``(C_out, *out)``).
+
+    Under :class:`luminal.autocast` the input, weight and bias are rounded to the autocast dtype, the sums run
+    in float32 (bias included) and the result is rounded once to the autocast dtype (torch's CPU autocast).
     """
+    low = lower_precision_dtype(x, weight, bias)
+    if low is not None:
+        with autocast_off():
+            return conv_nd(round_to(x, low), round_to(weight, low), None if bias is None else round_to(bias, low),
+                           stride, padding, dilation, groups).cast(low)
     n = weight.ndim - 2
     if n < 1:
         raise GraphError(f"conv: the weight needs (out, in/groups, *kernel) dims, got {_dims_str(weight)}")

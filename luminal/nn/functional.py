@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .. import amp as _amp
+from ..amp import lower_precision_dtype
 from ..graph import GraphError
 from ..hl_ops import where
 
@@ -11,6 +13,9 @@ def linear(x, weight, bias=None):
     if x.dims[-1] != weight.dims[-1]:
         raise GraphError(f"linear: input has {x.dims[-1]} features but the weight is "
                          f"{[str(d) for d in weight.dims]} (out, in)")
+    low = lower_precision_dtype(x, weight, bias)
+    if low is not None:  # luminal.autocast: one rounding after the bias, as torch
+        return _amp.linear(x, weight, bias, low)
     y = x @ weight.T
     return y if bias is None else y + bias
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..amp import autocast_float32
 from ..dtype import DType, promote_types
 from ..graph import GraphError
 from ..hl_ops import where
@@ -190,6 +191,7 @@ def _abs0(d):
     return where(d.eq(0.0), 0.0, d.abs())
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     """Mean squared error ``(input - target)**2``; with an elementwise ``weight``, ``mean`` divides by its sum."""
     reduction = _check_reduction("mse_loss", _legacy_reduction(size_average, reduce, reduction))
@@ -197,6 +199,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _weighted_reduce("mse_loss", x, (x - t).square(), weight, reduction, divide_by_weight=True)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     """Mean absolute error ``|input - target|``; with an elementwise ``weight``, ``mean`` divides by its sum."""
     reduction = _check_reduction("l1_loss", _legacy_reduction(size_average, reduce, reduction))
@@ -204,6 +207,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     return _weighted_reduce("l1_loss", x, _abs0(x - t), weight, reduction, divide_by_weight=True)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
     """``0.5 d**2`` where ``|d| < delta``, else ``delta (|d| - delta/2)`` (``d = input - target``).
 
@@ -219,6 +223,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _weighted_reduce("huber_loss", x, loss, weight, reduction, divide_by_weight=False)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
     """``0.5 d**2 / beta`` where ``|d| < beta``, else ``|d| - beta/2``; ``beta == 0`` is the L1 loss."""
     reduction = _check_reduction("smooth_l1_loss", _legacy_reduction(size_average, reduce, reduction))
@@ -322,6 +327,7 @@ def _nll_core(logp, t, w, cd: int, ignore_index, reduction, label_smoothing=0.0,
     return loss.sum() / w_t.sum()  # PyTorch: divide by the summed weights of the non-ignored targets
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean"):
     """Negative log-likelihood of log-probabilities ``input`` (C,), (N, C) or (N, C, d1, ...) at integer class
@@ -338,6 +344,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     return _nll_core(x, t, _class_weight("nll_loss", x, weight, cd), cd, ignore_index, reduction)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                   reduction: str = "mean", label_smoothing: float = 0.0):
     """Cross entropy of logits ``input`` (C,), (N, C) or (N, C, d1, ...) (``log_softmax`` over the class axis).
@@ -403,6 +410,7 @@ def _check_probabilities(fn: str, x) -> None:
     x.graph.add_check([finite.max(), finite.min(), nan.any()], check, ValueError)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
     """``-weight (y log x + (1 - y) log(1 - x))`` of probabilities ``x``, each log clamped to ``>= -100``.
 
@@ -418,6 +426,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None):
     """BCE of ``sigmoid(input)`` in the stable form ``max(x, 0) - x y + log1p(exp(-|x|))``.
@@ -443,6 +452,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(loss, reduction)
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
     """Pointwise KL divergence of log-probabilities ``input`` from ``target``: ``xlogy(y, y) - y x``, or
     ``exp(y) (y - x)`` when ``log_target``. ``reduction='batchmean'`` divides the sum by the batch size

@@ -140,12 +140,17 @@ class Optimizer:
 
     # ------------------------------------------------------------------ graph building
     def minimize(self, loss: GraphTensor, max_grad_norm: float | None = None,
-                 max_grad_value: float | None = None) -> dict:
+                 max_grad_value: float | None = None, scaler=None) -> dict:
         """Add the backward pass and the update of every parameter to ``loss``'s graph.
 
         Each later ``execute()`` of that graph is one optimizer step. Parameters the loss does not depend on
         are left unchanged (as PyTorch skips parameters whose ``.grad`` is None). Optional clipping by global
         norm (``max_grad_norm``) or by value (``max_grad_value``) is applied to the gradients first.
+
+        ``scaler`` (a :class:`luminal.GradScaler`, for float16 autocast): the gradients are those of ``loss *
+        scale``, unscaled (times ``1/scale``) before clipping; a step whose gradients hold an inf/NaN leaves the
+        parameters, the buffers and the step count unchanged, and after every execute the scaler updates its
+        scale from that step's flag (``torch.amp.GradScaler``'s skip-and-shrink, inside the compiled step).
 
         Returns ``{Parameter: gradient tensor}`` (lazy tensors; ``retrieve()`` them to inspect gradients).
         """
@@ -155,17 +160,29 @@ class Optimizer:
         if any(g is graph for g in self._graphs):
             raise GraphError("minimize: this optimizer already updates this graph")
         params = [p for p in self._params() if p.requires_grad]
-        grads = _grad(loss, params, allow_unused=True)
+        found_inf = None
+        if scaler is not None and scaler.is_enabled():
+            grads, found_inf = scaler._build(loss, params, lambda l, ps: _grad(l, ps, allow_unused=True))
+        else:
+            grads = _grad(loss, params, allow_unused=True)
         if max_grad_value is not None:
             grads = clip_grad_value(grads, max_grad_value)
         if max_grad_norm is not None:
             grads, _ = clip_grad_norm(grads, max_grad_norm)
         by_param = dict(zip(params, grads))
-        self.apply_gradients(graph, by_param)
+        self.apply_gradients(graph, by_param, skip=found_inf)
+        if found_inf is not None:
+            graph.post_execute_hooks.append(lambda g, t=found_inf: scaler._after_execute(t))
         return by_param
 
-    def apply_gradients(self, graph: Graph, grads: dict) -> None:
-        """Add update nodes for ``{Parameter: gradient tensor}`` to ``graph`` (gradients computed any way)."""
+    def apply_gradients(self, graph: Graph, grads: dict, skip: GraphTensor | None = None) -> None:
+        """Add update nodes for ``{Parameter: gradient tensor}`` to ``graph`` (gradients computed any way).
+
+        ``skip``: an optional 0-d bool tensor of the graph; where it is True at an execute, that step keeps the
+        parameters, buffers and step counts unchanged (used by :class:`luminal.GradScaler`)."""
+        if skip is not None:
+            from ..hl_ops import where
+            skip = skip.retrieve()
         updated: list[Parameter] = []
         for gi, group in enumerate(self.param_groups):
             live = [p for p in group["params"] if grads.get(p) is not None]
@@ -192,13 +209,16 @@ class Optimizer:
                     t = graph.tensor(p.shape, p.dtype, f"{p.name}.{name}").set(arr).keep()
                     bufs[name] = t
                 new_p, new_bufs = self._update(pt, g, h, bufs, group)
+                if skip is not None:
+                    new_p = where(skip, pt, new_p.cast(p.dtype))
+                    new_bufs = {name: where(skip, t, new_bufs[name].cast(p.dtype)) for name, t in bufs.items()}
                 graph.add_carry(_node_value(new_p.cast(p.dtype), pt.id), pt.id)
                 for name, t in bufs.items():
                     graph.add_carry(_node_value(new_bufs[name].cast(p.dtype), t.id), t.id)
                 st["_inputs"] = {"param": pt, **bufs}
                 updated.append(p)
         self._graphs.append(graph)
-        graph.post_execute_hooks.append(lambda g, updated=updated: self._after_step(g, updated))
+        graph.post_execute_hooks.append(lambda g, updated=updated: self._after_step(g, updated, skip))
 
     def _init_state(self, name: str, p: Parameter, group: dict) -> np.ndarray:
         return np.zeros(p.shape, p.dtype.numpy)
@@ -206,10 +226,12 @@ class Optimizer:
     def _next_step(self, params: list[Parameter]) -> int:
         return int(self.state[params[0]]["step"]) + 1 if params[0] in self.state else 1
 
-    def _after_step(self, graph: Graph, updated: list[Parameter]) -> None:
+    def _after_step(self, graph: Graph, updated: list[Parameter], skip: GraphTensor | None = None) -> None:
+        # GradScaler: an inf/NaN gradient skipped this step (no step count, as torch skips optimizer.step())
+        skipped = skip is not None and bool(np.asarray(skip.data()))
         for p in updated:
             st = self.state[p]
-            st["step"] += 1
+            st["step"] += 0 if skipped else 1
             inputs = st["_inputs"]
             new = graph.tensors.get((inputs["param"].id, 0))
             # None: the runtime kept the new value on its device (cuda, host_outputs=False); read on first use

@@ -116,12 +116,18 @@ class Trainer:
             aborts all ranks (``MPI_Abort``). ``fit``, ``train_step`` and ``evaluate`` are collective: call them on
             every rank.
         bucket_cap_mb: the all-reduce bucket size (MiB) when ``distributed``.
+        autocast: ``luminal.bfloat16`` or ``luminal.float16`` (or None): build the forward pass and the loss of
+            the training and evaluation steps inside :class:`luminal.autocast` of that dtype. Parameters and
+            optimizer state stay float32 (see ``docs/mixed_precision.md``).
+        scaler: a :class:`luminal.GradScaler` (for float16): loss scaling with skip-and-shrink inside the compiled
+            step (``Optimizer.minimize(scaler=...)``); its state is saved in checkpoints.
     """
 
     def __init__(self, model: Module, optimizer: Optimizer, loss_fn: Callable, scheduler=None,
                  scheduler_interval: str = "epoch", device: str | None = None, max_grad_norm: float | None = None,
                  max_grad_value: float | None = None, batch_symbol: str = "batch", search: str | None = None,
-                 budget_s: float | None = None, distributed: bool = False, bucket_cap_mb: float = 25.0):
+                 budget_s: float | None = None, distributed: bool = False, bucket_cap_mb: float = 25.0,
+                 autocast=None, scaler=None):
         from ..runtime.search import check_budget, check_level
         if not isinstance(model, Module):
             raise TypeError(f"Trainer: model must be a luminal Module, got {type(model).__name__}")
@@ -134,6 +140,14 @@ class Trainer:
         self.device = _device(device)
         self.max_grad_norm, self.max_grad_value = max_grad_norm, max_grad_value
         self.batch_symbol = batch_symbol
+        from ..amp import GradScaler
+        from ..amp import autocast as _autocast
+        self.autocast = None if autocast is None else _autocast(dtype=autocast)
+        if scaler is not None and not isinstance(scaler, GradScaler):
+            raise TypeError(f"Trainer: scaler must be a luminal.GradScaler, got {type(scaler).__name__}")
+        if scaler is not None and distributed:
+            raise NotImplementedError("Trainer: a GradScaler with distributed=True is not supported yet")
+        self.scaler = scaler
         self.search, self.budget_s = check_level(search), check_budget(budget_s)
         self.epoch = 0
         self.global_step = 0
@@ -171,8 +185,13 @@ class Trainer:
         was = self.model.training
         self.model.train(training)
         try:
-            out = self.model(*inputs)
-            loss = self.loss_fn(out, target)
+            if self.autocast is not None:
+                with self.autocast:
+                    out = self.model(*inputs)
+                    loss = self.loss_fn(out, target)
+            else:
+                out = self.model(*inputs)
+                loss = self.loss_fn(out, target)
         finally:
             self.model.train(was)
         if loss.numel().to_int() != 1:
@@ -194,7 +213,8 @@ class Trainer:
             from ..distributed import DataParallelStep
             return DataParallelStep(self, graph, inputs, target, loss, correct, self._comm, self.bucket_cap_mb)
         if training:
-            self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value)
+            self.optimizer.minimize(loss, max_grad_norm=self.max_grad_norm, max_grad_value=self.max_grad_value,
+                                    scaler=self.scaler)
         graph.compile(device=self.device, search=self.search, budget_s=self.budget_s)
         return _Step(graph, inputs, target, loss, correct)
 
@@ -367,13 +387,16 @@ class Trainer:
         rng = {name: m.rng_state() for name, m in self.model.named_modules() if hasattr(m, "rng_state")}
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "epoch": self.epoch, "global_step": self.global_step, "history": self.history, "rng": rng}
+                "epoch": self.epoch, "global_step": self.global_step, "history": self.history, "rng": rng,
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         modules = dict(self.model.named_modules())
         for name, rng in (state.get("rng") or {}).items():  # (absent in checkpoints of older versions)
             if name in modules and hasattr(modules[name], "load_rng_state"):
