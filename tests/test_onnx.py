@@ -431,9 +431,9 @@ def test_unsupported_opsets():
 
 def test_unsupported_dtype_names_the_value():
     graph = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "g",
-                              [helper.make_tensor_value_info("s", TP.BFLOAT16, [2])],
-                              [helper.make_tensor_value_info("t", TP.BFLOAT16, [2])])
-    with pytest.raises(OnnxImportError, match="input 's' has element type BFLOAT16"):
+                              [helper.make_tensor_value_info("s", TP.FLOAT8E4M3FN, [2])],
+                              [helper.make_tensor_value_info("t", TP.FLOAT8E4M3FN, [2])])
+    with pytest.raises(OnnxImportError, match="input 's' has element type FLOAT8E4M3FN.*supported: BFLOAT16"):
         lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
 
 
@@ -495,3 +495,176 @@ def test_onnx_inference_example_runs():
                           capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "same compiled program for both batch sizes: True" in proc.stdout, proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------- narrow integers, bfloat16
+def _vi(name, t, shape):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def narrow_int_model() -> onnx.ModelProto:
+    """Arithmetic that overflows in int8/int16/uint32/uint64 (ONNX wraps), bitwise ops and shifts, casts between
+    narrow types, int8/uint8 initializers; symbolic batch "N"."""
+    N = ["N", 6]
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["sum8"]),                      # int8 wrap-around
+        helper.make_node("Mul", ["a", "k8"], ["mul8"]),                     # int8 initializer
+        helper.make_node("Cast", ["a"], ["a_u8"], to=TP.UINT8),             # -1 -> 255
+        helper.make_node("BitwiseXor", ["u", "a_u8"], ["xor8"]),
+        helper.make_node("BitwiseAnd", ["xor8", "m8"], ["and8"]),           # uint8 initializer
+        helper.make_node("BitShift", ["s", "sh16"], ["shl16"], direction="LEFT"),
+        helper.make_node("BitShift", ["s", "sh16"], ["shr16"], direction="RIGHT"),
+        helper.make_node("BitwiseNot", ["w"], ["not32"]),
+        helper.make_node("Add", ["w", "not32"], ["all_ones32"]),
+        helper.make_node("Mul", ["w", "w"], ["sq32"]),                      # uint32 wrap-around
+        helper.make_node("Mul", ["z", "z"], ["sq64"]),                      # uint64 beyond 2**63
+        helper.make_node("BitwiseOr", ["z", "z1"], ["or64"]),
+        helper.make_node("Cast", ["u"], ["u_i16"], to=TP.INT16),
+        helper.make_node("Sub", ["h", "u_i16"], ["sub16"]),                 # int16 wrap-around
+        helper.make_node("Cast", ["sub16"], ["sub16_i8"], to=TP.INT8),      # narrowing wraps
+        helper.make_node("Cast", ["sum8"], ["sum8_f"], to=TP.FLOAT),
+    ]
+    outs = [("sum8", TP.INT8), ("mul8", TP.INT8), ("and8", TP.UINT8), ("shl16", TP.UINT16), ("shr16", TP.UINT16),
+            ("all_ones32", TP.UINT32), ("sq32", TP.UINT32), ("sq64", TP.UINT64), ("or64", TP.UINT64),
+            ("sub16", TP.INT16), ("sub16_i8", TP.INT8), ("sum8_f", TP.FLOAT)]
+    inits = [_init("k8", np.array([3, -2, 7, 1, -1, 100], np.int8)),
+             _init("m8", np.array([0xF0, 0x0F, 0xFF, 0x3C, 0x81, 0x7E], np.uint8)),
+             _init("sh16", np.array([0, 1, 4, 9, 15, 3], np.uint16)),
+             _init("z1", np.array([1, 2 ** 63, 0, 2 ** 40, 7, 2 ** 64 - 1], np.uint64))]
+    ins = [_vi("a", TP.INT8, N), _vi("b", TP.INT8, N), _vi("u", TP.UINT8, N), _vi("s", TP.UINT16, N),
+           _vi("w", TP.UINT32, N), _vi("z", TP.UINT64, N), _vi("h", TP.INT16, N)]
+    graph = helper.make_graph(nodes, "narrow", ins, [_vi(n, t, N) for n, t in outs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _narrow_feeds(rng, n):
+    def ints(dtype):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=(n, 6), dtype=dtype, endpoint=True)
+    return {"a": ints(np.int8), "b": ints(np.int8), "u": ints(np.uint8), "s": ints(np.uint16),
+            "w": ints(np.uint32), "z": ints(np.uint64), "h": ints(np.int16)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_narrow_integers_stay_native_and_wrap_like_onnxruntime(device):
+    """int8/int16/uint8/uint16/uint32/uint64 inputs, initializers and intermediates are luminal tensors of those
+    dtypes (not widened), so overflow wraps as in ONNX; every output equals onnxruntime's exactly."""
+    from luminal.dtype import DType
+
+    proto = narrow_int_model()
+    model = lo.load(proto, device=device)
+    assert {n: model.inputs[n].dtype for n in "abuswzh"} == {
+        "a": DType.int8, "b": DType.int8, "u": DType.uint8, "s": DType.uint16, "w": DType.uint32,
+        "z": DType.uint64, "h": DType.int16}
+    assert model.value("sum8").dtype == DType.int8 and model.value("sq64").dtype == DType.uint64
+    assert model.value("xor8").dtype == DType.uint8 and model.value("sub16").dtype == DType.int16
+    state = model.module.state_dict()
+    assert state["k8"].dtype == np.int8 and state["m8"].dtype == np.uint8 and state["z1"].dtype == np.uint64
+    rng = np.random.default_rng(16)
+    for n in (3, 5):
+        feeds = _narrow_feeds(rng, n)
+        feeds["z"][0, :2] = [2 ** 64 - 1, 2 ** 63 + 5]
+        got, want = model.run(feeds), ort_run(proto, feeds)
+        for name, w in zip(model.output_names, want):
+            assert got[name].dtype == w.dtype, (name, got[name].dtype, w.dtype)
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    assert model.runtime is not None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_dequantize_int8_uint8_natively(device):
+    """QuantizeLinear produces uint8 / int8 tensors (per-tensor and per-axis), DequantizeLinear and MatMulInteger
+    consume them; against onnxruntime: quantized values exact, dequantized ones within 1e-6."""
+    from luminal.dtype import DType
+
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp_u8"], ["q_u8"]),
+        helper.make_node("QuantizeLinear", ["x", "s_axis", "zp_i8"], ["q_i8"], axis=1),
+        helper.make_node("DequantizeLinear", ["q_u8", "s", "zp_u8"], ["dq_u8"]),
+        helper.make_node("DequantizeLinear", ["q_i8", "s_axis", "zp_i8"], ["dq_i8"], axis=1),
+        helper.make_node("MatMulInteger", ["q_u8", "w_u8", "zp_u8", "wz_u8"], ["acc"]),
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["dq", "dscale", "dzp"]),
+    ]
+    inits = [_init("s", np.float32(0.05)), _init("zp_u8", np.uint8(128)),
+             _init("s_axis", (rng.random(8) * 0.1 + 0.01).astype(np.float32)),
+             _init("zp_i8", rng.integers(-10, 10, 8).astype(np.int8)),
+             _init("w_u8", rng.integers(0, 256, (8, 3)).astype(np.uint8)), _init("wz_u8", np.uint8(100))]
+    outs = [_vi("q_u8", TP.UINT8, ["N", 8]), _vi("q_i8", TP.INT8, ["N", 8]), _vi("dq_u8", TP.FLOAT, ["N", 8]),
+            _vi("dq_i8", TP.FLOAT, ["N", 8]), _vi("acc", TP.INT32, ["N", 3]), _vi("dq", TP.UINT8, ["N", 8]),
+            _vi("dscale", TP.FLOAT, []), _vi("dzp", TP.UINT8, [])]
+    graph = helper.make_graph(nodes, "quant", [_vi("x", TP.FLOAT, ["N", 8])], outs, inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model = lo.load(proto, device=device)
+    assert model.value("q_u8").dtype == DType.uint8 and model.value("q_i8").dtype == DType.int8
+    assert model.value("dq").dtype == DType.uint8
+    for n in (4, 7):
+        x = (rng.normal(size=(n, 8)) * 4).astype(np.float32)
+        x[0, :3] = [100.0, -100.0, 0.025]  # saturation and a tie
+        got, want = model.run({"x": x}), ort_run(proto, {"x": x})
+        for name, w in zip(model.output_names, want):
+            assert got[name].dtype == w.dtype, name
+            np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def _bf16(arr):
+    from luminal.dtype import BFLOAT16_NUMPY
+    return np.asarray(arr, np.float32).astype(BFLOAT16_NUMPY)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bfloat16_model_matches_torch_bf16(device):
+    """bfloat16 inputs, initializers and intermediates (``ml_dtypes.bfloat16`` arrays on the numpy side): each
+    operator computes in float32 and rounds its result to bfloat16 once, as PyTorch's CPU kernels do, so the
+    oracle is the same graph in torch bfloat16 on the CPU (onnxruntime has no bfloat16 kernels for these ops).
+    Tolerance: one bfloat16 ulp at the outputs' scale (GEMM accumulation order may move a rounding)."""
+    torch = pytest.importorskip("torch")
+    from luminal.dtype import DType
+
+    rng = np.random.default_rng(5)
+    w = _bf16(rng.normal(size=(8, 16)) * 0.3)
+    b = _bf16(rng.normal(size=16) * 0.1)
+    g = _bf16(1 + rng.normal(size=16) * 0.1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("LayerNormalization", ["hb", "g", "b"], ["ln"], axis=-1, epsilon=1e-5),
+        helper.make_node("Gelu", ["ln"], ["act"]),
+        helper.make_node("Softmax", ["act"], ["p"], axis=-1),
+        helper.make_node("Cast", ["p"], ["p32"], to=TP.FLOAT),
+        helper.make_node("Cast", ["y32"], ["y16"], to=TP.BFLOAT16),
+    ]
+    graph = helper.make_graph(nodes, "bf16", [_vi("x", TP.BFLOAT16, ["N", 8]), _vi("y32", TP.FLOAT, ["N", 4])],
+                              [_vi("act", TP.BFLOAT16, ["N", 16]), _vi("p32", TP.FLOAT, ["N", 16]),
+                               _vi("y16", TP.BFLOAT16, ["N", 4])],
+                              [_init("w", w), _init("b", b), _init("g", g)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model = lo.load(proto, device=device)
+    assert model.inputs["x"].dtype == DType.bfloat16 and model.value("h").dtype == DType.bfloat16
+    assert {p.dtype for p in model.parameters()} == {DType.bfloat16}
+
+    def t(a):
+        return torch.from_numpy(np.asarray(a, np.float32)).to(torch.bfloat16)
+
+    for n in (3, 6):
+        x = _bf16(rng.normal(size=(n, 8)))
+        y32 = (rng.normal(size=(n, 4)) * 100).astype(np.float32)
+        got = model.run({"x": x, "y32": y32})
+        with torch.no_grad():
+            tw, tb, tg = t(w), t(b), t(g)
+            hb = t(x) @ tw + tb
+            act = torch.nn.functional.gelu(torch.nn.functional.layer_norm(hb, (16,), tg, tb, 1e-5))
+            p = torch.softmax(act, -1).float().numpy()
+        assert got["act"].dtype.name == "bfloat16" and got["y16"].dtype.name == "bfloat16"
+        act = act.float().numpy()
+        np.testing.assert_allclose(got["act"].astype(np.float32), act, rtol=0,
+                                   atol=2.0 ** -7 * max(1.0, np.abs(act).max()))
+        np.testing.assert_allclose(got["p32"], p, rtol=2.0 ** -8, atol=2.0 ** -9)
+        # Cast float32 -> bfloat16 rounds to nearest even, bit for bit as torch and onnxruntime
+        np.testing.assert_array_equal(got["y16"].astype(np.float32), t(y32).float().numpy())
+        cast = helper.make_model(helper.make_graph([helper.make_node("Cast", ["y32"], ["y16"], to=TP.BFLOAT16),
+                                                    helper.make_node("Cast", ["y16"], ["back"], to=TP.FLOAT)],
+                                                   "c", [_vi("y32", TP.FLOAT, ["N", 4])],
+                                                   [_vi("back", TP.FLOAT, ["N", 4])]),
+                                 opset_imports=[helper.make_opsetid("", 20)])
+        np.testing.assert_array_equal(got["y16"].astype(np.float32), ort_run(cast, {"y32": y32})[0])

@@ -1,20 +1,20 @@
 """ONNX element types and how luminal holds them.
 
-The ONNX types named like luminal's ``bool int32 int64 float16 float32 float64`` map one to one; the narrow
-integer types are *widened* between operators and narrowed back when a value leaves the model (the bitwise
-operators cast to luminal's native type of the same width, ``uint8``..., for their own computation):
+Every supported ONNX type has a luminal dtype of the same width and signedness, so values keep their type end
+to end (initializers, inputs, intermediates, outputs) and integer arithmetic wraps around as ONNX specifies:
 
-=========================  ==============  ==========================================================
-ONNX type                  luminal dtype   note
-=========================  ==============  ==========================================================
-FLOAT, DOUBLE, FLOAT16     f32, f64, f16
-INT32, INT64, BOOL         i32, i64, bool
-INT8, UINT8, INT16, UINT16 int32           values fit; wrapping arithmetic is not reproduced inside the
-                                           graph, but outputs are converted back with numpy's wrap-around
-UINT32, UINT64             int64           UINT64 values >= 2**63 are not representable
-=========================  ==============  ==========================================================
+=========================================  =========================================  ==============================
+ONNX type                                  luminal dtype                              note
+=========================================  =========================================  ==============================
+FLOAT, DOUBLE, FLOAT16, BFLOAT16           float32, float64, float16, bfloat16        half types: operators compute
+                                                                                      in float32, round once
+INT8, INT16, INT32, INT64                  int8, int16, int32, int64
+UINT8, UINT16, UINT32, UINT64              uint8, uint16, uint32, uint64
+BOOL                                       bool
+=========================================  =========================================  ==============================
 
-Everything else (strings, complex, bfloat16, float8/float4/int4/int2) is refused with an error naming the value.
+bfloat16 host arrays are ``ml_dtypes.bfloat16`` (what ``onnx.numpy_helper`` returns). Everything else (strings,
+complex, float8/float4/int4/int2) is refused with an error naming the value.
 """
 
 from __future__ import annotations
@@ -22,27 +22,27 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..dtype import DType
+from ..dtype import BFLOAT16_NUMPY, DType
 
 T = TensorProto
 
 LUMINAL_OF = {
-    T.FLOAT: DType.float32, T.DOUBLE: DType.float64, T.FLOAT16: DType.float16,
+    T.FLOAT: DType.float32, T.DOUBLE: DType.float64, T.FLOAT16: DType.float16, T.BFLOAT16: DType.bfloat16,
     T.INT32: DType.int32, T.INT64: DType.int64, T.BOOL: DType.bool,
-    T.INT8: DType.int32, T.UINT8: DType.int32, T.INT16: DType.int32, T.UINT16: DType.int32,
-    T.UINT32: DType.int64, T.UINT64: DType.int64,
+    T.INT8: DType.int8, T.UINT8: DType.uint8, T.INT16: DType.int16, T.UINT16: DType.uint16,
+    T.UINT32: DType.uint32, T.UINT64: DType.uint64,
 }
 NUMPY_OF = {
     T.FLOAT: np.dtype(np.float32), T.DOUBLE: np.dtype(np.float64), T.FLOAT16: np.dtype(np.float16),
     T.INT32: np.dtype(np.int32), T.INT64: np.dtype(np.int64), T.BOOL: np.dtype(np.bool_),
     T.INT8: np.dtype(np.int8), T.UINT8: np.dtype(np.uint8), T.INT16: np.dtype(np.int16),
     T.UINT16: np.dtype(np.uint16), T.UINT32: np.dtype(np.uint32), T.UINT64: np.dtype(np.uint64),
+    T.BFLOAT16: BFLOAT16_NUMPY,
 }
 ONNX_OF_NUMPY = {v: k for k, v in NUMPY_OF.items()}
-ONNX_OF_LUMINAL = {DType.float32: T.FLOAT, DType.float64: T.DOUBLE, DType.float16: T.FLOAT16,
-                   DType.int32: T.INT32, DType.int64: T.INT64, DType.bool: T.BOOL}
-WIDENED = {T.INT8, T.UINT8, T.INT16, T.UINT16, T.UINT32, T.UINT64}
-FLOATS = {T.FLOAT, T.DOUBLE, T.FLOAT16}
+ONNX_OF_LUMINAL = {v: k for k, v in LUMINAL_OF.items()}
+FLOATS = {T.FLOAT, T.DOUBLE, T.FLOAT16, T.BFLOAT16}
+HALF = {T.FLOAT16, T.BFLOAT16}  # computed in float32 by the operators, rounded once
 INTS = {T.INT8, T.UINT8, T.INT16, T.UINT16, T.INT32, T.INT64, T.UINT32, T.UINT64}
 SUPPORTED = set(LUMINAL_OF)
 

@@ -426,9 +426,9 @@ class Importer:
             t = ctx.out_type(k)
         if t is None:  # a narrow input type whose luminal dtype the result shares is the result's type
             in_types = [v.onnx_type for v in ctx.inputs if v is not None and v.onnx_type in dtypes.SUPPORTED]
-            if o.dtype == DType.float32 and onnx.TensorProto.FLOAT16 in in_types and \
-                    onnx.TensorProto.FLOAT not in in_types:
-                t = onnx.TensorProto.FLOAT16  # computed in float32 from float16 inputs (NodeContext.t)
+            halves = [u for u in in_types if u in dtypes.HALF]
+            if o.dtype == DType.float32 and halves and onnx.TensorProto.FLOAT not in in_types:
+                t = halves[0]  # computed in float32 from float16/bfloat16 inputs (NodeContext.t)
             else:
                 t = next((u for u in in_types if dtypes.luminal(u) == o.dtype), None) or dtypes.of_luminal(o.dtype)
         if t not in dtypes.SUPPORTED:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtype import BFLOAT16_NUMPY, to_host
 from ..graph import Graph
 from ..module import CompiledModel
 from ..shape import Expression
@@ -131,10 +132,11 @@ class OnnxModel(CompiledModel):
         want = dtypes.numpy(onnx_type)
         arr = np.asarray(data)
         expected = f"{want.name} of shape {[str(d) for d in tensor.dims]}"
-        if arr.dtype.kind not in "biuf" or arr.dtype == object:
+        kind = _kind(arr.dtype)
+        if kind not in "biuf" or arr.dtype == object:
             raise OnnxInputError(f"input '{name}': expected {expected}, got an array of {arr.dtype}")
-        kinds = {"b": "b", "i": "iu", "u": "iu", "f": "f"}[want.kind]
-        if arr.dtype.kind not in kinds and not (isinstance(data, (list, tuple, int, float)) and want.kind != "b"):
+        kinds = {"b": "b", "i": "iu", "u": "iu", "f": "f"}[_kind(want)]
+        if kind not in kinds and not (isinstance(data, (list, tuple, int, float)) and want.kind != "b"):
             raise OnnxInputError(f"input '{name}': expected {expected}, got dtype {arr.dtype}")
         if arr.ndim != len(tensor.dims):
             raise OnnxInputError(f"input '{name}': expected rank {len(tensor.dims)} ({expected}), got shape "
@@ -144,7 +146,7 @@ class OnnxModel(CompiledModel):
                 raise OnnxInputError(f"input '{name}': expected {expected}, got shape {arr.shape} (dim {k} must be "
                                      f"{d.to_int()})")
         if arr.dtype != want:
-            arr = arr.astype(want)
+            arr = to_host(arr, tensor.dtype)
         try:
             tensor.set(arr.astype(tensor.dtype.numpy, copy=False))
         except ValueError as err:
@@ -167,3 +169,8 @@ class OnnxModel(CompiledModel):
         ins = ", ".join(f"{n}: {[str(d) for d in self.inputs[n].dims]}" for n in self.input_names)
         return (f"OnnxModel({self.source}, opset {self.opset}, inputs [{ins}], outputs {self.output_names}, "
                 f"{len(self.module)} initializers, {len(self.graph.nodes)} graph nodes, device {self.device})")
+
+
+def _kind(dtype: np.dtype) -> str:
+    """numpy's kind letter, with ``ml_dtypes.bfloat16`` (kind ``V``) counted as a float."""
+    return "f" if dtype == BFLOAT16_NUMPY else dtype.kind

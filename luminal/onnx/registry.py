@@ -140,15 +140,16 @@ class NodeContext:
     def t(self, i: int, dtype=None):
         """Input ``i`` as a ``GraphTensor`` (constants are materialized), optionally cast.
 
-        float16 inputs come as float32: every operator computes in float32 and its result is rounded to
-        float16 once (as numpy and onnxruntime do), not after every primitive of its decomposition."""
+        float16 and bfloat16 inputs come as float32: every operator computes in float32 and its result is
+        rounded to the half type once (as numpy and onnxruntime do), not after every primitive of its
+        decomposition."""
         tensor = self._materialize(self.value(i), self.graph)
-        if dtype is None and tensor.dtype == DType.float16:
+        if dtype is None and tensor.dtype.is_half:
             return tensor.cast(DType.float32)
         return tensor if dtype is None else tensor.cast(dtype)
 
     def t_raw(self, i: int):
-        """Input ``i`` in its own luminal dtype (no float16 -> float32 widening)."""
+        """Input ``i`` in its own luminal dtype (no float16/bfloat16 -> float32 widening)."""
         return self._materialize(self.value(i), self.graph)
 
     def is_static(self, i: int) -> bool:

@@ -41,7 +41,7 @@ def _masked_softmax(x):
 def _attention(ctx):
     q, k, v = ctx.t(0), ctx.t(1), ctx.t(2)
     dtype = q.dtype
-    if dtype == DType.float16:  # float16 products are computed in float32 and rounded once (as numpy does)
+    if dtype.is_half:  # float16 products are computed in float32 and rounded once (as numpy does)
         q, k, v = q.cast(DType.float32), k.cast(DType.float32), v.cast(DType.float32)
     three_d = q.ndim == 3
     qh, kvh = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")

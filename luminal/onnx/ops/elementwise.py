@@ -116,18 +116,21 @@ def _where(ctx):
 
 # ---------------------------------------------------------------------------------------------------- bitwise
 def _native(ctx, k: int = 0):
-    """Input ``k`` in the luminal dtype of its ONNX type's own width (the importer holds narrow integers widened:
-    an INT8 value in an int32 tensor); casting the in-range value there is exact."""
-    x = ctx.t(k)
-    if x.dtype == DType.bool:
-        return x
-    return x.cast(dtypes.numpy(ctx.type(k)).name)
+    """Input ``k``, an integer (or bool) tensor in its own type (``uint8`` data stays a luminal ``uint8`` tensor:
+    the ``Bitwise`` primitive works on its bits)."""
+    x = ctx.t_raw(k)
+    if not (x.dtype.is_int or x.dtype == DType.bool):
+        raise TypeError(f"{ctx.op_type} needs integer operands; input {k} is {dtypes.name(ctx.type(k))}")
+    return x
 
 
 def _bitwise(method):
     def handler(ctx):
         a, b = _native(ctx, 0), _native(ctx, 1)
-        return [getattr(a, method)(b).cast(ctx.t(0).dtype)]  # back to the widened holder (exact)
+        if a.dtype != b.dtype:
+            raise TypeError(f"{ctx.op_type} needs operands of one type, got {dtypes.name(ctx.type(0))} and "
+                            f"{dtypes.name(ctx.type(1))}")
+        return [getattr(a, method)(b)]
     return handler
 
 
@@ -138,7 +141,7 @@ register("BitwiseXor")(_bitwise("bitwise_xor"))
 
 @register("BitwiseNot")
 def _bitwise_not(ctx):
-    return [_native(ctx).bitwise_not().cast(ctx.t(0).dtype)]
+    return [_native(ctx).bitwise_not()]
 
 
 @register("BitShift")
@@ -152,7 +155,7 @@ def _bitshift(ctx):
         out = x.bitwise_right_shift(s)
     else:
         raise ValueError(f"direction must be LEFT or RIGHT, got {direction!r}")
-    return [out.cast(ctx.t(0).dtype)]
+    return [out]
 
 
 # ---------------------------------------------------------------------------------------------------- math functions
@@ -280,20 +283,19 @@ def _identity(ctx):
 
 # ---------------------------------------------------------------------------------------------------- casts
 def cast_tensor(x, to: int):
-    """``x`` converted to ONNX type ``to`` (narrow integers wrap around as numpy's astype does)."""
+    """``x`` converted to ONNX type ``to`` in luminal's dtype of that type: integers to narrower integers wrap
+    around, floats to integers truncate toward zero (through int64 for types narrower than 64 bits, so values
+    past the target's range wrap as numpy's ``astype`` does instead of hitting C's undefined conversion), floats
+    to bfloat16/float16 round to nearest even."""
     if to not in dtypes.SUPPORTED:
         raise TypeError(f"Cast to {dtypes.name(to)} is not supported (supported: {dtypes.supported_names()})")
     target = dtypes.luminal(to)
     if to == TP.BOOL:
         return x.ne(0) if x.dtype != DType.bool else x
-    if to in dtypes.WIDENED and to != TP.UINT64:
-        width = np.iinfo(dtypes.numpy(to)).bits
-        lo = int(np.iinfo(dtypes.numpy(to)).min)
-        y = x.trunc().cast(DType.int64) if x.dtype.is_float else x.cast(DType.int64)
-        y = (y - lo).remainder(2 ** width) + lo
-        return typed(y.cast(target), to)
     if x.dtype.is_float and target.is_int:
         x = x.trunc()
+        if target.bits < 64:
+            x = x.cast(DType.int64)
     return typed(x.cast(target), to)
 
 

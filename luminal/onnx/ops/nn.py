@@ -22,8 +22,8 @@ from ..registry import dim, is_symbolic, register, typed
 def f32_compute(*ts):
     """float16 operands of products are computed in float32 and rounded once at the end (as numpy and
     onnxruntime accumulate); returns the operands and the dtype to round the result to."""
-    if ts[0].dtype == DType.float16:
-        return [t.cast(DType.float32) if t is not None else None for t in ts], DType.float16
+    if ts[0].dtype.is_half:
+        return [t.cast(DType.float32) if t is not None else None for t in ts], ts[0].dtype
     return list(ts), None
 
 

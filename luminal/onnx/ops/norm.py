@@ -20,7 +20,7 @@ def _channel(t, rank):
 
 def _stash(ctx, x):
     """Compute in float32 at least (``stash_type=1``, the default) or in the input's type (``0``)."""
-    if ctx.attr("stash_type", 1) == 1 and x.dtype == DType.float16:
+    if ctx.attr("stash_type", 1) == 1 and x.dtype.is_half:
         return x.cast(DType.float32)
     return x
 

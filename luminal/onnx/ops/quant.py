@@ -1,8 +1,8 @@
 """Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger,
 QLinearMatMul, QLinearConv.
 
-Quantized integers (uint8/int8/uint16/int16) are held widened in int32 (see ``luminal.onnx.dtypes``);
-rounding is half-to-even and results saturate to the target type's range, as ONNX specifies. float8 and
+Quantized integers (uint8/int8/uint16/int16) are luminal tensors of those dtypes (QuantizeLinear produces them,
+DequantizeLinear and the integer products read them; products accumulate in int32); rounding is half-to-even and results saturate to the target type's range, as ONNX specifies. float8 and
 4-bit types are not supported."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _out_type(ctx, zp_index, default=TP.UINT8):
 
 def _saturate(q, t):
     lo, hi = QUANT_RANGES[t]
-    return typed(q.clip(float(lo), float(hi)).cast(DType.int32), t)
+    return typed(q.clip(float(lo), float(hi)).cast(dtypes.luminal(t)), t)
 
 
 @register("QuantizeLinear")
@@ -99,7 +99,7 @@ def _dynamic_quantize(ctx):
     scale = _exact_div(where(rng.eq(0.0), 1.0, rng), 255.0)
     zp = (0.0 - _exact_div(minx, scale)).clip(0.0, 255.0).round()
     y = (_exact_div(x, scale).round() + zp).clip(0.0, 255.0)
-    return [typed(y.cast(DType.int32), TP.UINT8), typed(scale, TP.FLOAT), typed(zp.cast(DType.int32), TP.UINT8)]
+    return [typed(y.cast(DType.uint8), TP.UINT8), typed(scale, TP.FLOAT), typed(zp.cast(DType.uint8), TP.UINT8)]
 
 
 def _centered(ctx, i, zp_index, per_axis_shape=None):
