@@ -1,0 +1,517 @@
+"""Mixed precision (``lm.autocast``, ``lm.GradScaler``) against PyTorch's CPU autocast and ``torch.amp.GradScaler``.
+
+Every expected value comes from torch (``torch.autocast("cpu", dtype=...)``), run in the test on the same inputs
+and weights; dtypes are compared with the dtype torch returns. Tolerances (bf16 keeps 8 significant bits, ~2-3
+decimal digits; float16 11 bits):
+
+* single GEMM-shaped ops (linear, matmul, conv, einsum): every element within 1 ulp of the low-precision type
+  (``rtol = 2**-7`` for bf16, ``2**-10`` for float16), and at least 90 % of the elements bit-identical to
+  torch's (the inputs are rounded, the sums run in float32 and the result is rounded once, as torch; only a
+  different summation order can flip the last bit). Computing in float32 without rounding the inputs would
+  miss the bit-identical share.
+* models (MLP, CNN) and gradients: a 1-ulp difference in a hidden layer propagates, so ``rtol = 4 ulp`` with an
+  absolute floor of 1 % of the largest magnitude.
+* GradScaler: scales, skipped steps and losses equal torch's; parameters within 1e-5.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import luminal as lm
+import luminal.nn as nn
+import luminal.nn.functional as F
+from luminal.training import SGD, Adam, Trainer
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+DEVICES = [b.strip() for b in os.environ.get("LUMINAL_TEST_BACKENDS", "reference,cpu").split(",") if b.strip()]
+LOW = {"bfloat16": (lm.bfloat16, torch.bfloat16, 2.0 ** -7), "float16": (lm.float16, torch.float16, 2.0 ** -10)}
+TORCH_DT = {torch.float32: lm.float32, torch.bfloat16: lm.bfloat16, torch.float16: lm.float16,
+            torch.float64: lm.float64}
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _randn(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _copy_weights(lm_module, torch_module):
+    lm_module.load_state_dict({k: v.detach().numpy().copy() for k, v in torch_module.state_dict().items()})
+
+
+def _run(fn, arrays, device, dtype):
+    """``fn`` on graph tensors of ``arrays``, built inside ``lm.autocast(dtype)``; returns (dtype, float32 array)."""
+    cx = lm.Graph()
+    ins = [cx.tensor(a.shape, str(a.dtype)).set(a) for a in arrays]
+    with lm.autocast(dtype=dtype):
+        out = fn(*ins)
+    out.retrieve()
+    cx.compile(device=device)
+    cx.execute()
+    return out.dtype, np.asarray(out.data()).astype(np.float32)
+
+
+def _torch(fn, arrays, dtype):
+    ts = [torch.from_numpy(a.copy()) for a in arrays]
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        out = fn(*ts)
+    return TORCH_DT[out.dtype], out.float().numpy()
+
+
+def _assert_lowp_close(got, want, ulp, ulps=1, exact_share=0.9):
+    scale = float(np.abs(want).max())
+    # atol: a sum that cancels has the absolute error of its largest terms, not of its result
+    np.testing.assert_allclose(got, want, rtol=ulps * ulp, atol=ulps * ulp * 0.1 * scale)
+    if exact_share is not None:
+        share = float(np.mean(got == want))
+        assert share >= exact_share, f"only {share:.1%} of the elements are bit-identical to torch's"
+
+
+# ---------------------------------------------------------------------------------------------- single ops
+OPS = {
+    "linear": (lambda x, w, b: F.linear(x, w, b), lambda x, w, b: TF.linear(x, w, b),
+               lambda r: [_randn(r, 16, 48), _randn(r, 24, 48, scale=0.2), _randn(r, 24, scale=3.0)]),
+    "matmul_2d": (lambda a, b: a @ b, lambda a, b: a @ b, lambda r: [_randn(r, 12, 40), _randn(r, 40, 20)]),
+    "matmul_batched": (lambda a, b: a.matmul(b), lambda a, b: a.matmul(b),
+                       lambda r: [_randn(r, 3, 7, 33), _randn(r, 33, 9)]),
+    "matmul_vec": (lambda a, b: a @ b, lambda a, b: a @ b, lambda r: [_randn(r, 40), _randn(r, 40, 20)]),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+               lambda x, w, b: TF.conv2d(x, w, b, stride=2, padding=1),
+               lambda r: [_randn(r, 2, 3, 9, 9), _randn(r, 5, 3, 3, 3, scale=0.3), _randn(r, 5)]),
+    "conv1d_groups": (lambda x, w: F.conv1d(x, w, groups=2), lambda x, w: TF.conv1d(x, w, groups=2),
+                      lambda r: [_randn(r, 2, 4, 11), _randn(r, 6, 2, 3)]),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2),
+                         lambda x, w, b: TF.conv_transpose2d(x, w, b, stride=2),
+                         lambda r: [_randn(r, 2, 3, 5, 5), _randn(r, 3, 4, 3, 3), _randn(r, 4)]),
+    "einsum_bmm": (lambda a, b: lm.einsum("bij,bjk->bik", a, b), lambda a, b: torch.einsum("bij,bjk->bik", a, b),
+                   lambda r: [_randn(r, 2, 6, 30), _randn(r, 2, 30, 5)]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_gemm_ops_match_torch_autocast(name, low, device):
+    lm_fn, torch_fn, make = OPS[name]
+    lm_dt, torch_dt, ulp = LOW[low]
+    arrays = make(_rng(1))
+    want_dt, want = _torch(torch_fn, arrays, torch_dt)
+    got_dt, got = _run(lm_fn, arrays, device, lm_dt)
+    assert want_dt == lm_dt  # torch's CPU autocast returns the low type for these ops
+    assert got_dt == want_dt
+    _assert_lowp_close(got, want, ulp)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_einsum_chain_rounds_each_contraction(device, monkeypatch):
+    # luminal contracts left to right, as torch without opt_einsum (with it torch may pick another order, and
+    # the intermediate is rounded elsewhere)
+    monkeypatch.setattr(torch.backends.opt_einsum, "enabled", False)
+    r = _rng(2)
+    arrays = [_randn(r, 5, 17), _randn(r, 17, 13), _randn(r, 13, 4)]
+    want_dt, want = _torch(lambda a, b, c: torch.einsum("ij,jk,kl->il", a, b, c), arrays, torch.bfloat16)
+    got_dt, got = _run(lambda a, b, c: lm.einsum("ij,jk,kl->il", a, b, c), arrays, device, lm.bfloat16)
+    assert got_dt == want_dt == lm.bfloat16
+    _assert_lowp_close(got, want, 2.0 ** -7, ulps=2, exact_share=0.8)
+
+
+# ---------------------------------------------------------------------------------------------- the op lists
+def _policy_cases():
+    r = _rng(3)
+    x = _randn(r, 4, 6)
+    t = np.abs(_randn(r, 4, 6)) / 4 + 0.1
+    labels = np.array([0, 5, 2, 1])
+    probs = (1 / (1 + np.exp(-x))).astype(np.float32)
+    return {
+        # lower precision in torch's CPU list
+        "sdpa": (lambda a: F.scaled_dot_product_attention(a[None], a[None], a[None]),
+                 lambda a: TF.scaled_dot_product_attention(a[None], a[None], a[None]), [x]),
+        # float32 in torch's CPU list (the low-precision input is cast up)
+        "mse_loss": (lambda a, b: F.mse_loss(a.cast(LOWD), b), lambda a, b: TF.mse_loss(a.to(LOWT), b), [x, t]),
+        "l1_loss": (lambda a, b: F.l1_loss(a.cast(LOWD), b), lambda a, b: TF.l1_loss(a.to(LOWT), b), [x, t]),
+        "huber_loss": (lambda a, b: F.huber_loss(a.cast(LOWD), b.cast(LOWD)),
+                       lambda a, b: TF.huber_loss(a.to(LOWT), b.to(LOWT)), [x, t]),
+        "smooth_l1_loss": (lambda a, b: F.smooth_l1_loss(a.cast(LOWD), b),
+                           lambda a, b: TF.smooth_l1_loss(a.to(LOWT), b), [x, t]),
+        "cross_entropy": (lambda a, y: F.cross_entropy(a.cast(LOWD), y),
+                          lambda a, y: TF.cross_entropy(a.to(LOWT), y), [x, labels]),
+        "nll_loss": (lambda a, y: F.nll_loss(a.cast(LOWD).log_softmax(-1), y),
+                     lambda a, y: TF.nll_loss(a.to(LOWT).log_softmax(-1), y), [x, labels]),
+        "kl_div": (lambda a, b: F.kl_div(a.cast(LOWD).log_softmax(-1), b.cast(LOWD), reduction="batchmean"),
+                   lambda a, b: TF.kl_div(a.to(LOWT).log_softmax(-1), b.to(LOWT), reduction="batchmean"), [x, t]),
+        "bce": (lambda p, b: F.binary_cross_entropy(p.cast(LOWD), b), lambda p, b: TF.binary_cross_entropy(
+            p.to(LOWT), b), [probs, (t > 0.4).astype(np.float32)]),
+        "bce_with_logits": (lambda a, b: F.binary_cross_entropy_with_logits(a.cast(LOWD), b),
+                            lambda a, b: TF.binary_cross_entropy_with_logits(a.to(LOWT), b),
+                            [x, (t > 0.4).astype(np.float32)]),
+        # in no list: the input's dtype (float32 stays float32, bf16 stays bf16)
+        "softmax_f32": (lambda a: a.softmax(-1), lambda a: a.softmax(-1), [x]),
+        "softmax_low": (lambda a: a.cast(LOWD).softmax(-1), lambda a: a.to(LOWT).softmax(-1), [x]),
+        "layer_norm_f32": (lambda a: F.layer_norm(a, (6,)), lambda a: TF.layer_norm(a, (6,)), [x]),
+        "layer_norm_low": (lambda a: F.layer_norm(a.cast(LOWD), (6,)), lambda a: TF.layer_norm(a.to(LOWT), (6,)),
+                           [x]),
+        "sum_low": (lambda a: a.cast(LOWD).sum(), lambda a: a.to(LOWT).sum(), [x]),
+        "relu_f32": (lambda a: a.relu(), lambda a: a.relu(), [x]),
+        "add_low_f32": (lambda a: a.cast(LOWD) + a, lambda a: a.to(LOWT) + a, [x]),
+        "matmul_f64": (lambda a: a.cast("float64") @ a.cast("float64").T, lambda a: a.double() @ a.double().T, [x]),
+    }
+
+
+LOWD, LOWT = lm.bfloat16, torch.bfloat16
+
+
+@pytest.mark.parametrize("name", sorted(_policy_cases()))
+def test_op_dtypes_follow_torch_cpu_lists(name):
+    lm_fn, torch_fn, arrays = _policy_cases()[name]
+    want_dt, want = _torch(torch_fn, arrays, torch.bfloat16)
+    got_dt, got = _run(lm_fn, arrays, "reference", lm.bfloat16)
+    assert got_dt == want_dt, f"{name}: luminal {got_dt}, torch {want_dt}"
+    rtol = 2.0 ** -7 * (4 if name == "sdpa" else 2)  # sdpa: torch's fused kernel keeps f32 between its products
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def test_float64_and_integer_matmuls_are_not_cast():
+    cx = lm.Graph()
+    a = cx.tensor((3, 4), "float64")
+    i = cx.tensor((3, 4), "int32")
+    with lm.autocast(dtype=lm.bfloat16):
+        assert (a @ a.T).dtype == lm.float64
+        assert (i @ i.T).dtype == lm.int32
+
+
+# ---------------------------------------------------------------------------------------------- models
+def _mlp_pair(seed=0):
+    torch.manual_seed(seed)
+    # (tanh and relu: luminal's bf16 gelu/silu round after each primitive and differ from torch's in the last
+    # bit for ~30 % of the elements, which would blur the comparison of the GEMMs under test)
+    tm = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                             torch.nn.Linear(32, 5))
+    m = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 5))
+    _copy_weights(m, tm)
+    return m, tm
+
+
+def _cnn_pair(seed=0):
+    torch.manual_seed(seed)
+    tm = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                             torch.nn.Conv2d(4, 6, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(6 * 2 * 2, 3))
+    m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3), nn.ReLU(),
+                      nn.Flatten(), nn.Linear(6 * 2 * 2, 3))
+    _copy_weights(m, tm)
+    return m, tm
+
+
+def _model_case(kind):
+    r = _rng(4)
+    if kind == "mlp":
+        m, tm = _mlp_pair()
+        return m, tm, _randn(r, 8, 20), r.integers(0, 5, 8)
+    m, tm = _cnn_pair()
+    return m, tm, _randn(r, 6, 1, 8, 8), r.integers(0, 3, 6)
+
+
+def _grads_close(got, want, ulp):
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=4 * ulp, atol=1e-2 * scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_model_forward_and_gradients_match_torch(kind, device):
+    m, tm, x, y = _model_case(kind)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        t_out = tm(torch.from_numpy(x))
+        t_loss = TF.cross_entropy(t_out, torch.from_numpy(y))
+    t_loss.backward()
+    assert t_out.dtype == torch.bfloat16 and t_loss.dtype == torch.float32
+
+    cx = lm.Graph()
+    xi = cx.tensor(x.shape).set(x)
+    yi = cx.tensor(y.shape, "int64").set(y)
+    with lm.autocast(dtype=lm.bfloat16):
+        out = m(xi).retrieve()
+        loss = F.cross_entropy(out, yi).retrieve()
+    params = list(m.parameters())
+    grads = [g.retrieve() for g in lm.training.grad(loss, params)]
+    cx.compile(device=device)
+    cx.execute()
+    assert out.dtype == lm.bfloat16 and loss.dtype == lm.float32
+    _assert_lowp_close(np.asarray(out.data()).astype(np.float32), t_out.detach().float().numpy(), 2.0 ** -7,
+                       ulps=4, exact_share=0.75)
+    assert abs(float(loss.data()) - t_loss.item()) <= 4 * 2.0 ** -7 * abs(t_loss.item())
+    for p, g, tp in zip(params, grads, tm.parameters()):
+        assert g.dtype == lm.float32  # float32 master weights get float32 gradients through the casts
+        _grads_close(np.asarray(g.data()), tp.grad.numpy(), 2.0 ** -7)
+
+
+# ---------------------------------------------------------------------------------------------- eager
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_autocast_records_the_region(device):
+    lm.set_default_device(device)
+    try:
+        m, tm, x, y = _model_case("mlp")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            t_loss = TF.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
+        t_loss.backward()
+        xe = lm.tensor(x)
+        with lm.autocast(dtype=lm.bfloat16):
+            out = m(xe)
+            mm = xe @ xe.T
+            loss = F.cross_entropy(out, lm.tensor(y))
+        plain = xe @ xe.T  # the same op outside the region: float32 (another cache entry)
+        assert out.dtype == lm.bfloat16 and mm.dtype == lm.bfloat16 and loss.dtype == lm.float32
+        assert plain.dtype == lm.float32
+        loss.backward()   # realized outside the region: still built as recorded
+        assert abs(loss.item() - t_loss.item()) <= 4 * 2.0 ** -7 * abs(t_loss.item())
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            t_mm = torch.from_numpy(x) @ torch.from_numpy(x).T
+        _assert_lowp_close(mm.numpy().astype(np.float32), t_mm.float().numpy(), 2.0 ** -7)
+        np.testing.assert_array_equal(plain.numpy(), x @ x.T) if device == "reference" else \
+            np.testing.assert_allclose(plain.numpy(), x @ x.T, rtol=1e-5, atol=1e-4)
+        for p, tp in zip(m.parameters(), tm.parameters()):
+            _grads_close(lm.eager.param_tensor(p).grad.numpy(), tp.grad.numpy(), 2.0 ** -7)
+    finally:
+        lm.set_default_device("cpu")
+
+
+def test_autocast_decorator_nesting_and_threads():
+    import threading
+    cx = lm.Graph()
+    a = cx.tensor((2, 3))
+
+    @lm.autocast(dtype=lm.float16)
+    def f():
+        return a @ a.T
+
+    assert f().dtype == lm.float16
+    assert (a @ a.T).dtype == lm.float32
+    with lm.autocast("cpu", dtype=lm.bfloat16):
+        assert (a @ a.T).dtype == lm.bfloat16
+        with lm.autocast(dtype=lm.bfloat16, enabled=False):
+            assert (a @ a.T).dtype == lm.float32
+        with lm.autocast(dtype="float16"):
+            assert (a @ a.T).dtype == lm.float16
+        assert (a @ a.T).dtype == lm.bfloat16
+        seen = []
+        th = threading.Thread(target=lambda: seen.append((a @ a.T).dtype))  # another thread: not in the region
+        th.start()
+        th.join()
+        assert seen == [lm.float32]
+    assert not lm.amp.is_autocast_enabled()
+    with lm.autocast(torch.bfloat16):  # a torch dtype is accepted too
+        assert lm.amp.get_autocast_dtype() == lm.bfloat16
+
+
+def test_autocast_bad_input():
+    with pytest.raises(ValueError, match="float32 is not supported.*bfloat16 or luminal.float16"):
+        lm.autocast(dtype=lm.float32)
+    with pytest.raises(ValueError, match="int8"):
+        lm.autocast(dtype="int8")
+    with pytest.raises(TypeError, match="not a dtype"):
+        lm.autocast(dtype="bf17")
+    with pytest.raises(ValueError, match="unknown device_type 'tpu'"):
+        lm.autocast("tpu", dtype=lm.bfloat16)
+    with pytest.raises(ValueError, match="growth_factor"):
+        lm.GradScaler(growth_factor=0.5)
+    with pytest.raises(ValueError, match="backoff_factor"):
+        lm.GradScaler(backoff_factor=1.5)
+    with pytest.raises(ValueError, match="init_scale"):
+        lm.GradScaler(init_scale=float("inf"))
+    with pytest.raises(RuntimeError, match="no inf checks"):
+        lm.GradScaler().update()
+
+
+# ---------------------------------------------------------------------------------------------- GradScaler
+def _scaler_data(n=9, seed=5):
+    r = _rng(seed)
+    xs = [_randn(r, 4, 6) for _ in range(n)]
+    ys = [r.integers(0, 3, 4) for _ in range(n)]
+    xs[2][0, 0] = np.inf     # injected: inf/NaN gradients at steps 2, 3 and 6
+    xs[3][1, 2] = np.nan
+    xs[6][3, 5] = -np.inf
+    return xs, ys
+
+
+def _small_pair(seed=0):
+    torch.manual_seed(seed)
+    tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    _copy_weights(m, tm)
+    return m, tm
+
+
+SCALER_KW = dict(init_scale=2.0 ** 10, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)
+
+
+def _torch_scaler_run(tm, xs, ys, opt_name):
+    opt = torch.optim.Adam(tm.parameters(), lr=1e-2) if opt_name == "adam" else \
+        torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    sc = torch.amp.GradScaler("cpu", **SCALER_KW)
+    record = []
+    for x, y in zip(xs, ys):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = TF.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
+        opt.zero_grad()
+        sc.scale(loss).backward()
+        before = [p.detach().clone() for p in tm.parameters()]
+        sc.step(opt)
+        skipped = all(torch.equal(b, p) for b, p in zip(before, tm.parameters()))
+        sc.update()
+        record.append((sc.get_scale(), loss.item(), skipped))
+    return record, sc.state_dict(), opt
+
+
+def _check_record(got, want):
+    assert [g[0] for g in got] == [w[0] for w in want]        # the scale after every update
+    assert [g[2] for g in got] == [w[2] for w in want]        # skipped steps
+    assert [w[2] for w in want] == [False, False, True, True, False, False, True, False, False]
+    for g, w in zip(got, want):
+        if np.isnan(w[1]):
+            assert np.isnan(g[1])
+        else:
+            assert abs(g[1] - w[1]) <= 1e-5 * max(1.0, abs(w[1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opt_name", ["adam", "sgd"])
+def test_grad_scaler_in_compiled_step_matches_torch(opt_name, device):
+    xs, ys = _scaler_data()
+    m, tm = _small_pair()
+    want, want_state, topt = _torch_scaler_run(tm, xs, ys, opt_name)
+    cx = lm.Graph()
+    xi = cx.tensor((4, 6))
+    yi = cx.tensor((4,), "int64")
+    with lm.autocast(dtype=lm.float16):
+        loss = F.cross_entropy(m(xi), yi).retrieve()
+    opt = Adam(m.parameters(), lr=1e-2) if opt_name == "adam" else SGD(m.parameters(), lr=0.1, momentum=0.9)
+    sc = lm.GradScaler(**SCALER_KW)
+    opt.minimize(loss, scaler=sc)
+    cx.compile(device=device)
+    got = []
+    for x, y in zip(xs, ys):
+        xi.set(x)
+        yi.set(y)
+        cx.execute()
+        got.append((sc.get_scale(), float(loss.data()), sc.found_inf))
+    _check_record(got, want)
+    assert sc.skipped_steps == 3
+    assert sc.state_dict() == want_state
+    for p, tp in zip(m.parameters(), tm.parameters()):
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+    if opt_name == "adam":  # skipped steps do not count (Adam's bias correction uses 6 steps, as torch's)
+        assert {st["step"] for st in opt.state.values()} == {int(topt.state[tp]["step"]) for tp in tm.parameters()}
+        for p, tp in zip(m.parameters(), tm.parameters()):
+            np.testing.assert_allclose(opt.state[p]["exp_avg_sq"], topt.state[tp]["exp_avg_sq"].numpy(),
+                                       rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grad_scaler_eager_loop_matches_torch(device):
+    lm.set_default_device(device)
+    try:
+        xs, ys = _scaler_data()
+        m, tm = _small_pair()
+        want, want_state, _ = _torch_scaler_run(tm, xs, ys, "adam")
+        opt = lm.optim.Adam(m.parameters(), lr=1e-2)
+        sc = lm.GradScaler(**SCALER_KW)
+        got = []
+        for x, y in zip(xs, ys):
+            with lm.autocast(dtype=lm.float16):
+                loss = F.cross_entropy(m(lm.tensor(x)), lm.tensor(y))
+            opt.zero_grad()
+            sc.scale(loss).backward()
+            before = [p.data.copy() for p in m.parameters()]
+            sc.step(opt)
+            skipped = all(np.array_equal(b, p.data) for b, p in zip(before, m.parameters()))
+            sc.update()
+            got.append((sc.get_scale(), loss.item(), skipped))
+        _check_record(got, want)
+        assert sc.state_dict() == want_state
+        for p, tp in zip(m.parameters(), tm.parameters()):
+            np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+    finally:
+        lm.set_default_device("cpu")
+
+
+def test_grad_scaler_state_dict_and_misuse():
+    sc = lm.GradScaler(init_scale=8.0, growth_interval=3)
+    tsc = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=3)
+    assert sc.state_dict() == tsc.state_dict()
+    other = lm.GradScaler()
+    other.load_state_dict(tsc.state_dict())
+    assert other.get_scale() == 8.0 and other.get_growth_interval() == 3
+    with pytest.raises(ValueError, match="missing key"):
+        other.load_state_dict({"scale": 1.0})
+    off = lm.GradScaler(enabled=False)
+    assert off.state_dict() == {} and off.get_scale() == 1.0
+    with pytest.raises(TypeError, match="eager optimizer"):
+        sc.step(object())
+
+
+# ---------------------------------------------------------------------------------------------- Trainer
+def _trainer_data(seed=6, n=64):
+    r = _rng(seed)
+    x = _randn(r, n, 20)
+    w = _randn(r, 20, 5)
+    y = np.argmax(x @ w, 1)
+    return x, y
+
+
+def _torch_train(tm, x, y, steps, bs, low, scaler_kw=None):
+    opt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    sc = torch.amp.GradScaler("cpu", **scaler_kw) if scaler_kw else None
+    losses = []
+    for s in range(steps):
+        i = (s * bs) % len(x)
+        xb, yb = torch.from_numpy(x[i:i + bs]), torch.from_numpy(y[i:i + bs])
+        with torch.autocast("cpu", dtype=low):
+            loss = TF.cross_entropy(tm(xb), yb)
+        opt.zero_grad()
+        if sc is None:
+            loss.backward()
+            opt.step()
+        else:
+            sc.scale(loss).backward()
+            sc.step(opt)
+            sc.update()
+        losses.append(loss.item())
+    return losses, sc
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_trainer_under_autocast_matches_torch(low, device, tmp_path):
+    lm_dt, torch_dt, ulp = LOW[low]
+    x, y = _trainer_data()
+    m, tm = _mlp_pair(seed=1)
+    steps, bs = 30, 16
+    scaler_kw = dict(init_scale=2.0 ** 14, growth_interval=4) if low == "float16" else None
+    want, tsc = _torch_train(tm, x, y, steps, bs, torch_dt, scaler_kw)
+    sc = lm.GradScaler(**scaler_kw) if scaler_kw else None
+    tr = Trainer(m, SGD(m.parameters(), lr=0.1, momentum=0.9), F.cross_entropy, device=device, autocast=lm_dt,
+                 scaler=sc)
+    got = []
+    for s in range(steps):
+        i = (s * bs) % len(x)
+        got.append(tr.train_step((x[i:i + bs], y[i:i + bs])))
+    assert want[-1] < 0.2 * want[0]   # the run converges (torch's)
+    assert got[-1] < 0.2 * got[0]     # and luminal's
+    # bf16 rounding differences compound over steps: 5 % of the loss
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.01)
+    for p, tp in zip(m.parameters(), tm.parameters()):
+        assert p.data.dtype == np.float32   # float32 master weights
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=0.05, atol=0.02)
+    if sc is not None:
+        assert sc.state_dict() == tsc.state_dict()
+        tr.save_checkpoint(str(tmp_path / "ck.npz"))
+        sc2 = lm.GradScaler()
+        tr2 = Trainer(m, SGD(m.parameters(), lr=0.1, momentum=0.9), F.cross_entropy, device=device,
+                      autocast=lm_dt, scaler=sc2)
+        tr2.load_checkpoint(str(tmp_path / "ck.npz"))
+        assert sc2.state_dict() == tsc.state_dict()
