@@ -182,7 +182,7 @@ class _Val:
     """One tensor value: a realized array, a host reader (``getter``), or output ``idx`` of a pending ``op``."""
 
     __slots__ = ("value", "getter", "op", "idx", "shape", "dtype", "requires_grad", "seq", "param", "sym",
-                 "__weakref__")
+                 "lkey", "grad", "__weakref__")
 
     def __init__(self, shape, dtype, value=None, getter=None, op=None, idx=0, requires_grad=False, param=None):
         self.value = value
@@ -195,6 +195,8 @@ class _Val:
         self.seq = next(_seq)
         self.param = param
         self.sym = None  # jit: the leaf's dims with symbol names where they are symbolic
+        self.lkey = None  # the key of this value as a graph input (_Plan), cached
+        self.grad = None  # a leaf's accumulated gradient (a Tensor), see Tensor.grad
 
     @property
     def pending(self) -> bool:
@@ -204,8 +206,22 @@ class _Val:
         return self.getter() if self.getter is not None else self.value
 
 
+_NP_DTYPES: dict = {}  # numpy dtype -> DType (as_dtype, cached: it is on every tensor's creation path)
+_FLOAT_IDS = frozenset(id(d) for d in DType if d.is_float)  # (DType members are singletons: test by identity)
+
+
+def _np_dtype(dt) -> DType:
+    """``as_dtype`` of a numpy dtype (cached; raises its TypeError for an unsupported one)."""
+    out = _NP_DTYPES.get(dt)
+    if out is None:
+        out = as_dtype(dt)
+        if len(_NP_DTYPES) < 256:
+            _NP_DTYPES[dt] = out
+    return out
+
+
 def _leaf(array: np.ndarray, requires_grad: bool = False) -> _Val:
-    return _Val(tuple(array.shape), as_dtype(array.dtype), value=array, requires_grad=requires_grad)
+    return _Val(array.shape, _np_dtype(array.dtype), value=array, requires_grad=requires_grad)
 
 
 # ---------------------------------------------------------------------------------------------- flattening
@@ -348,10 +364,10 @@ def _same(refs, objs) -> bool:
 
 def _infer(key, build, inputs: list[_Val], hold=None):
     """(output spec, [(shape, dtype)]) of an operation, computed once per signature on a scratch graph."""
-    sig = (key, tuple((v.shape, v.dtype, v.param is not None) for v in inputs))
+    sig = (key, tuple([(v.shape, id(v.dtype), v.param is not None) for v in inputs]))
     hit = _infer_cache.get(sig)
     if hit is not None and _same(hit[2], hold or ()):
-        return hit[0], hit[1]
+        return hit
     with _lock:
         cx = Graph()
         gts = [cx.tensor(v.shape, v.dtype, "x") for v in inputs]
@@ -373,25 +389,43 @@ def _infer(key, build, inputs: list[_Val], hold=None):
             outs.append((tuple(d.to_int() for d in dims), t.dtype))
         if len(_infer_cache) >= 65536:  # (signatures include Python scalars: bound the memory)
             _infer_cache.clear()
-        _infer_cache[sig] = (spec, outs, _refs(hold or ()))
-        return spec, outs
+        hit = _infer_cache[sig] = (spec, outs, _refs(hold or ()), tuple(id(dt) in _FLOAT_IDS for _, dt in outs))
+        return hit
 
 
 def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True):
     """Record an operation over ``inputs``; returns its result with Tensors in place of graph tensors."""
     if spec_outs is None:
-        spec_outs = _infer(key, build, inputs, hold)
-    spec, outs = spec_outs
-    rg = grad and _tls.grad_enabled and any(v.requires_grad for v in inputs)
-    out_rg = tuple(rg and dt.is_float for _, dt in outs)
+        spec, outs, _, is_float = _infer(key, build, inputs, hold)
+    else:
+        spec, outs = spec_outs
+        is_float = None
+    rg = False
+    if grad and _tls.grad_enabled:
+        for v in inputs:
+            if v.requires_grad:
+                rg = True
+                break
+    if not rg:
+        out_rg = (False,) * len(outs)
+    elif is_float is not None:
+        out_rg = is_float
+    else:
+        out_rg = tuple([id(dt) in _FLOAT_IDS for _, dt in outs])
     op = _Op(key, build, tuple(inputs), spec, out_rg, hold)
     tensors = []
-    for k, ((shape, dt), r) in enumerate(zip(outs, out_rg)):
-        t = Tensor._make(_Val(shape, dt, op=op, idx=k, requires_grad=r))
-        _tls.pending.append(weakref.ref(t))
+    pending = _tls.pending
+    make, ref = Tensor._make, weakref.ref
+    k = 0
+    for (shape, dt), r in zip(outs, out_rg):
+        t = make(_Val(shape, dt, op=op, idx=k, requires_grad=r))
+        pending.append(ref(t))
         tensors.append(t)
-    if len(_tls.pending) > 4096:
-        _tls.pending = [w for w in _tls.pending if (w() is not None and w()._v.pending)]
+        k += 1
+    if len(pending) > 4096:
+        _tls.pending = [w for w in pending if (w() is not None and w()._v.pending)]
+    if spec[0] == "T":
+        return tensors[spec[1]]
     return _unflatten(spec, tensors)
 
 
@@ -430,30 +464,49 @@ def call_module(module, args, kwargs):
     key_a, tpl = _freeze(tuple(args), vals, hold)
     key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
     n_args = len(vals)
-    seen = set()
-    for _, p in itertools.chain(module.named_parameters(), module.named_buffers()):
-        if id(p) not in seen:
-            seen.add(id(p))
-            vals.append(param_tensor(p)._v)
     if n_args == 0:
         raise TypeError(f"{type(module).__name__} called without a tensor argument")
+    modules = _submodules(module)
+    seen = set()
+    for attr in ("_parameters", "_buffers"):  # (named_parameters() then named_buffers(): the same order)
+        for m in modules:
+            for p in getattr(m, attr).values():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    vals.append(param_tensor(p)._v)
 
     def build(graph, gts):
         return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
-    key = ("mod", type(module).__qualname__, id(module), module.training, key_a, key_k)
+    # (every submodule's training flag: a child switched to eval() alone changes the graph too)
+    training = module.training if len(modules) == 1 else tuple([m.training for m in modules])
+    key = ("mod", type(module).__qualname__, id(module), training, key_a, key_k)
     return _record(key, build, vals, hold)
+
+
+def _submodules(module) -> list:
+    """``module.modules()`` in ``named_modules()`` order (depth first, children in registration order)."""
+    out = [module]
+    stack = list(reversed(module._modules.values()))
+    while stack:
+        m = stack.pop()
+        out.append(m)
+        if m._modules:
+            stack.extend(reversed(m._modules.values()))
+    return out
 
 
 def param_tensor(p) -> "Tensor":
     """The eager tensor of a module ``Parameter`` (one per parameter; its value is read from ``p.data`` at every
     run, so optimizer steps and ``load_state_dict`` are seen without recompiling)."""
     t = p.__dict__.get("_eager")
-    if t is None or t._v.shape != tuple(p.data.shape):
-        t = Tensor._make(_Val(tuple(p.data.shape), p.dtype, getter=lambda p=p: p.data,
-                              requires_grad=bool(p.requires_grad and p.dtype.is_float), param=p))
+    rg = bool(p.requires_grad) and id(p.dtype) in _FLOAT_IDS
+    if t is None or t._v.shape != p.data.shape:
+        t = Tensor._make(_Val(tuple(p.data.shape), p.dtype, getter=lambda p=p: p.data, requires_grad=rg, param=p))
         p.__dict__["_eager"] = t
     else:
-        t._v.requires_grad = bool(p.requires_grad and p.dtype.is_float)
+        v = t._v
+        if v.requires_grad is not rg:
+            v.requires_grad = rg
     return t
 
 
@@ -467,7 +520,8 @@ def _stop_gradient(t: GraphTensor) -> GraphTensor:
 class _Entry:
     """A compiled graph for one structural key: leaf inputs, read outputs."""
 
-    __slots__ = ("graph", "leaf_gts", "leaf_fast", "out_gts", "out_fast", "params", "hold_refs")
+    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_taken",
+                 "params", "hold_refs")
 
     def __init__(self, graph, leaf_gts, out_gts, params):
         self.graph = graph
@@ -476,14 +530,15 @@ class _Entry:
         self.params = params
         self.hold_refs: list = []
         nodes = graph.nodes
-        # inputs: (GraphTensor, node id, numpy dtype, shape) or None where a pass removed the input
+        # inputs: (GraphTensor, key in graph.tensors, numpy dtype, shape) or None where a pass removed the input
         self.leaf_fast = []
         for t in leaf_gts:
             nid = t.id
             node = nodes.get(nid)
             live = node is not None and isinstance(node.op, ops.Input)
             shape = tuple(d.to_int() for d in node.dims) if live and all(d.is_constant() for d in node.dims) else None
-            self.leaf_fast.append((t, nid, node.dtype.numpy, shape) if live else None)
+            self.leaf_fast.append((t, (nid, 0), node.dtype.numpy, shape) if live else None)
+        self.leaf_keys = [f[1] for f in self.leaf_fast if f is not None]
         # outputs: node id where the whole buffer is the value (read without a view), else None
         self.out_fast = []
         for t in out_gts:
@@ -491,6 +546,9 @@ class _Entry:
             node = nodes[nid]
             plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
             self.out_fast.append(nid if plain else None)
+        self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
+        # the outputs whose arrays are handed over by every run (the runtime writes a new array next time)
+        self.out_taken = [(nid, None) for nid in dict.fromkeys(n for n in self.out_fast if n is not None)]
 
     def run(self, leaf_values):
         g = self.graph
@@ -498,47 +556,56 @@ class _Entry:
         for fast, v in zip(self.leaf_fast, leaf_values):
             if fast is None:
                 continue
-            t, nid, dt, shape = fast
+            t, key, dt, shape = fast
             if type(v) is np.ndarray and v.dtype == dt and v.shape == shape and v.flags.c_contiguous:
-                tensors[(nid, 0)] = v
+                tensors[key] = v
             else:
                 t.set(v)
         g.execute()
         _stats["runs"] += 1
-        recycle = getattr(g.runtime, "recycle", None)
-        out = []
         tensors = g.tensors
-        for t, nid in zip(self.out_gts, self.out_fast):
-            if nid is None:
-                out.append(t.data())
+        out = []
+        for t, key in zip(self.out_gts, self.out_keys):
+            out.append(t.data() if key is None else tensors[key])
+        runtime = g.runtime
+        if self.out_taken and runtime is not None:
+            many = getattr(runtime, "recycle_many", None)
+            if many is not None:
+                many(self.out_taken)  # handed over: the next run writes new arrays
             else:
-                out.append(tensors[(nid, 0)])
+                recycle = getattr(runtime, "recycle", None)
                 if recycle is not None:
-                    recycle(nid, None)  # handed over: the next run writes a new array
+                    for nid, _ in self.out_taken:
+                        recycle(nid, None)
         return out
 
     def internal_refs(self) -> dict:
-        """``{id(array): references}`` the graph and its runtime hold (input slots, pointer caches)."""
+        """``{id(array): references}`` the graph holds (its input slots; the runtime's caches hold none)."""
         counts: dict = {}
         tensors = self.graph.tensors
-        for fast in self.leaf_fast:
-            if fast is not None:
-                a = tensors.get((fast[1], 0))
-                if a is not None:
-                    counts[id(a)] = counts.get(id(a), 0) + 1
-        pointers = getattr(self.graph.runtime, "_pointers", None)
-        if isinstance(pointers, dict):
-            for v in pointers.values():
-                if isinstance(v, tuple) and v:
-                    counts[id(v[0])] = counts.get(id(v[0]), 0) + 1
+        for key in self.leaf_keys:
+            a = tensors.get(key)
+            if a is not None:
+                counts[id(a)] = counts.get(id(a), 0) + 1
         return counts
 
     def donate(self, k: int, arr) -> None:
         """Let the next run write output ``k`` into ``arr`` (a value nobody holds any more)."""
-        nid = self.out_fast[k]
-        recycle = getattr(self.graph.runtime, "recycle", None)
-        if nid is not None and recycle is not None:
-            recycle(nid, arr)
+        self.donate_many([(k, arr)])
+
+    def donate_many(self, pairs) -> None:
+        """:meth:`donate` for several ``(output index, array)`` pairs."""
+        runtime = self.graph.runtime
+        out_fast = self.out_fast
+        many = getattr(runtime, "recycle_many", None)
+        todo = [(out_fast[k], arr) for k, arr in pairs if out_fast[k] is not None]
+        if many is not None:
+            many(todo)
+        else:
+            recycle = getattr(runtime, "recycle", None)
+            if recycle is not None:
+                for nid, arr in todo:
+                    recycle(nid, arr)
 
     def release(self):
         for p in self.params:
@@ -548,32 +615,40 @@ class _Entry:
 _with_history = weakref.WeakSet()  # realized values that keep their operation (they require grad)
 _cache: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
 _CACHE_SIZE = 256
+_NO_HIST: frozenset = frozenset()
 
 
 class _Plan:
-    """The canonical walk of the records behind some outputs: leaves, operations, key."""
+    """The canonical walk of the records behind some outputs: leaves, operations, key.
+
+    A reference to a value in the key (and in ``op_refs`` / ``out_refs``) is ``-1 - i`` for leaf ``i`` and
+    ``(j, idx)`` for output ``idx`` of operation ``j``."""
+
+    __slots__ = ("leaves", "ops", "op_refs", "holds", "out_refs", "key")
 
     def __init__(self, outputs: list[_Val]):
-        hist = self._history_roots(outputs) if len(_with_history) else ()
+        hist = self._history_roots(outputs) if len(_with_history) else _NO_HIST
         leaf_index: dict[int, int] = {}
         op_index: dict[int, int] = {}
-        self.leaves: list[_Val] = []
-        self.ops: list[_Op] = []
-        self.op_refs: list[tuple] = []
-        self.holds: list = []  # objects the operation keys name by id (modules, optimizers, functions)
+        leaves: list[_Val] = []
+        op_list: list[_Op] = []
+        op_refs: list[tuple] = []
+        holds: list = []  # objects the operation keys name by id (modules, optimizers, functions)
         op_keys = []
         leaf_keys = []
 
         def ref(v: _Val):
-            if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
-                i = leaf_index.get(id(v))
-                if i is None:
-                    i = leaf_index[id(v)] = len(self.leaves)
-                    self.leaves.append(v)
-                    leaf_keys.append((v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
-                                      v.param is not None))
-                return ("L", i)
-            return ("N", op_index[id(v.op)], v.idx)
+            # (the caller knows v is a leaf: a host reader, or a value that need not be recomputed)
+            i = leaf_index.get(id(v))
+            if i is None:
+                i = leaf_index[id(v)] = len(leaves)
+                leaves.append(v)
+                lk = v.lkey
+                if lk is None or lk[2] != v.requires_grad:
+                    lk = v.lkey = (v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
+                                   v.param is not None)
+                leaf_keys.append(lk)
+            return -1 - i
 
         # iterative post-order DFS over operations
         for out in outputs:
@@ -591,15 +666,28 @@ class _Plan:
                     for inp in reversed(op.inputs):
                         stack.append((inp, False))
                     continue
-                refs = tuple(ref(i) for i in op.inputs)
-                self.op_refs.append(refs)
+                refs = []
+                for i in op.inputs:
+                    if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
+                        refs.append(ref(i))
+                    else:
+                        refs.append((op_index[id(i.op)], i.idx))
+                refs = tuple(refs)
+                op_refs.append(refs)
                 op_keys.append((op.key, refs, op.out_rg))
-                op_index[id(op)] = len(self.ops)
-                self.ops.append(op)
+                op_index[id(op)] = len(op_list)
+                op_list.append(op)
                 if op.hold:
-                    self.holds.extend(op.hold)
-        self.out_refs = [ref(v) for v in outputs]
-        self.key = (_device["name"], tuple(leaf_keys), tuple(op_keys), tuple(self.out_refs))
+                    holds.extend(op.hold)
+        out_refs = []
+        for v in outputs:
+            if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
+                out_refs.append(ref(v))
+            else:
+                out_refs.append((op_index[id(v.op)], v.idx))
+        self.leaves, self.ops, self.op_refs, self.holds = leaves, op_list, op_refs, holds
+        self.out_refs = out_refs
+        self.key = (_device["name"], tuple(leaf_keys), tuple(op_keys), tuple(out_refs))
 
     @staticmethod
     def _history_roots(outputs) -> set:
@@ -640,7 +728,7 @@ class _Plan:
         results = []
 
         def gt_of(r):
-            return leaf_gts[r[1]] if r[0] == "L" else results[r[1]][r[2]]
+            return leaf_gts[-1 - r] if type(r) is int else results[r[0]][r[1]]
 
         for op, refs in zip(self.ops, self.op_refs):
             ins = [gt_of(r) for r in refs]
@@ -668,7 +756,8 @@ class _Plan:
         return entry
 
 
-def _pending_live() -> list[_Val]:
+def _pending_live():
+    """(the still referenced pending values of this thread, the weakrefs kept in ``_tls.pending``)."""
     alive = []
     keep = []
     for w in _tls.pending:
@@ -677,7 +766,11 @@ def _pending_live() -> list[_Val]:
             alive.append(t._v)
             keep.append(w)
     _tls.pending = keep
-    return alive
+    return alive, keep
+
+
+def _seq_of(v: _Val) -> int:
+    return v.seq
 
 
 def realize(targets=(), what: str = "read a tensor's value"):
@@ -691,10 +784,10 @@ def realize(targets=(), what: str = "read a tensor's value"):
         _tls.effects = []
         for evals, _ in effects:
             vals.extend(v for v in evals if v.pending)
-    live = _pending_live()
+    live, keep = _pending_live()
     if not vals and not live and not effects:
         return
-    outputs = _dedupe(sorted(vals + live, key=lambda v: v.seq))
+    outputs = _dedupe(sorted(vals + live, key=_seq_of))
     try:
         values, entry = run_plan(outputs)
     except BaseException:
@@ -708,23 +801,33 @@ def realize(targets=(), what: str = "read a tensor's value"):
             v.op = None
         else:
             _with_history.add(v)
-    apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
-    _tls.pending = [w for w in _tls.pending if (w() is not None and w()._v.pending)]
+    if effects:
+        apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
+    pending = _tls.pending
+    if pending is keep and len(pending) == len(live):
+        _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)
+    else:
+        _tls.pending = [w for w in pending if (w() is not None and w()._v.pending)]
 
 
 def apply_effects(effects, position: dict, values, entry) -> None:
     """Run the effect callbacks (host-state writes) with their values; arrays they free (an old parameter value
     that nothing else holds) become the output buffers of the next run."""
+    internal = None
+    donated = []
     for evals, callback in effects:
         freed = callback([values[position[id(v)]] for v in evals]) or []
         del callback
-        internal = entry.internal_refs() if freed else None
+        if freed and internal is None:
+            internal = entry.internal_refs()
         while freed:
             j, old = freed.pop()
             # held only here (this name and getrefcount's argument) and inside the graph: reuse its memory
             if sys.getrefcount(old) - internal.get(id(old), 0) <= 2:
-                entry.donate(position[id(evals[j])], old)
+                donated.append((position[id(evals[j])], old))
             del old
+    if donated:
+        entry.donate_many(donated)
 
 
 def _dedupe(vals):
@@ -765,7 +868,7 @@ def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
     if leaf_override:
         leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in plan.leaves]
     else:
-        leaf_values = [v.host() for v in plan.leaves]
+        leaf_values = [v.getter() if v.getter is not None else v.value for v in plan.leaves]
     return entry.run(leaf_values), entry
 
 

@@ -45,42 +45,89 @@ class _EagerStep:
         if closure is not None:
             with _core.enable_grad():
                 loss = closure()
-        inputs: list[_Val] = []
-        plan = []  # per group: (group index, [(param, state names)], hyper slots)
-        effects_vals: list[_Val] = []
+        # which parameters have a gradient (and their records): the step's structure; everything else about it
+        # (inputs, the update's build, output shapes) is made once per structure (_StepPlan) and reused
+        sig = []
+        params: list = []
+        grads: list = []
         for gi, group in enumerate(self.param_groups):
-            live = [p for p in group["params"] if p.requires_grad and param_tensor(p).grad is not None]
-            if not live:
-                continue
-            names = self._state_names(group)
+            live = []
+            for p in group["params"]:
+                if p.requires_grad:
+                    pv = param_tensor(p)._v
+                    g = pv.grad
+                    if g is not None:
+                        live.append(pv)
+                        grads.append(g._v)
+            if live:
+                sig.append((gi, id(group), tuple([id(v) for v in live]), tuple(self._state_names(group))))
+                params.extend(live)
+        if not sig:
+            return loss
+        sig = tuple(sig)
+        plans = self.__dict__.get("_eager_plans")
+        if plans is None:
+            plans = self.__dict__["_eager_plans"] = {}
+        plan = plans.get(sig)
+        if plan is None:
+            if len(plans) >= 64:
+                plans.clear()
+            plan = plans[sig] = _StepPlan(self, sig, params)
+        plan.init_state()
+        inputs = list(plan.inputs)
+        for slot, v in zip(plan.grad_slots, grads):
+            inputs[slot] = v
+        results = _core._record(plan.key, plan.build, inputs, hold=plan.hold, spec_outs=plan.spec_outs, grad=False)
+        _core._tls.effects.append(([t._v for t in results], plan.apply))
+        if _core._tls.tracing is None:
+            _core.realize((), "optimizer step()")
+        return loss
+
+
+class _StepPlan:
+    """One structure of an eager ``step()`` (which parameters of which groups have a gradient): its inputs (the
+    gradient slots filled in at each step), the update's build, the output shapes, the effect callback."""
+
+    def __init__(self, opt, sig, param_vals):
+        self.opt = opt
+        self.param_vals = param_vals  # (kept: the structure names them by id)
+        inputs: list = []
+        plan = []  # per group: (group index, [(param, state names, slots, hyper slot)])
+        groups = opt.param_groups
+        k = 0
+        grad_slots = []
+        for gi, _, ids, names in sig:
+            group = groups[gi]
+            live_vals = param_vals[k:k + len(ids)]
+            k += len(ids)
+            live = [v.param for v in live_vals]
             hyper_slots = {}
-            hyper_len = len(self._hyper(group, 1))
+            hyper_len = len(opt._hyper(group, 1))
             for p in live:
                 if p.dtype not in hyper_slots:
                     hyper_slots[p.dtype] = len(inputs)
                     inputs.append(_Val((hyper_len,), p.dtype, getter=lambda group=group, live=live, dt=p.dtype.numpy:
-                                       np.asarray(self._hyper(group, self._next_step(live)), np.float64).astype(dt)))
+                                       np.asarray(opt._hyper(group, opt._next_step(live)), np.float64).astype(dt)))
             entries = []
-            for p in live:
-                st = self.state.setdefault(p, {"step": 0})
-                for name in names:
-                    if st.get(name) is None:
-                        st[name] = self._init_state(name, p, group)
+            for p, pv in zip(live, live_vals):
                 slots = [len(inputs), len(inputs) + 1]
-                inputs.append(param_tensor(p)._v)
-                inputs.append(param_tensor(p).grad._v)
+                inputs.append(pv)
+                grad_slots.append(len(inputs))
+                inputs.append(None)  # the gradient: filled in at each step
                 for name in names:
                     slots.append(len(inputs))
-                    inputs.append(_Val(p.shape, p.dtype, getter=lambda st=st, name=name: st[name]))
-                entries.append((p, names, slots, hyper_slots[p.dtype]))
+                    inputs.append(_Val(p.shape, p.dtype, getter=lambda p=p, name=name: opt.state[p][name]))
+                entries.append((p, list(names), slots, hyper_slots[p.dtype]))
             plan.append((gi, entries))
-        if not plan:
-            return loss
+        self.inputs = inputs
+        self.grad_slots = grad_slots
+        self.order = [(p, names) for _, entries in plan for p, names, _, _ in entries]
+        self.init_order = [(p, names, groups[gi]) for gi, entries in plan for p, names, _, _ in entries]
 
         def build(graph, gts):
             outs = []
             for gi, entries in plan:
-                group = self.param_groups[gi]
+                group = opt.param_groups[gi]
                 hypers = {}
                 for p, names, slots, hs in entries:
                     h = hypers.get(hs)
@@ -88,42 +135,51 @@ class _EagerStep:
                         h = hypers[hs] = _optim._Hyper(gts[hs], p.dtype)
                     pt, g = gts[slots[0]], gts[slots[1]]
                     bufs = {name: gts[s] for name, s in zip(names, slots[2:])}
-                    new_p, new_bufs = self._update(pt, g.cast(p.dtype), h, bufs, group)
+                    new_p, new_bufs = opt._update(pt, g.cast(p.dtype), h, bufs, group)
                     outs.append(new_p.cast(p.dtype))
                     outs.extend(new_bufs[name].cast(p.dtype) for name in names)
             return tuple(outs)
-
+        self.build = build
         shapes = []
         for gi, entries in plan:
             for p, names, _, _ in entries:
                 shapes.extend([(tuple(p.shape), p.dtype)] * (1 + len(names)))
         spec = (tuple, tuple(("T", i) for i in range(len(shapes))))
+        self.spec_outs = (spec, shapes)
         structure = tuple((gi, tuple((tuple(names), tuple(slots), hs) for _, names, slots, hs in entries))
                           for gi, entries in plan)
-        results = _core._record(("optim", type(self).__qualname__, id(self), structure), build, inputs,
-                                hold=[self], spec_outs=(spec, shapes), grad=False)
-        order = [(p, names) for _, entries in plan for p, names, _, _ in entries]
-        effects_vals = [t._v for t in results]
+        self.key = ("optim", type(opt).__qualname__, id(opt), structure)
+        self.hold = [opt]
 
-        def apply(values):
-            freed = []  # old values, reusable as the next run's output buffers if nobody else holds them
-            k = 0
-            for p, names in order:
-                st = self.state[p]
-                freed.append((k, p.data))
-                p.data = values[k]
+    def init_state(self) -> None:
+        """Create the state buffers that do not exist yet (a new parameter, a cleared or loaded state)."""
+        state = self.opt.state
+        for p, names, group in self.init_order:
+            st = state.get(p)
+            if st is None:
+                st = state[p] = {"step": 0}
+            for name in names:
+                if st.get(name) is None:
+                    st[name] = self.opt._init_state(name, p, group)
+
+    def apply(self, values):
+        """Write the step's results: the new parameter values and state; returns the old values, reusable as
+        the next run's output buffers if nobody else holds them."""
+        state = self.opt.state
+        freed = []
+        k = 0
+        for p, names in self.order:
+            st = state[p]
+            freed.append((k, p.data))
+            p.data = values[k]
+            k += 1
+            for name in names:
+                if st.get(name) is not None:
+                    freed.append((k, st[name]))
+                st[name] = values[k]
                 k += 1
-                for name in names:
-                    if st.get(name) is not None:
-                        freed.append((k, st[name]))
-                    st[name] = values[k]
-                    k += 1
-                st["step"] += 1
-            return freed
-        _core._tls.effects.append((effects_vals, apply))
-        if _core._tls.tracing is None:
-            _core.realize((), "optimizer step()")
-        return loss
+            st["step"] += 1
+        return freed
 
 
 class Optimizer(_EagerStep, _optim.Optimizer):

@@ -161,7 +161,7 @@ class Tensor:
 
     @property
     def grad(self):
-        return _GRADS.get(self._v)
+        return self._v.grad
 
     @grad.setter
     def grad(self, value) -> None:
@@ -169,10 +169,7 @@ class Tensor:
             value = Tensor(value, dtype=self.dtype)
         if value is not None and value.shape != self.shape:
             raise RuntimeError(f"assigned grad has shape {value.shape}, expected {self.shape}")
-        if value is None:
-            _GRADS.pop(self._v, None)
-        else:
-            _GRADS[self._v] = value
+        self._v.grad = value
 
     def repeat_interleave(self, repeats, dim=None):
         """``torch.repeat_interleave``: an int, or per-element repeats (a list, numpy array or tensor, whose
@@ -223,8 +220,8 @@ class Tensor:
         grads = _core._record(("grad", n, has_go), build, inputs, spec_outs=(spec, outs), grad=False)
         with _core.no_grad():
             for leaf, g in zip(leaves, grads):
-                old = _GRADS.get(leaf)
-                _GRADS[leaf] = g if old is None else old + g
+                old = leaf.grad
+                leaf.grad = g if old is None else old + g
 
     def detach(self) -> "Tensor":
         """The same value without gradient history (``torch.Tensor.detach``)."""
@@ -481,8 +478,6 @@ def _eager_key(t, key, realize_masks: bool):
         out.append(k)
     return tuple(out)
 
-
-_GRADS = __import__("weakref").WeakKeyDictionary()  # leaf record -> its accumulated gradient Tensor
 
 # ---------------------------------------------------------------------------------------------- method wrappers
 _SKIP = {"graph", "id", "shape", "dims", "ndim", "size", "concrete_shape", "numel", "set", "set_dyn", "set_deferred",

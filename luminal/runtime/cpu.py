@@ -22,6 +22,7 @@ import ctypes
 import os
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from typing import Mapping
 
@@ -103,7 +104,9 @@ class CPURuntime:
         self._last_sizes: list[int] | None = None  # arena buffer sizes at the last planned bindings
         self._arena = np.empty(0, np.uint8)
         self._arena_gen = 0
-        self._pointers: dict[int, tuple[np.ndarray, int]] = {}  # node -> (array, its data address)
+        # node -> [weakref to its array, the data address, weakref to the previous array, its address] (_pointer)
+        self._pointers: dict[int, list] = {}
+        self._out_dtypes: dict | None = None  # output node -> numpy dtype (recycle's check), built on first use
         self.plans_built = 0  # placements computed (a binding set whose sizes fit a cached plan reuses it)
         self.plan_hits = 0    # runs whose binding set was not the last one but was still cached
         self._out_local = threading.local()  # per thread: output arrays reused by the next run (_out_arrays)
@@ -410,21 +413,54 @@ class CPURuntime:
     def recycle(self, node_id: int, arr) -> None:
         """Write output ``node_id`` into ``arr`` next time (the array its value was carried away from), or
         into a fresh array when ``arr`` cannot be reused; never into the array just carried away."""
-        dims_dtype = self.program.buffers.get(node_id)
-        self._out_arrays.pop(node_id, None)
-        if arr is None or dims_dtype is None or node_id not in self.program.outputs:
-            return
-        if arr.dtype == dims_dtype[1].numpy and arr.flags.c_contiguous and arr.flags.writeable and \
-                arr.flags.aligned:
-            self._out_arrays[node_id] = arr
+        out_arrays = self._out_local.__dict__.get("arrays")
+        if out_arrays is None:
+            out_arrays = self._out_arrays
+        out_arrays.pop(node_id, None)
+        if arr is not None and self._reusable(node_id, arr):
+            out_arrays[node_id] = arr
+
+    def recycle_many(self, pairs) -> None:
+        """:meth:`recycle` for several ``(node id, array or None)`` pairs (one look-up of this thread's arrays)."""
+        out_arrays = self._out_arrays
+        for node_id, arr in pairs:
+            out_arrays.pop(node_id, None)
+            if arr is not None and self._reusable(node_id, arr):
+                out_arrays[node_id] = arr
+
+    def _reusable(self, node_id: int, arr) -> bool:
+        """Whether ``arr`` can be the next output array of node ``node_id`` (its dtype, C order, writeable)."""
+        dtypes = self._out_dtypes
+        if dtypes is None:
+            outputs = set(self.program.outputs)
+            dtypes = self._out_dtypes = {n: dt.numpy for n, (_, dt) in self.program.buffers.items() if n in outputs}
+        dt = dtypes.get(node_id)
+        if dt is None or not isinstance(arr, np.ndarray) or arr.dtype != dt:
+            return False
+        flags = arr.flags
+        return flags.c_contiguous and flags.writeable and flags.aligned
 
     # ------------------------------------------------------------------ execution
     def _pointer(self, node_id: int, arr: np.ndarray) -> int:
-        cached = self._pointers.get(node_id)
-        if cached is not None and cached[0] is arr:
-            return cached[1]
+        """The data address of ``arr``, cached per node for its last two arrays (parameters and optimizer state
+        alternate between two buffers from run to run, and reading an address costs a microsecond or more).
+        The cache holds weak references: it keeps no array alive, and an array that died never matches."""
+        c = self._pointers.get(node_id)
+        if c is not None:
+            if c[0]() is arr:
+                return c[1]
+            if c[2]() is arr:
+                c[0], c[1], c[2], c[3] = c[2], c[3], c[0], c[1]
+                return c[1]
         address = arr.__array_interface__["data"][0]
-        self._pointers[node_id] = (arr, address)
+        try:
+            ref = weakref.ref(arr)
+        except TypeError:  # (an array type without weak references: not cached)
+            return address
+        if c is None:
+            self._pointers[node_id] = [ref, address, _dead, 0]
+        else:
+            c[0], c[1], c[2], c[3] = ref, address, c[0], c[1]
         return address
 
     def _entry_for(self, key: tuple, dyn) -> "_Binding":
@@ -447,7 +483,8 @@ class CPURuntime:
         """Run the compiled graph: one call into the library. Python's share is a few dictionary look-ups per
         input and output; a binding set seen recently reuses its plan and buffer table (an LRU)."""
         dyn = graph.dyn_map
-        key = tuple(dyn.get(s) for s in self.cprogram.symbols)
+        symbols = self.cprogram.symbols
+        key = tuple([dyn.get(s) for s in symbols]) if symbols else ()
         entry = self._current if key == self._current_key else None
         if entry is None:  # (the current entry is the most recently used: never evicted while current)
             entry = self._entry_for(key, dyn)
@@ -458,21 +495,28 @@ class CPURuntime:
             self._swap()
         graph.reset()
         buffers, tensors = entry.buffers, graph.tensors
-        for k, node_id, shape in entry.in_slots:
-            arr = tensors.get((node_id, 0))
-            if arr is None or arr.shape != shape or node_id in graph.deferred:
+        pointers, pointer = self._pointers, self._pointer
+        deferred = graph.deferred
+        for k, node_id, tkey, shape in entry.in_slots:
+            arr = tensors.get(tkey)
+            if arr is None or arr.shape != shape or node_id in deferred:
                 graph._load_input(graph.nodes[node_id], shape, dyn)  # fills deferred data, or explains what is wrong
-                arr = tensors[(node_id, 0)]
-            buffers[k] = self._pointer(node_id, arr)
-        out_arrays = self._out_arrays
-        for k, node_id, shape, dtype in entry.out_slots:
+                arr = tensors[tkey]
+            c = pointers.get(node_id)
+            buffers[k] = c[1] if c is not None and c[0]() is arr else pointer(node_id, arr)
+        out_arrays = self._out_local.__dict__.get("arrays")
+        if out_arrays is None:
+            out_arrays = self._out_arrays
+        for k, node_id, tkey, shape, dtype, nbytes in entry.out_slots:
             arr = out_arrays.get(node_id)
-            if arr is not None and arr.shape != shape and arr.size == int(np.prod(shape, dtype=np.int64)):
-                arr = arr.reshape(shape)  # a carried-back array of the same elements, e.g. (8, 5) for (8, 5, 1)
-            if arr is None or arr.shape != shape:  # reuse last run's array: no fresh page faults
-                arr = out_arrays[node_id] = _aligned_empty(shape, dtype)
-            tensors[(node_id, 0)] = arr
-            buffers[k] = self._pointer(node_id, arr)
+            if arr is None or arr.shape != shape:
+                if arr is not None and arr.size * arr.itemsize == nbytes:
+                    arr = out_arrays[node_id] = arr.reshape(shape)  # same elements, e.g. (8, 5) for (8, 5, 1)
+                else:  # reuse last run's array: no fresh page faults
+                    arr = out_arrays[node_id] = _aligned_empty(shape, dtype, nbytes)
+            tensors[tkey] = arr
+            c = pointers.get(node_id)
+            buffers[k] = c[1] if c is not None and c[0]() is arr else pointer(node_id, arr)
         code = self._run(buffers, entry.syms)
         if code:
             exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
@@ -481,13 +525,18 @@ class CPURuntime:
             raise exc(f"compiled graph: {text}")
 
 
-def _aligned_empty(shape, dtype) -> np.ndarray:
+def _dead():
+    return None
+
+
+def _aligned_empty(shape, dtype, nbytes: int | None = None) -> np.ndarray:
     """``np.empty`` starting on a 64-byte boundary (numpy gives 16): kernels' vector loads and streaming stores
     then never split a cache line, and a streamed tile's first and last lines are its own."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes is None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + 64, np.uint8)
-    start = (-raw.ctypes.data) % 64
+    start = (-raw.__array_interface__["data"][0]) % 64
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 

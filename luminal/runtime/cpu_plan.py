@@ -133,8 +133,16 @@ class _Binding:
         self.plan, self.layout, self.arena_gen = plan, layout, -1
         self.buffers = (ctypes.c_void_p * layout.n_slots)()
         shape = layout.shape
-        self.in_slots = [(k, n, shape(spec, vals)) for k, n, spec in layout.in_slots]
-        self.out_slots = [(k, n, shape(spec, vals), dt) for k, n, spec, dt in layout.out_slots]
+        # (slot, node, its key in graph.tensors, shape): built once per binding set, not per run
+        self.in_slots = [(k, n, (n, 0), shape(spec, vals)) for k, n, spec in layout.in_slots]
+        # (slot, node, key, shape, numpy dtype, bytes)
+        self.out_slots = []
+        for k, n, spec, dt in layout.out_slots:
+            sh = shape(spec, vals)
+            nbytes = dt.itemsize
+            for d in sh:
+                nbytes *= d
+            self.out_slots.append((k, n, (n, 0), sh, dt, nbytes))
         self.syms = (ctypes.c_longlong * max(1, len(symbols)))(*[bindings[s] for s in symbols])
 
     def fill(self, arena: np.ndarray, gen: int) -> None:
