@@ -326,8 +326,8 @@ class GradScaler:
 
     # ------------------------------------------------------------------ eager loop
     def scale(self, outputs):
-        """``outputs * scale`` (a tensor, or a list/tuple/dict of them). The scale enters as a tensor, so a
-        changing scale never recompiles."""
+        """``outputs * scale`` (an eager tensor, or a list/tuple/dict of them). The scale enters as a tensor, so
+        a changing scale never recompiles."""
         if not self._enabled:
             return outputs
         if isinstance(outputs, (list, tuple)):
@@ -335,9 +335,9 @@ class GradScaler:
         if isinstance(outputs, dict):
             return {k: self.scale(v) for k, v in outputs.items()}
         if _is_graph_tensor(outputs):
-            s = outputs.graph.tensor((), outputs.dtype, "loss_scale")
-            s.set_deferred(lambda b, dt=outputs.dtype.numpy: np.asarray(self._scale, dt))
-            return outputs * s
+            raise TypeError("GradScaler.scale: for a graph-built step pass the scaler to opt.minimize(loss, "
+                            "scaler=...) (or Trainer(..., scaler=...)), which scales, unscales and skips inside "
+                            "the compiled step; scale() is for eager tensors")
         from .eager.tensor import Tensor
         if not isinstance(outputs, Tensor):
             raise TypeError(f"GradScaler.scale: expected a luminal tensor, got {type(outputs).__name__}")

@@ -132,6 +132,7 @@ def _policy_cases():
         # lower precision in torch's CPU list
         "sdpa": (lambda a: F.scaled_dot_product_attention(a[None], a[None], a[None]),
                  lambda a: TF.scaled_dot_product_attention(a[None], a[None], a[None]), [x]),
+        "prelu": (lambda a, w: F.prelu(a, w), lambda a, w: TF.prelu(a, w), [x, np.array([0.25], np.float32)]),
         # float32 in torch's CPU list (the low-precision input is cast up)
         "mse_loss": (lambda a, b: F.mse_loss(a.cast(LOWD), b), lambda a, b: TF.mse_loss(a.to(LOWT), b), [x, t]),
         "l1_loss": (lambda a, b: F.l1_loss(a.cast(LOWD), b), lambda a, b: TF.l1_loss(a.to(LOWT), b), [x, t]),
@@ -431,10 +432,34 @@ def test_grad_scaler_eager_loop_matches_torch(device):
             skipped = all(np.array_equal(b, p.data) for b, p in zip(before, m.parameters()))
             sc.update()
             got.append((sc.get_scale(), loss.item(), skipped))
+            if len(got) == 3:
+                compiles = lm.eager.stats()["compiles"]
         _check_record(got, want)
+        assert lm.eager.stats()["compiles"] == compiles  # a changing scale or a skipped step never recompiles
         assert sc.state_dict() == want_state
         for p, tp in zip(m.parameters(), tm.parameters()):
             np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+    finally:
+        lm.set_default_device("cpu")
+
+
+def test_autocast_inside_jit_matches_torch():
+    lm.set_default_device("reference")
+    try:
+        m, tm, x, y = _model_case("mlp")
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            t_out = tm(torch.from_numpy(x))
+
+        @lm.jit
+        def forward(xb):
+            with lm.autocast(dtype=lm.bfloat16):
+                return m(xb)
+        for _ in range(2):
+            out = forward(x)
+            assert out.dtype == lm.bfloat16
+            _assert_lowp_close(out.numpy().astype(np.float32), t_out.float().numpy(), 2.0 ** -7, ulps=4,
+                               exact_share=0.75)
+        assert forward.traces == 1
     finally:
         lm.set_default_device("cpu")
 
@@ -452,6 +477,8 @@ def test_grad_scaler_state_dict_and_misuse():
     assert off.state_dict() == {} and off.get_scale() == 1.0
     with pytest.raises(TypeError, match="eager optimizer"):
         sc.step(object())
+    with pytest.raises(TypeError, match="minimize"):
+        sc.scale(lm.Graph().tensor(()))
 
 
 # ---------------------------------------------------------------------------------------------- Trainer

@@ -22,6 +22,9 @@ def linear(x, weight, bias=None):
 
 def prelu(x, weight):
     """PReLU with ``weight`` of size 1 or the channel count (dim 1)."""
+    low = lower_precision_dtype(x, weight)
+    if low is not None:  # luminal.autocast: torch's CPU autocast runs prelu in the low-precision type
+        x, weight = x.cast(low), weight.cast(low)
     n = weight.dims[0]
     if n != 1:
         if x.ndim < 2 or x.dims[1] != n:
