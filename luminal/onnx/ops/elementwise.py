@@ -309,6 +309,37 @@ def _castlike(ctx):
     return [cast_tensor(ctx.t(0), ctx.type(1))]
 
 
+@register("BitCast", min_version=26)
+def _bitcast(ctx):
+    """Reinterpret the bits as another type of the same width. Between integer (and bool) types of one width this
+    is a wrapping Cast (two's complement); floating-point bits cannot be reinterpreted at run time (no luminal
+    primitive does that), only at import time (the numpy fold)."""
+    src, to = ctx.type(0), ctx.attr("to")
+    if to not in dtypes.SUPPORTED:
+        raise TypeError(f"BitCast to {dtypes.name(to)} is not supported (supported: {dtypes.supported_names()})")
+    a, b = dtypes.luminal(src), dtypes.luminal(to)
+    if a.bits != b.bits:
+        raise TypeError(f"BitCast needs types of one width, got {dtypes.name(src)} ({a.bits} bits) and "
+                        f"{dtypes.name(to)} ({b.bits} bits)")
+    if a.is_float or b.is_float:
+        raise TypeError(f"BitCast from {dtypes.name(src)} to {dtypes.name(to)} of a value computed at run time is "
+                        "not supported: luminal has no primitive that reinterprets floating-point bits (BitCast "
+                        "between integer/bool types of one width is, and any BitCast of a value known at import "
+                        "time)")
+    return [typed(ctx.t_raw(0).cast(b), to)]
+
+
+@set_fold("BitCast")
+def _fold_bitcast(ctx):
+    arr, to = ctx.static(0), ctx.attr("to")
+    if is_obj(arr) or to not in dtypes.NUMPY_OF:
+        raise NotFoldable()
+    want = dtypes.numpy(to)
+    if arr.dtype.itemsize != want.itemsize:
+        raise NotFoldable()
+    return [typed(np.ascontiguousarray(arr).view(want), to)]
+
+
 # ---------------------------------------------------------------------------------------------------- import-time folding
 def _np_binary(num, obj=None):
     def fold(ctx):
