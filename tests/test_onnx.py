@@ -668,3 +668,26 @@ def test_bfloat16_model_matches_torch_bf16(device):
                                                    [_vi("back", TP.FLOAT, ["N", 4])]),
                                  opset_imports=[helper.make_opsetid("", 20)])
         np.testing.assert_array_equal(got["y16"].astype(np.float32), ort_run(cast, {"y32": y32})[0])
+
+
+def test_bitcast_integer_types_and_float_bits_at_import_time():
+    """BitCast between integer types of one width is a wrapping cast at run time (oracle: numpy's ``view``); a
+    float BitCast folds at import time when its input is a constant and is refused, naming the node and the
+    types, on a run-time value."""
+    c = np.array([1.0, -2.5, np.inf, 0.1], np.float32)
+    nodes = [helper.make_node("BitCast", ["a"], ["a_u8"], to=TP.UINT8),
+             helper.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(c)),
+             helper.make_node("BitCast", ["c"], ["c_i32"], to=TP.INT32),
+             helper.make_node("Add", ["c_i32", "one"], ["c_i32p"])]
+    graph = helper.make_graph(nodes, "bc", [_vi("a", TP.INT8, [5])],
+                              [_vi("a_u8", TP.UINT8, [5]), _vi("c_i32p", TP.INT32, [4])],
+                              [_init("one", np.int32(1))])
+    model = lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]))
+    a = np.array([-128, -1, 0, 5, 127], np.int8)
+    got_u8, got_i32 = model(a)
+    np.testing.assert_array_equal(got_u8, a.view(np.uint8))
+    np.testing.assert_array_equal(got_i32, c.view(np.int32) + 1)
+    graph = helper.make_graph([helper.make_node("BitCast", ["x"], ["y"], to=TP.INT32, name="bits")], "bc2",
+                              [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.INT32, [3])])
+    with pytest.raises(OnnxImportError, match=r"'bits' \(BitCast.*from FLOAT to INT32.*floating-point bits"):
+        lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]))
