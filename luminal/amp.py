@@ -435,7 +435,6 @@ class GradScaler:
     def _build(self, loss, params, grad_fn):
         """(gradients, found_inf tensor) of ``loss`` for ``params``: the gradients of ``loss * scale``,
         multiplied by ``1/scale`` (both graph inputs read at every execute), and a bool flag of any inf/NaN."""
-        from .dtype import DType
         graph = loss.graph
         dt = loss.dtype
         s = graph.tensor((), dt, "loss_scale")

@@ -201,7 +201,8 @@ def _mlp_pair(seed=0):
 def _cnn_pair(seed=0):
     torch.manual_seed(seed)
     tm = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                             torch.nn.Conv2d(4, 6, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(6 * 2 * 2, 3))
+                             torch.nn.Conv2d(4, 6, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                             torch.nn.Linear(6 * 2 * 2, 3))
     m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3), nn.ReLU(),
                       nn.Flatten(), nn.Linear(6 * 2 * 2, 3))
     _copy_weights(m, tm)
@@ -534,6 +535,12 @@ def test_trainer_under_autocast_matches_torch(low, device, tmp_path):
     for p, tp in zip(m.parameters(), tm.parameters()):
         assert p.data.dtype == np.float32   # float32 master weights
         np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=0.05, atol=0.02)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch_dt):
+        t_pred = tm(torch.from_numpy(x[:8]))
+    pred = tr.predict(x[:8])   # built under autocast too
+    assert pred.dtype == np.dtype(lm_dt.numpy) and t_pred.dtype == torch_dt
+    np.testing.assert_allclose(pred.astype(np.float32), t_pred.float().numpy(), rtol=0.05,
+                               atol=0.05 * float(t_pred.abs().max()))
     if sc is not None:
         assert sc.state_dict() == tsc.state_dict()
         tr.save_checkpoint(str(tmp_path / "ck.npz"))

@@ -9,8 +9,8 @@ One N-d implementation, :func:`conv_nd`, serves every rank:
 
 Transposed convolutions are convolutions of the zero-interleaved (stride-dilated) input with the spatially
 flipped, in/out-swapped kernel. Under :class:`luminal.autocast` every convolution is computed from inputs
-rounded to the autocast dtype, in float32, and rounded once (see :func:`conv_nd`). Layouts, parameter names and default initialization follow PyTorch, so
-``load_state_dict(torch_module.state_dict())`` works.
+rounded to the autocast dtype, in float32, and rounded once (see :func:`conv_nd`). Layouts, parameter names and
+default initialization follow PyTorch, so ``load_state_dict(torch_module.state_dict())`` works.
 """
 
 from __future__ import annotations

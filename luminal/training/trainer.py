@@ -117,7 +117,7 @@ class Trainer:
             every rank.
         bucket_cap_mb: the all-reduce bucket size (MiB) when ``distributed``.
         autocast: ``luminal.bfloat16`` or ``luminal.float16`` (or None): build the forward pass and the loss of
-            the training and evaluation steps inside :class:`luminal.autocast` of that dtype. Parameters and
+            the training and evaluation steps (and ``predict``) inside :class:`luminal.autocast` of that dtype. Parameters and
             optimizer state stay float32 (see ``docs/mixed_precision.md``).
         scaler: a :class:`luminal.GradScaler` (for float16): loss scaling with skip-and-shrink inside the compiled
             step (``Optimizer.minimize(scaler=...)``); its state is saved in checkpoints.
@@ -285,7 +285,11 @@ class Trainer:
             was = self.model.training
             self.model.eval()
             try:
-                out = self.model(*ts).retrieve()
+                if self.autocast is not None:
+                    with self.autocast:
+                        out = self.model(*ts).retrieve()
+                else:
+                    out = self.model(*ts).retrieve()
             finally:
                 self.model.train(was)
             graph.compile(device=self.device, search=self.search, budget_s=self.budget_s)
