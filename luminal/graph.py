@@ -542,8 +542,9 @@ class Graph:
     def reset(self) -> None:
         """Drop every stored tensor that is not an input's data or in ``no_delete``."""
         keep = self._persistent_ids()
-        for key in [k for k in self.tensors if k[0] not in keep]:
-            del self.tensors[key]
+        tensors = self.tensors
+        for key in [k for k in tensors if k[0] not in keep]:
+            del tensors[key]
 
     def _persistent_ids(self) -> set[int]:
         if self._input_ids is None:  # cached until the structure changes (_invalidate)

@@ -29,6 +29,7 @@ import numpy as np
 from .. import ops
 from ..dtype import DType, as_dtype
 from ..graph import Graph
+from ..runtime.cpu import exclusively_held as _exclusively_held
 from ..shape import ShapeTracker
 from ..tensor import GraphTensor
 
@@ -245,7 +246,7 @@ def _unflatten(spec, leaves):
         return spec[1]
     if tag == "nt":
         return spec[1](*(_unflatten(s, leaves) for s in spec[2]))
-    return tag(_unflatten(s, leaves) for s in spec[1])
+    return tag([leaves[s[1]] if s[0] == "T" else _unflatten(s, leaves) for s in spec[1]])
 
 
 # ---------------------------------------------------------------------------------------------- argument freezing
@@ -429,6 +430,39 @@ def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True
     return _unflatten(spec, tensors)
 
 
+_ARGS_TPL: dict = {}  # (first slot, number of args) -> frozen key and templates of a call with only tensor args
+
+
+def _freeze_call(args, kwargs, vals: list, hold: list):
+    """(key of args, key of kwargs, args template, kwargs template) of a call; a call whose arguments are all
+    Tensors (the common case: ``model(x)``, ``F.cross_entropy(y, t)``) takes a cached template."""
+    if not kwargs:
+        for a in args:
+            if type(a) is not Tensor:
+                break
+        else:
+            n0 = len(vals)
+            for a in args:
+                vals.append(a._v)
+            tpl = _ARGS_TPL.get((n0, len(args)))
+            if tpl is None:
+                key_a, tpl_a = _freeze(tuple(args), [None] * n0, [])
+                key_k, tpl_k = _freeze({}, [], [])
+                tpl = _ARGS_TPL[(n0, len(args))] = (key_a, key_k, tpl_a, tpl_k)
+            return tpl
+    key_a, tpl_a = _freeze(tuple(args), vals, hold)
+    key_k, tpl_k = _freeze(dict(kwargs), vals, hold)
+    return key_a, key_k, tpl_a, tpl_k
+
+
+def _record_effect(key, build, inputs: list[_Val], hold, spec_outs) -> list[_Val]:
+    """Record an operation whose results only an effect reads (an optimizer update): its output values, without
+    Tensor handles (the effect's values are realized with the next realization in any case)."""
+    _, outs = spec_outs
+    op = _Op(key, build, tuple(inputs), spec_outs[0], (False,) * len(outs), hold)
+    return [_Val(shape, dt, op=op, idx=k) for k, (shape, dt) in enumerate(outs)]
+
+
 def _method_build(name, tpl, kw_tpl):
     def build(graph, gts):
         return getattr(gts[0], name)(*_subst(tpl, gts), **_subst(kw_tpl, gts))
@@ -439,8 +473,7 @@ def call_method(name: str, self_t: "Tensor", args, kwargs):
     """Record ``GraphTensor.<name>(self, *args, **kwargs)``."""
     vals = [self_t._v]
     hold: list = []
-    key_a, tpl = _freeze(tuple(args), vals, hold)
-    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+    key_a, key_k, tpl, kw_tpl = _freeze_call(args, kwargs, vals, hold)
     return _record(("m", name, key_a, key_k), _method_build(name, tpl, kw_tpl), vals, hold or None)
 
 
@@ -448,8 +481,7 @@ def call_function(fn: Callable, args, kwargs, name: str | None = None):
     """Record ``fn(*args, **kwargs)`` (a function of lazy GraphTensors) as one eager operation."""
     vals: list = []
     hold: list = [fn]
-    key_a, tpl = _freeze(tuple(args), vals, hold)
-    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+    key_a, key_k, tpl, kw_tpl = _freeze_call(args, kwargs, vals, hold)
 
     def build(graph, gts):
         return fn(*_subst(tpl, gts), **_subst(kw_tpl, gts))
@@ -461,8 +493,7 @@ def call_module(module, args, kwargs):
     from their host arrays at every run."""
     vals: list = []
     hold: list = [module]
-    key_a, tpl = _freeze(tuple(args), vals, hold)
-    key_k, kw_tpl = _freeze(dict(kwargs), vals, hold)
+    key_a, key_k, tpl, kw_tpl = _freeze_call(args, kwargs, vals, hold)
     n_args = len(vals)
     if n_args == 0:
         raise TypeError(f"{type(module).__name__} called without a tensor argument")
@@ -618,6 +649,15 @@ _CACHE_SIZE = 256
 _NO_HIST: frozenset = frozenset()
 
 
+def _leaf_key(v: _Val) -> tuple:
+    """The structural key of a graph input: shape (or symbolic dims), dtype, requires_grad, whether a parameter."""
+    lk = v.lkey
+    if lk is None or lk[2] != v.requires_grad:
+        lk = v.lkey = (v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
+                       v.param is not None)
+    return lk
+
+
 class _Plan:
     """The canonical walk of the records behind some outputs: leaves, operations, key.
 
@@ -636,55 +676,52 @@ class _Plan:
         holds: list = []  # objects the operation keys name by id (modules, optimizers, functions)
         op_keys = []
         leaf_keys = []
-
-        def ref(v: _Val):
-            # (the caller knows v is a leaf: a host reader, or a value that need not be recomputed)
-            i = leaf_index.get(id(v))
-            if i is None:
-                i = leaf_index[id(v)] = len(leaves)
-                leaves.append(v)
-                lk = v.lkey
-                if lk is None or lk[2] != v.requires_grad:
-                    lk = v.lkey = (v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
-                                   v.param is not None)
-                leaf_keys.append(lk)
-            return -1 - i
-
-        # iterative post-order DFS over operations
-        for out in outputs:
-            stack = [(out, False)]
-            while stack:
-                v, expanded = stack.pop()
-                if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
-                    ref(v)
-                    continue
-                op = v.op
-                if id(op) in op_index:
-                    continue
-                if not expanded:
-                    stack.append((v, True))
-                    for inp in reversed(op.inputs):
-                        stack.append((inp, False))
-                    continue
-                refs = []
-                for i in op.inputs:
-                    if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
-                        refs.append(ref(i))
-                    else:
-                        refs.append((op_index[id(i.op)], i.idx))
-                refs = tuple(refs)
-                op_refs.append(refs)
-                op_keys.append((op.key, refs, op.out_rg))
-                op_index[id(op)] = len(op_list)
-                op_list.append(op)
-                if op.hold:
-                    holds.extend(op.hold)
         out_refs = []
-        for v in outputs:
-            if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):
-                out_refs.append(ref(v))
-            else:
-                out_refs.append((op_index[id(v.op)], v.idx))
+        # A value is a leaf (a graph input) when it is read from the host or realized -- unless a pending backward
+        # differentiates through it (``hist``): then it is recomputed from its operation.
+        for out in outputs:
+            if out.getter is not None or (out.value is not None and (out.op is None or id(out) not in hist)):
+                i = leaf_index.get(id(out))
+                if i is None:
+                    i = leaf_index[id(out)] = len(leaves)
+                    leaves.append(out)
+                    leaf_keys.append(_leaf_key(out))
+                out_refs.append(-1 - i)
+                continue
+            root = out.op
+            if id(root) not in op_index:
+                # iterative post-order DFS over operations; leaves are numbered in order of first use
+                stack = [(root, False)]
+                while stack:
+                    op, expanded = stack.pop()
+                    if id(op) in op_index:
+                        continue
+                    if not expanded:
+                        stack.append((op, True))
+                        for i in reversed(op.inputs):
+                            if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
+                                    and id(i.op) not in op_index:
+                                stack.append((i.op, False))
+                        continue
+                    refs = []
+                    for i in op.inputs:
+                        if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
+                            j = leaf_index.get(id(i))
+                            if j is None:
+                                j = leaf_index[id(i)] = len(leaves)
+                                leaves.append(i)
+                                leaf_keys.append(_leaf_key(i))
+                            refs.append(-1 - j)
+                        else:
+                            refs.append((op_index[id(i.op)], i.idx))
+                    refs = tuple(refs)
+                    op_refs.append(refs)
+                    op_keys.append((op.key, refs, op.out_rg))
+                    op_index[id(op)] = len(op_list)
+                    op_list.append(op)
+                    if op.hold:
+                        holds.extend(op.hold)
+            out_refs.append((op_index[id(root)], out.idx))
         self.leaves, self.ops, self.op_refs, self.holds = leaves, op_list, op_refs, holds
         self.out_refs = out_refs
         self.key = (_device["name"], tuple(leaf_keys), tuple(op_keys), tuple(out_refs))
@@ -822,8 +859,8 @@ def apply_effects(effects, position: dict, values, entry) -> None:
             internal = entry.internal_refs()
         while freed:
             j, old = freed.pop()
-            # held only here (this name and getrefcount's argument) and inside the graph: reuse its memory
-            if sys.getrefcount(old) - internal.get(id(old), 0) <= 2:
+            # held only here (this name) and inside the graph, no view of it anywhere: reuse its memory
+            if _exclusively_held(old, 1 + internal.get(id(old), 0)):
                 donated.append((position[id(evals[j])], old))
             del old
     if donated:

@@ -107,7 +107,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
     try:
-        as_dtype(array.dtype)
+        _core._np_dtype(array.dtype)
     except TypeError:
         raise TypeError(f"from_numpy: unsupported dtype {array.dtype}; expected bool, int32, int64, float16, "
                         "float32 or float64") from None

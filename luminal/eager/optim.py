@@ -77,8 +77,8 @@ class _EagerStep:
         inputs = list(plan.inputs)
         for slot, v in zip(plan.grad_slots, grads):
             inputs[slot] = v
-        results = _core._record(plan.key, plan.build, inputs, hold=plan.hold, spec_outs=plan.spec_outs, grad=False)
-        _core._tls.effects.append(([t._v for t in results], plan.apply))
+        results = _core._record_effect(plan.key, plan.build, inputs, plan.hold, plan.spec_outs)
+        _core._tls.effects.append((results, plan.apply))
         if _core._tls.tracing is None:
             _core.realize((), "optimizer step()")
         return loss

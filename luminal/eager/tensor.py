@@ -33,6 +33,13 @@ def _identity(graph, gts):
     return gts[0]
 
 
+_GRAD_SPECS: dict = {}  # number of leaves -> output spec of a recorded backward
+
+
+def _seq(v) -> int:
+    return v.seq
+
+
 def _grad_leaves(v) -> list:
     """Leaves (``requires_grad``) that ``v`` depends on through recorded operations, in a stable order."""
     out, seen, stack = [], set(), [v]
@@ -45,7 +52,7 @@ def _grad_leaves(v) -> list:
             out.append(x)
         else:
             stack.extend(reversed(x.op.inputs))
-    return sorted(out, key=lambda x: x.seq)
+    return sorted(out, key=_seq)
 
 
 class Tensor:
@@ -215,13 +222,18 @@ class Tensor:
             return tuple(o if o is not None else graph.zeros(leaf.shape, leaf.dtype)
                          for o, leaf in zip(out, leaves))
 
-        spec = (tuple, tuple(("T", i) for i in range(n)))
+        spec = _GRAD_SPECS.get(n)
+        if spec is None:
+            spec = _GRAD_SPECS[n] = (tuple, tuple(("T", i) for i in range(n)))
         outs = [(leaf.shape, leaf.dtype) for leaf in leaves]
         grads = _core._record(("grad", n, has_go), build, inputs, spec_outs=(spec, outs), grad=False)
-        with _core.no_grad():
-            for leaf, g in zip(leaves, grads):
-                old = leaf.grad
-                leaf.grad = g if old is None else old + g
+        for leaf, g in zip(leaves, grads):
+            old = leaf.grad
+            if old is None:
+                leaf.grad = g
+            else:
+                with _core.no_grad():
+                    leaf.grad = old + g
 
     def detach(self) -> "Tensor":
         """The same value without gradient history (``torch.Tensor.detach``)."""

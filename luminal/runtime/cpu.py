@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -412,21 +413,43 @@ class CPURuntime:
 
     def recycle(self, node_id: int, arr) -> None:
         """Write output ``node_id`` into ``arr`` next time (the array its value was carried away from), or
-        into a fresh array when ``arr`` cannot be reused; never into the array just carried away."""
-        out_arrays = self._out_local.__dict__.get("arrays")
+        into a fresh array when ``arr`` cannot be reused; never into the array just carried away.
+
+        ``arr=None`` (the result was handed over, e.g. ``data(copy=False)``): the handed array is *lent*: if
+        nothing but this runtime references it any more at the next run (the caller dropped it, and no view of
+        it exists), that run writes into it again instead of allocating (see :func:`exclusively_held`)."""
+        local = self._out_local.__dict__
+        out_arrays = local.get("arrays")
         if out_arrays is None:
             out_arrays = self._out_arrays
-        out_arrays.pop(node_id, None)
-        if arr is not None and self._reusable(node_id, arr):
-            out_arrays[node_id] = arr
+        old = out_arrays.pop(node_id, None)
+        lent = local.get("lent")
+        if lent is None:
+            lent = local["lent"] = {}
+        if arr is None:
+            if old is not None:
+                lent[node_id] = old
+        else:
+            lent.pop(node_id, None)
+            if self._reusable(node_id, arr):
+                out_arrays[node_id] = arr
 
     def recycle_many(self, pairs) -> None:
-        """:meth:`recycle` for several ``(node id, array or None)`` pairs (one look-up of this thread's arrays)."""
+        """:meth:`recycle` for several ``(node id, array or None)`` pairs."""
         out_arrays = self._out_arrays
+        local = self._out_local.__dict__
+        lent = local.get("lent")
+        if lent is None:
+            lent = local["lent"] = {}
         for node_id, arr in pairs:
-            out_arrays.pop(node_id, None)
-            if arr is not None and self._reusable(node_id, arr):
-                out_arrays[node_id] = arr
+            old = out_arrays.pop(node_id, None)
+            if arr is None:
+                if old is not None:
+                    lent[node_id] = old
+            else:
+                lent.pop(node_id, None)
+                if self._reusable(node_id, arr):
+                    out_arrays[node_id] = arr
 
     def _reusable(self, node_id: int, arr) -> bool:
         """Whether ``arr`` can be the next output array of node ``node_id`` (its dtype, C order, writeable)."""
@@ -507,8 +530,16 @@ class CPURuntime:
         out_arrays = self._out_local.__dict__.get("arrays")
         if out_arrays is None:
             out_arrays = self._out_arrays
+        lent = self._out_local.__dict__.get("lent")
         for k, node_id, tkey, shape, dtype, nbytes in entry.out_slots:
             arr = out_arrays.get(node_id)
+            if arr is None and lent:
+                arr = lent.pop(node_id, None)  # a handed-over result that nobody holds any more: written again
+                if arr is not None:
+                    if exclusively_held(arr, 1) and arr.shape == shape:
+                        out_arrays[node_id] = arr
+                    else:
+                        arr = None
             if arr is None or arr.shape != shape:
                 if arr is not None and arr.size * arr.itemsize == nbytes:
                     arr = out_arrays[node_id] = arr.reshape(shape)  # same elements, e.g. (8, 5) for (8, 5, 1)
@@ -529,15 +560,43 @@ def _dead():
     return None
 
 
+def exclusively_held(arr, extra: int = 0) -> bool:
+    """Whether the caller's ``extra`` references (besides the argument itself) are all that reference ``arr``
+    and its memory: then nothing can see a new value written into it. Only sound for an array that owns its
+    memory or whose base is not a numpy array (as :func:`_aligned_empty`'s are): numpy points the views of
+    other views at the first such array, so those views are counted on it."""
+    base = arr.base
+    if base is not None and isinstance(base, np.ndarray):
+        return False
+    return sys.getrefcount(arr) <= 2 + extra  # (+ getrefcount's own argument and this function's parameter)
+
+
+class _Memory:
+    """The owner of an aligned array's bytes (a numpy array over the aligned part of ``raw``). Not a numpy
+    array, so that every view of the aligned array has the aligned array itself as its base."""
+
+    __slots__ = ("raw", "__array_interface__")
+
+
 def _aligned_empty(shape, dtype, nbytes: int | None = None) -> np.ndarray:
     """``np.empty`` starting on a 64-byte boundary (numpy gives 16): kernels' vector loads and streaming stores
-    then never split a cache line, and a streamed tile's first and last lines are its own."""
+    then never split a cache line, and a streamed tile's first and last lines are its own. Its base is a
+    :class:`_Memory` (not a numpy array): views of it reference it, so a reference count tells whether anything
+    still sees its memory (:func:`exclusively_held`)."""
     dtype = np.dtype(dtype)
     if nbytes is None:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + 64, np.uint8)
-    start = (-raw.__array_interface__["data"][0]) % 64
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    address = raw.__array_interface__["data"][0]
+    start = (-address) % 64
+    if dtype.kind == "V" or np.dtype(dtype.str) != dtype:  # (no type string for it: ml_dtypes' bfloat16)
+        import ctypes as _ct
+        return np.ndarray(shape, dtype, (_ct.c_char * (nbytes + 64)).from_buffer(raw), start)
+    mem = _Memory()
+    mem.raw = raw
+    mem.__array_interface__ = {"shape": tuple(shape), "typestr": dtype.str, "data": (address + start, False),
+                               "version": 3}
+    return np.asarray(mem)
 
 
 def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: float | None = None) -> None:
