@@ -626,3 +626,19 @@ def test_casts_and_narrow_int_buffers_keep_their_dtypes(device):
         got = g.astype(np.float32) if g.dtype.name == "bfloat16" else g
         assert str(w.dtype).replace("torch.", "") == g.dtype.name
         np.testing.assert_array_equal(got, want)
+
+
+def test_torch_compile_backend_returns_bfloat16_tensors():
+    """The ``"luminal"`` torch.compile backend hands bfloat16 results back as torch.bfloat16 tensors (same bits
+    as luminal's ``ml_dtypes.bfloat16`` arrays); within one bfloat16 ulp of eager."""
+    import luminal.frontends.torch  # noqa: F401 - registers the backend
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    net = nn.Sequential(nn.Linear(8, 4), nn.GELU()).eval().to(torch.bfloat16)
+    x = torch.randn(3, 8).to(torch.bfloat16)
+    fast = torch.compile(net, backend="luminal", options={"device": "reference"})
+    with torch.no_grad():
+        got, want = fast(x), net(x)
+    assert got.dtype == torch.bfloat16
+    np.testing.assert_allclose(_bf16(got), _bf16(want), rtol=0, atol=BF16_ULP)
