@@ -33,6 +33,19 @@ TORCH_DT = {torch.float32: lm.float32, torch.bfloat16: lm.bfloat16, torch.float1
             torch.float64: lm.float64}
 
 
+def _supported(device, dtype=lm.bfloat16):
+    """Skip where the device lacks the dtype (the Triton backend has no bfloat16 yet; eager tensors run on
+    ``cpu``/``reference`` only)."""
+    if dtype == lm.bfloat16 and device not in ("reference", "cpu"):
+        pytest.skip(f"bfloat16 is not supported on device {device!r} yet (docs/gpu.md)")
+
+
+def _eager_device(device):
+    if device not in ("reference", "cpu"):
+        pytest.skip(f"eager tensors run on 'cpu' or 'reference', not {device!r}")
+    lm.set_default_device(device)
+
+
 def _rng(seed=0):
     return np.random.default_rng(seed)
 
@@ -100,6 +113,7 @@ OPS = {
 def test_gemm_ops_match_torch_autocast(name, low, device):
     lm_fn, torch_fn, make = OPS[name]
     lm_dt, torch_dt, ulp = LOW[low]
+    _supported(device, lm_dt)
     arrays = make(_rng(1))
     want_dt, want = _torch(torch_fn, arrays, torch_dt)
     got_dt, got = _run(lm_fn, arrays, device, lm_dt)
@@ -110,6 +124,7 @@ def test_gemm_ops_match_torch_autocast(name, low, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_einsum_chain_rounds_each_contraction(device, monkeypatch):
+    _supported(device)
     # luminal contracts left to right, as torch without opt_einsum (with it torch may pick another order, and
     # the intermediate is rounded elsewhere)
     monkeypatch.setattr(torch.backends.opt_einsum, "enabled", False)
@@ -226,6 +241,7 @@ def _grads_close(got, want, ulp):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_model_forward_and_gradients_match_torch(kind, device):
+    _supported(device)
     m, tm, x, y = _model_case(kind)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         t_out = tm(torch.from_numpy(x))
@@ -255,7 +271,7 @@ def test_model_forward_and_gradients_match_torch(kind, device):
 # ---------------------------------------------------------------------------------------------- eager
 @pytest.mark.parametrize("device", DEVICES)
 def test_eager_autocast_records_the_region(device):
-    lm.set_default_device(device)
+    _eager_device(device)
     try:
         m, tm, x, y = _model_case("mlp")
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -415,7 +431,7 @@ def test_grad_scaler_in_compiled_step_matches_torch(opt_name, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_grad_scaler_eager_loop_matches_torch(device):
-    lm.set_default_device(device)
+    _eager_device(device)
     try:
         xs, ys = _scaler_data()
         m, tm = _small_pair()
@@ -516,6 +532,7 @@ def _torch_train(tm, x, y, steps, bs, low, scaler_kw=None):
 @pytest.mark.parametrize("low", ["bfloat16", "float16"])
 def test_trainer_under_autocast_matches_torch(low, device, tmp_path):
     lm_dt, torch_dt, ulp = LOW[low]
+    _supported(device, lm_dt)
     x, y = _trainer_data()
     m, tm = _mlp_pair(seed=1)
     steps, bs = 30, 16
