@@ -76,39 +76,58 @@ class Expression:
         return _num(value)
 
     @staticmethod
-    def symbol(name: str, upper: "int | Expression | None" = None) -> "Expression":
+    def symbol(name: str, upper: "int | Expression | None" = None, lower: int = 0) -> "Expression":
         """A named non-negative integer symbol, e.g. ``Expression.symbol("batch")``.
 
-        ``upper`` (inclusive) bounds it for simplification: an integer, or an expression over *other* symbols
-        (``Expression.symbol("i1", seq - 1)`` is a loop index with ``0 <= i1 < seq``). Code generators give
-        every loop variable its extent this way, so identities such as ``(i2 + 64*i1) // (64*seq) == 0`` are
-        proven and index expressions stay small however many views are chained.
+        ``upper`` (inclusive) bounds it for simplification: an integer (a size's maximum), or an expression over
+        *other* symbols (``Expression.symbol("i1", seq - 1)`` is a loop index with ``0 <= i1 < seq``). Code
+        generators give every loop variable its extent this way, so identities such as
+        ``(i2 + 64*i1) // (64*seq) == 0`` are proven and index expressions stay small however many views are
+        chained. ``lower`` (an int >= 0) declares a minimum: ``Expression.symbol("seq", lower=1)`` is a size
+        that is never 0, so ``min(1, seq) == 1``; evaluating it with a value outside its range raises
+        ``ValueError``. The range is part of the symbol: ``symbol("seq", lower=1) != symbol("seq")``.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"a symbol name must be a non-empty string, got {name!r}")
+        if isinstance(lower, bool) or not isinstance(lower, (int, np.integer)) or lower < 0:
+            raise TypeError(f"the lower bound of symbol {name!r} must be an int >= 0, got {lower!r}")
+        lower = int(lower)
+        tail = (lower,) if lower else ()
         if upper is None:
-            return Expression(VAR, (name,))
+            return Expression(VAR, (name, None) + tail) if tail else Expression(VAR, (name,))
         if isinstance(upper, Expression):
             if upper.op != NUM:
                 if name in upper.symbols():
                     raise ValueError(f"the upper bound {upper} of symbol {name!r} may not mention {name!r}")
                 hi = upper.bounds()[1]
-                if hi is not None and hi <= 0:
-                    return ZERO
-                return Expression(VAR, (name, upper))
+                if hi is not None and hi <= lower:
+                    if hi < lower and lower:
+                        raise ValueError(f"symbol {name!r}: the upper bound {upper} is below the lower bound {lower}")
+                    return _num(lower)
+                return Expression(VAR, (name, upper) + tail)
             upper = upper.args[0]
         if isinstance(upper, bool) or not isinstance(upper, (int, np.integer)):
             raise TypeError(f"the upper bound of symbol {name!r} must be an int or an Expression, "
                             f"got {type(upper).__name__}")
-        if upper <= 0:
+        if upper < lower:
+            if lower:
+                raise ValueError(f"symbol {name!r}: the upper bound {upper} is below the lower bound {lower}")
             return ZERO
-        return Expression(VAR, (name, int(upper)))
+        if upper == lower:
+            return _num(lower)
+        return Expression(VAR, (name, int(upper)) + tail)
 
     def upper(self) -> "int | Expression | None":
         """For a symbol: its declared inclusive upper bound (an int, an Expression, or ``None``)."""
         if self.op != VAR:
             raise TypeError(f"upper() is defined for symbols, not for {self}")
         return self.args[1] if len(self.args) > 1 else None
+
+    def lower(self) -> int:
+        """For a symbol: its declared inclusive lower bound (0 unless declared)."""
+        if self.op != VAR:
+            raise TypeError(f"lower() is defined for symbols, not for {self}")
+        return self.args[2] if len(self.args) > 2 else 0
 
     def ranged(self) -> bool:
         """True when the expression mentions a symbol whose upper bound is itself symbolic (a loop index)."""
@@ -350,9 +369,9 @@ def to_expr(value: IntLike) -> Expression:
     raise TypeError(f"cannot use {type(value).__name__} {value!r} as a symbolic integer expression")
 
 
-def sym(name: str) -> Expression:
-    """Shorthand for :meth:`Expression.symbol`."""
-    return Expression.symbol(name)
+def sym(name: str, upper: "int | Expression | None" = None, lower: int = 0) -> Expression:
+    """Shorthand for :meth:`Expression.symbol`: ``sym("seq", lower=1)`` is a size declared non-empty."""
+    return Expression.symbol(name, upper, lower)
 
 
 # The simplifying constructors and the interval analysis live in simplify.py; imported last because they

@@ -25,9 +25,12 @@ def _eval(e: Expression, env: Mapping[str, int]) -> int:
         return e.args[0]
     if op == VAR:
         try:
-            return int(env[e.args[0]])
+            v = int(env[e.args[0]])
         except KeyError:
             raise UnboundSymbolError(f"no value bound for symbol '{e.args[0]}'") from None
+        if len(e.args) > 2 and v < e.args[2]:  # a declared minimum (Expression.symbol(name, lower=...))
+            raise ValueError(f"symbol '{e.args[0]}' is declared >= {e.args[2]}, but is bound to {v}")
+        return v
     if op == ADD:
         return sum(_eval(t, env) for t in e.args)
     if op == MUL:
@@ -109,6 +112,8 @@ def _py_style(e: Expression, parts):
         return f"{e.op}({parts[0]}, {parts[1]})"
     if e.op == MUL:
         return "*".join(parts)
+    if e.op in (DIV, MOD) and e.args[1].op == MUL:  # (a // (4*b)), not (a // 4*b)
+        parts = [parts[0], f"({parts[1]})"]
     return "(" + _PY_SYMBOL[e.op].join(parts) + ")"
 
 

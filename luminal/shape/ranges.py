@@ -64,11 +64,11 @@ def _sym_bounds(e: Expression) -> tuple[Expression | None, Expression | None]:
 
 def _compute_sym_bounds(e: Expression) -> tuple[Expression | None, Expression | None]:
     op = e.op
-    if op == NUM or op == VAR and len(e.args) == 1:  # constants and free symbols (sizes) bound themselves
+    if op == NUM or op == VAR and (len(e.args) == 1 or e.args[1] is None):  # constants, sizes: themselves
         return e, e
-    if op == VAR:  # 0 <= i <= upper
+    if op == VAR:  # lower <= i <= upper
         up = e.args[1]
-        return ZERO, (_sym_bounds(up)[1] if isinstance(up, Expression) else _num(up))
+        return _num(e.lower()), (_sym_bounds(up)[1] if isinstance(up, Expression) else _num(up))
     if op == ADD:
         lo, hi = ZERO, ZERO
         for t in e.args:
@@ -91,7 +91,7 @@ def _compute_sym_bounds(e: Expression) -> tuple[Expression | None, Expression | 
     a, b = e.args
     if op in (DIV, MOD):
         blo = b.bounds()[0]
-        if b.ranged() or blo is None or blo < 1:
+        if b.ranged() or blo is None or blo < 0:  # b >= 0 and b != 0 where defined: b >= 1
             return None, None
         if op == MOD:
             return ZERO, _add(b, _num(-1))

@@ -241,6 +241,11 @@ def _div(a: Expression, b: Expression) -> Expression:
                 return q
         if a.op == NUM and a.args[0] == 0:
             return ZERO
+        common = _cancel_common(a, b)
+        if common is not None:  # (f*x) // (f*y) == x // y for every f != 0
+            return _div(common[0], common[1])
+        if a.op == DIV and _non_negative(b) and _non_negative(a.args[1]):  # (x // c) // b == x // (c*b), b > 0
+            return _div(a.args[0], _mul(a.args[1], b))
         if a.op == ADD:  # (q*b + r) // b == q + r // b for any integer q and b != 0
             whole, rest = _split_multiples(a, b)
             if whole is not None:
@@ -266,6 +271,57 @@ def _exact_quotient(t: Expression, b: Expression) -> Expression | None:
     for f in rest:
         out = _mul(out, f)
     return out
+
+
+def _monomial(t: Expression) -> tuple[int, list[Expression]]:
+    """``3*x*y`` -> ``(3, [x, y])``; a constant -> ``(c, [])``; anything else -> ``(1, [t])``."""
+    if t.op == NUM:
+        return t.args[0], []
+    c, base = _split_coef(t)
+    return c, list(base.args) if base.op == MUL else [base]
+
+
+def _cancel_common(a: Expression, b: Expression):
+    """``(x, y, f)`` with ``a == f*x``, ``b == f*y`` for ``f`` the largest monomial (a positive constant times
+    symbolic factors) dividing the monomial ``b`` and every term of ``a``; None when ``f == 1``.
+
+    ``(160*b) // (5*b) == 32``, ``(a*b*c) // (b*c) == a``: exact wherever the division is defined (``b != 0``
+    implies ``f != 0``, and ``(f*x) // (f*y) == x // y``, ``(f*x) % (f*y) == f*(x % y)`` for every ``f != 0``).
+    """
+    if b.op in (NUM, ADD):
+        return None
+    bc, common = _monomial(b)
+    g = abs(bc)
+    terms = [_monomial(t) for t in (a.args if a.op == ADD else (a,))]
+    for c, fs in terms:
+        g = math.gcd(g, c)
+        rest, kept = list(fs), []
+        for f in common:
+            if f in rest:
+                rest.remove(f)
+                kept.append(f)
+        common = kept
+        if g <= 1 and not common:
+            return None
+    if g == 0:
+        return None
+
+    def divide(c, fs):
+        out = _num(c // g)
+        fs = list(fs)
+        for f in common:
+            fs.remove(f)
+        for f in fs:
+            out = _mul(out, f)
+        return out
+
+    x = ZERO
+    for c, fs in terms:
+        x = _add(x, divide(c, fs))
+    f = _num(g)
+    for s in common:
+        f = _mul(f, s)
+    return x, divide(bc, _monomial(b)[1]), f
 
 
 def _split_multiples(a: Expression, b: Expression):
@@ -367,6 +423,11 @@ def _mod(a: Expression, b: Expression) -> Expression:
             return ZERO
         if a.op == NUM and a.args[0] == 0:
             return ZERO
+        common = _cancel_common(a, b)
+        if common is not None:  # (f*x) % (f*y) == f * (x % y) for every f != 0
+            return _mul(common[2], _mod(common[0], common[1]))
+        if a.op == MOD and _exact_quotient(a.args[1], b) is not None:  # (x % (k*b)) % b == x % b
+            return _mod(a.args[0], b)
         if a.op == ADD:  # (q*b + r) % b == r % b
             whole, rest = _split_multiples(a, b)
             if whole is not None:
@@ -473,10 +534,9 @@ def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
     if op == NUM:
         return e.args[0], e.args[0]
     if op == VAR:
-        if len(e.args) == 1:
-            return 0, None
-        up = e.args[1]
-        return 0, (up.bounds()[1] if isinstance(up, Expression) else up)
+        lo = e.args[2] if len(e.args) > 2 else 0
+        up = e.args[1] if len(e.args) > 1 else None
+        return lo, (up.bounds()[1] if isinstance(up, Expression) else up)
     if op == ADD:
         lo, hi = 0, 0
         for t in e.args:
@@ -492,6 +552,8 @@ def _compute_bounds(e: Expression) -> tuple[int | None, int | None]:
         return 0, 1
     a, b = e.args
     (alo, ahi), (blo, bhi) = a.bounds(), b.bounds()
+    if op in (DIV, MOD) and blo == 0:  # a divisor is non-zero wherever the expression is defined: b >= 1
+        blo = 1
     if op == MIN:
         lo = None if alo is None or blo is None else min(alo, blo)
         hi = bhi if ahi is None else ahi if bhi is None else min(ahi, bhi)
