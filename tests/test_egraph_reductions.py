@@ -110,3 +110,27 @@ def test_derivation_is_none_for_a_member_no_rewrite_produced():
     assert derivation(sat.rules, eg, cls, start, start) == []
     other = ("Mul", ("float32",) + start[1][1:3] * 2)  # x * x: not an e-node of this class
     assert derivation(sat.rules, eg, cls, start, other) is None
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_default_pipeline_removes_unit_axis_reductions_without_the_pass(device):
+    """GenericCompiler no longer runs RemoveSingleReductions: the e-graph's unit-axis rules remove the
+    reductions (a plain read, a permuted read, keepdim, a max) and the values equal numpy's."""
+    from luminal import ops
+    from luminal.compiler import GenericCompiler, RemoveSingleReductions
+
+    assert not any(isinstance(p, RemoveSingleReductions) for p in GenericCompiler())
+    cx = lm.Graph()
+    xv, zv = _rand((4, 1, 5), 3), _rand((3, 5, 1), 4)
+    x = cx.tensor((4, 1, 5), name="x").set(xv)
+    z = cx.tensor((3, 5, 1), name="z").set(zv)
+    a = (x.sum(1) * 2 + x.max(1)).retrieve()
+    b = z.permute((2, 1, 0)).sum(0).exp().retrieve()
+    c = x.sum(1, keepdim=True).retrieve()
+    cx.compile(GenericCompiler(), (a, b, c), device=device)
+    left = [n for n in cx.nodes.values() if isinstance(n.op, (ops.SumReduce, ops.MaxReduce))]
+    assert left == []
+    cx.execute()
+    np.testing.assert_allclose(a.data(), xv.sum(1) * 2 + xv.max(1), rtol=1e-6)
+    np.testing.assert_allclose(b.data(), np.exp(zv.transpose(2, 1, 0).sum(0)), rtol=1e-6)
+    np.testing.assert_allclose(c.data(), xv.sum(1, keepdims=True), rtol=1e-6)
