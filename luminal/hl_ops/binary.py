@@ -108,9 +108,15 @@ class BinaryOps:
         if dtype.bits < 64:  # in int64: a - a mod b cannot wrap there; the int64 quotient wraps back on the cast
             # (int8: -128 // -1 = 128 -> -128, as PyTorch)
             return a.cast(DType.int64).floor_divide(b.cast(DType.int64)).cast(dtype)
-        # (a - a mod b) is an exact multiple of b: divide in float64 and round
-        exact = a.sub(a.remainder(b)).cast(DType.float64).div(b.cast(DType.float64))
-        return (exact + 0.5).floor().cast(dtype)
+        # m = a - a mod b is an exact multiple of b. Its float64 quotient is exact below 2^50 and within 2^12 of
+        # the true one above (m has 64 bits, float64 53); the remainder m - q0*b is then exact and small (it wraps
+        # back in int64 arithmetic), and its own float64 quotient corrects q0 exactly. |b| == 1 is a * b (int64's
+        # -2^63 // -1 wraps, as in PyTorch; and q0 could leave int64's range there).
+        m = a.sub(a.remainder(b))
+        bf = b.cast(DType.float64)
+        q0 = m.cast(DType.float64).div(bf).round().cast(dtype)
+        q = q0.add(m.sub(q0.mul(b)).cast(DType.float64).div(bf).round().cast(dtype))
+        return where(b.eq(1).logical_or(b.eq(-1)), a.mul(b), q)
 
     def remainder(self, other):
         """Floor modulo with the sign of the divisor (PyTorch ``%`` / ``remainder``)."""
