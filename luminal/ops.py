@@ -241,13 +241,23 @@ class Mod(_Binary):
         (a, b), bf16 = _widen(inputs)
         if bf16:
             with np.errstate(all="ignore"):
-                return _narrow(np.mod(a, b), bf16)
+                return _narrow(_float_remainder(a, b), bf16)
         if a.dtype.kind in "iu" and np.any(b == 0):
             raise ZeroDivisionError("integer modulo by zero in Mod")
         with np.errstate(all="ignore"):
             if a.dtype.kind == "i":  # INT_MIN % -1 is 0 (numpy gives 0 too, but warns or traps on some builds)
                 return np.where(b == -1, np.zeros_like(a), np.mod(a, np.where(b == -1, np.ones_like(b), b)))
+            if a.dtype.kind == "f":
+                return _float_remainder(a, b)
             return np.mod(a, b)
+
+
+def _float_remainder(a, b):
+    """``torch.remainder`` for floats: ``fmod`` moved into the divisor's sign, so a zero result keeps the dividend's
+    sign (``remainder(-4.0, 2.0)`` is ``-0.0``, numpy's ``mod`` gives ``+0.0``); with an infinite divisor a value of
+    the other sign becomes that infinity, as in numpy and PyTorch."""
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((m < 0) != (b < 0)), m + b, m)
 
 
 BITWISE_KINDS = ("and", "or", "xor", "shl", "shr")

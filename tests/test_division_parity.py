@@ -1,7 +1,9 @@
-"""Exact 64-bit integer floor division (``//``, ``div(rounding_mode=...)``) beyond float64's 2^53.
+"""Division parity: exact 64-bit integer floor division (``//``, ``div(rounding_mode=...)``) beyond float64's
+2^53, and float ``remainder`` with PyTorch's signed zeros and special values.
 
-Oracle: numpy's int64 ``//`` and ``%`` (exact, floor semantics, as PyTorch's). Both devices. Values up to
-+-2^62 and divisors from +-2 to +-2^40, plus the +-1 and int64 extremes that wrap as in PyTorch.
+Oracles: numpy's int64 ``//`` and ``%`` (exact, floor semantics, as PyTorch's); ``torch.remainder`` on CPU for
+floats. Both devices. Values up to +-2^62 and divisors from +-2 to +-2^40, plus the +-1 and int64 extremes
+that wrap as in PyTorch.
 """
 
 import numpy as np
@@ -55,3 +57,24 @@ def test_int64_floor_division_by_a_scalar(device):
     cx.execute()
     for d, o in outs.items():
         np.testing.assert_array_equal(o.data(), a_np // d)
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_remainder_matches_torch_including_signed_zeros(device, dtype):
+    torch = pytest.importorskip("torch")
+    vals = [-4.0, 4.0, -0.0, 0.0, 5.0, -5.0, 3.5, -3.5, np.inf, -np.inf, np.nan, 7.0, -6.0, 1e30, -1e30]
+    divs = [2.0, -2.0, 3.0, -3.0, np.inf, -np.inf, 0.0, -0.0, np.nan, 2.5, -2.5, 1e-3]
+    a_np = np.array([a for a in vals for _ in divs], dtype)
+    b_np = np.array([b for _ in vals for b in divs], dtype)
+    expect = torch.remainder(torch.from_numpy(a_np), torch.from_numpy(b_np)).numpy()
+    cx = lm.Graph()
+    r = (cx.tensor(a_np.shape, dtype=dtype).set(a_np) % cx.tensor(b_np.shape, dtype=dtype).set(b_np)).retrieve()
+    if device != "reference":
+        cx.compile(device=device)
+    cx.execute()
+    got = r.data()
+    both_nan = np.isnan(got) & np.isnan(expect)
+    assert np.all(both_nan | (got == expect)), (a_np[~both_nan & (got != expect)], b_np[~both_nan & (got != expect)])
+    # the sign of a zero (and of every non-NaN result) is torch's
+    assert np.array_equal(np.signbit(got[~both_nan]), np.signbit(expect[~both_nan]))
