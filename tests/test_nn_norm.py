@@ -156,3 +156,28 @@ def test_shape_errors():
         N.LayerNorm(4)(cx.tensor((2, 5)))
     with pytest.raises(ValueError, match="divisible"):
         N.GroupNorm(4, 6)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("kind", ["batchnorm", "instancenorm"])
+def test_module_called_twice_updates_its_statistics_twice(momentum, kind):
+    """A norm module applied twice in one forward updates running_mean/var (and num_batches_tracked) once per
+    call, the second from the first's result, as PyTorch does."""
+    if kind == "batchnorm":
+        tm, lmm, shape = torch.nn.BatchNorm2d(3, momentum=momentum), N.BatchNorm2d(3, momentum=momentum), (4, 3, 2, 2)
+    else:
+        tm = torch.nn.InstanceNorm2d(3, momentum=momentum, track_running_stats=True)
+        lmm, shape = N.InstanceNorm2d(3, momentum=momentum, track_running_stats=True), (4, 3, 2, 2)
+    _randomize(tm)
+    lmm.load_state_dict(tm.state_dict())
+    cx = lm.Graph()
+    x = cx.tensor(shape)
+    y = lmm(lmm(x) * 2.0 + 1.0).retrieve()
+    for step in range(2):
+        a = _data(shape, 30 + step)
+        x.set(a)
+        cx.execute()
+        with torch.no_grad():
+            expect = tm(tm(torch.from_numpy(a)) * 2.0 + 1.0).numpy()
+        np.testing.assert_allclose(y.data(), expect, rtol=RTOL, atol=ATOL)
+        _assert_state_equal(lmm, tm)

@@ -286,11 +286,19 @@ class _NormBase(Module):
 
         graph.post_execute_hooks.append(hook)
 
+    def _current(self, x, name: str):
+        """Buffer ``name`` as the earlier training-mode calls of this module in ``x``'s graph left it (a module
+        called twice in one forward updates its statistics twice, in call order, as in PyTorch), else the buffer."""
+        entries = self._stat_updates.get(id(x.graph))
+        if entries and name in entries[-1] and entries[-1][name].graph is x.graph:
+            return entries[-1][name]
+        return bind(getattr(self, name), x)
+
     def _momentum_factor(self, x):
         """``momentum``, or the cumulative-average factor ``1 / (num_batches_tracked + 1)`` for ``momentum=None``."""
         if self.momentum is not None:
             return self.momentum
-        return (bind(self.num_batches_tracked, x) + 1).float().reciprocal()
+        return (self._current(x, "num_batches_tracked") + 1).float().reciprocal()
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -316,8 +324,8 @@ class _BatchNorm(_NormBase):
             xf = x._floating()
             axes = _stats_axes(xf)
             m = self._momentum_factor(x)
-            rm, rv = bind(self.running_mean, x), bind(self.running_var, x)
-            nbt = bind(self.num_batches_tracked, x)
+            rm, rv = self._current(x, "running_mean"), self._current(x, "running_var")
+            nbt = self._current(x, "num_batches_tracked")
             self._register_update(x, {
                 "running_mean": rm * (1 - m) + xf.mean(axes) * m,
                 "running_var": rv * (1 - m) + xf.var(axes, correction=1) * m,
@@ -369,7 +377,7 @@ class _InstanceNorm(_NormBase):
                 xf = x._floating()
                 axes = tuple(range(2, xf.ndim))
                 m = self.momentum if self.momentum is not None else 0.0
-                rm, rv = bind(self.running_mean, x), bind(self.running_var, x)
+                rm, rv = self._current(x, "running_mean"), self._current(x, "running_var")
                 self._register_update(x, {
                     "running_mean": rm * (1 - m) + xf.mean(axes).mean(0) * m,
                     "running_var": rv * (1 - m) + xf.var(axes, correction=1).mean(0) * m,
