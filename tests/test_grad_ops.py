@@ -750,3 +750,33 @@ def test_gradients_at_kinks_and_infinities_follow_torch(name, ours, theirs, devi
     theirs(t).sum().backward()
     np.testing.assert_allclose(gx.data(), t.grad.numpy(), rtol=1e-5 if name == "erf" else 1e-6, atol=1e-6,
                                err_msg=f"{name} on {device}")
+
+
+NAN_KINK_FNS = KINK_FNS + [
+    ("clip_min", lambda x: x.clip(min=0.5), lambda t: t.clamp(min=0.5)),
+    ("clip_max", lambda x: x.clip(max=0.5), lambda t: t.clamp(max=0.5)),
+    ("celu", lambda x: x.celu(0.5), lambda t: torch.nn.functional.celu(t, 0.5)),
+    ("selu", lambda x: x.selu(), lambda t: torch.nn.functional.selu(t)),
+]
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("name,ours,theirs", NAN_KINK_FNS, ids=[k[0] for k in NAN_KINK_FNS])
+def test_gradients_at_nan_follow_torch(name, ours, theirs, device):
+    """At a NaN input the gradient is PyTorch's: 0 through clamp (its mask is False there), the identity branch's
+    1 through relu / hardtanh / elu / celu / selu (their masks test ``x <= 0``), NaN where torch's formula gives
+    NaN. Values and gradients compared with NaNs equal; tolerance as in the kink test."""
+    xs = np.array([np.nan, -2.0, 0.5, 3.0, np.nan], dtype=np.float64)
+    g = lm.Graph()
+    x = g.tensor(xs.shape, "float64").set(xs)
+    y = ours(x).retrieve()
+    (gx,) = grad(y.sum(), [x])
+    gx.retrieve()
+    g.compile(device=device)
+    g.execute()
+    t = torch.tensor(xs, dtype=torch.float64, requires_grad=True)
+    ty = theirs(t)
+    ty.sum().backward()
+    np.testing.assert_allclose(y.data(), ty.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(gx.data(), t.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True,
+                               err_msg=f"{name} on {device}")

@@ -243,6 +243,10 @@ class BinaryOps:
             out = a._select_min(b)
         if min is None and max is None:
             raise ValueError("clip needs at least one of min and max")
+        if out.dtype.is_float and all(v is None or is_scalar(v) for v in (min, max)):
+            # torch's clamp_backward: g where min <= x <= max, else 0 (also at a NaN x, which the
+            # selections above pass through as self)
+            return _grad_rule(out, "clamp", (self,), (min, max))
         return out
 
     clamp = clip

@@ -256,7 +256,9 @@ class UnaryOps:
     def elu(self, alpha: float = 1.0):
         """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise."""
         from .binary import where
-        return where(self > 0, self, (self.clip(max=0.0).exp() - 1.0) * alpha)
+        # x <= 0 (False at NaN, so NaN passes through the identity branch: torch's gradient 1 there)
+        nonpos = self < _above(0.0, self.dtype) if self.dtype.is_float else self < 1
+        return where(nonpos, (self.clip(max=0.0).exp() - 1.0) * alpha, self)
 
     def selu(self):
         alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -264,7 +266,8 @@ class UnaryOps:
 
     def celu(self, alpha: float = 1.0):
         from .binary import where
-        return where(self > 0, self, ((self / alpha).clip(max=0.0).exp() - 1.0) * alpha)
+        nonpos = self < _above(0.0, self.dtype) if self.dtype.is_float else self < 1
+        return where(nonpos, ((self / alpha).clip(max=0.0).exp() - 1.0) * alpha, self)
 
     def sigmoid(self):
         """``1 / (1 + exp(-x))``; exactly 0 where ``exp(-x)`` would overflow (x below -88 in float32, -709 in

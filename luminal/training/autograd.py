@@ -347,6 +347,15 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: g * -(ts[0].sin())]
     elif name == "tan":
         rules = [lambda: g * (y * y + 1.0)]
+    elif name == "clamp":  # torch's clamp_backward: g inside [min, max] (ends included), 0 outside and at NaN
+        lo, hi = param
+        x = ts[0]
+        inside = None
+        if lo is not None:
+            inside = x >= lo
+        if hi is not None:
+            inside = x <= hi if inside is None else inside.logical_and(x <= hi)
+        rules = [lambda: where(inside, g, 0.0)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
         rules = []
     elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
