@@ -690,19 +690,22 @@ class _Plan:
                 continue
             root = out.op
             if id(root) not in op_index:
-                # iterative post-order DFS over operations; leaves are numbered in order of first use
-                stack = [(root, False)]
+                # iterative post-order DFS over operations (an operation is emitted once the operations of its
+                # inputs are); leaves are numbered in order of first use
+                stack = [root]
                 while stack:
-                    op, expanded = stack.pop()
+                    op = stack[-1]
                     if id(op) in op_index:
+                        stack.pop()
                         continue
-                    if not expanded:
-                        stack.append((op, True))
-                        for i in reversed(op.inputs):
-                            if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
-                                    and id(i.op) not in op_index:
-                                stack.append((i.op, False))
+                    depth = len(stack)
+                    for i in op.inputs:
+                        if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
+                                and id(i.op) not in op_index:
+                            stack.append(i.op)
+                    if len(stack) != depth:
                         continue
+                    stack.pop()
                     refs = []
                     for i in op.inputs:
                         if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
@@ -731,17 +734,18 @@ class _Plan:
         """ids of realized values that must be recomputed: those a pending backward operation differentiates
         through (a loss that was printed before ``backward()``)."""
         stack = list(outputs)
-        seen: set = set()
+        seen: set = set()  # operations visited (an optimizer update has one per parameter and state buffer)
         roots = []
         while stack:
             v = stack.pop()
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            if v.pending:
-                if v.op.key[0] == "grad":
-                    roots.append(v.op.inputs[0])
-                stack.extend(v.op.inputs)
+            if v.value is None and v.getter is None:  # pending
+                op = v.op
+                if id(op) in seen:
+                    continue
+                seen.add(id(op))
+                if op.key[0] == "grad":
+                    roots.append(op.inputs[0])
+                stack.extend(op.inputs)
         hist: set = set()
         while roots:
             v = roots.pop()
@@ -815,16 +819,23 @@ def realize(targets=(), what: str = "read a tensor's value"):
     tracing = _tls.tracing
     if tracing is not None:
         tracing.fail(what)
-    vals = [v for v in targets if v.pending]
+    vals = [v for v in targets if v.pending] if targets else []
     effects = _tls.effects
     if effects:
         _tls.effects = []
         for evals, _ in effects:
-            vals.extend(v for v in evals if v.pending)
+            vals.extend([v for v in evals if v.value is None and v.getter is None])
     live, keep = _pending_live()
     if not vals and not live and not effects:
         return
-    outputs = _dedupe(sorted(vals + live, key=_seq_of))
+    vals += live
+    vals.sort(key=_seq_of)
+    position: dict = {}  # id(value) -> its index in outputs
+    outputs = []
+    for v in vals:
+        if id(v) not in position:
+            position[id(v)] = len(outputs)
+            outputs.append(v)
     try:
         values, entry = run_plan(outputs)
     except BaseException:
@@ -839,7 +850,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
         else:
             _with_history.add(v)
     if effects:
-        apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
+        apply_effects(effects, position, values, entry)
     pending = _tls.pending
     if pending is keep and len(pending) == len(live):
         _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)
@@ -857,12 +868,16 @@ def apply_effects(effects, position: dict, values, entry) -> None:
         del callback
         if freed and internal is None:
             internal = entry.internal_refs()
+        getrefcount = sys.getrefcount
         while freed:
             j, old = freed.pop()
-            # held only here (this name) and inside the graph, no view of it anywhere: reuse its memory
-            if _exclusively_held(old, 1 + internal.get(id(old), 0)):
+            # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
+            # anywhere (see luminal.runtime.cpu.exclusively_held): reuse its memory
+            base = old.base
+            if (base is None or not isinstance(base, np.ndarray)) and \
+                    getrefcount(old) - internal.get(id(old), 0) <= 2:
                 donated.append((position[id(evals[j])], old))
-            del old
+            del old, base
     if donated:
         entry.donate_many(donated)
 

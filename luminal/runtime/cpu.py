@@ -441,6 +441,10 @@ class CPURuntime:
         lent = local.get("lent")
         if lent is None:
             lent = local["lent"] = {}
+        dtypes = self._out_dtypes
+        if dtypes is None:
+            self._reusable(-1, None)
+            dtypes = self._out_dtypes
         for node_id, arr in pairs:
             old = out_arrays.pop(node_id, None)
             if arr is None:
@@ -448,8 +452,11 @@ class CPURuntime:
                     lent[node_id] = old
             else:
                 lent.pop(node_id, None)
-                if self._reusable(node_id, arr):
-                    out_arrays[node_id] = arr
+                dt = dtypes.get(node_id)
+                if dt is not None and isinstance(arr, np.ndarray) and arr.dtype == dt:  # (see _reusable)
+                    flags = arr.flags
+                    if flags.c_contiguous and flags.writeable and flags.aligned:
+                        out_arrays[node_id] = arr
 
     def _reusable(self, node_id: int, arr) -> bool:
         """Whether ``arr`` can be the next output array of node ``node_id`` (its dtype, C order, writeable)."""
@@ -465,16 +472,15 @@ class CPURuntime:
 
     # ------------------------------------------------------------------ execution
     def _pointer(self, node_id: int, arr: np.ndarray) -> int:
-        """The data address of ``arr``, cached per node for its last two arrays (parameters and optimizer state
-        alternate between two buffers from run to run, and reading an address costs a microsecond or more).
+        """The data address of ``arr``, cached per node for its last two new arrays (parameters and optimizer
+        state alternate between two buffers from run to run, and reading an address costs a microsecond or more).
         The cache holds weak references: it keeps no array alive, and an array that died never matches."""
         c = self._pointers.get(node_id)
         if c is not None:
             if c[0]() is arr:
                 return c[1]
             if c[2]() is arr:
-                c[0], c[1], c[2], c[3] = c[2], c[3], c[0], c[1]
-                return c[1]
+                return c[3]
         address = arr.__array_interface__["data"][0]
         try:
             ref = weakref.ref(arr)
@@ -520,13 +526,22 @@ class CPURuntime:
         buffers, tensors = entry.buffers, graph.tensors
         pointers, pointer = self._pointers, self._pointer
         deferred = graph.deferred
+        if type(deferred) is dict and not deferred:
+            deferred = ()
         for k, node_id, tkey, shape in entry.in_slots:
             arr = tensors.get(tkey)
             if arr is None or arr.shape != shape or node_id in deferred:
                 graph._load_input(graph.nodes[node_id], shape, dyn)  # fills deferred data, or explains what is wrong
                 arr = tensors[tkey]
             c = pointers.get(node_id)
-            buffers[k] = c[1] if c is not None and c[0]() is arr else pointer(node_id, arr)
+            if c is None:
+                buffers[k] = pointer(node_id, arr)
+            elif c[0]() is arr:
+                buffers[k] = c[1]
+            elif c[2]() is arr:
+                buffers[k] = c[3]
+            else:
+                buffers[k] = pointer(node_id, arr)
         out_arrays = self._out_local.__dict__.get("arrays")
         if out_arrays is None:
             out_arrays = self._out_arrays
@@ -547,7 +562,14 @@ class CPURuntime:
                     arr = out_arrays[node_id] = _aligned_empty(shape, dtype, nbytes)
             tensors[tkey] = arr
             c = pointers.get(node_id)
-            buffers[k] = c[1] if c is not None and c[0]() is arr else pointer(node_id, arr)
+            if c is None:
+                buffers[k] = pointer(node_id, arr)
+            elif c[0]() is arr:
+                buffers[k] = c[1]
+            elif c[2]() is arr:
+                buffers[k] = c[3]
+            else:
+                buffers[k] = pointer(node_id, arr)
         code = self._run(buffers, entry.syms)
         if code:
             exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
