@@ -429,6 +429,42 @@ def test_grad_scaler_in_compiled_step_matches_torch(opt_name, device):
                                        rtol=1e-4, atol=1e-9)
 
 
+def test_grad_scaler_unscales_before_clipping():
+    """``minimize(max_grad_norm=..., scaler=...)`` clips the unscaled gradients, as torch's recipe
+    ``scaler.unscale_(opt); clip_grad_norm_(...); scaler.step(opt)``."""
+    xs, ys = _scaler_data()
+    m, tm = _small_pair()
+    opt_t = torch.optim.Adam(tm.parameters(), lr=1e-2)
+    sc_t = torch.amp.GradScaler("cpu", **SCALER_KW)
+    want = []
+    for x, y in zip(xs, ys):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = TF.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
+        opt_t.zero_grad()
+        sc_t.scale(loss).backward()
+        sc_t.unscale_(opt_t)
+        torch.nn.utils.clip_grad_norm_(tm.parameters(), 0.05)
+        sc_t.step(opt_t)
+        sc_t.update()
+        want.append(sc_t.get_scale())
+    cx = lm.Graph()
+    xi = cx.tensor((4, 6))
+    yi = cx.tensor((4,), "int64")
+    with lm.autocast(dtype=lm.float16):
+        loss = F.cross_entropy(m(xi), yi).retrieve()
+    sc = lm.GradScaler(**SCALER_KW)
+    Adam(m.parameters(), lr=1e-2).minimize(loss, max_grad_norm=0.05, scaler=sc)
+    got = []
+    for x, y in zip(xs, ys):
+        xi.set(x)
+        yi.set(y)
+        cx.execute()
+        got.append(sc.get_scale())
+    assert got == want
+    for p, tp in zip(m.parameters(), tm.parameters()):
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_grad_scaler_eager_loop_matches_torch(device):
     _eager_device(device)
