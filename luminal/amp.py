@@ -232,16 +232,16 @@ def _install_eager_hook() -> None:
         record = core._record
 
         @functools.wraps(record)
-        def _record(key, build, inputs, hold=None, spec_outs=None, grad=True):
+        def _record(key, build, inputs, *args, **kwargs):
             low = _state.dtype
-            if low is None or spec_outs is not None or not isinstance(key, tuple) or not key \
-                    or key[0] not in ("m", "f", "mod"):
-                return record(key, build, inputs, hold, spec_outs, grad)
+            # only user-level operations (methods, functions, module calls); not backward, detach, optimizer steps
+            if low is None or not isinstance(key, tuple) or not key or key[0] not in ("m", "f", "mod"):
+                return record(key, build, inputs, *args, **kwargs)
 
             def build_autocast(graph, gts, build=build, low=low):
                 with _Region(low):
                     return build(graph, gts)
-            return record(key + (("autocast", low.value),), build_autocast, inputs, hold, spec_outs, grad)
+            return record(key + (("autocast", low.value),), build_autocast, inputs, *args, **kwargs)
         core._record = _record
         _hook["installed"] = True
 
