@@ -19,6 +19,7 @@ from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, In
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                       AdaptiveMaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, GlobalAvgPool, MaxPool1d, MaxPool2d,
                       MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sparse import Embedding
 from .summary import parameter_count, summary
 from .upsample import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
