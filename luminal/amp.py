@@ -342,7 +342,8 @@ class GradScaler:
         if not isinstance(outputs, Tensor):
             raise TypeError(f"GradScaler.scale: expected a luminal tensor, got {type(outputs).__name__}")
         from .eager import tensor as _t
-        return outputs * _t(np.asarray(self._scale, outputs.dtype.numpy))
+        # the scale stays float32 (2**16 does not fit float16); the product is rounded to the loss's dtype
+        return (outputs * _t(np.asarray(self._scale, np.float32))).cast(outputs.dtype)
 
     def _eager_grads(self, optimizer):
         from .eager import param_tensor
@@ -437,11 +438,11 @@ class GradScaler:
         multiplied by ``1/scale`` (both graph inputs read at every execute), and a bool flag of any inf/NaN."""
         graph = loss.graph
         dt = loss.dtype
-        s = graph.tensor((), dt, "loss_scale")
-        s.set_deferred(lambda b, dt=dt.numpy: np.asarray(self.get_scale(), dt))
+        s = graph.tensor((), DType.float32, "loss_scale")  # float32: 2**16 does not fit float16
+        s.set_deferred(lambda b: np.asarray(self.get_scale(), np.float32))
         inv = graph.tensor((), DType.float32, "inv_loss_scale")
         inv.set_deferred(lambda b: np.asarray(self._inv_scale() if self._enabled else 1.0, np.float32))
-        grads = grad_fn(loss * s, params)
+        grads = grad_fn((loss * s).cast(dt), params)
         out, flags = [], []
         for g in grads:
             if g is None:

@@ -429,6 +429,40 @@ def test_grad_scaler_in_compiled_step_matches_torch(opt_name, device):
                                        rtol=1e-4, atol=1e-9)
 
 
+def test_grad_scaler_float16_loss_overflows_like_torch():
+    """A float16 loss times the default scale 2**16 overflows (65536 > float16's max): the first step is skipped
+    and the scale halves, as with torch."""
+    xs, ys = _scaler_data()
+    m, tm = _small_pair()
+    opt_t = torch.optim.SGD(tm.parameters(), lr=0.1)
+    sc_t = torch.amp.GradScaler("cpu")
+    want = []
+    for x, y in zip(xs, ys):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = TF.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y)).half()
+        opt_t.zero_grad()
+        sc_t.scale(loss).backward()
+        sc_t.step(opt_t)
+        sc_t.update()
+        want.append(sc_t.get_scale())
+    cx = lm.Graph()
+    xi = cx.tensor((4, 6))
+    yi = cx.tensor((4,), "int64")
+    with lm.autocast(dtype=lm.float16):
+        loss = F.cross_entropy(m(xi), yi).cast("float16").retrieve()
+    sc = lm.GradScaler()
+    SGD(m.parameters(), lr=0.1).minimize(loss, scaler=sc)
+    got = []
+    for x, y in zip(xs, ys):
+        xi.set(x)
+        yi.set(y)
+        cx.execute()
+        got.append(sc.get_scale())
+    assert want[0] == 2.0 ** 15 and got == want
+    for p, tp in zip(m.parameters(), tm.parameters()):
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_grad_scaler_unscales_before_clipping():
     """``minimize(max_grad_norm=..., scaler=...)`` clips the unscaled gradients, as torch's recipe
     ``scaler.unscale_(opt); clip_grad_norm_(...); scaler.step(opt)``."""
