@@ -46,6 +46,7 @@ _LOW = (DType.bfloat16, DType.float16)
 class _State(threading.local):
     def __init__(self):
         self.dtype = None  # the active autocast dtype of this thread, or None
+        self.saved: list = []  # the dtypes active before the enclosing autocast regions of this thread
 
 
 _state = _State()
@@ -110,17 +111,16 @@ class autocast:
         self.device_type = device_type
         self.fast_dtype = _check_dtype(DType.bfloat16 if dtype is None else dtype)
         self.enabled = bool(enabled)
-        self._prev: list = []
 
     def __enter__(self):
-        self._prev.append(_state.dtype)
+        _state.saved.append(_state.dtype)  # per thread: one autocast object may be entered by several threads
         _state.dtype = self.fast_dtype if self.enabled else None
         if self.enabled:
             _install_eager_hook()
         return self
 
     def __exit__(self, *exc):
-        _state.dtype = self._prev.pop()
+        _state.dtype = _state.saved.pop()
         return False
 
     def __call__(self, fn):
@@ -223,7 +223,7 @@ def _install_eager_hook() -> None:
         return
     import sys
     core = sys.modules.get("luminal.eager._core")
-    if core is None:  # eager not in use yet: install when it is imported (lm.tensor & co import it lazily)
+    if core is None:  # import it now: eager tensors first created inside this region must see the region
         import importlib
         core = importlib.import_module("luminal.eager._core")
     with _hook_lock:
