@@ -1,11 +1,16 @@
 """Eager training loop vs the compiled ``Trainer`` vs PyTorch eager: ms per step, same model and batches.
 
-    python benchmarks/eager_loop.py [--steps 200] [--device cpu]
+    python benchmarks/eager_loop.py [--steps 100] [--repeat 1] [--device cpu]
 
 The eager loop is PyTorch's (``loss = F.cross_entropy(model(x), y); loss.backward(); opt.step();
 opt.zero_grad()``) on luminal eager tensors: the first step compiles forward + backward + Adam into one graph,
 later steps replay it from the compile cache (the table shows the compile count). ``Trainer.train_step`` runs
 the graph built by ``opt.minimize`` (state carried in place). Medians over the timed steps, after warm-up.
+
+The luminal columns are timed round-robin (one step of each in turn), so that load changes on a shared machine
+hit them alike; PyTorch is timed in its own loop afterwards: its OpenMP workers keep spinning after each step
+and would slow down whichever luminal step ran next. ``--repeat R`` runs the timing R times and reports the
+median of the R medians.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ def _time_all(fns: dict, steps: int, warmup: int = 3) -> dict:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def run_case(name, sizes, batch, steps, device):
+def run_case(name, sizes, batch, steps, device, repeat=1):
     import luminal as lm
     import luminal.nn as nn
     import luminal.nn.functional as F
@@ -101,10 +106,17 @@ def run_case(name, sizes, batch, steps, device):
             loss.backward()
             topt.step()
             topt.zero_grad()
-        fns["torch eager"] = torch_step
+        torch_fn = {"torch eager": torch_step}
     except ImportError:
+        torch_fn = None
         row["torch eager"] = float("nan")
-    row.update(_time_all(fns, steps))
+    runs = []
+    for _ in range(max(1, repeat)):
+        times = _time_all(fns, steps)
+        if torch_fn is not None:
+            times.update(_time_all(torch_fn, steps))
+        runs.append(times)
+    row.update({k: statistics.median(r[k] for r in runs) for k in runs[0]})
     row["compiles eager+jit"] = lm.eager.stats()["compiles"] - before  # over all timed steps: 1 + 1 expected
     row["eager / Trainer"] = row["luminal eager"] / row["luminal Trainer"]
     return row
@@ -113,14 +125,16 @@ def run_case(name, sizes, batch, steps, device):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=1, help="repeat the timing; report the median of the medians")
     ap.add_argument("--device", default="cpu", choices=["cpu", "reference"])
     args = ap.parse_args()
     cases = [("MLP 20-32-5, batch 64", (20, 32, 5), 64),
              ("MLP 784-512-10, batch 256 (W3)", (784, 512, 10), 256)]
-    rows = [run_case(name, sizes, batch, args.steps, args.device) for name, sizes, batch in cases]
+    rows = [run_case(name, sizes, batch, args.steps, args.device, args.repeat) for name, sizes, batch in cases]
     cols = ["case", "torch eager", "luminal Trainer", "luminal eager", "luminal jit", "eager / Trainer",
             "compiles eager+jit", "eager first step s"]
-    print(f"ms per step (median of {args.steps}), device={args.device}")
+    rep = f", median of {args.repeat} repeats" if args.repeat > 1 else ""
+    print(f"ms per step (median of {args.steps}{rep}), device={args.device}")
     print(" | ".join(cols))
     print(" | ".join("---" for _ in cols))
     for r in rows:
