@@ -31,6 +31,7 @@ from .hl_ops.indexing import IndexingOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
 from .hl_ops.norm import NormOps
+from .hl_ops.parity import ParityOps
 from .hl_ops.reduction import ReductionOps
 from .hl_ops.scan import ScanOps
 from .hl_ops.sorting import SortingOps
@@ -40,7 +41,7 @@ from .shape import Expression, ShapeTracker
 
 
 class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, NormOps, ScanOps, DebugOps, TrigOps,
-                  SortingOps, IndexingOps):
+                  SortingOps, IndexingOps, ParityOps):
     """A handle to a node's output seen through a view (see the module docstring).
 
     Attributes:

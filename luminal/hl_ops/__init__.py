@@ -10,9 +10,11 @@ from .creation import arange, constant, full, iota, ones, rand, randn, tril_mask
 from .einsum import einsum
 from .indexing import eye, linspace, logspace, meshgrid, one_hot, scatter_elements
 from .movement import concat, stack
+from .parity import addmm, baddbmm, bmm, cdist, cross, dot, inner, kron, mm, mv, outer, tensordot, trace
 
 cat = concat
 
 __all__ = ["where", "concat", "cat", "stack", "arange", "constant", "full", "iota", "ones", "rand", "randn",
            "zeros", "tril_mask", "triu_mask", "einsum", "eye", "linspace", "logspace", "meshgrid", "one_hot",
-           "scatter_elements"]
+           "scatter_elements", "addmm", "baddbmm", "bmm", "cdist", "cross", "dot", "inner", "kron", "mm", "mv",
+           "outer", "tensordot", "trace"]

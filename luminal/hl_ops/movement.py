@@ -270,8 +270,24 @@ class MovementOps:
             st = st.flip(a)
         return self._view(st)
 
-    def roll(self, shift: int, axis: int):
-        """Rotate elements along ``axis`` by ``shift``."""
+    def roll(self, shift, axis=None, *, dims=None):
+        """``torch.roll``: rotate elements along ``axis`` (PyTorch's ``dims``) by ``shift``; tuples of shifts and
+        axes roll each pair in turn; no axis rolls the flattened tensor and restores the shape."""
+        if dims is not None:
+            axis = dims
+        if axis is None:
+            if not isinstance(shift, int):
+                raise ValueError(f"roll without dims takes one int shift, got {shift!r}")
+            return self.reshape((-1,)).roll(shift, 0).reshape(tuple(self.dims))
+        if isinstance(shift, (tuple, list)) or isinstance(axis, (tuple, list)):
+            shifts = list(shift) if isinstance(shift, (tuple, list)) else [shift]
+            axes = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+            if len(shifts) != len(axes):
+                raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} dims")
+            out = self
+            for s_, a_ in zip(shifts, axes):
+                out = out.roll(s_, a_)
+            return out
         axis = normalize_axis(axis, self.ndim)
         n = self.dims[axis]
         if not n.is_constant():

@@ -13,6 +13,13 @@ from .blocks import LoRALinear, ResNetBlock
 from .conv import Conv1d, Conv2d, Conv3d, Conv4d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Flatten, Identity, Linear
+from .layers_extra import (GLU, ChannelShuffle, CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d,
+                           ConstantPad2d, ConstantPad3d, CosineEmbeddingLoss, CosineSimilarity, Fold, GaussianNLLLoss,
+                           Hardshrink, HingeEmbeddingLoss, MarginRankingLoss, MultiLabelSoftMarginLoss,
+                           PairwiseDistance, ParameterDict, ParameterList, PixelShuffle, PixelUnshuffle, PoissonNLLLoss,
+                           ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
+                           ReplicationPad3d, RReLU, Softmax2d, Softmin, Softshrink, SoftMarginLoss, Tanhshrink,
+                           Threshold, TripletMarginLoss, Unflatten, Unfold, ZeroPad1d, ZeroPad2d, ZeroPad3d)
 from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
 from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
                             InstanceNorm3d, LayerNorm, RMSNorm)

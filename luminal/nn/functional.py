@@ -149,6 +149,12 @@ from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_poo
                       adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,
                       max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 from .sparse import embedding  # noqa: E402
+from .functional_extra import (celu, channel_shuffle, cosine_embedding_loss, cosine_similarity, elu, fold,  # noqa: E402
+                               gaussian_nll_loss, glu, hardshrink, hardsigmoid, hardswish, hardtanh,
+                               hinge_embedding_loss, leaky_relu, logsigmoid, margin_ranking_loss, mish,
+                               multilabel_soft_margin_loss, pairwise_distance, pdist, pixel_shuffle, pixel_unshuffle,
+                               poisson_nll_loss, relu6, rrelu, selu, sigmoid, soft_margin_loss, softplus, softshrink,
+                               softsign, tanh, tanhshrink, threshold, triplet_margin_loss, unfold)
 from .losses import binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss  # noqa: E402
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("GraphError", "annotations", "where")]
