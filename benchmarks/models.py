@@ -217,7 +217,18 @@ def export_bert_onnx(path: str) -> int:
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                   intermediate_size=1536, layer_norm_eps=1e-12, attn_implementation="eager")
-    net = transformers.BertModel(cfg).eval()
+    bert = transformers.BertModel(cfg).eval()
+
+    class Wrapped(torch.nn.Module):  # keyword arguments, tuple outputs: what the TorchScript exporter traces
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+            return out.last_hidden_state, out.pooler_output
+
+    net = Wrapped().eval()
     ids = torch.randint(0, 30522, (2, 16))
     mask = torch.ones_like(ids)
     dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},

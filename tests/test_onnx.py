@@ -691,3 +691,44 @@ def test_bitcast_integer_types_and_float_bits_at_import_time():
                               [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.INT32, [3])])
     with pytest.raises(OnnxImportError, match=r"'bits' \(BitCast.*from FLOAT to INT32.*floating-point bits"):
         lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hf_bert_export_slices_its_position_table_by_seq(device):
+    """A transformers BertModel (random small config) exported with torch.onnx.export slices its 32-long
+    ``position_ids`` buffer with the symbolic ``seq`` and expands ``token_type_ids`` from symbolic shape
+    computations: it imports with symbolic batch and seq (the slice's length is ``seq``, checked at each call to
+    be at most 32), matches onnxruntime at two shapes (rtol 1e-4, atol 1e-5) without recompiling, and a longer
+    input is refused naming the limit."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    bert = transformers.BertModel(transformers.BertConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=32, attn_implementation="eager")).eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+            return out.last_hidden_state, out.pooler_output
+
+    ids = torch.randint(0, 60, (2, 7))
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    proto = _torch_export(Wrapped().eval(), (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"],
+                          ["hidden", "pooled"], dyn)
+    model = lo.load(proto, device=device)
+    rng = np.random.default_rng(1)
+    runtime = None
+    for b, s in ((2, 7), (3, 12)):
+        mask = np.ones((b, s), np.int64)
+        mask[0, s // 2:] = 0
+        check_against_ort(model, proto, {"input_ids": rng.integers(0, 60, (b, s)), "attention_mask": mask})
+        assert runtime is None or model.runtime is runtime
+        runtime = model.runtime
+    with pytest.raises(OnnxInputError, match=r"seq = 40 exceeds 32.*Slice"):
+        model(rng.integers(0, 60, (1, 40)), np.ones((1, 40), np.int64))

@@ -99,6 +99,7 @@ class Importer:
         self.values: dict[str, Value] = {}
         self.inferred_types: dict[str, int] = {}
         self.functions = {(f.domain, f.name): f for f in model.functions}
+        self.assumptions: list[tuple[Expression, int, str]] = []   # (symbolic size, its maximum, node) checked per call
         self._scratch: dict[int, GraphTensor] = {}
         self._check_model()
         self._infer_types()
@@ -227,6 +228,12 @@ class Importer:
                 name = f"{base}_{k}"
             self.symbols[dim_param] = name
         return Expression.symbol(self.symbols[dim_param])
+
+    def assume(self, size: Expression, maximum: int, where: str) -> None:
+        """Record that the symbolic ``size`` is at most ``maximum`` (a slice of a constant-length table by a
+        symbolic length); :class:`~luminal.onnx.model.OnnxModel` checks it when inputs bind the symbols."""
+        if not any(size == s and maximum == m for s, m, _ in self.assumptions):
+            self.assumptions.append((size, maximum, where))
 
     # ------------------------------------------------------------------ outputs
     def _add_outputs(self) -> None:

@@ -121,6 +121,12 @@ class OnnxModel(CompiledModel):
                                  f"{self.input_names}")
         for name in self.input_names:
             self._set_input(name, feeds[name])
+        for size, maximum, where in self._importer.assumptions:
+            value = size.evaluate(self.graph.dyn_map)
+            if value > maximum:
+                raise OnnxInputError(f"{self.source}: {size} = {value} exceeds {maximum}, the length of the constant "
+                                     f"that {where} slices with it (e.g. a position table: the model supports "
+                                     f"at most {maximum})")
         if not self._compiled:
             self.compile()
         self.graph.execute()

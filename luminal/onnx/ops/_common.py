@@ -44,12 +44,15 @@ def as_obj(arr) -> np.ndarray:
 
 
 def simplify_obj(arr: np.ndarray) -> np.ndarray:
-    """Object array -> int64 array when every element is a known integer; elements stay Expressions otherwise."""
+    """Object array -> int64 array when every element is a known integer (bool array when every element is a
+    bool); elements stay Expressions otherwise."""
     if arr.dtype != object:
         return arr
     flat = [dim(x) if isinstance(x, Expression) else x for x in arr.reshape(-1)]
-    if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in flat):
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):
         return np.array(flat, dtype=np.int64).reshape(arr.shape)
+    if flat and all(isinstance(x, (bool, np.bool_)) for x in flat):  # decided comparisons of symbolic dims
+        return np.array(flat, dtype=np.bool_).reshape(arr.shape)
     out = np.empty(arr.shape, dtype=object)
     out.reshape(-1)[:] = flat
     return out

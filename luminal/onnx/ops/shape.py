@@ -15,7 +15,7 @@ from ...shape import Expression, to_expr
 from .. import dtypes
 from ..errors import OnnxImportError
 from ..registry import NotFoldable, dim, is_symbolic, register, set_fold, typed
-from ._common import as_obj, axes_list, axis, expr, is_obj, simplify_obj
+from ._common import as_obj, axes_list, axis, expr, is_obj, nonneg, simplify_obj
 
 # Slice bounds at or beyond this mean "to the end" of a symbolic dim (exporters write INT64_MAX, INT32_MAX or
 # 10**9): symbolic dims are assumed to stay below it.
@@ -297,9 +297,14 @@ def _clamp(v, lo, hi):
     return lo if v < lo else hi if v > hi else v
 
 
-def slice_bounds(n, start, end, step):
-    """ONNX's clamped (start, end) for a dim of size ``n`` (int or Expression)."""
-    if not is_symbolic(n):
+def slice_bounds(n, start, end, step, assume=None):
+    """ONNX's clamped (start, end) for a dim of size ``n`` (int or Expression).
+
+    ``start``/``end`` may be symbolic. Over a constant ``n`` a symbolic bound ``v`` (``position_ids[:, 0:seq]``
+    over a 512-long table) is taken as ``v`` itself, not ``min(v, n)``, so that the slice has the length other
+    values of the model have (``seq``): ``assume(v, n)`` records ``v <= n`` for the model to check at each call
+    (without ``assume`` the clamp ``min(v, n)`` is kept)."""
+    if not (is_symbolic(n) or is_symbolic(start) or is_symbolic(end)):
         if start < 0:
             start += n
         if end < 0:
@@ -308,9 +313,16 @@ def slice_bounds(n, start, end, step):
             return _clamp(start, 0, n), _clamp(end, 0, n)
         return _clamp(start, 0, n - 1), _clamp(end, -1, n - 1)
     if step < 0:
-        raise OnnxImportError(f"Slice with a negative step over a symbolic dim {n} is not supported")
+        raise OnnxImportError(f"Slice with a negative step over a symbolic dim or with symbolic bounds is not "
+                              f"supported (dim {n}, starts {start}, ends {end})")
     def norm(v):
         if is_symbolic(v):
+            if not is_symbolic(n) and assume is not None:
+                if not nonneg(v):
+                    raise OnnxImportError(f"Slice bound {v} over a dim of size {n} may be negative; only "
+                                          "non-negative symbolic bounds are supported")
+                assume(expr(v), int(n))
+                return v
             return expr(v).min(n)
         if v >= BIG:
             return n
@@ -328,7 +340,7 @@ def _slice_args(ctx, dims):
     for s, e, a, st in zip(starts, ends, axes_list(axes, len(dims)), steps):
         if is_symbolic(st) or st == 0:
             raise OnnxImportError(f"Slice: step must be a nonzero constant, got {st}")
-        b, f = slice_bounds(dims[a], s, e, st)
+        b, f = slice_bounds(dims[a], s, e, st, lambda v, n: ctx.importer.assume(v, n, ctx.describe()))
         out.append((a, b, f, st))
     return out
 
@@ -347,6 +359,8 @@ def _fold_slice(ctx):
     data = ctx.static(0)
     index = [slice(None)] * data.ndim
     for a, b, e, step in _slice_args(ctx, data.shape):
+        if is_symbolic(b) or is_symbolic(e):
+            raise NotFoldable()  # a symbolic slice of a constant: a view built at run time
         index[a] = slice(b, e if e >= 0 else None, step)
     return [data[tuple(index)]]
 
