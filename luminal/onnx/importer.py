@@ -129,7 +129,7 @@ class Importer:
     def _infer_types(self) -> None:
         g = self.model.graph
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False).graph
+            inferred = onnx.shape_inference.infer_shapes(_skeleton(self.model), strict_mode=False).graph
             infos = list(inferred.value_info) + list(inferred.output) + list(inferred.input)
         except Exception:  # inference is a hint only (it fails on >2 GB models and some custom ops)
             infos = []
@@ -523,6 +523,34 @@ def check_operator(op_type: str, domain: str, opset: int) -> tuple[int, str | No
                          f"implements ({op_type}-{oldest} and later; the importer targets opset {MIN_OPSET}+); convert the model with "
                          f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
     return version, None
+
+
+_SKELETON_BYTES = 4096  # initializers larger than this are replaced by typed inputs for type inference
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without its large initializers' data, for ONNX type inference: each becomes a graph input of the
+    same element type and shape. The importer only reads inferred *element types*, which never depend on
+    weight values, and inference would otherwise serialize every weight (half of a 90 MB BERT's import time)."""
+    g = model.graph
+    big = [init for init in g.initializer if init.ByteSize() > _SKELETON_BYTES]
+    if not big:
+        return model
+    skel = onnx.ModelProto()
+    skel.ir_version = model.ir_version
+    skel.opset_import.extend(model.opset_import)
+    skel.functions.extend(model.functions)
+    sg = skel.graph
+    sg.name = g.name
+    sg.node.extend(g.node)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    big_names = {init.name for init in big}
+    sg.initializer.extend(init for init in g.initializer if init.name not in big_names)
+    sg.sparse_initializer.extend(g.sparse_initializer)
+    sg.input.extend(vi for vi in g.input if vi.name not in big_names)
+    sg.input.extend(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)) for init in big)
+    return skel
 
 
 def _sparse_to_dense(sp) -> np.ndarray:
