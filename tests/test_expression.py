@@ -514,3 +514,132 @@ def test_to_c_uses_plain_division_only_for_non_negative_operands():
     assert "LUMINAL_FLOORDIV" in ((z - 7) // 4).to_c()
     assert "LUMINAL_FLOORMOD" in ((z - x) % 4).to_c()
     assert "LUMINAL_FLOORDIV" in (z // -4).to_c()
+
+
+# ---------------------------------------------------------------------------------------------- common factors
+# Monomials over a, b, z with small coefficients; a divisor is a monomial too (a nonzero constant times 0-3
+# symbol factors, repeats allowed). Bindings draw from 0..50, and a binding where a divisor is 0 is skipped:
+# the simplifier may assume a divisor is non-zero wherever the expression is defined (Python raises there).
+_factor_lists = st.lists(st.sampled_from(SYMS), min_size=0, max_size=3)
+
+
+def _monomial(coef, names):
+    out, names = to_expr(coef), list(names)
+    for n in names:
+        out = out * sym(n)
+    return out, (lambda env, c=coef, ns=tuple(names): c * _prod(env[n] for n in ns))
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+_monos = st.tuples(st.integers(-12, 12), _factor_lists).map(lambda t: _monomial(*t))
+_divisor_monos = st.tuples(st.sampled_from([-6, -3, -1, 1, 2, 3, 4, 5, 6, 12, 160]), _factor_lists) \
+    .map(lambda t: _monomial(*t))
+
+
+def _sum_of(monos, common):
+    """``common * sum(monos)`` built term by term (so a common factor is present in every term)."""
+    (ce, cf) = common
+    out, fns = to_expr(0), []
+    for e, f in monos:
+        out = out + ce * e
+        fns.append(f)
+    return out, (lambda env: cf(env) * sum(f(env) for f in fns))
+
+
+@PROP
+@given(st.lists(_monos, min_size=1, max_size=4), _divisor_monos, _divisor_monos, _divisor_monos,
+       st.lists(st.fixed_dictionaries({n: st.integers(0, 50) for n in SYMS}), min_size=4, max_size=6))
+def test_common_factor_cancellation_matches_integer_arithmetic(monos, common, div_mono, div2, envs):
+    num, fnum = _sum_of(monos, common)
+    (dm, fdm), (ce, fce), (d2, fd2) = div_mono, common, div2
+    den, fden = ce * dm, (lambda env: fce(env) * fdm(env))  # the divisor shares the common factor
+    cases = [
+        (num // den, lambda env: fnum(env) // fden(env), [fden]),
+        (num % den, lambda env: fnum(env) % fden(env), [fden]),
+        ((num // den) // d2, lambda env: (fnum(env) // fden(env)) // fd2(env), [fden, fd2]),
+        ((num % (d2 * den)) % den, lambda env: (fnum(env) % (fd2(env) * fden(env))) % fden(env),
+         [lambda env: fd2(env) * fden(env), fden]),
+        ((3 + num % den) % den, lambda env: (3 + fnum(env) % fden(env)) % fden(env), [fden]),
+        ((num + 2 * (num % (d2 * den))) % den,
+         lambda env: (fnum(env) + 2 * (fnum(env) % (fd2(env) * fden(env)))) % fden(env),
+         [lambda env: fd2(env) * fden(env), fden]),
+    ]
+    for expr, oracle, divisors in cases:
+        again = expr.simplify()
+        assert again == again.simplify(), expr
+        for env in envs + EDGE_BINDINGS + [{"a": 1, "b": 1, "z": 1}, {"a": 2, "b": 3, "z": 5}]:
+            if any(f(env) == 0 for f in divisors):
+                continue
+            assert expr.evaluate(env) == oracle(env), (str(expr), env)
+
+
+def test_common_factor_cancellation_examples():
+    c = sym("c")
+    assert (160 * b) // (5 * b) == 32 and (160 * b) % (5 * b) == 0
+    assert (a * b * c) // (b * c) == a and (a * b * c) % (b * c) == 0
+    assert (3 * a * b) % b == 0 and (a * b + b) // b == a + 1
+    assert (6 * a * b + 4 * b) // (2 * b) == 3 * a + 2
+    assert (4 * a * b + 2 * b * c) % (6 * b) == 2 * b * ((2 * a + c) % 3)
+    assert 10 // (4 * b) == 5 // (2 * b)
+    assert (-4 * b) // (6 * b) == -1  # floor(-2/3), exact for every b != 0
+    assert (x // b) // c == x // (b * c)
+    assert (x % (b * c)) % c == x % c and (x % (3 * b)) % b == x % b
+    assert (3 + x % 12) % 4 == (3 + x) % 4 and (5 + x % b) % b == (5 + x) % b
+    # nothing is claimed that does not hold: b need not divide a*c
+    assert (a * c) // b != a * c and (a * b) // (b * c) == a // c
+    assert repr((160 * z) // (7 * b)) == "(160*z // (7*b))"
+
+
+# ---------------------------------------------------------------------------------------------- min/max in sums
+_lin = st.tuples(st.integers(-4, 4), st.integers(-3, 3), st.integers(-3, 3), st.integers(-9, 9)).map(
+    lambda t: (t[0] * a + t[1] * b + t[2] * z + t[3],
+               lambda env, t=t: t[0] * env["a"] + t[1] * env["b"] + t[2] * env["z"] + t[3]))
+
+
+@PROP
+@given(_lin, _lin, _lin, st.integers(-3, 3), st.sampled_from(["min", "max"]), bindings_list)
+def test_sums_with_a_min_or_max_match_integer_arithmetic(p, q, r, k, op, envs):
+    """``r + k*min(p, q)`` (pushed into the min/max when smaller: ``seq - min(2, seq) == max(0, seq - 2)``)."""
+    (pe, pf), (qe, qf), (re_, rf) = p, q, r
+    mm = pe.min(qe) if op == "min" else pe.max(qe)
+    pick = min if op == "min" else max
+    e = re_ + k * mm
+    assert e.simplify() == e.simplify().simplify()
+    for env in envs + EDGE_BINDINGS:
+        assert e.evaluate(env) == rf(env) + k * pick(pf(env), qf(env)), (str(e), env)
+
+
+def test_sums_with_a_min_or_max_examples():
+    s = sym("s")
+    assert s - s.min(2) == (s - 2).max(0)
+    assert s - (s - 4).max(0) == s.min(4)
+    assert (s - s.min(1)).max(0) == (s - 1).max(0)
+    assert 1 + (s - 1).max(0) == s.max(1)
+
+
+# ---------------------------------------------------------------------------------------------- lower bounds
+def test_symbol_lower_bound():
+    seq = sym("seq", lower=1)
+    assert seq.lower() == 1 and seq.upper() is None and sym("seq").lower() == 0
+    assert seq.bounds() == (1, None)
+    assert seq.min(1) == 1 and (seq - 1).max(0) == seq - 1 and (seq >= 1) == 1 and (seq < 1) == 0
+    assert seq != sym("seq") and str(seq) == "seq"  # the range is part of the symbol; the name renders
+    assert (seq - 1).to_c() == "(-1 + seq)"
+    m = E.symbol("m", 512, lower=2)  # a declared range: 2 <= m <= 512
+    assert m.bounds() == (2, 512) and m.min(1) == 1 and m.max(513) == 513 and (m // 1024) == 0
+    assert E.symbol("k", 3, lower=3) == 3
+    with pytest.raises(ValueError, match="below the lower bound"):
+        E.symbol("k", 2, lower=3)
+    with pytest.raises(TypeError, match="lower bound"):
+        E.symbol("k", lower=-1)
+    assert seq.evaluate({"seq": 4}) == 4
+    with pytest.raises(ValueError, match="declared >= 1"):
+        (seq + 1).evaluate({"seq": 0})
+    i = E.symbol("i", seq - 1)  # a loop index over a non-empty axis
+    assert i.min(seq) == i and (i < seq) == 1 and i.bounds() == (0, None)

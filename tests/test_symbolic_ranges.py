@@ -22,23 +22,26 @@ E = Expression
 PROP = settings(max_examples=400, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-# sizes s, t (free symbols); loop indices i < s, j < t, k <= 6 (constant bound), m < s*t (a flat index)
+# sizes s, t (free symbols); loop indices i < s, j < t, k <= 6 (constant bound), m < s*t (a flat index);
+# declared ranges: p >= 1 (a size declared non-empty), 2 <= q <= 30, and a loop index u < p
 S, T = sym("s"), sym("t")
 I, J, K = E.symbol("i", S - 1), E.symbol("j", T - 1), E.symbol("k", 6)
 M = E.symbol("m", S * T - 1)
-LEAVES = {"s": S, "t": T, "i": I, "j": J, "k": K, "m": M}
+P, Q = sym("p", lower=1), E.symbol("q", 30, lower=2)
+U = E.symbol("u", P - 1)
+LEAVES = {"s": S, "t": T, "i": I, "j": J, "k": K, "m": M, "p": P, "q": Q, "u": U}
 
 
 def _envs(rng: random.Random, n: int):
     out = []
     for _ in range(n):
-        s, t = rng.randint(1, 9), rng.randint(1, 9)
+        s, t, p = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 9)
         out.append({"s": s, "t": t, "i": rng.randrange(s), "j": rng.randrange(t), "k": rng.randint(0, 6),
-                    "m": rng.randrange(s * t)})
+                    "m": rng.randrange(s * t), "p": p, "q": rng.randint(2, 30), "u": rng.randrange(p)})
     # the edges of every range
-    out += [{"s": 1, "t": 1, "i": 0, "j": 0, "k": 0, "m": 0},
-            {"s": 7, "t": 5, "i": 6, "j": 4, "k": 6, "m": 34},
-            {"s": 9, "t": 2, "i": 0, "j": 1, "k": 3, "m": 17}]
+    out += [{"s": 1, "t": 1, "i": 0, "j": 0, "k": 0, "m": 0, "p": 1, "q": 2, "u": 0},
+            {"s": 7, "t": 5, "i": 6, "j": 4, "k": 6, "m": 34, "p": 6, "q": 30, "u": 5},
+            {"s": 9, "t": 2, "i": 0, "j": 1, "k": 3, "m": 17, "p": 2, "q": 17, "u": 1}]
     return out
 
 
@@ -51,7 +54,9 @@ _leaf = st.one_of(st.integers(-9, 9).map(lambda v: (E.num(v), lambda env, v=v: v
 _divisors = st.sampled_from([
     (E.num(3), lambda env: 3), (E.num(64), lambda env: 64), (S, lambda env: env["s"]),
     (T, lambda env: env["t"]), (4 * S, lambda env: 4 * env["s"]), (S * T, lambda env: env["s"] * env["t"]),
-    (7 * S * T, lambda env: 7 * env["s"] * env["t"]), (S + 2, lambda env: env["s"] + 2)])
+    (7 * S * T, lambda env: 7 * env["s"] * env["t"]), (S + 2, lambda env: env["s"] + 2),
+    (P, lambda env: env["p"]), (3 * P * S, lambda env: 3 * env["p"] * env["s"]), (Q, lambda env: env["q"]),
+    (P - 1 + Q, lambda env: env["p"] - 1 + env["q"])])
 
 
 def _extend(children):
@@ -229,3 +234,151 @@ def test_row_and_transcendental_ops_stay_small_over_batch_and_seq(case):
         xr.set(xs)
         ref_graph.execute()
         np.testing.assert_allclose(y.data(), yr.data(), rtol=2e-6, atol=2e-6)
+
+
+# --------------------------------------------------------------------------------- slices of a symbolic axis
+def test_slice_sizes_of_a_symbolic_axis():
+    """Integer bounds on a symbolic axis: simplified assuming the axis is non-empty (as ``x[:, k]`` assumes), so
+    the common cases are plain sizes that squeeze and broadcast; a stop past a short axis stays clamped."""
+    cx = lm.Graph()
+    x = cx.tensor(("batch", "seq", 8))
+    seq = sym("seq")
+    sizes = {(0, 1): 1, (-1, None): 1, (1, None): seq - 1, (None, -1): seq - 1, (None, 4): seq.min(4),
+             (-4, None): seq.min(4), (2, None): (seq - 2).max(0), (1, -1): (seq - 2).max(0)}
+    for (start, stop), want in sizes.items():
+        assert x[:, start:stop].dims[1] == want, (start, stop, x[:, start:stop].dims[1])
+    assert x[:, 0].dims == (sym("batch"), 8) and x[:, -1].dims == (sym("batch"), 8)
+    assert x[:, 0:1].squeeze(1).dims == (sym("batch"), 8)
+    assert (x[:, 0:1] + x).dims == x.dims  # broadcasts like 1
+    assert x[:, 1:].pad_axis(1, 1, 0).dims == x.dims and lm.cat([x[:, 1:], x[:, :1]], 1).dims == x.dims
+    assert x[:, ::2].dims[1] == (seq + 1) // 2 and x[:, ::-1].dims[1] == seq
+    # a size declared non-empty needs no assumption
+    y = cx.tensor(("batch", sym("n", lower=1)))
+    assert y[:, 0:1].dims[1] == 1 and y[:, 2:].dims[1] == (sym("n", lower=1) - 2).max(0)
+
+
+_SLICE_KEYS = ([slice(a, b, st) for st in (1, 2, -1, -2) for a in (None, -5, -2, -1, 0, 1, 3, 7)
+                for b in (None, -4, -1, 0, 1, 2, 4, 9)] + [0, -1])
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_slices_of_a_symbolic_axis_match_numpy(device):
+    """Every slice (any sign of start/stop, steps +-1, +-2) and the integer indices 0, -1 of a symbolic axis,
+    computed in a kernel, equal numpy's at several bindings (the sizes need the axis to be non-empty: seq >= 1)."""
+    rng = np.random.default_rng(3)
+    cx = lm.Graph()
+    x = cx.tensor(("batch", "seq", 3))
+    outs = [(x[:, k] * 2.0).retrieve() for k in _SLICE_KEYS]
+    tail = (x[:, -4:].sum(1) + x[:, 0]).retrieve()  # last 4 rows (fewer when seq < 4) + the first row
+    if device == "cpu":
+        cx.compile(device="cpu")
+    for seq in (1, 2, 3, 5, 8):
+        xs = rng.standard_normal((2, seq, 3)).astype(np.float32)
+        x.set(xs)
+        cx.execute()
+        for k, out in zip(_SLICE_KEYS, outs):
+            np.testing.assert_array_equal(out.data(), xs[:, k] * 2.0, err_msg=f"seq={seq} key={k}")
+        np.testing.assert_allclose(tail.data(), xs[:, -4:].sum(1) + xs[:, 0], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------- chains of views over seq
+def _view_chain(kind, shape, k):
+    cx = lm.Graph()
+    x = cx.tensor(shape)
+    y = x
+    for _ in range(k):
+        if kind == "slice_pad":  # drop the first row, pad it back
+            y = y[:, 1:].pad_axis(1, 1, 0)
+        elif kind == "slice_pad_end":
+            y = y[:, :-2].pad_axis(1, 0, 2)
+        elif kind == "split_cat":  # cut and glue back (the identity)
+            y = lm.cat([y[:, :1], y[:, 1:]], 1)
+        elif kind == "roll":  # rotate by one row
+            y = lm.cat([y[:, 1:], y[:, :1]], 1)
+        elif kind == "roll_back":
+            y = lm.cat([y[:, -1:], y[:, :-1]], 1)
+        elif kind == "cat_input":  # a growing symbolic axis: (k + 1)*seq
+            y = lm.cat([y, x], 1)
+        elif kind == "slice_pad_relu":
+            y = y[:, 1:].pad_axis(1, 1, 0).relu()
+    return cx, x, y.retrieve()
+
+
+def _oracle(kind, xs, k):
+    y = xs
+    for _ in range(k):
+        if kind in ("slice_pad", "slice_pad_relu"):
+            y = np.concatenate([np.zeros_like(y[:, :1]), y[:, 1:]], 1)
+            y = np.maximum(y, 0) if kind == "slice_pad_relu" else y
+        elif kind == "slice_pad_end":
+            y = np.concatenate([y[:, :-2], np.zeros((y.shape[0], 2, y.shape[2]), y.dtype)], 1)
+        elif kind == "split_cat":
+            y = np.concatenate([y[:, :1], y[:, 1:]], 1)
+        elif kind == "roll":
+            y = np.concatenate([y[:, 1:], y[:, :1]], 1)
+        elif kind == "roll_back":
+            y = np.concatenate([y[:, -1:], y[:, :-1]], 1)
+        elif kind == "cat_input":
+            y = np.concatenate([y, xs], 1)
+    return y
+
+
+_NO_GROWTH = ["slice_pad", "slice_pad_end", "split_cat", "cat_input", "slice_pad_relu", "roll", "roll_back"]
+
+
+@pytest.mark.parametrize("kind", _NO_GROWTH)
+def test_view_chains_over_a_symbolic_axis_do_not_grow(kind):
+    """Slices, pads and concatenations along ``seq`` repeated k times: the sizes stay ``seq`` (``(k+1)*seq``),
+    the number of floor divisions/modulos does not grow with k and stays in the class of a fixed seq (16), and
+    the result equals numpy's at several bindings."""
+    rng = np.random.default_rng(11)
+    floors = []
+    for k in (1, 3, 10):
+        cx, x, y = _view_chain(kind, ("batch", "seq", 8), k)
+        seq = sym("seq")
+        # x[:, :-2] of a 1-row x is empty, padded back to 2 rows (as in PyTorch): max(2, seq)
+        want = {"cat_input": (k + 1) * seq, "slice_pad_end": seq.max(2)}.get(kind, seq)
+        assert y.dims[1] == want, (k, y.dims[1])
+        cx.compile(device="cpu")
+        src = cx.runtime.source
+        fixed, _, _ = _view_chain(kind, ("batch", 16, 8), k)
+        fixed.compile(device="cpu")
+        fsrc = fixed.runtime.source
+        if kind.startswith("roll"):
+            # a rotation wraps ((i1 - 2) % seq): where the dividend may be negative, C needs the floor macro
+            # (a fixed seq folds the constant into the dividend), so only a bound on the count
+            assert _floor_ops(src) <= 3 * _floor_ops(fsrc) + 2, (k, _floor_ops(src), _floor_ops(fsrc))
+        else:
+            assert _floor_ops(src) <= _floor_ops(fsrc) + 2, (k, _floor_ops(src), _floor_ops(fsrc))
+        assert len(src) < 1.3 * len(fsrc) + 1500, (k, len(src), len(fsrc))
+        floors.append(_floor_ops(src))
+        for b, s in ((2, 3), (1, 1), (3, 6)) if k == 3 else ((2, 5),):
+            xs = rng.standard_normal((b, s, 8)).astype(np.float32)
+            x.set(xs)
+            cx.execute()
+            np.testing.assert_array_equal(y.data(), _oracle(kind, xs, k), err_msg=f"k={k} b={b} s={s}")
+    assert floors[-1] <= floors[1], floors  # no growth from k = 3 to k = 10
+
+
+def test_roll_then_relu_over_seq_stays_in_the_fixed_size_class():
+    """``cat([y[:, 1:], y[:, :1]]).relu()`` repeated: the fused kernel re-reads both halves of every level, so the
+    source grows with k for a fixed seq as well (a fusion matter); the symbolic one stays in the same class (it
+    had 16450 floor ops at k = 5 before the range rules)."""
+    for k in (2, 3):
+        def build(shape):
+            cx = lm.Graph()
+            x = cx.tensor(shape)
+            y = x
+            for _ in range(k):
+                y = lm.cat([y[:, 1:], y[:, :1]], 1).relu()
+            return cx, x, y.retrieve()
+        cx, x, y = build(("batch", "seq", 8))
+        cx.compile(device="cpu")
+        fixed, _, _ = build(("batch", 16, 8))
+        fixed.compile(device="cpu")
+        src, fsrc = cx.runtime.source, fixed.runtime.source
+        assert _floor_ops(src) <= _floor_ops(fsrc) + 2 and len(src) < 1.3 * len(fsrc) + 1500
+        xs = np.random.default_rng(k).standard_normal((2, 5, 8)).astype(np.float32)
+        x.set(xs)
+        cx.execute()
+        np.testing.assert_array_equal(y.data(), np.maximum(np.roll(xs, -k, axis=1), 0))

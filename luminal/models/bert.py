@@ -101,9 +101,8 @@ class BertEmbeddings(Module):
 
 
 def first_token(hidden):
-    """``hidden[:, 0]`` ((batch, seq, d) -> (batch, d)) as a one-row gather: a slice ``0:1`` of a symbolic
-    ``seq`` has the size ``min(1, seq)``, which ``squeeze`` cannot drop."""
-    return hidden.index_select(1, hidden.graph.arange(1)).squeeze(1)
+    """``hidden[:, 0]``: (batch, seq, d) -> (batch, d), a view (the [CLS] position)."""
+    return hidden[:, 0]
 
 
 def mean_pool(hidden, attention_mask):

@@ -371,7 +371,27 @@ def _split_small(a: Expression, d: int):
     return None
 
 
+def _unwrap_inner_mods(a: Expression, b: Expression) -> Expression | None:
+    """A sum ``a`` with every term ``k*(x % m)``, ``m`` a multiple of ``b``, replaced by ``k*x`` (the same value
+    modulo ``b``: ``x % m == x - m*(x // m)``), or None when there is none: ``(c + x % b) % b == (c + x) % b``."""
+    changed = False
+    out = ZERO
+    for t in a.args:
+        k, base = (1, t) if t.op == NUM else _split_coef(t)
+        if base.op == MOD and base.args[1].op != ADD and (
+                _exact_quotient(base.args[1], b) is not None if b.op != NUM
+                else base.args[1].op == NUM and base.args[1].args[0] % b.args[0] == 0):
+            t = _mul(_num(k), base.args[0])
+            changed = True
+        out = _add(out, t)
+    return out if changed else None
+
+
 def _mod(a: Expression, b: Expression) -> Expression:
+    if a.op == ADD and b.op != ADD and (b.op != NUM or b.args[0] != 0):
+        inner = _unwrap_inner_mods(a, b)
+        if inner is not None:
+            return _mod(inner, b)
     if b.op == NUM:
         d = b.args[0]
         if d == 0:
