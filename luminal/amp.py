@@ -6,11 +6,12 @@ built the same way when the pending work is realized later, outside the ``with``
 PyTorch's CPU autocast (``torch.autocast("cpu", dtype=...)``, torch 2.x):
 
 * **lower precision** (float32 / float16 / bfloat16 inputs are rounded to the autocast dtype, the products are
-  summed in float32 and the result is rounded once to the autocast dtype): ``matmul``/``@``, ``nn.Linear`` /
-  ``F.linear`` (the bias is added before the one rounding), ``conv1d/2d/3d`` (and ``conv4d``) and the
-  transposed convolutions, ``einsum`` with two or more operands (each pairwise contraction rounded, as torch's
-  ``bmm`` steps), and therefore ``scaled_dot_product_attention`` and ``MultiheadAttention``, whose
-  products go through ``matmul``.
+  summed in float32 and the result is rounded once to the autocast dtype): ``matmul``/``@`` (and ``mm``,
+  ``bmm``, ``tensordot``), ``addmm``, ``baddbmm``, ``inner``, ``nn.Linear`` / ``F.linear`` (the bias is added
+  before the one rounding), ``conv1d/2d/3d`` (and ``conv4d``) and the transposed convolutions, ``prelu``, the
+  contraction steps of ``einsum`` (torch's ``bmm`` steps), and therefore ``scaled_dot_product_attention`` and
+  ``MultiheadAttention``, whose products go through ``matmul``. ``mv``, ``addmv``, ``dot``, ``outer``,
+  ``kron`` and einsum steps without a summed letter are left alone, as torch leaves them on the CPU.
 * **float32** (float16 / bfloat16 inputs are cast to float32 first; the result is float32): the losses
   ``mse_loss``, ``l1_loss``, ``huber_loss``, ``smooth_l1_loss``, ``nll_loss``, ``cross_entropy``,
   ``binary_cross_entropy``, ``binary_cross_entropy_with_logits``, ``kl_div``.
@@ -189,6 +190,42 @@ def linear(x, weight, bias, low):
         if bias is not None:
             y = y + round_to(bias, low)
         return y.cast(low)
+
+
+def autocast_lower_precision(fn):
+    """Decorator for composite GEMM-shaped ops that PyTorch's autocast runs in low precision as a whole
+    (``addmm``, ``baddbmm``, ``inner``): inside an autocast region with float (not float64) graph-tensor
+    arguments, those are rounded to the autocast dtype, ``fn`` runs in float32 with autocast off, and its float
+    result is rounded once to the autocast dtype."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if _is_graph_tensor(a)]
+        low = lower_precision_dtype(*tensors) if tensors else None
+        if low is None:
+            return fn(*args, **kwargs)
+
+        def down(a):
+            return round_to(a, low) if _is_graph_tensor(a) else a
+        with autocast_off():
+            out = fn(*[down(a) for a in args], **{k: down(v) for k, v in kwargs.items()})
+        return out.cast(low) if _is_graph_tensor(out) and out.dtype.is_float else out
+    wrapper._luminal_autocast = "lower"
+    return wrapper
+
+
+def autocast_disabled(fn):
+    """Decorator for ops that PyTorch's CPU autocast leaves alone although they multiply matrices (``mv``,
+    ``addmv``): ``fn`` runs with autocast off, in its inputs' dtypes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _state.dtype is None:
+            return fn(*args, **kwargs)
+        with autocast_off():
+            return fn(*args, **kwargs)
+    wrapper._luminal_autocast = "off"
+    return wrapper
 
 
 def autocast_float32(fn):

@@ -166,6 +166,28 @@ def _policy_cases():
         "bce_with_logits": (lambda a, b: F.binary_cross_entropy_with_logits(a.cast(LOWD), b),
                             lambda a, b: TF.binary_cross_entropy_with_logits(a.to(LOWT), b),
                             [x, (t > 0.4).astype(np.float32)]),
+        # matrix products: torch's CPU autocast casts mm/bmm/addmm/baddbmm/tensordot/inner and einsum's bmm steps,
+        # leaves mv/addmv/dot/outer/kron and einsum's plain products (no summed letter) in float32
+        "bmm": (lambda a, b: a.bmm(b), lambda a, b: a.bmm(b), [x.reshape(2, 2, 6), t.reshape(2, 6, 2)]),
+        "mv": (lambda a, v: a.mv(v), lambda a, v: a.mv(v), [x, x[0]]),
+        "dot": (lambda a, b: a.dot(b), lambda a, b: a.dot(b), [x[0], x[1]]),
+        "addmm": (lambda c, a, b: c.addmm(a, b, beta=0.5, alpha=2.0),
+                  lambda c, a, b: c.addmm(a, b, beta=0.5, alpha=2.0), [t[:, :4] * 40, x, t.T[:, :4].copy()]),
+        "baddbmm": (lambda c, a, b: c.baddbmm(a, b), lambda c, a, b: c.baddbmm(a, b),
+                    [t[:2, :4].reshape(2, 2, 2) * 40, x.reshape(2, 2, 6), t.reshape(2, 6, 2)]),
+        "addmv": (lambda c, a, v: c.addmv(a, v), lambda c, a, v: c.addmv(a, v), [t[:, 0].copy(), x, x[0]]),
+        "tensordot": (lambda a, b: a.tensordot(b, 1), lambda a, b: torch.tensordot(a, b, 1), [x, t.T.copy()]),
+        "inner": (lambda a, b: a.inner(b), lambda a, b: a.inner(b), [x, t]),
+        "outer": (lambda a, b: a.outer(b), lambda a, b: a.outer(b), [x[0], x[1]]),
+        "einsum_hadamard": (lambda a, b: lm.einsum("ij,ij->ij", a, b), lambda a, b: torch.einsum("ij,ij->ij", a, b),
+                            [x, t]),
+        "einsum_full": (lambda a, b: lm.einsum("ij,ij->", a, b), lambda a, b: torch.einsum("ij,ij->", a, b), [x, t]),
+        "einsum_outer": (lambda a, b: lm.einsum("i,j->ij", a, b), lambda a, b: torch.einsum("i,j->ij", a, b),
+                         [x[0], x[1]]),
+        "einsum_bmm_then_mul": (lambda a, u, w: lm.einsum("ij,i,k->jk", a, u, w),
+                                lambda a, u, w: torch.einsum("ij,i,k->jk", a, u, w), [x, t[:, 0].copy(), x[1]]),
+        "einsum_mul_then_bmm": (lambda a, w, v: lm.einsum("ij,k,j->ik", a, w, v),
+                                lambda a, w, v: torch.einsum("ij,k,j->ik", a, w, v), [x, t[0], x[1]]),
         # in no list: the input's dtype (float32 stays float32, bf16 stays bf16)
         "softmax_f32": (lambda a: a.softmax(-1), lambda a: a.softmax(-1), [x]),
         "softmax_low": (lambda a: a.cast(LOWD).softmax(-1), lambda a: a.to(LOWT).softmax(-1), [x]),
@@ -183,7 +205,8 @@ LOWD, LOWT = lm.bfloat16, torch.bfloat16
 
 
 @pytest.mark.parametrize("name", sorted(_policy_cases()))
-def test_op_dtypes_follow_torch_cpu_lists(name):
+def test_op_dtypes_follow_torch_cpu_lists(name, monkeypatch):
+    monkeypatch.setattr(torch.backends.opt_einsum, "enabled", False)  # left to right, as luminal's einsum
     lm_fn, torch_fn, arrays = _policy_cases()[name]
     want_dt, want = _torch(torch_fn, arrays, torch.bfloat16)
     got_dt, got = _run(lm_fn, arrays, "reference", lm.bfloat16)

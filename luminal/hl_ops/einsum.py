@@ -9,9 +9,11 @@ letters no one else needs, and is permuted/unsqueezed (views) onto a common lett
 combined left to right: ``sum(a * b)`` over the letters that neither the output nor a later operand uses, so a
 two-operand contraction is exactly the broadcast-multiply-and-sum pattern the compilers recognize as a matmul.
 
-Under :class:`luminal.autocast` (two or more float operands) the operands are rounded to the autocast dtype, the
-sums run in float32, and every pairwise contraction's result is rounded to the autocast dtype (torch's einsum is
-a chain of ``bmm`` calls, each cast by autocast); the result has the autocast dtype.
+Under :class:`luminal.autocast` (two or more float operands) each pairwise step that sums a shared letter is a
+``bmm`` in torch's einsum, which autocast runs in low precision: both sides are rounded to the autocast dtype, the
+sum runs in float32 and the result is rounded to the autocast dtype. A step that sums nothing (an outer or
+elementwise product) is a plain multiplication in the operands' dtypes, as in torch (so ``"i,j->ij"`` stays
+float32, and ``"ij,j,k->ik"`` gives float32: a bf16 contraction times a float32 operand).
 """
 
 from __future__ import annotations
@@ -86,10 +88,8 @@ def einsum(equation: str, *operands):
     if not operands:
         raise ValueError("einsum needs at least one operand")
     low = lower_precision_dtype(*operands) if len(operands) >= 2 else None
-    if low is not None:  # luminal.autocast: operands rounded, float32 sums, each contraction rounded (torch's bmm)
-        with autocast_off():
-            return _einsum(equation, [round_to(t, low) for t in operands], low).cast(low)
-    return _einsum(equation, operands, None)
+    with autocast_off():
+        return _einsum(equation, operands, low)
 
 
 def _einsum(equation: str, operands, low):
@@ -121,14 +121,16 @@ def _einsum(equation: str, operands, low):
         t, lab = reduced[i]
         later = set(c for _, ll in reduced[i + 1:] for c in ll)
         union = [c for c in order if c in acc_lab or c in lab]
+        drop = [k for k, c in enumerate(union) if c not in out_labels and c not in later]
+        if low is not None and drop:  # autocast: a contraction (torch's bmm) on rounded inputs, rounded once
+            acc, t = round_to(acc, low), round_to(t, low)
         a = _align(acc, acc_lab, union)
         b = _align(t, lab, union)
         prod = a * b
-        drop = [k for k, c in enumerate(union) if c not in out_labels and c not in later]
         acc = prod.sum(tuple(drop)) if drop else prod
+        if low is not None and drop:
+            acc = acc.cast(low)
         acc_lab = [c for k, c in enumerate(union) if k not in drop]
-        if low is not None and i < len(reduced) - 1:
-            acc = round_to(acc, low)
     drop = [k for k, c in enumerate(acc_lab) if c not in out_labels]
     if drop:
         acc = acc.sum(tuple(drop))

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..amp import autocast_disabled, autocast_lower_precision
 from ..dtype import DType, as_dtype
 from ._util import as_tensor, constant
 
@@ -72,6 +73,7 @@ class ParityOps:
             raise ValueError(f"bmm expects two 3-D tensors, got {self.ndim}-D and {getattr(other, 'ndim', '?')}-D")
         return self.matmul(other)
 
+    @autocast_disabled  # luminal.autocast: as torch's CPU autocast (docs/mixed_precision.md)
     def mv(self, vec):
         """``torch.mv``: ``(n, m) @ (m,)``."""
         if self.ndim != 2 or getattr(vec, "ndim", None) != 1:
@@ -85,6 +87,7 @@ class ParityOps:
             raise ValueError(f"dot expects two 1-D tensors, got {self.ndim}-D and {getattr(other, 'ndim', '?')}-D")
         return self.matmul(other)
 
+    @autocast_lower_precision  # luminal.autocast: as torch's CPU autocast (docs/mixed_precision.md)
     def inner(self, other):
         """``torch.inner``: sums over the last axis of both (a scalar operand multiplies)."""
         other = as_tensor(self, other)
@@ -102,14 +105,17 @@ class ParityOps:
 
     ger = outer
 
+    @autocast_lower_precision  # luminal.autocast: as torch's CPU autocast (docs/mixed_precision.md)
     def addmm(self, mat1, mat2, beta=1.0, alpha=1.0):
         """``torch.addmm``: ``beta * self + alpha * (mat1 @ mat2)`` (``self`` broadcast to the product)."""
         return _scaled_add(self, mat1.matmul(mat2), beta, alpha)
 
+    @autocast_lower_precision  # luminal.autocast: as torch's CPU autocast (docs/mixed_precision.md)
     def baddbmm(self, batch1, batch2, beta=1.0, alpha=1.0):
         """``torch.baddbmm``: ``beta * self + alpha * bmm(batch1, batch2)``."""
         return _scaled_add(self, batch1.bmm(batch2), beta, alpha)
 
+    @autocast_disabled  # luminal.autocast: as torch's CPU autocast (docs/mixed_precision.md)
     def addmv(self, mat, vec, beta=1.0, alpha=1.0):
         """``torch.addmv``: ``beta * self + alpha * (mat @ vec)``."""
         return _scaled_add(self, mat.mv(vec), beta, alpha)
