@@ -29,7 +29,7 @@ import numpy as np
 from .. import ops
 from ..dtype import DType, as_dtype
 from ..graph import Graph
-from ..runtime.cpu import exclusively_held as _exclusively_held
+from ..runtime.cpu import _own_memory
 from ..shape import ShapeTracker
 from ..tensor import GraphTensor
 
@@ -873,11 +873,9 @@ def apply_effects(effects, position: dict, values, entry) -> None:
             j, old = freed.pop()
             # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
             # anywhere (see luminal.runtime.cpu.exclusively_held): reuse its memory
-            base = old.base
-            if (base is None or not isinstance(base, np.ndarray)) and \
-                    getrefcount(old) - internal.get(id(old), 0) <= 2:
+            if _own_memory(old) and getrefcount(old) - internal.get(id(old), 0) <= 2:
                 donated.append((position[id(evals[j])], old))
-            del old, base
+            del old
     if donated:
         entry.donate_many(donated)
 

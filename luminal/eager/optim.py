@@ -32,8 +32,13 @@ class _EagerStep:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of every parameter (``set_to_none=False`` keeps zero tensors instead)."""
         for p in self._params():
+            if set_to_none:
+                t = p.__dict__.get("_eager")  # (no eager tensor yet: no gradient to clear)
+                if t is not None:
+                    t._v.grad = None
+                continue
             t = param_tensor(p)
-            if set_to_none or t.grad is None:
+            if t.grad is None:
                 t.grad = None
             else:
                 from .creation import zeros

@@ -584,13 +584,18 @@ def _dead():
 
 def exclusively_held(arr, extra: int = 0) -> bool:
     """Whether the caller's ``extra`` references (besides the argument itself) are all that reference ``arr``
-    and its memory: then nothing can see a new value written into it. Only sound for an array that owns its
-    memory or whose base is not a numpy array (as :func:`_aligned_empty`'s are): numpy points the views of
-    other views at the first such array, so those views are counted on it."""
-    base = arr.base
-    if base is not None and isinstance(base, np.ndarray):
+    and its memory: then nothing can see a new value written into it. Decided for arrays that own their memory
+    and for :func:`_aligned_empty`'s (numpy points every view at the first array of a chain that owns its memory
+    or whose base is no numpy array, so views are counted on those); an array over other memory (a view, a
+    buffer of the caller's) never is."""
+    if not _own_memory(arr):
         return False
     return sys.getrefcount(arr) <= 2 + extra  # (+ getrefcount's own argument and this function's parameter)
+
+
+def _own_memory(arr) -> bool:
+    base = arr.base
+    return base is None or type(base) is _Memory or isinstance(base, ctypes.Array)
 
 
 class _Memory:
@@ -612,8 +617,7 @@ def _aligned_empty(shape, dtype, nbytes: int | None = None) -> np.ndarray:
     address = raw.__array_interface__["data"][0]
     start = (-address) % 64
     if dtype.kind == "V" or np.dtype(dtype.str) != dtype:  # (no type string for it: ml_dtypes' bfloat16)
-        import ctypes as _ct
-        return np.ndarray(shape, dtype, (_ct.c_char * (nbytes + 64)).from_buffer(raw), start)
+        return np.ndarray(shape, dtype, (ctypes.c_char * (nbytes + 64)).from_buffer(raw), start)
     mem = _Memory()
     mem.raw = raw
     mem.__array_interface__ = {"shape": tuple(shape), "typestr": dtype.str, "data": (address + start, False),
