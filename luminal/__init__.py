@@ -103,6 +103,28 @@ def _dispatching(fn, name):
     return wrapper
 
 
+def _is_tensor_method(name: str) -> "bool_":
+    attr = getattr(GraphTensor, name, None)
+    return callable(attr) and not isinstance(attr, (property, type))
+
+
+def _tensor_function(name: str):
+    """``lm.<name>(input, *args, **kwargs)``: PyTorch's function form of the tensor method ``input.<name>(...)``
+    (``torch.exp(x)``, ``torch.sum(x, dim=1)``, ``torch.max(x, 1)``), for graph and eager tensors alike."""
+    import functools
+
+    method = getattr(GraphTensor, name)
+
+    @functools.wraps(method)
+    def function(input, *args, **kwargs):  # noqa: A002 - PyTorch's argument name
+        if not isinstance(input, GraphTensor) and type(input).__module__ != "luminal.eager.tensor":
+            raise TypeError(f"lm.{name}() expects a luminal tensor (lm.tensor(...) or a graph tensor) as its first "
+                            f"argument, got {type(input).__name__}")
+        return getattr(input, name)(*args, **kwargs)
+    function.__qualname__ = function.__name__ = name
+    return function
+
+
 concat = _joiner(_graph_concat, "concat")
 cat = _joiner(_graph_cat, "cat")
 stack = _joiner(_graph_stack, "stack")
@@ -131,6 +153,8 @@ def __getattr__(name):
         value = importlib.import_module(f".{name}", __name__)
     elif not name.startswith("_") and callable(getattr(importlib.import_module(".hl_ops", __name__), name, None)):
         value = _dispatching(getattr(importlib.import_module(".hl_ops", __name__), name), name)  # lm.einsum...
+    elif not name.startswith("_") and _is_tensor_method(name):
+        value = _tensor_function(name)  # lm.exp(x), lm.sum(x, dim=1): torch's functions of the tensor methods
     else:
         raise AttributeError(f"module 'luminal' has no attribute {name!r}")
     globals()[name] = value

@@ -371,3 +371,50 @@ def _device_data(data, node):
             raise ValueError(f"device data for '{node.label}' must be C-contiguous (got strides {tuple(strides)}); "
                              "make a contiguous copy on the device first")
     return data
+
+
+# ---------------------------------------------------------------------------------------------- PyTorch's dim names
+def torch_dim_alias(fn) -> str | None:
+    """The parameter of ``fn`` that PyTorch's keyword ``dim`` names: ``"axis"`` or ``"axes"`` when ``fn`` has one
+    and no ``dim`` of its own, else None."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if "dim" in params:
+        return None
+    for name in ("axis", "axes"):
+        if name in params:
+            return name
+    return None
+
+
+def _accept_dim_keywords(cls) -> None:
+    """Let every public method of ``cls`` whose axis parameter is ``axis``/``axes`` also take PyTorch's ``dim``
+    (and ``dims`` for ``axes``: ``flip(dims=...)``), so torch-style module code runs on graph tensors as it does
+    on eager ones."""
+    import functools
+    seen = set()
+    for klass in cls.__mro__:
+        for name, fn in vars(klass).items():
+            if name in seen or name.startswith("_") or not callable(fn) or isinstance(fn, (property, staticmethod,
+                                                                                              classmethod, type)):
+                continue
+            seen.add(name)
+            target = torch_dim_alias(fn)
+            if target is None:
+                continue
+
+            def method(self, *args, _fn=fn, _target=target, _name=name, **kwargs):
+                for alias in ("dim", "dims") if _target == "axes" else ("dim",):
+                    if alias in kwargs:
+                        if _target in kwargs:
+                            raise TypeError(f"{_name}() got both '{alias}' and '{_target}'")
+                        kwargs[_target] = kwargs.pop(alias)
+                return _fn(self, *args, **kwargs)
+            functools.update_wrapper(method, fn)
+            setattr(cls, name, method)
+
+
+_accept_dim_keywords(GraphTensor)

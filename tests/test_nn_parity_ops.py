@@ -348,3 +348,48 @@ def test_eager_tensors_reach_the_new_ops():
     np.testing.assert_allclose(lm.outer(t[0], t[1]).numpy(), np.outer(a[0], a[1]), rtol=1e-6)
     np.testing.assert_allclose(nn.PixelShuffle(2)(lm.tensor(np.ones((1, 4, 2, 2), np.float32))).numpy(),
                                np.ones((1, 1, 4, 4), np.float32))
+
+
+TORCH_STYLE = {  # the same call text works on torch tensors and luminal graph tensors
+    "sum_dim_keepdim": lambda m, x: m.sum(x, dim=1, keepdim=True),
+    "mean_dim_tuple": lambda m, x: m.mean(x, dim=(0, 2)),
+    "max_all": lambda m, x: m.max(x),
+    "amax_dim": lambda m, x: m.amax(x, dim=-1),
+    "exp_log": lambda m, x: m.log(m.exp(x) + 1.0),
+    "sigmoid_tanh": lambda m, x: m.sigmoid(x) * m.tanh(x),
+    "softmax_dim": lambda m, x: m.softmax(x, dim=-1),
+    "log_softmax_dim": lambda m, x: m.log_softmax(x, dim=1),
+    "cumsum_dim": lambda m, x: m.cumsum(x, dim=2),
+    "clamp": lambda m, x: m.clamp(x, -0.5, 0.5),
+    "flatten": lambda m, x: m.flatten(x, 1),
+    "transpose": lambda m, x: m.transpose(x, 0, 2),
+    "flip_dims": lambda m, x: m.flip(x, dims=[0, 2]),
+    "matmul": lambda m, x: m.matmul(x, m.transpose(x, 1, 2)),
+    "argmax_dim": lambda m, x: m.argmax(x, dim=1),
+    "std_dim": lambda m, x: m.std(x, dim=-1),
+    "logsumexp_dim": lambda m, x: m.logsumexp(x, dim=0),
+    "squeeze_unsqueeze": lambda m, x: m.squeeze(m.unsqueeze(x, 0), 0),
+    "maximum_where": lambda m, x: m.where(x > 0, m.maximum(x, x * 2), x),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCH_STYLE))
+def test_torch_function_forms_and_dim_keywords_on_graph_tensors(case):
+    """``lm.<fn>(x, ..., dim=...)`` as ``torch.<fn>``, on graph tensors (so torch-style module code runs lazily)."""
+    fn = TORCH_STYLE[case]
+    a = _a(3, 4, 5)
+    _check(lambda x: fn(lm, x), lambda x: fn(torch, x), [a])
+
+
+def test_torch_function_forms_on_eager_tensors_and_bad_input():
+    a = _a(3, 4).astype(np.float32)
+    t = lm.tensor(a)
+    np.testing.assert_allclose(lm.sum(t, dim=1).numpy(), a.sum(1), rtol=1e-6)
+    values, indices = lm.max(t, 1)
+    np.testing.assert_array_equal(indices.numpy(), a.argmax(1))
+    np.testing.assert_allclose(values.numpy(), a.max(1))
+    with pytest.raises(TypeError, match="lm.exp\\(\\) expects a luminal tensor"):
+        lm.exp(a)
+    cx = lm.Graph()
+    with pytest.raises(TypeError, match="both 'dim' and 'axis'"):
+        cx.tensor((2, 3)).sum(dim=0, axis=1)
