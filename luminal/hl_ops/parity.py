@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..amp import autocast_disabled, autocast_lower_precision
+from ..amp import autocast_disabled, autocast_float32, autocast_lower_precision
 from ..dtype import DType, as_dtype
 from ._util import as_tensor, constant
 
@@ -478,6 +478,7 @@ def trace(input):  # noqa: A002
     return input.trace()
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def cdist(x1, x2, p: float = 2.0):
     """``torch.cdist``: the ``p``-norm distance between each row of ``x1`` (``(..., P, M)``) and each row of ``x2``
     (``(..., R, M)``), shape ``(..., P, R)``, from the difference tensor (``P x R x M`` elements; exact, unlike

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..amp import autocast_float32
 from ..graph import GraphError
 from ..hl_ops import where
 
@@ -258,22 +259,26 @@ def _reduce(loss, reduction: str, fn: str):
     raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction: str = "mean"):
     """``max(0, -target * (input1 - input2) + margin)``."""
     return _reduce((-(target * (input1 - input2)) + margin).relu(), reduction, "margin_ranking_loss")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def hinge_embedding_loss(input, target, margin: float = 1.0, reduction: str = "mean"):  # noqa: A002
     """``x`` where ``target == 1``, ``max(0, margin - x)`` where ``target == -1``."""
     loss = where(target.eq(1), input, 0.0) + where(target.eq(-1), (margin - input).relu(), 0.0)
     return _reduce(loss, reduction, "hinge_embedding_loss")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def soft_margin_loss(input, target, reduction: str = "mean"):  # noqa: A002
     """``log(1 + exp(-target * input))`` (softplus, stable)."""
     return _reduce((-(target * input)).softplus(), reduction, "soft_margin_loss")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction: str = "mean"):
     """``1 - cos(x1, x2)`` where ``target == 1``, ``max(0, cos(x1, x2) - margin)`` where ``target == -1``
     (cosine over the last axis with PyTorch's ``eps = 1e-12`` on the squared norms)."""
@@ -284,6 +289,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, reduction
     return _reduce(loss, reduction, "cosine_embedding_loss")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, eps: float = 1e-8,  # noqa: A002
                      reduction: str = "mean"):
     """``exp(input) - target * input`` (``log_input``) or ``input - target * log(input + eps)``; ``full`` adds
@@ -306,6 +312,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     return _reduce(loss, reduction, "gaussian_nll_loss")
 
 
+@autocast_float32  # luminal.autocast: computed in float32, as torch
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
                         swap: bool = False, reduction: str = "mean"):
     """``max(d(a, p) - d(a, n) + margin, 0)`` with ``d`` the pairwise ``p``-distance (``swap``: the smaller of
