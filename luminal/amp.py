@@ -16,7 +16,7 @@ PyTorch's CPU autocast (``torch.autocast("cpu", dtype=...)``, torch 2.x):
   ``mse_loss``, ``l1_loss``, ``huber_loss``, ``smooth_l1_loss``, ``nll_loss``, ``cross_entropy``,
   ``binary_cross_entropy``, ``binary_cross_entropy_with_logits``, ``kl_div``, ``margin_ranking_loss``,
   ``hinge_embedding_loss``, ``soft_margin_loss``, ``cosine_embedding_loss``, ``poisson_nll_loss``,
-  ``triplet_margin_loss``, and ``cdist``.
+  ``triplet_margin_loss``, and ``cdist``, ``prod``.
 * everything else runs in the dtype of its inputs (as in torch on the CPU: ``softmax``, ``layer_norm``,
   ``sum``, activations... of a bfloat16 tensor give bfloat16; of a float32 tensor float32; mixed inputs
   promote, so ``bf16 + f32 -> f32``).

@@ -205,6 +205,7 @@ def _policy_cases():
                                 [x, t, x * 0.5]),
         "cdist": (lambda a, b: lm.cdist(a.cast(LOWD), b.cast(LOWD)), lambda a, b: torch.cdist(a.to(LOWT), b.to(LOWT)),
                   [x, t]),
+        "prod": (lambda a: a.cast(LOWD).prod(1), lambda a: a.to(LOWT).prod(1), [x]),
         # in no list: the input's dtype (float32 stays float32, bf16 stays bf16)
         "softmax_f32": (lambda a: a.softmax(-1), lambda a: a.softmax(-1), [x]),
         "softmax_low": (lambda a: a.cast(LOWD).softmax(-1), lambda a: a.to(LOWT).softmax(-1), [x]),

@@ -10,6 +10,7 @@ signs and zeros); over a symbolic axis it uses sign and ``exp(sum log|x|)``.
 from __future__ import annotations
 
 from .. import ops
+from ..amp import autocast_float32
 from ..dtype import DType
 from ..shape import to_expr
 from ._util import constant, normalize_axes, normalize_axis
@@ -107,6 +108,7 @@ class ReductionOps:
                 out = out.squeeze(a)
         return out
 
+    @autocast_float32  # luminal.autocast: computed in float32, as torch
     def prod(self, axis=None, keepdim: bool = False, dtype=None):
         """Product over ``axis``: a pairwise ``Mul`` tree for concrete sizes."""
         x = self if dtype is None else self.cast(dtype)
