@@ -252,6 +252,10 @@ def _div(a: Expression, b: Expression) -> Expression:
                 return _add(whole, _div(rest, b))
         if _non_negative(a) and _negative(_add(a, _mul(_num(-1), b))):  # 0 <= a < b
             return ZERO
+        split = _split_symbolic_divisor(a, b)
+        if split is not None:  # (k*B + r) // (k*C) == B // C when 0 <= r < k and C >= 1
+            k, big, _, rest_b = split
+            return _div(big, rest_b)
     return Expression(DIV, (a, b))
 
 
@@ -341,7 +345,24 @@ def _split_multiples(a: Expression, b: Expression):
     return (whole, rest) if found else (None, a)
 
 
-def _split_small(a: Expression, d: int):
+def _split_symbolic_divisor(a: Expression, b: Expression):
+    """For a sum ``a`` and a symbolic monomial divisor ``b = kb*m`` (``kb > 1``, ``m`` non-negative sizes, so
+    ``b >= 1`` wherever the division is defined): ``(k, big, small, b / k)`` with ``a == k*big + small``,
+    ``k`` a divisor of ``kb`` and ``0 <= small < k``, or None. E.g. ``(i1 + 1536*i0) // (1536*seq)`` with
+    ``0 <= i1 < 1536`` is ``i0 // seq``: the row index of a GEMM epilogue over ``(batch, seq, n)``."""
+    if a.op != ADD or b.op != MUL or b.ranged():
+        return None
+    kb, bm = _split_coef(b)
+    if kb <= 1 or bm.bounds()[0] is None or bm.bounds()[0] < 0:
+        return None
+    split = _split_small(a, kb, proper=False)
+    if split is None:
+        return None
+    k, big, small = split
+    return k, big, small, _scale(kb // k, bm)
+
+
+def _split_small(a: Expression, d: int, proper: bool = True):
     """``a`` (a sum) as ``k*big + small`` with ``k`` a proper divisor of ``d`` and ``0 <= small < k``, or None.
 
     Candidates for ``k`` are ``gcd(coefficient, d)`` of the sum's terms, e.g. ``i3 + 24*i2`` with
@@ -354,7 +375,7 @@ def _split_small(a: Expression, d: int):
     tried = set()
     for c, _, _ in coefs:
         k = math.gcd(c, d)
-        if k <= 1 or k >= d or k in tried:
+        if k <= 1 or (k >= d and proper) or k in tried:
             continue
         tried.add(k)
         big, small = ZERO, ZERO
@@ -367,6 +388,8 @@ def _split_small(a: Expression, d: int):
             continue
         lo, hi = small.bounds()
         if lo is not None and hi is not None and lo >= 0 and hi < k:
+            return k, big, small
+        if small.ranged() and _non_negative(small) and _negative(_add(small, _num(-k))):
             return k, big, small
     return None
 
@@ -454,6 +477,10 @@ def _mod(a: Expression, b: Expression) -> Expression:
                 return _mod(rest, b)
         if _non_negative(a) and _negative(_add(a, _mul(_num(-1), b))):  # 0 <= a < b
             return a
+        split = _split_symbolic_divisor(a, b)
+        if split is not None:  # (k*B + r) % (k*C) == k*(B % C) + r when 0 <= r < k and C >= 1
+            k, big, small, rest_b = split
+            return _add(_scale(k, _mod(big, rest_b)), small)
     return Expression(MOD, (a, b))
 
 
