@@ -147,6 +147,9 @@ def _policy_cases():
         # lower precision in torch's CPU list
         "sdpa": (lambda a: F.scaled_dot_product_attention(a[None], a[None], a[None]),
                  lambda a: TF.scaled_dot_product_attention(a[None], a[None], a[None]), [x]),
+        "sdpa_causal": (lambda q, k: F.scaled_dot_product_attention(q, k, k * 0.5, is_causal=True),
+                        lambda q, k: TF.scaled_dot_product_attention(q, k, k * 0.5, is_causal=True),
+                        [x.reshape(1, 2, 2, 6), t.reshape(1, 2, 2, 6)]),
         "prelu": (lambda a, w: F.prelu(a, w), lambda a, w: TF.prelu(a, w), [x, np.array([0.25], np.float32)]),
         # float32 in torch's CPU list (the low-precision input is cast up)
         "mse_loss": (lambda a, b: F.mse_loss(a.cast(LOWD), b), lambda a, b: TF.mse_loss(a.to(LOWT), b), [x, t]),
@@ -229,7 +232,7 @@ def test_op_dtypes_follow_torch_cpu_lists(name, monkeypatch):
     want_dt, want = _torch(torch_fn, arrays, torch.bfloat16)
     got_dt, got = _run(lm_fn, arrays, "reference", lm.bfloat16)
     assert got_dt == want_dt, f"{name}: luminal {got_dt}, torch {want_dt}"
-    rtol = 2.0 ** -7 * (4 if name == "sdpa" else 2)  # sdpa: torch's fused kernel keeps f32 between its products
+    rtol = 2.0 ** -7 * 2
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
 
 

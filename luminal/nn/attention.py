@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ..amp import autocast_lower_precision
 from ..dtype import DType
 from ..graph import GraphError
 from ..hl_ops import concat, where
@@ -30,6 +31,7 @@ def repeat_kv(x, n_rep: int):
     return expanded.merge_dims(axis, axis + 1)
 
 
+@autocast_lower_precision  # luminal.autocast: q, k, v rounded, float32 inside, one rounding (torch's kernel)
 def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale=None,
                                  enable_gqa: bool = False):
     """``softmax(q k^T * scale + mask) v`` (``torch.nn.functional.scaled_dot_product_attention``).
