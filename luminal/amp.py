@@ -10,8 +10,9 @@ PyTorch's CPU autocast (``torch.autocast("cpu", dtype=...)``, torch 2.x):
   ``bmm``, ``tensordot``), ``addmm``, ``baddbmm``, ``inner``, ``nn.Linear`` / ``F.linear`` (the bias is added
   before the one rounding), ``conv1d/2d/3d`` (and ``conv4d``) and the transposed convolutions, ``prelu``, the
   contraction steps of ``einsum`` (torch's ``bmm`` steps), ``scaled_dot_product_attention`` (one op: float32
-  inside), and therefore ``MultiheadAttention``, whose products go through ``linear`` and ``matmul``. ``mv``, ``addmv``, ``dot``, ``outer``,
-  ``kron`` and einsum steps without a summed letter are left alone, as torch leaves them on the CPU.
+  inside), and therefore ``MultiheadAttention``, whose products go through ``linear`` and ``matmul``.
+  ``mv``, ``addmv``, ``dot``, ``outer``, ``kron`` and einsum steps without a summed letter are left alone, as
+  torch leaves them on the CPU.
 * **float32** (float16 / bfloat16 inputs are cast to float32 first; the result is float32): the losses
   ``mse_loss``, ``l1_loss``, ``huber_loss``, ``smooth_l1_loss``, ``nll_loss``, ``cross_entropy``,
   ``binary_cross_entropy``, ``binary_cross_entropy_with_logits``, ``kl_div``, ``margin_ranking_loss``,
