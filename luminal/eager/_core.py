@@ -165,13 +165,33 @@ def is_grad_enabled() -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- records
+_KIDS: dict = {}  # structural key -> its small int (_intern)
+_kid_seq = itertools.count()
+
+
+def _intern(key) -> int:
+    """A small int standing for the structural ``key`` in the compile cache's keys (cheap to hash and compare).
+    Never reused for another key: when the table is cleared (it is bounded), keys get new ints (a later
+    realization then compiles again)."""
+    kid = _KIDS.get(key)
+    if kid is None:
+        with _lock:
+            kid = _KIDS.get(key)
+            if kid is None:
+                if len(_KIDS) >= 65536:
+                    _KIDS.clear()
+                kid = _KIDS[key] = next(_kid_seq)
+    return kid
+
+
 class _Op:
     """A recorded operation: ``build(graph, input GraphTensors)`` returns its outputs (any nesting)."""
 
-    __slots__ = ("key", "build", "inputs", "spec", "out_rg", "hold", "__weakref__")
+    __slots__ = ("key", "kid", "build", "inputs", "spec", "out_rg", "hold", "__weakref__")
 
-    def __init__(self, key, build, inputs, spec, out_rg, hold=None):
+    def __init__(self, key, build, inputs, spec, out_rg, hold=None, kid=None):
         self.key = key
+        self.kid = _intern(key) if kid is None else kid  # the key as a small int (see _intern)
         self.build = build
         self.inputs = inputs
         self.spec = spec
@@ -360,7 +380,12 @@ def _refs(objs) -> list:
 
 def _same(refs, objs) -> bool:
     """Whether ``refs`` still point at exactly ``objs`` (an ``id`` in a key was not reused by another object)."""
-    return len(refs) == len(objs) and all(r() is o for r, o in zip(refs, objs))
+    if len(refs) != len(objs):
+        return False
+    for r, o in zip(refs, objs):
+        if r() is not o:
+            return False
+    return True
 
 
 def _infer(key, build, inputs: list[_Val], hold=None):
@@ -390,17 +415,18 @@ def _infer(key, build, inputs: list[_Val], hold=None):
             outs.append((tuple(d.to_int() for d in dims), t.dtype))
         if len(_infer_cache) >= 65536:  # (signatures include Python scalars: bound the memory)
             _infer_cache.clear()
-        hit = _infer_cache[sig] = (spec, outs, _refs(hold or ()), tuple(id(dt) in _FLOAT_IDS for _, dt in outs))
+        hit = _infer_cache[sig] = (spec, outs, _refs(hold or ()), tuple(id(dt) in _FLOAT_IDS for _, dt in outs),
+                                   next(_kid_seq))  # (a structural id per signature, see _intern)
         return hit
 
 
 def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True):
     """Record an operation over ``inputs``; returns its result with Tensors in place of graph tensors."""
     if spec_outs is None:
-        spec, outs, _, is_float = _infer(key, build, inputs, hold)
+        spec, outs, _, is_float, kid = _infer(key, build, inputs, hold)
     else:
         spec, outs = spec_outs
-        is_float = None
+        is_float = kid = None
     rg = False
     if grad and _tls.grad_enabled:
         for v in inputs:
@@ -413,7 +439,7 @@ def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True
         out_rg = is_float
     else:
         out_rg = tuple([id(dt) in _FLOAT_IDS for _, dt in outs])
-    op = _Op(key, build, tuple(inputs), spec, out_rg, hold)
+    op = _Op(key, build, tuple(inputs), spec, out_rg, hold, kid)
     tensors = []
     pending = _tls.pending
     make, ref = Tensor._make, weakref.ref
@@ -455,11 +481,11 @@ def _freeze_call(args, kwargs, vals: list, hold: list):
     return key_a, key_k, tpl_a, tpl_k
 
 
-def _record_effect(key, build, inputs: list[_Val], hold, spec_outs) -> list[_Val]:
+def _record_effect(key, build, inputs: list[_Val], hold, spec_outs, kid=None) -> list[_Val]:
     """Record an operation whose results only an effect reads (an optimizer update): its output values, without
     Tensor handles (the effect's values are realized with the next realization in any case)."""
     _, outs = spec_outs
-    op = _Op(key, build, tuple(inputs), spec_outs[0], (False,) * len(outs), hold)
+    op = _Op(key, build, tuple(inputs), spec_outs[0], (False,) * len(outs), hold, kid)
     return [_Val(shape, dt, op=op, idx=k) for k, (shape, dt) in enumerate(outs)]
 
 
@@ -649,13 +675,15 @@ _CACHE_SIZE = 256
 _NO_HIST: frozenset = frozenset()
 
 
-def _leaf_key(v: _Val) -> tuple:
-    """The structural key of a graph input: shape (or symbolic dims), dtype, requires_grad, whether a parameter."""
+def _leaf_key(v: _Val) -> int:
+    """The structural key of a graph input -- shape (or symbolic dims), dtype, requires_grad, whether a parameter
+    -- as an interned int (:func:`_intern`), cached on the value."""
     lk = v.lkey
-    if lk is None or lk[2] != v.requires_grad:
-        lk = v.lkey = (v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
-                       v.param is not None)
-    return lk
+    if lk is None or lk[0] != v.requires_grad:
+        key = ("leaf", v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
+               v.param is not None)
+        lk = v.lkey = (v.requires_grad, _intern(key))
+    return lk[1]
 
 
 class _Plan:
@@ -719,7 +747,7 @@ class _Plan:
                             refs.append((op_index[id(i.op)], i.idx))
                     refs = tuple(refs)
                     op_refs.append(refs)
-                    op_keys.append((op.key, refs, op.out_rg))
+                    op_keys.append((op.kid, refs, op.out_rg))
                     op_index[id(op)] = len(op_list)
                     op_list.append(op)
                     if op.hold:

@@ -82,7 +82,7 @@ class _EagerStep:
         inputs = list(plan.inputs)
         for slot, v in zip(plan.grad_slots, grads):
             inputs[slot] = v
-        results = _core._record_effect(plan.key, plan.build, inputs, plan.hold, plan.spec_outs)
+        results = _core._record_effect(plan.key, plan.build, inputs, plan.hold, plan.spec_outs, plan.kid)
         _core._tls.effects.append((results, plan.apply))
         if _core._tls.tracing is None:
             _core.realize((), "optimizer step()")
@@ -154,6 +154,7 @@ class _StepPlan:
         structure = tuple((gi, tuple((tuple(names), tuple(slots), hs) for _, names, slots, hs in entries))
                           for gi, entries in plan)
         self.key = ("optim", type(opt).__qualname__, id(opt), structure)
+        self.kid = _core._intern(self.key)
         self.hold = [opt]
 
     def init_state(self) -> None:
