@@ -5,7 +5,7 @@ The full list is in docs/nn.md.
 """
 
 from ..module import Module, ModuleDict, ModuleList, Parameter, Sequential
-from . import functional, init
+from . import functional, init, utils
 from .activation import (CELU, ELU, GELU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid,
                          LogSoftmax, Mish, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softplus, Softsign, Tanh)
 from .attention import MultiheadAttention

@@ -157,4 +157,37 @@ from .functional_extra import (celu, channel_shuffle, cosine_embedding_loss, cos
                                softsign, tanh, tanhshrink, threshold, triplet_margin_loss, unfold)
 from .losses import binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, smooth_l1_loss  # noqa: E402
 
+
+
+def _is_eager_value(v) -> bool:
+    if type(v).__module__ == "luminal.eager.tensor":
+        return True
+    return isinstance(v, (list, tuple)) and any(type(x).__module__ == "luminal.eager.tensor" for x in v)
+
+
+def _eager_aware(fn):
+    """``fn`` taking eager tensors too from the start: ``F.relu(lm.tensor(x))`` may be the first eager call of a
+    program, when ``F.relu`` was looked up before ``lm.tensor`` imported the eager layer (which otherwise
+    patches these functions on import)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if any(_is_eager_value(a) for a in args) or any(_is_eager_value(v) for v in kwargs.values()):
+            from ..eager.functional import eager_dispatch
+            return eager_dispatch(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+    wrapper._luminal_eager = True
+    return wrapper
+
+
+def _wrap_public() -> None:
+    import inspect
+    for name, obj in list(globals().items()):
+        if not name.startswith("_") and inspect.isfunction(obj) and not getattr(obj, "_luminal_eager", False):
+            globals()[name] = _eager_aware(obj)
+
+
+_wrap_public()
+
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("GraphError", "annotations", "where")]
