@@ -643,3 +643,23 @@ def test_symbol_lower_bound():
         (seq + 1).evaluate({"seq": 0})
     i = E.symbol("i", seq - 1)  # a loop index over a non-empty axis
     assert i.min(seq) == i and (i < seq) == 1 and i.bounds() == (0, None)
+
+
+@PROP
+@given(_lin, _lin, _lin, st.integers(-3, 3), st.integers(-3, 3), st.integers(-2, 2), st.integers(-2, 2),
+       st.booleans(), bindings_list)
+def test_min_plus_max_pairs_match_integer_arithmetic(p, q, r, k1, k2, t1, t2, swap, envs):
+    """``k1*min(p, q) + k2*max(p - t1, q - t2) + r``: recombined to ``k*(p + q - t)`` when ``k1 == k2`` and
+    ``t1 == t2`` (``min(2, seq) + max(0, seq - 2) == seq``), left alone otherwise; always the same value."""
+    (pe, pf), (qe, qf), (re_, rf) = p, q, r
+    u, v = pe - t1, qe - t2
+    mx = v.max(u) if swap else u.max(v)
+    e = (k1 * pe.min(qe) + k2 * mx) + re_
+    other_order = k1 * pe.min(qe) + re_ + k2 * mx  # r may be pushed into the min first: same value
+    for expr in (e, other_order):
+        assert expr.simplify() == expr.simplify().simplify()
+        for env in envs + EDGE_BINDINGS:
+            pv, qv = pf(env), qf(env)
+            assert expr.evaluate(env) == k1 * min(pv, qv) + rf(env) + k2 * max(pv - t1, qv - t2), (str(expr), env)
+    if k1 == k2 and t1 == t2:
+        assert e == k1 * (pe + qe - t1) + re_

@@ -61,6 +61,7 @@ def _add(a: Expression, b: Expression) -> Expression:
     const = _collect_terms((a, b), 1, coefs)
     if len(coefs) >= 2:
         const += _recombine_div_mod(coefs)
+        const += _recombine_min_max(coefs)
     terms = sorted((_scale(c, base) for base, c in coefs.items() if c != 0), key=_sort_key)
     if const != 0:
         terms.insert(0, _num(const))
@@ -89,6 +90,8 @@ def _push_into_minmax(s: Expression) -> Expression | None:
         if j != idx[0]:
             rest = _add(rest, t)
     a, b = (_add(rest, _mul(_num(k), x)) for x in mm.args)
+    if a.op != NUM and b.op != NUM:  # only when a bound becomes a constant (keeps simplify() idempotent)
+        return None
     out = _minmax(mm.op if k > 0 else (MAX if mm.op == MIN else MIN), a, b)
     return out if _size(out) < _size(s) else None
 
@@ -133,6 +136,36 @@ def _recombine_div_mod(coefs: dict[Expression, int]) -> int:
             del coefs[base], coefs[div]
             const += _collect_terms((x,), k, coefs)
             changed = True
+            break
+    return const
+
+
+def _recombine_min_max(coefs: dict[Expression, int]) -> int:
+    """``k*min(a, b) + k*max(a - t, b - t)`` -> ``k*(a + b - t)`` (``min + max`` of a pair is its sum): e.g.
+    ``min(2, seq) + max(0, seq - 2) == seq``, the size of a symbolic axis split at 2 and glued back.
+
+    Rewrites ``coefs`` in place; returns the constant that the expansion adds.
+    """
+    mins = [e for e, k in coefs.items() if e.op == MIN and k != 0]
+    maxs = [e for e, k in coefs.items() if e.op == MAX and k != 0]
+    const = 0
+    for mn in mins:
+        k = coefs.get(mn, 0)
+        if k == 0:
+            continue
+        a, b = mn.args
+        for mx in maxs:
+            if coefs.get(mx, 0) != k:
+                continue
+            p, q = mx.args
+            for x, y in ((p, q), (q, p)):
+                t = _add(a, _mul(_num(-1), x))
+                if t == _add(b, _mul(_num(-1), y)):
+                    del coefs[mn], coefs[mx]
+                    const += _collect_terms((a, b, _mul(_num(-1), t)), k, coefs)
+                    break
+            else:
+                continue
             break
     return const
 
