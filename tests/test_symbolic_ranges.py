@@ -382,3 +382,52 @@ def test_roll_then_relu_over_seq_stays_in_the_fixed_size_class():
         x.set(xs)
         cx.execute()
         np.testing.assert_array_equal(y.data(), np.maximum(np.roll(xs, -k, axis=1), 0))
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_item_assignment_into_slices_of_a_symbolic_axis(device):
+    """``x[:, a:b] = v`` over a symbolic axis: the region is padded back to the axis' size (``min(2, seq) +
+    max(0, seq - 2) == seq``), checked against numpy at several bindings."""
+    cx = lm.Graph()
+    x = cx.tensor(("batch", "seq", 4))
+    cases = {(1, None): 0.0, (0, 1): 5.0, (-2, None): 7.0, (None, 3): -1.0, (1, -1): 2.0}
+    outs = []
+    for (start, stop), value in cases.items():
+        y = x * 1.0
+        y[:, start:stop] = value
+        assert y.dims == x.dims
+        outs.append(y.retrieve())
+    if device == "cpu":
+        cx.compile(device="cpu")
+    rng = np.random.default_rng(5)
+    for seq in (1, 2, 5):
+        xs = rng.standard_normal((2, seq, 4)).astype(np.float32)
+        x.set(xs)
+        cx.execute()
+        for ((start, stop), value), out in zip(cases.items(), outs):
+            want = xs.copy()
+            want[:, start:stop] = value
+            np.testing.assert_array_equal(out.data(), want, err_msg=f"seq={seq} [{start}:{stop}]")
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_a_size_declared_non_empty(device):
+    """``sym("seq", lower=1)``: ``x[:, 0:1]`` is 1 row without any assumption, and binding ``seq`` to 0 is
+    refused when the graph runs."""
+    seq = sym("seq", lower=1)
+    cx = lm.Graph()
+    x = cx.tensor(("batch", seq, 8))
+    first, rest = x[:, 0:1].squeeze(1), x[:, 2:]
+    assert first.dims == (sym("batch"), 8) and rest.dims[1] == (seq - 2).max(0)
+    y, z = (first * 2.0).retrieve(), (rest + 1.0).retrieve()
+    if device == "cpu":
+        cx.compile(device="cpu")
+    for b, s in ((2, 3), (1, 1), (3, 5)):
+        xs = np.random.default_rng(s).standard_normal((b, s, 8)).astype(np.float32)
+        x.set(xs)
+        cx.execute()
+        np.testing.assert_array_equal(y.data(), xs[:, 0] * 2.0)
+        np.testing.assert_array_equal(z.data(), xs[:, 2:] + 1.0)
+    x.set(np.zeros((2, 0, 8), np.float32))
+    with pytest.raises(ValueError, match="declared >= 1"):
+        cx.execute()
