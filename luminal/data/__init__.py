@@ -8,7 +8,11 @@
 See docs/data.md.
 """
 
-from .dataset import ConcatDataset, Dataset, Subset, TensorDataset, random_split
+from .dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
 from .loader import DataLoader, default_collate
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
+                      WeightedRandomSampler)
 
-__all__ = ["Dataset", "TensorDataset", "Subset", "ConcatDataset", "random_split", "DataLoader", "default_collate"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split", "DataLoader",
+           "default_collate", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+           "WeightedRandomSampler", "BatchSampler"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Dataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
 
 
 class Dataset(ABC):
@@ -37,6 +37,15 @@ class Dataset(ABC):
     def __add__(self, other: "Dataset") -> "ConcatDataset":
         """``ConcatDataset([self, other])``."""
         return ConcatDataset([self, other])
+
+
+class IterableDataset:
+    """A dataset that yields its samples from ``__iter__`` (``torch.utils.data.IterableDataset``): a stream, a
+    generator, a file read line by line. :class:`~luminal.data.DataLoader` batches it in iteration order
+    (``num_workers=0``; no shuffle or sampler: the dataset decides the order)."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
 
 
 class TensorDataset(Dataset):

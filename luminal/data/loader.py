@@ -24,7 +24,7 @@ import traceback
 
 import numpy as np
 
-from .dataset import Subset, TensorDataset
+from .dataset import IterableDataset, Subset, TensorDataset
 
 __all__ = ["DataLoader", "default_collate"]
 
@@ -108,14 +108,19 @@ def _tensor_view(dataset):
 
 
 class _Fetcher:
-    """Turns one batch's index array into a batch. Picklable when the dataset and collate_fn are."""
+    """Turns one batch's index array into a batch (``unbatched``: one sample, as ``batch_size=None`` yields).
+    Picklable when the dataset, collate_fn and worker_init_fn are."""
 
-    def __init__(self, dataset, collate_fn):
+    def __init__(self, dataset, collate_fn, unbatched: bool = False, worker_init_fn=None):
         self.dataset = dataset
         self.collate_fn = collate_fn
-        self.fast = _tensor_view(dataset) if collate_fn is default_collate else None
+        self.unbatched = unbatched
+        self.worker_init_fn = worker_init_fn
+        self.fast = _tensor_view(dataset) if collate_fn is default_collate and not unbatched else None
 
     def __call__(self, indices: np.ndarray):
+        if self.unbatched:
+            return self.dataset[int(indices[0])]
         if self.fast is not None:
             arrays, index_map = self.fast
             rows = indices if index_map is None else index_map[indices]
@@ -153,6 +158,16 @@ class DataLoader:
             dataset and ``collate_fn`` must be picklable, i.e. defined at module level).
         mp_context: the ``multiprocessing`` start method for process workers (``"spawn"``, ``"forkserver"``,
             ``"fork"``); ``None`` is ``"forkserver"`` where available, else ``"spawn"``.
+        sampler: an iterable of sample indices (a :mod:`luminal.data.sampler` sampler or any sequence) deciding
+            the order instead of ``shuffle``; ``batch_sampler``: an iterable of index lists, one per batch
+            (instead of ``batch_size``/``shuffle``/``sampler``/``drop_last``). ``batch_size=None`` yields the
+            samples one by one, unbatched. An :class:`~luminal.data.IterableDataset` is batched in its
+            iteration order (``num_workers=0``).
+        worker_init_fn: called with the worker id at the start of each worker (thread or process).
+        pin_memory, timeout, persistent_workers: PyTorch's arguments, accepted with no effect (there is no
+            pinned host memory to hand a device; worker errors are re-raised rather than timed out; workers
+            start per epoch). ``prefetch_factor`` and ``multiprocessing_context`` are PyTorch's names of
+            ``prefetch`` and ``mp_context``.
 
     A worker's exception is raised again in the iterating thread (the same exception type and message, with
     a note naming the worker and batch). Leaving a loop early stops the workers; iterating again starts a
@@ -163,14 +178,46 @@ class DataLoader:
             a negative ``seed``, or both ``seed`` and ``generator``.
     """
 
-    def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool = False, drop_last: bool = False,
                  collate_fn=None, seed: int | None = None, generator: np.random.Generator | None = None,
                  num_workers: int = 0, prefetch: int = 2, worker_type: str = "thread",
-                 mp_context: str | None = None):
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise TypeError(f"DataLoader: dataset must define __len__ and __getitem__, got {type(dataset).__name__}")
+                 mp_context: str | None = None, *, sampler=None, batch_sampler=None, worker_init_fn=None,
+                 pin_memory: bool = False, timeout: float = 0, persistent_workers: bool = False,
+                 prefetch_factor: int | None = None, multiprocessing_context: str | None = None):
+        self.iterable = isinstance(dataset, IterableDataset) or (
+            hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__"))
+        if not self.iterable and not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"DataLoader: dataset must define __len__ and __getitem__ (map-style) or __iter__ "
+                            f"(an IterableDataset), got {type(dataset).__name__}")
         self.dataset = dataset
-        self.batch_size = _check_int("batch_size", batch_size, 1, "a positive integer")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("DataLoader: batch_sampler is mutually exclusive with batch_size, shuffle, sampler "
+                                 "and drop_last")
+            batch_size = None
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler is mutually exclusive with shuffle (the sampler decides the order)")
+        if self.iterable and (shuffle or sampler is not None or batch_sampler is not None):
+            raise ValueError("DataLoader: an IterableDataset decides its own order: shuffle, sampler and "
+                             "batch_sampler are not allowed with it")
+        if self.iterable and num_workers:
+            raise ValueError("DataLoader: an IterableDataset is loaded in the iterating thread (num_workers=0); "
+                             "shard it into map-style datasets for parallel loading")
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.worker_init_fn = worker_init_fn
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"DataLoader: worker_init_fn must be callable, got {type(worker_init_fn).__name__}")
+        # PyTorch arguments with no effect here: pin_memory (no pinned host memory to hand a device), timeout
+        # (workers never block on a dead peer: their errors are re-raised), persistent_workers
+        self.pin_memory, self.timeout, self.persistent_workers = bool(pin_memory), timeout, bool(persistent_workers)
+        if prefetch_factor is not None:
+            prefetch = prefetch_factor
+        if multiprocessing_context is not None:
+            if mp_context is not None and mp_context != multiprocessing_context:
+                raise ValueError("DataLoader: pass mp_context or multiprocessing_context, not both")
+            mp_context = multiprocessing_context
+        self.batch_size = None if batch_size is None else _check_int("batch_size", batch_size, 1, "a positive integer")
         self.num_workers = _check_int("num_workers", num_workers, 0, "a non-negative integer")
         self.prefetch = _check_int("prefetch", prefetch, 1, "a positive integer (batches queued per worker)")
         if worker_type not in ("thread", "process"):
@@ -207,8 +254,13 @@ class DataLoader:
         self._epoch = _check_int("epoch", epoch, 0, "a non-negative integer")
 
     def __len__(self) -> int:
-        """Batches per epoch: ``ceil(n / batch_size)``, or ``floor`` with ``drop_last``."""
-        n = len(self.dataset)
+        """Batches per epoch: ``ceil(n / batch_size)``, or ``floor`` with ``drop_last`` (``n`` the dataset's or the
+        sampler's length); the batch sampler's length; ``n`` with ``batch_size=None``."""
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        if self.batch_size is None:
+            return n
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _order(self, epoch: int) -> np.ndarray:
@@ -226,16 +278,29 @@ class DataLoader:
         With a ``generator`` (instead of a seed) and ``shuffle``, this draws from the generator.
         """
         epoch = self._epoch if epoch is None else epoch
-        order = self._order(epoch)
+        if self.iterable:
+            raise TypeError("DataLoader: an IterableDataset has no batch indices (its samples come from iteration)")
+        if self.batch_sampler is not None:
+            return [np.asarray(list(b), dtype=np.int64).reshape(-1) for b in self.batch_sampler]
+        if self.sampler is not None:
+            order = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
+        else:
+            order = self._order(epoch)
+        if self.batch_size is None:
+            return [order[i:i + 1] for i in range(len(order))]
         bs = self.batch_size
         stop = (len(order) // bs) * bs if self.drop_last else len(order)
         return [order[i:i + bs] for i in range(0, stop, bs)]
 
     def __iter__(self):
         """Start an epoch: yields ``len(self)`` batches."""
+        if self.iterable:
+            self._epoch += 1
+            return _iterable_batches(self.dataset, self.batch_size, self.drop_last, self.collate_fn)
         batches = self.batch_indices(self._epoch)
         self._epoch += 1
-        fetch = _Fetcher(self.dataset, self.collate_fn)
+        fetch = _Fetcher(self.dataset, self.collate_fn, self.batch_size is None and self.batch_sampler is None,
+                         self.worker_init_fn)
         if self.num_workers == 0 or not batches:
             return _serial(fetch, batches)
         if self.worker_type == "thread":
@@ -252,6 +317,21 @@ def _serial(fetch, batches):
         yield fetch(idx)
 
 
+def _iterable_batches(dataset, batch_size, drop_last: bool, collate_fn):
+    """Batches of an IterableDataset: its samples in iteration order, ``batch_size`` at a time."""
+    if batch_size is None:
+        yield from iter(dataset)
+        return
+    batch = []
+    for sample in dataset:
+        batch.append(sample)
+        if len(batch) == batch_size:
+            yield collate_fn(batch)
+            batch = []
+    if batch and not drop_last:
+        yield collate_fn(batch)
+
+
 def _note(exc: BaseException, text: str) -> None:
     if hasattr(exc, "add_note"):
         exc.add_note(text)
@@ -259,6 +339,13 @@ def _note(exc: BaseException, text: str) -> None:
 
 # ---------------------------------------------------------------------------- thread workers
 def _thread_worker(fetch, batches, first: int, step: int, q: queue.Queue, stop: threading.Event, wid: int):
+    if fetch.worker_init_fn is not None:
+        try:
+            fetch.worker_init_fn(wid)
+        except BaseException as e:  # noqa: BLE001
+            _note(e, f"(raised in DataLoader worker thread {wid} by worker_init_fn)")
+            q.put(("err", e))
+            return
     for k, idx in enumerate(batches):
         if stop.is_set():
             return
@@ -339,6 +426,12 @@ def _process_worker(payload: bytes, batches, first: int, step: int, q, stop, wid
     except BaseException as e:  # noqa: BLE001
         q.put(("err", _pack_error(e, f"(raised in DataLoader worker process {wid} while unpickling the dataset)")))
         return
+    if fetch.worker_init_fn is not None:
+        try:
+            fetch.worker_init_fn(wid)
+        except BaseException as e:  # noqa: BLE001
+            q.put(("err", _pack_error(e, f"(raised in DataLoader worker process {wid} by worker_init_fn)")))
+            return
     for k, idx in enumerate(batches):
         if stop.is_set():
             break
