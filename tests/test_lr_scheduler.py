@@ -368,3 +368,34 @@ def test_base_class_contract():
         L.SequentialLR(opt, [L.ExponentialLR(opt, 0.9), L.ExponentialLR(opt, 0.8)], milestones=[])
     with pytest.raises(ValueError, match="ReduceLROnPlateau"):
         L.SequentialLR(opt, [L.ExponentialLR(opt, 0.9), L.ReduceLROnPlateau(opt)], milestones=[3])
+
+
+def test_multiplicative_lr_matches_torch():
+    topt, lopt = torch_optimizer(GROUPS), FakeOptimizer(GROUPS)
+    fns = [lambda e: 0.95, lambda e: 1.0 - 0.01 * (e % 5)]
+    tsched = T.MultiplicativeLR(topt, fns)
+    lsched = L.MultiplicativeLR(lopt, fns)
+    seq_t, seq_l = lockstep(topt, tsched, lopt, lsched, 40)
+    assert_close(seq_l, seq_t)
+    with pytest.raises(ValueError, match="MultiplicativeLR: expected 2 lr_lambdas"):
+        L.MultiplicativeLR(FakeOptimizer(GROUPS), [lambda e: 1.0])
+
+
+def test_chained_scheduler_matches_torch_and_round_trips():
+    topt, lopt = torch_optimizer(GROUPS), FakeOptimizer(GROUPS)
+    tsched = T.ChainedScheduler([T.ConstantLR(topt, factor=0.2, total_iters=6), T.ExponentialLR(topt, gamma=0.9)])
+    lsched = L.ChainedScheduler([L.ConstantLR(lopt, factor=0.2, total_iters=6), L.ExponentialLR(lopt, gamma=0.9)])
+    assert_close(lrs(lopt), lrs(topt))
+    seq_t, seq_l = lockstep(topt, tsched, lopt, lsched, 25)
+    assert_close(seq_l, seq_t)
+    state = json.loads(json.dumps(lsched.state_dict()))  # numbers only
+    lopt2 = FakeOptimizer(GROUPS)
+    again = L.ChainedScheduler([L.ConstantLR(lopt2, factor=0.2, total_iters=6), L.ExponentialLR(lopt2, gamma=0.9)])
+    again.load_state_dict(state)
+    for g2, g in zip(lopt2.param_groups, lopt.param_groups):
+        g2["lr"] = g["lr"]
+    lsched.step()
+    again.step()
+    assert_close(lrs(lopt2), lrs(lopt))
+    with pytest.raises(ValueError, match="same optimizer"):
+        L.ChainedScheduler([L.StepLR(lopt, 2), L.StepLR(FakeOptimizer(GROUPS), 2)])

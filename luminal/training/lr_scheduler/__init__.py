@@ -20,10 +20,10 @@ it fits in a JSON / ``.npz`` checkpoint.
 
 from .base import LRScheduler
 from .cyclic import CosineAnnealingWarmRestarts, CyclicLR
-from .decay import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR, MultiStepLR, PolynomialLR,
-                    StepLR)
-from .policies import OneCycleLR, ReduceLROnPlateau, SequentialLR
+from .decay import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR, MultiplicativeLR, MultiStepLR,
+                    PolynomialLR, StepLR)
+from .policies import ChainedScheduler, OneCycleLR, ReduceLROnPlateau, SequentialLR
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
            "PolynomialLR", "CosineAnnealingLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau",
-           "CosineAnnealingWarmRestarts", "CyclicLR"]
+           "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR", "ChainedScheduler"]

@@ -30,13 +30,14 @@ class LambdaLR(LRScheduler):
         n = len(optimizer.param_groups)
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != n:
-                raise ValueError(f"LambdaLR: expected {n} lr_lambdas (one per param group), got {len(lr_lambda)}")
+                raise ValueError(f"{type(self).__name__}: expected {n} lr_lambdas (one per param group), got "
+                                 f"{len(lr_lambda)}")
             self.lr_lambdas = list(lr_lambda)
         else:
             self.lr_lambdas = [lr_lambda] * n
         for fn in self.lr_lambdas:
             if not callable(fn):
-                raise TypeError(f"LambdaLR: lr_lambda should be a function, got {type(fn).__name__}")
+                raise TypeError(f"{type(self).__name__}: lr_lambda should be a function, got {type(fn).__name__}")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -59,6 +60,18 @@ class LambdaLR(LRScheduler):
         for fn, saved in zip(self.lr_lambdas, lambdas):
             if saved is not None:
                 fn.__dict__.update(copy.deepcopy(saved))
+
+
+class MultiplicativeLR(LambdaLR):
+    """Chainable: every step multiplies each group's current lr by ``lr_lambda(epoch)`` (from epoch 1 on;
+    ``torch.optim.lr_scheduler.MultiplicativeLR``). Arguments and ``state_dict`` as :class:`LambdaLR`."""
+
+    def get_lr(self) -> list[float]:
+        """``group['lr'] * lr_lambda(last_epoch)`` per group (the lr unchanged at epoch 0)."""
+        if self.last_epoch > 0:
+            return [group["lr"] * fn(self.last_epoch) for fn, group in zip(self.lr_lambdas,
+                                                                           self.optimizer.param_groups)]
+        return [group["lr"] for group in self.optimizer.param_groups]
 
 
 class StepLR(LRScheduler):

@@ -88,6 +88,53 @@ class SequentialLR(LRScheduler):
             s.load_state_dict(saved)
 
 
+class ChainedScheduler(LRScheduler):
+    """Step several schedulers together at every step, their factors combining
+    (``torch.optim.lr_scheduler.ChainedScheduler``), e.g. a constant warmup factor and an exponential decay.
+
+    Args:
+        schedulers: the schedulers (chainable ones; not :class:`ReduceLROnPlateau`), all on one optimizer.
+        optimizer: that optimizer (default: the first scheduler's).
+    """
+
+    def __init__(self, schedulers: list, optimizer=None):
+        if len(schedulers) < 1:
+            raise ValueError("ChainedScheduler expects at least one scheduler, got none")
+        optimizer = optimizer if optimizer is not None else getattr(schedulers[0], "optimizer", None)
+        _check_optimizer(optimizer)
+        for i, s in enumerate(schedulers):
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError(f"ChainedScheduler does not support ReduceLROnPlateau (its step needs a metric), "
+                                 f"got one at index {i}")
+            if getattr(s, "optimizer", None) is not optimizer:
+                raise ValueError(f"ChainedScheduler expects all schedulers to belong to the same optimizer, but the "
+                                 f"{type(s).__name__} at index {i} has a different one")
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer
+        self._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+    def step(self) -> None:
+        """Step every scheduler once, in order."""
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        """The chain's counters plus each sub-scheduler's state dict (under ``"_schedulers"``)."""
+        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items()
+                 if k not in self._state_exclude and k != "_schedulers"}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore a :meth:`state_dict`, including the sub-schedulers'."""
+        state = dict(state_dict)
+        subs = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for s, saved in zip(self._schedulers, subs):
+            s.load_state_dict(saved)
+
+
 class OneCycleLR(LRScheduler):
     """The 1cycle policy (Smith & Topin): lr from ``max_lr / div_factor`` up to ``max_lr`` over a fraction
     ``pct_start`` of the steps, then down to ``initial_lr / final_div_factor``; stepped once per *batch*.
