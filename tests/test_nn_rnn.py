@@ -158,14 +158,37 @@ def test_sequence_layers_match_torch(kind):
     _compare(cases)
 
 
+def test_time_chunks_match_torch(monkeypatch):
+    """Sequences longer than ``_FLAT_STEPS`` run in chunks of about sqrt(L) steps (their own input GEMMs, stacked
+    behind a GraphBreak); lowered to 2 here, so that 5 steps make chunks of 3 and 2 at test sizes."""
+    from luminal.nn import rnn
+    monkeypatch.setattr(rnn, "_FLAT_STEPS", 2)
+    assert rnn._chunks(5) == [(0, 3), (3, 5)]
+    cases = []
+    for k, (kind, kw, batched, h0, training) in enumerate([
+            ("GRU", dict(bidirectional=True), True, True, False),
+            ("LSTM", dict(proj_size=2, num_layers=2, batch_first=True), True, True, False),
+            ("RNN", dict(num_layers=2, bidirectional=True, dropout=1.0), False, False, True)]):
+        tm, m = _pair(kind, I, H, **kw)
+        x = _rand(((N, 5, I) if kw.get("batch_first") else (5, N, I)) if batched else (5, I), 50 + k)
+        inputs = [x]
+        if h0:
+            rows = kw.get("num_layers", 1) * (2 if kw.get("bidirectional") else 1)
+            h = _rand((rows, N, kw.get("proj_size") or H), 60 + k)
+            inputs.append((h, _rand((rows, N, H), 70 + k)) if kind == "LSTM" else h)
+        cases.append((f"{kind}-{k}", tm, m, inputs, training))
+    _compare(cases)
+
+
 def test_symbolic_batch_one_graph_two_sizes():
+    """A symbolic batch dim: one graph, executed at two batch sizes (10 steps: three chunks)."""
     tm, m = _pair("LSTM", I, H, num_layers=2)
     cx = lm.Graph()
-    x = cx.tensor((L, "batch", I))
+    x = cx.tensor((10, "batch", I))
     out, (hn, cn) = m.eval()(x)
     out.retrieve(), hn.retrieve(), cn.retrieve()
     for n in (2, 5):
-        xa = _rand((L, n, I), n)
+        xa = _rand((10, n, I), n)
         x.set(xa)
         cx.execute()
         with torch.no_grad():
@@ -318,3 +341,28 @@ def test_cell_bad_inputs():
         m(cx.tensor((N, I)), (cx.tensor((N, H + 1)), cx.tensor((N, H))))
     with pytest.raises(GraphError, match="hx"):
         nn.GRUCell(I, H)(cx.tensor((I,)), cx.tensor((N, H)))
+
+
+def test_dtype_mismatch_and_float64_module():
+    m = nn.GRU(I, H, num_layers=2, bidirectional=True)
+    cx = lm.Graph()
+    with pytest.raises(GraphError, match="dtype float32, got float64"):
+        m(cx.tensor((L, N, I), lm.float64))
+    with pytest.raises(GraphError, match="h_0 must have the parameters' dtype"):
+        m(cx.tensor((L, N, I)), cx.tensor((4, N, H), lm.float64))
+    # a float64 module keeps float64 accuracy (tanh evaluated through sigmoid: no float32 rounding)
+    torch.manual_seed(1)
+    tm = torch.nn.LSTM(I, H, bidirectional=True).double()
+    m = nn.LSTM(I, H, bidirectional=True, dtype=lm.float64)
+    m.load_state_dict(tm.state_dict())
+    cx = lm.Graph()
+    xa = np.random.default_rng(5).standard_normal((L, N, I)) * 3
+    out, (hn, cn) = m(cx.tensor(xa.shape, lm.float64).set(xa))
+    for t in (out, hn, cn):
+        t.retrieve()
+    cx.execute()
+    with torch.no_grad():
+        to, (th, tc) = tm(torch.from_numpy(xa))
+    for a, b in ((out, to), (hn, th), (cn, tc)):
+        assert a.data().dtype == np.float64
+        np.testing.assert_allclose(a.data(), b.numpy(), rtol=1e-12, atol=1e-13)

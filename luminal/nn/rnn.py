@@ -40,10 +40,42 @@ def _check_shape(t, expected, what: str, where: str) -> None:
         raise GraphError(f"{where}: expected {what} of shape {want}, got {_dims(t)}")
 
 
+def _check_dtype(t, dtype, what: str, where: str) -> None:
+    """PyTorch's rule: inputs and states have the parameters' dtype (no silent promotion)."""
+    if t.dtype != dtype:
+        raise GraphError(f"{where}: {what} must have the parameters' dtype {dtype.value}, got {t.dtype.value} "
+                         "(cast it, or build the module with dtype=...)")
+
+
 def _uniform_init(module: Module, hidden_size: int) -> None:
     bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0.0
     for p in module.parameters():
         init.uniform_(p, -bound, bound)
+
+
+# ------------------------------------------------------------------------------------------------ time axis
+# The backends evaluate a sum of padded tensors (how ``stack``/``concat`` are built, and how the gradient of L
+# step views of one tensor accumulates) as one fused loop reading every term at every element (the compilers
+# flatten nested sums of pads): stacking L step outputs, or differentiating L slices of one (L, N, G) input
+# projection, costs O(L) per element, O(L^2) in all. So the time axis is cut into about sqrt(L) chunks of about
+# sqrt(L) steps: each chunk gets its own input-projection GEMM (x_chunk W_ih^T: (B*N, I) x (I, G), still one
+# large GEMM per chunk) and its outputs are stacked into one chunk tensor behind a ``GraphBreak``, which the next
+# layer's GEMM reads directly; only the layer's final output is a concatenation of the chunks. Every sum then has
+# about sqrt(L) terms (64 steps: 8 chunks of 8).
+_FLAT_STEPS = 8
+"""Up to this many steps the sequence is one chunk."""
+
+
+def _chunks(L: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of the chunks of a length-L time axis (see above)."""
+    if L <= _FLAT_STEPS:
+        return [(0, L)]
+    size = math.ceil(math.sqrt(L))
+    return [(s, min(s + size, L)) for s in range(0, L, size)]
+
+
+def _join_chunks(chunks: list):
+    return chunks[0] if len(chunks) == 1 else concat(chunks, 0)
 
 
 # ------------------------------------------------------------------------------------------------ one step
@@ -135,7 +167,7 @@ class RNNBase(Module):
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 proj_size: int = 0, device=None, dtype=None, seed: int | None = None):
+                 proj_size: int = 0, dtype=None, seed: int | None = None):
         super().__init__()
         if mode not in _GATES:
             raise ValueError(f"Unrecognized RNN mode: {mode!r}")
@@ -234,8 +266,7 @@ class RNNBase(Module):
         if x.dims[-1] != self.input_size:
             raise GraphError(f"{name}: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                              f"got {x.dims[-1]} (input shape {_dims(x)})")
-        if not x.dtype.is_float:
-            raise GraphError(f"{name}: expected a floating-point input, got {x.dtype}")
+        _check_dtype(x, self.weight_ih_l0.dtype, "input", name)
         return x
 
     def _check_state(self, t, batched: bool, batch, size: int, what: str):
@@ -249,6 +280,7 @@ class RNNBase(Module):
             raise GraphError(f"{name}: for batched 3-D input, {what} should also be 3-D "
                              f"({rows}, {batch}, {size}) but got a {t.ndim}-D tensor of shape {_dims(t)}")
         _check_shape(t, (rows, batch, size) if batched else (rows, size), what, name)
+        _check_dtype(t, self.weight_ih_l0.dtype, what, name)
         return t if batched else t.unsqueeze(1)
 
     def forward(self, input, hx=None):
@@ -287,23 +319,24 @@ class RNNBase(Module):
                 h0 = self._check_state(hx, batched, batch, real_hidden, "h_0")
 
         h_n, c_n = [], []
-        layer_input = x
+        spans = _chunks(L)
+        layer_input = [x if len(spans) == 1 else x.slice_axis(0, start, stop) for start, stop in spans]
         for layer in range(self.num_layers):
             if layer > 0 and self.training and self.dropout > 0:
-                layer_input = self._dropout(layer_input)
+                layer_input = [self._dropout(chunk) for chunk in layer_input]
             outs = []
             for direction in range(directions):
                 k = layer * directions + direction
                 params = [bind(p, x) for p in self.all_weights[k]]
                 h_init = None if h0 is None else h0.slice_axis(0, k, k + 1).squeeze(0)
                 c_init = None if c0 is None else c0.slice_axis(0, k, k + 1).squeeze(0)
-                out, h_last, c_last = self._run_direction(layer_input, params, h_init, c_init, L, direction == 1)
+                out, h_last, c_last = self._run_direction(layer_input, params, h_init, c_init, direction == 1)
                 outs.append(out)
                 h_n.append(h_last)
                 c_n.append(c_last)
-            layer_input = outs[0] if directions == 1 else concat(outs, -1)
+            layer_input = outs[0] if directions == 1 else [concat(pair, -1) for pair in zip(*outs)]
 
-        output = layer_input
+        output = _join_chunks(layer_input)
         hn = stack(h_n, 0)
         cn = stack(c_n, 0) if lstm else None
         if not batched:
@@ -319,18 +352,23 @@ class RNNBase(Module):
         object.__setattr__(self, "_calls", call + 1)
         return _apply(x, self.dropout, True, self.seed, call, None, self._steps)
 
-    def _run_direction(self, x, params, h, c, L: int, reverse: bool):
-        """One layer in one direction over time-major ``x`` (L, N, I): ``(output (L, N, H_out), h_L, c_L)``."""
+    def _run_direction(self, chunks, params, h, c, reverse: bool):
+        """One layer in one direction over the time-major chunks (B_k, N, I) of its input (see "time axis"
+        above): ``(output chunks (B_k, N, H_out), h_L, c_L)``."""
         H = self.hidden_size
         b_ih, b_hh = (params[2], params[3]) if self.bias else (None, None)
         w_hr = params[-1] if self.proj_size else None
         w_ih, w_hh, bias, b_hn = _prepared_weights(self.mode, H, params[0], params[1], b_ih, b_hh)
-        gi = x @ w_ih.T  # all steps in one GEMM: (L, N, I) x (I, G)
-        if bias is not None:
-            gi = gi + bias
+        steps = []
+        for chunk in chunks:
+            gi = chunk @ w_ih.T  # every step of the chunk in one GEMM: (B, N, I) x (I, G)
+            if bias is not None:
+                gi = gi + bias
+            steps += [gi.slice_axis(0, j, j + 1).squeeze(0) for j in range(chunk.dims[0].to_int())]
+        L = len(steps)
         outs = [None] * L
         for t in (range(L - 1, -1, -1) if reverse else range(L)):
-            g = gi.slice_axis(0, t, t + 1).squeeze(0)
+            g = steps[t]
             if self.mode == "LSTM":
                 h, c = _lstm_step(g, h, c, w_hh, w_hr, H)
             elif self.mode == "GRU":
@@ -338,7 +376,13 @@ class RNNBase(Module):
             else:
                 h = _rnn_step(g, h, w_hh, self.nonlinearity)
             outs[t] = h
-        return stack(outs, 0), h, c
+        out_chunks, start = [], 0
+        for chunk in chunks:
+            stop = start + chunk.dims[0].to_int()
+            stacked = stack(outs[start:stop], 0)
+            out_chunks.append(stacked if len(chunks) == 1 else stacked.graph_break())
+            start = stop
+        return out_chunks, h, c
 
 
 class RNN(RNNBase):
@@ -349,11 +393,11 @@ class RNN(RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, seed: int | None = None):
+                 dtype=None, seed: int | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
         super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size,
-                         num_layers, bias, batch_first, dropout, bidirectional, 0, device, dtype, seed)
+                         num_layers, bias, batch_first, dropout, bidirectional, 0, dtype, seed)
 
 
 class LSTM(RNNBase):
@@ -362,9 +406,9 @@ class LSTM(RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device=None, dtype=None, seed: int | None = None):
+                 dtype=None, seed: int | None = None):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         proj_size, device, dtype, seed)
+                         proj_size, dtype, seed)
 
 
 class GRU(RNNBase):
@@ -373,9 +417,9 @@ class GRU(RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, seed: int | None = None):
+                 dtype=None, seed: int | None = None):
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, device, dtype, seed)
+                         0, dtype, seed)
 
 
 # ------------------------------------------------------------------------------------------------ cells
@@ -385,7 +429,7 @@ class RNNCellBase(Module):
 
     _gates = 1
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None):
         super().__init__()
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -421,6 +465,7 @@ class RNNCellBase(Module):
         if x.dims[-1] != self.input_size:
             raise GraphError(f"{name}: input has inconsistent input_size: got {x.dims[-1]} expected "
                              f"{self.input_size} (input shape {_dims(x)})")
+        _check_dtype(x, self.weight_ih.dtype, "input", name)
         batched = x.ndim == 2
         if not batched:
             x = x.unsqueeze(0)
@@ -435,6 +480,7 @@ class RNNCellBase(Module):
                 raise GraphError(f"{name}: {what} should be {len(expected)}-D for a {x.ndim if batched else 1}-D "
                                  f"input, expected shape ({', '.join(map(str, expected))}), got {_dims(t)}")
             _check_shape(t, expected, what, name)
+            _check_dtype(t, self.weight_ih.dtype, what, name)
             out.append(t if batched else t.unsqueeze(0))
         return x, out, batched
 
@@ -454,10 +500,10 @@ class RNNCell(RNNCellBase):
     ``forward(input, hx=None) -> h'``."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
-                 device=None, dtype=None):
+                 dtype=None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
-        super().__init__(input_size, hidden_size, bias, device, dtype)
+        super().__init__(input_size, hidden_size, bias, dtype)
         self.nonlinearity = nonlinearity
 
     def forward(self, input, hx=None):
