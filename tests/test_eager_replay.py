@@ -236,3 +236,30 @@ def test_kept_losses_do_not_slow_or_change_replay():
         kept.append(loss)
     assert lm.eager.stats()["compiles"] - before == 1
     np.testing.assert_allclose([float(l) for l in kept], _torch_train(tm, batches), rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("change", ["weight_decay", "maximize", "nesterov"])
+def test_changing_a_structural_group_option_rebuilds_the_update(change):
+    """An option the update's graph depends on (weight_decay switched on, maximize, nesterov) changed between two
+    eager steps takes effect, as in torch (the replayed update of the old structure would ignore it); a learning
+    rate change keeps the compiled update."""
+    model, tm = _twins(3)
+    opt = lm.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    topt = torch.optim.SGD(tm.parameters(), lr=0.05, momentum=0.9)
+    for step, (x, y) in enumerate(_batches(6, seed=3)):
+        if step == 3:
+            value = {"weight_decay": 0.1, "maximize": True, "nesterov": True}[change]
+            for g in opt.param_groups + topt.param_groups:
+                g[change] = value
+                g["lr"] = 0.02
+        loss = F.cross_entropy(model(lm.tensor(x)), lm.tensor(y))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        tl = torch.nn.functional.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
+        tl.backward()
+        topt.step()
+        topt.zero_grad()
+        np.testing.assert_allclose(float(loss), float(tl), rtol=1e-4, err_msg=f"step {step}")
+    for k, v in tm.state_dict().items():
+        np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)

@@ -65,7 +65,8 @@ class _EagerStep:
                         live.append(pv)
                         grads.append(g._v)
             if live:
-                sig.append((gi, id(group), tuple([id(v) for v in live]), tuple(self._state_names(group))))
+                sig.append((gi, id(group), tuple([id(v) for v in live]), tuple(self._state_names(group)),
+                            _group_structure(group)))
                 params.extend(live)
         if not sig:
             return loss
@@ -89,6 +90,23 @@ class _EagerStep:
         return loss
 
 
+def _group_structure(group: dict) -> tuple:
+    """What of a parameter group decides the update's graph (not its input values): flags and strings as they
+    are, and for each number whether it is zero (``weight_decay``, ``momentum``, ``lr_decay``... switch terms of
+    the update on or off). The learning rate and other per-step values are inputs, so changing them (a scheduler)
+    keeps the compiled update."""
+    out = []
+    for k in sorted(group):
+        if k in ("params", "lr", "initial_lr"):
+            continue
+        v = group[k]
+        if isinstance(v, (bool, str)) or v is None:
+            out.append((k, v))
+        elif isinstance(v, (int, float)):
+            out.append((k, v != 0, v > 0))
+    return tuple(out)
+
+
 class _StepPlan:
     """One structure of an eager ``step()`` (which parameters of which groups have a gradient): its inputs (the
     gradient slots filled in at each step), the update's build, the output shapes, the effect callback."""
@@ -101,7 +119,7 @@ class _StepPlan:
         groups = opt.param_groups
         k = 0
         grad_slots = []
-        for gi, _, ids, names in sig:
+        for gi, _, ids, names, _ in sig:
             group = groups[gi]
             live_vals = param_vals[k:k + len(ids)]
             k += len(ids)
@@ -153,7 +171,9 @@ class _StepPlan:
         self.spec_outs = (spec, shapes)
         structure = tuple((gi, tuple((tuple(names), tuple(slots), hs) for _, names, slots, hs in entries))
                           for gi, entries in plan)
-        self.key = ("optim", type(opt).__qualname__, id(opt), structure)
+        # the group options the update's Python branches read (weight_decay != 0, maximize, nesterov...) are part
+        # of the structure: changing one after the first step builds and compiles a new update
+        self.key = ("optim", type(opt).__qualname__, id(opt), structure, tuple(entry[4] for entry in sig))
         self.kid = _core._intern(self.key)
         self.hold = [opt]
 
