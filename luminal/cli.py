@@ -337,7 +337,7 @@ def cmd_run(args) -> int:
                                "(or pass the input with --input)")
             shape.append(d.evaluate(dims))
         dtype = t.dtype.numpy
-        if np.issubdtype(dtype, np.floating):
+        if t.dtype.is_float:  # (bfloat16's numpy type is not an np.floating subtype)
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype == np.bool_:
             feeds[name] = rng.integers(0, 2, shape).astype(bool)
@@ -357,8 +357,9 @@ def cmd_run(args) -> int:
         named = dict(zip(model.outputs, outs))
     for name, value in named.items():
         v = np.asarray(value)
-        stats = f"min {v.min():.4g} max {v.max():.4g} mean {v.astype(np.float64).mean():.4g}" if v.size and \
-            np.issubdtype(v.dtype, np.number) else ""
+        numeric = np.issubdtype(v.dtype, np.number) or v.dtype.name == "bfloat16"
+        stats = f"min {float(v.min()):.4g} max {float(v.max()):.4g} mean {v.astype(np.float64).mean():.4g}" \
+            if v.size and numeric else ""
         print(f"output {name}: {v.dtype} {tuple(v.shape)} {stats}")
     print(f"first call (compile + run) {first * 1e3:.1f} ms, second call {again * 1e3:.2f} ms, device={args.device}")
     if args.save:

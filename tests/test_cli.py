@@ -154,3 +154,27 @@ def test_bench_prints_a_table_checked_against_numpy(cache):
 def test_unknown_command_is_an_argparse_error():
     out = run_cli("frobnicate")
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_run_fills_bfloat16_inputs_with_normal_values(tmp_path, cache, capsys):
+    """``luminal run`` on a bfloat16 model draws its random input from a normal distribution, as for other
+    floats (bfloat16's numpy type is not an ``np.floating`` subtype), and prints the output's statistics."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [64])],
+                              [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [64])])
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out_file = tmp_path / "out.npz"
+    assert main(["run", str(path), "--device", "reference", "--save", str(out_file)]) == 0
+    text = capsys.readouterr().out
+    assert "input x: random bfloat16 (64,)" in text
+    assert "output y: bfloat16 (64,) min" in text
+    import ml_dtypes
+    y = np.load(out_file)["y"]
+    if y.dtype.kind == "V":  # .npz keeps bfloat16 as its raw 2-byte records
+        y = y.view(ml_dtypes.bfloat16)
+    y = y.astype(np.float32)
+    assert np.any(y != np.round(y))  # normal draws doubled: not integers (random integers would be)
