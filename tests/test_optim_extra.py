@@ -77,3 +77,26 @@ def test_extra_optimizers_reject_bad_hyperparameters():
         Rprop(p, step_sizes=(1.0, 0.1))
     with pytest.raises(ValueError, match="rho"):
         Adadelta(p, rho=1.5)
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta", "Rprop"])
+def test_extra_optimizers_in_the_eager_loop_match_torch(name):
+    """``lm.optim.<Name>`` in PyTorch's loop (``backward(); step(); zero_grad()``), 8 steps against torch."""
+    m, tm = _models()
+    opt = getattr(lm.optim, name)(m.parameters(), lr=0.01)
+    topt = getattr(torch.optim, name)(tm.parameters(), lr=0.01)
+    rng = np.random.default_rng(7)
+    for step in range(8):
+        xb = rng.standard_normal((8, 5)).astype(np.float32)
+        yb = rng.standard_normal((8, 3)).astype(np.float32)
+        loss = ((m(lm.tensor(xb)) - lm.tensor(yb)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        tl = ((tm(torch.from_numpy(xb)) - torch.from_numpy(yb)) ** 2).mean()
+        tl.backward()
+        topt.step()
+        topt.zero_grad()
+        np.testing.assert_allclose(float(loss), tl.item(), rtol=1e-4, err_msg=f"step {step}")
+    for k, v in tm.state_dict().items():
+        np.testing.assert_allclose(m.state_dict()[k], v.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)

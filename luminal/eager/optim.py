@@ -19,11 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..training import optim as _optim
+from ..training import optim_extra as _optim_extra
 from ..training import lr_scheduler  # noqa: F401  (lm.optim.lr_scheduler, as torch.optim.lr_scheduler)
 from . import _core
 from ._core import _Val, param_tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "Adadelta",
+           "Rprop", "lr_scheduler"]
 
 
 class _EagerStep:
@@ -230,3 +232,23 @@ class RMSprop(_EagerStep, _optim.RMSprop):
 
 class Adagrad(_EagerStep, _optim.Adagrad):
     """:class:`luminal.training.Adagrad` with eager ``step()``/``zero_grad()``."""
+
+
+class Adamax(_EagerStep, _optim_extra.Adamax):
+    """:class:`luminal.training.Adamax` with eager ``step()``/``zero_grad()``."""
+
+
+class NAdam(_EagerStep, _optim_extra.NAdam):
+    """:class:`luminal.training.NAdam` with eager ``step()``/``zero_grad()``."""
+
+
+class RAdam(_EagerStep, _optim_extra.RAdam):
+    """:class:`luminal.training.RAdam` with eager ``step()``/``zero_grad()``."""
+
+
+class Adadelta(_EagerStep, _optim_extra.Adadelta):
+    """:class:`luminal.training.Adadelta` with eager ``step()``/``zero_grad()``."""
+
+
+class Rprop(_EagerStep, _optim_extra.Rprop):
+    """:class:`luminal.training.Rprop` with eager ``step()``/``zero_grad()``."""
