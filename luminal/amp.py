@@ -256,9 +256,10 @@ _hook_lock = threading.Lock()
 
 
 def _install_eager_hook() -> None:
-    """Eager tensors record operations and build them later: wrap the eager engine's recorder so that an
-    operation recorded inside an autocast region carries that dtype in its structural key and is built under
-    it. Operations recorded outside any region are unchanged (same keys, same builds)."""
+    """Eager tensors record operations and build them later: register a recording context with the eager engine
+    (:data:`luminal.eager._core.record_contexts`) so that an operation recorded inside an autocast region carries
+    that dtype in its structural key and is built under it. Operations recorded outside any region are unchanged
+    (same keys, same builds)."""
     if _hook["installed"]:
         return
     import sys
@@ -269,21 +270,21 @@ def _install_eager_hook() -> None:
     with _hook_lock:
         if _hook["installed"]:
             return
-        record = core._record
-
-        @functools.wraps(record)
-        def _record(key, build, inputs, *args, **kwargs):
-            low = _state.dtype
-            # only user-level operations (methods, functions, module calls); not backward, detach, optimizer steps
-            if low is None or not isinstance(key, tuple) or not key or key[0] not in ("m", "f", "mod"):
-                return record(key, build, inputs, *args, **kwargs)
-
-            def build_autocast(graph, gts, build=build, low=low):
-                with _Region(low):
-                    return build(graph, gts)
-            return record(key + (("autocast", low.value),), build_autocast, inputs, *args, **kwargs)
-        core._record = _record
+        core.record_contexts.append(_autocast_context)
         _hook["installed"] = True
+
+
+def _autocast_context(key, build):
+    """The recording context of autocast: inside a region, the key gains the region's dtype and the build runs
+    under it."""
+    low = _state.dtype
+    if low is None:
+        return key, build
+
+    def build_autocast(graph, gts, build=build, low=low):
+        with _Region(low):
+            return build(graph, gts)
+    return key + (("autocast", low.value),), build_autocast
 
 
 # ---------------------------------------------------------------------------------------------- GradScaler

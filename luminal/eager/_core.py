@@ -420,8 +420,18 @@ def _infer(key, build, inputs: list[_Val], hold=None):
         return hit
 
 
+# Recording contexts: functions ``f(key, build) -> (key, build)`` applied to every user-level operation (tensor
+# methods, functions, module calls; not backward, detach or optimizer steps) as it is recorded, to make a region
+# of the program part of its structure and of its build. luminal.amp's autocast registers one.
+record_contexts: list = []
+_USER_KINDS = ("m", "f", "mod")
+
+
 def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True):
     """Record an operation over ``inputs``; returns its result with Tensors in place of graph tensors."""
+    if record_contexts and type(key) is tuple and key and key[0] in _USER_KINDS:
+        for ctx in record_contexts:
+            key, build = ctx(key, build)
     if spec_outs is None:
         spec, outs, _, is_float, kid = _infer(key, build, inputs, hold)
     else:
