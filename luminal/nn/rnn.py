@@ -6,8 +6,9 @@ order (LSTM ``i, f, g, o``; GRU ``r, z, n`` with ``n = tanh(W_in x + b_in + r * 
 return values follow ``torch.nn``.
 
 The recurrence is **unrolled** when the graph is built: one step per time index. Each layer and direction first
-projects the whole sequence in one matmul (``x W_ih^T + b``, an (L*N, I) x (I, G) GEMM); each step then does
-only ``h W_hh^T`` and the gate arithmetic. Unrolling needs a concrete sequence length: a symbolic one raises a
+projects the sequence in one matmul per chunk of steps (``x W_ih^T + b``, a (B*N, I) x (I, G) GEMM; the whole
+sequence up to 8 steps, else about sqrt(L) chunks: see "time axis" below); each step then does only
+``h W_hh^T`` and the gate arithmetic. Unrolling needs a concrete sequence length: a symbolic one raises a
 ``GraphError`` naming the dim (the graph has no loop construct; see docs/nn.md, "Recurrent layers"). The batch
 dim may be symbolic. Gradients flow through the unrolled steps (backpropagation through time) with
 ``luminal.training``'s autograd.
