@@ -292,6 +292,18 @@ def _div(a: Expression, b: Expression) -> Expression:
     return Expression(DIV, (a, b))
 
 
+def _multiple_of(g: Expression, f: Expression) -> int | None:
+    """``k`` when the sum ``g`` is ``k * f`` for the sum ``f`` and a non-zero integer ``k``, else None."""
+    if len(g.args) != len(f.args):
+        return None
+    c0, _ = (g.args[0].args[0], ONE) if g.args[0].op == NUM else _split_coef(g.args[0])
+    d0, _ = (f.args[0].args[0], ONE) if f.args[0].op == NUM else _split_coef(f.args[0])
+    if d0 == 0 or c0 % d0:
+        return None
+    k = c0 // d0
+    return k if k != 0 and _mul(_num(k), f) == g else None
+
+
 def _exact_quotient(t: Expression, b: Expression) -> Expression | None:
     """``t / b`` when the monomial ``b`` (a constant times symbols) divides the monomial ``t`` exactly."""
     tc, tbase = (t.args[0], ONE) if t.op == NUM else _split_coef(t)
@@ -299,12 +311,19 @@ def _exact_quotient(t: Expression, b: Expression) -> Expression | None:
     if bc == 0 or tc % bc:
         return None
     rest = list(tbase.args) if tbase.op == MUL else ([] if tbase == ONE else [tbase])
+    scale = 1
     for f in (bbase.args if bbase.op == MUL else (bbase,)):
         if f in rest:
             rest.remove(f)
-        else:
-            return None
-    out = _num(tc // bc)
+            continue
+        if f.op == ADD:  # a sum factor may appear scaled: i3*(2*seq + 2*past) holds 2 * (seq + past)
+            k = next((_multiple_of(g, f) for g in rest if g.op == ADD), None)
+            if k is not None:
+                rest.remove(next(g for g in rest if g.op == ADD and _multiple_of(g, f) == k))
+                scale *= k
+                continue
+        return None
+    out = _num(tc * scale // bc)
     for f in rest:
         out = _mul(out, f)
     return out
@@ -363,8 +382,9 @@ def _cancel_common(a: Expression, b: Expression):
 
 def _split_multiples(a: Expression, b: Expression):
     """A sum ``a`` as ``(q, r)`` with ``a == q*b + r`` where ``q`` collects the terms ``b`` divides; ``(None, a)``
-    when no term is a multiple of ``b`` (a symbolic monomial such as ``64*seq``)."""
-    if b.op == ADD or b.op == NUM:
+    when no term is a multiple of ``b`` (a symbolic monomial such as ``64*seq``, or a sum such as ``seq + past``
+    that appears as a factor of the terms: ``i3*(seq + past)``, the row stride of a KV-cache attention)."""
+    if b.op == NUM:
         return None, a
     whole, rest = ZERO, ZERO
     found = False
