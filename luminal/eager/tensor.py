@@ -7,7 +7,6 @@ results are new ``Tensor``s whose value is computed when first read. See ``docs/
 from __future__ import annotations
 
 import collections
-import inspect
 import math
 
 import numpy as np
@@ -502,22 +501,9 @@ _DUNDERS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
             "__matmul__", "__rmatmul__"]
 
 
-def _rename_dim(fn):
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return None
-    if "dim" not in params and "axis" in params:
-        return "axis"
-    return None
-
-
 def _make_method(name, fn):
-    rename = _rename_dim(fn)
-
+    # (GraphTensor's methods take PyTorch's dim= themselves: luminal.tensor._accept_dim_keywords)
     def method(self, *args, **kwargs):
-        if rename is not None and "dim" in kwargs:
-            kwargs[rename] = kwargs.pop("dim")
         return call_method(name, self, args, kwargs)
     method.__name__ = name
     method.__qualname__ = f"Tensor.{name}"
