@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+import math
+
 import numpy as np
 
 from .expression import Expression, IntLike, to_expr
@@ -64,7 +66,7 @@ def slice_length(start: IntLike, stop: IntLike | None, step: int) -> Expression:
 class ShapeTracker:
     """An affine, masked view of a contiguous buffer (see the module docstring)."""
 
-    __slots__ = ("dims", "strides", "offset", "masks", "_hash")
+    __slots__ = ("dims", "strides", "offset", "masks", "_hash", "_plain")
 
     def __init__(self, dims, strides, offset: IntLike = 0, masks: Sequence[Mask] = ()):
         self.dims = tuple(to_expr(d) for d in dims)
@@ -74,6 +76,7 @@ class ShapeTracker:
         self.offset = to_expr(offset)
         self.masks = tuple(masks)
         self._hash = None
+        self._plain = None  # is_contiguous(), computed on first use by gather_numpy
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -450,6 +453,13 @@ class ShapeTracker:
         """
         b = bindings or {}
         shape = self.shape(b)
+        plain = self._plain
+        if plain is None:
+            plain = self._plain = self.is_contiguous()
+        if plain and buffer.size == math.prod(shape):  # the buffer itself in its logical shape (the common read)
+            out = buffer.reshape(shape)
+            out.flags.writeable = False
+            return out
         flat = buffer.reshape(-1)
         n = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if n == 0:
