@@ -126,7 +126,7 @@ SEQ_CASES = [
     # row), batch_first, unbatched inputs, no bias, relu and LSTM projections, with and without initial states
     ("RNN", dict(), True, True),
     ("RNN", dict(num_layers=2, bidirectional=True, batch_first=True), True, False),
-    ("RNN", dict(nonlinearity="relu", bias=False), False, True),
+    ("RNN", dict(nonlinearity="relu", bias=False, batch_first=True), False, True),  # (unbatched: no batch dim)
     ("RNN", dict(nonlinearity="relu", num_layers=2), True, True),
     ("LSTM", dict(), True, True),
     ("LSTM", dict(proj_size=2, num_layers=2, bidirectional=True, batch_first=True), True, True),
