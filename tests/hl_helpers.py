@@ -44,3 +44,33 @@ def check(got, expected, rtol=0.0, atol=0.0):
         np.testing.assert_array_equal(got, exp)
     else:
         np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def optimizer_matches_torch(m, tm, opt_cls, torch_cls, kw, device, seed, steps=15):
+    """Train the luminal model ``m`` (graph-built update, compiled once on ``device``) and its torch twin ``tm``
+    with the same optimizer settings on fixed mini-batches of a squared-error loss; the loss at every step and
+    the final parameters must agree within rtol 1e-4 / atol 1e-5 (float32)."""
+    import luminal as lm
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((32, 5)).astype(np.float32)
+    Y = rng.standard_normal((32, 3)).astype(np.float32)
+    cx = lm.Graph()
+    x, y = cx.tensor(("b", 5)), cx.tensor(("b", 3))
+    loss = ((m(x) - y) ** 2).mean().retrieve()
+    opt = opt_cls(m.parameters(), **kw)
+    opt.minimize(loss)
+    cx.compile(device=device)
+    topt = torch_cls(tm.parameters(), **kw)
+    for step in range(steps):
+        sl = slice(step % 4 * 8, step % 4 * 8 + 8)
+        x.set(X[sl])
+        y.set(Y[sl])
+        cx.execute()
+        topt.zero_grad()
+        tl = ((tm(torch.from_numpy(X[sl])) - torch.from_numpy(Y[sl])) ** 2).mean()
+        tl.backward()
+        topt.step()
+        np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-4, err_msg=f"step {step}")
+    for name, value in tm.state_dict().items():
+        np.testing.assert_allclose(m.state_dict()[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)

@@ -12,6 +12,7 @@ import torch
 import luminal as lm
 import luminal.nn as nn
 from luminal.training import Adadelta, Adamax, NAdam, RAdam, Rprop
+from hl_helpers import optimizer_matches_torch
 
 DEVICES = ["reference", "cpu"]
 
@@ -42,29 +43,8 @@ def _models():
 @pytest.mark.parametrize("case", range(len(CASES)), ids=lambda k: f"{CASES[k][0].__name__}{k}")
 def test_extra_optimizers_match_torch(case, device):
     opt_cls, torch_cls, kw = CASES[case]
-    rng = np.random.default_rng(case)
-    X = rng.standard_normal((32, 5)).astype(np.float32)
-    Y = rng.standard_normal((32, 3)).astype(np.float32)
     m, tm = _models()
-    cx = lm.Graph()
-    x, y = cx.tensor(("b", 5)), cx.tensor(("b", 3))
-    loss = ((m(x) - y) ** 2).mean().retrieve()
-    opt = opt_cls(m.parameters(), **kw)
-    opt.minimize(loss)
-    cx.compile(device=device)
-    topt = torch_cls(tm.parameters(), **kw)
-    for step in range(15):
-        sl = slice(step % 4 * 8, step % 4 * 8 + 8)
-        x.set(X[sl])
-        y.set(Y[sl])
-        cx.execute()
-        topt.zero_grad()
-        tl = ((tm(torch.from_numpy(X[sl])) - torch.from_numpy(Y[sl])) ** 2).mean()
-        tl.backward()
-        topt.step()
-        np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-4, err_msg=f"step {step}")
-    for name, value in tm.state_dict().items():
-        np.testing.assert_allclose(m.state_dict()[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    optimizer_matches_torch(m, tm, opt_cls, torch_cls, kw, device, case)
 
 
 def test_extra_optimizers_reject_bad_hyperparameters():

@@ -717,14 +717,18 @@ class _Plan:
         out_refs = []
         # A value is a leaf (a graph input) when it is read from the host or realized -- unless a pending backward
         # differentiates through it (``hist``): then it is recomputed from its operation.
+        def leaf_ref(v) -> int:
+            # a value's reference as a leaf (numbered in order of first use)
+            i = leaf_index.get(id(v))
+            if i is None:
+                i = leaf_index[id(v)] = len(leaves)
+                leaves.append(v)
+                leaf_keys.append(_leaf_key(v))
+            return -1 - i
+
         for out in outputs:
             if out.getter is not None or (out.value is not None and (out.op is None or id(out) not in hist)):
-                i = leaf_index.get(id(out))
-                if i is None:
-                    i = leaf_index[id(out)] = len(leaves)
-                    leaves.append(out)
-                    leaf_keys.append(_leaf_key(out))
-                out_refs.append(-1 - i)
+                out_refs.append(leaf_ref(out))
                 continue
             root = out.op
             if id(root) not in op_index:
@@ -747,12 +751,7 @@ class _Plan:
                     refs = []
                     for i in op.inputs:
                         if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
-                            j = leaf_index.get(id(i))
-                            if j is None:
-                                j = leaf_index[id(i)] = len(leaves)
-                                leaves.append(i)
-                                leaf_keys.append(_leaf_key(i))
-                            refs.append(-1 - j)
+                            refs.append(leaf_ref(i))
                         else:
                             refs.append((op_index[id(i.op)], i.idx))
                     refs = tuple(refs)

@@ -528,20 +528,22 @@ class CPURuntime:
         deferred = graph.deferred
         if type(deferred) is dict and not deferred:
             deferred = ()
+        def cached_pointer(node_id, arr):
+            # the last two arrays of each node (parameters alternate between two) keep their ctypes pointers
+            c = pointers.get(node_id)
+            if c is not None:
+                if c[0]() is arr:
+                    return c[1]
+                if c[2]() is arr:
+                    return c[3]
+            return pointer(node_id, arr)
+
         for k, node_id, tkey, shape in entry.in_slots:
             arr = tensors.get(tkey)
             if arr is None or arr.shape != shape or node_id in deferred:
                 graph._load_input(graph.nodes[node_id], shape, dyn)  # fills deferred data, or explains what is wrong
                 arr = tensors[tkey]
-            c = pointers.get(node_id)
-            if c is None:
-                buffers[k] = pointer(node_id, arr)
-            elif c[0]() is arr:
-                buffers[k] = c[1]
-            elif c[2]() is arr:
-                buffers[k] = c[3]
-            else:
-                buffers[k] = pointer(node_id, arr)
+            buffers[k] = cached_pointer(node_id, arr)
         out_arrays = self._out_local.__dict__.get("arrays")
         if out_arrays is None:
             out_arrays = self._out_arrays
@@ -561,15 +563,7 @@ class CPURuntime:
                 else:  # reuse last run's array: no fresh page faults
                     arr = out_arrays[node_id] = _aligned_empty(shape, dtype, nbytes)
             tensors[tkey] = arr
-            c = pointers.get(node_id)
-            if c is None:
-                buffers[k] = pointer(node_id, arr)
-            elif c[0]() is arr:
-                buffers[k] = c[1]
-            elif c[2]() is arr:
-                buffers[k] = c[3]
-            else:
-                buffers[k] = pointer(node_id, arr)
+            buffers[k] = cached_pointer(node_id, arr)
         code = self._run(buffers, entry.syms)
         if code:
             exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))

@@ -392,6 +392,16 @@ class SGD(Optimizer):
         return p - h[0] * g, new
 
 
+def weight_decay(p, g, group, decoupled: bool, coef, keep):
+    """PyTorch's two weight decays: L2 (``g + coef * p``, coupled) or decoupled (``p * keep`` with ``keep = 1 -
+    lr * weight_decay``, AdamW's); nothing when the group's ``weight_decay`` is 0. Returns ``(p, g)``."""
+    if group["weight_decay"] == 0:
+        return p, g
+    if decoupled:
+        return p * keep, g
+    return p, g + coef * p
+
+
 class Adam(Optimizer):
     """Adam with bias correction, L2 weight decay and AMSGrad (``torch.optim.Adam``)."""
 
@@ -423,11 +433,7 @@ class Adam(Optimizer):
     def _update(self, p, g, h, bufs, group):
         if group["maximize"]:
             g = -g
-        if group["weight_decay"] != 0:
-            if self.decoupled:
-                p = p * h[8]
-            else:
-                g = g + h[7] * p
+        p, g = weight_decay(p, g, group, self.decoupled, h[7], h[8])
         m = h[2] * bufs["exp_avg"] + h[3] * g
         v = h[4] * bufs["exp_avg_sq"] + h[5] * (g * g)
         new = {"exp_avg": m, "exp_avg_sq": v}

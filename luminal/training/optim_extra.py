@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..hl_ops import where
-from .optim import Optimizer, _check_range
+from .optim import Optimizer, _check_range, weight_decay
 
 
 def _check_betas(group) -> None:
@@ -93,11 +93,7 @@ class NAdam(Optimizer):
     def _update(self, p, g, h, bufs, group):
         if group["maximize"]:
             g = -g
-        if group["weight_decay"] != 0:
-            if group["decoupled_weight_decay"]:
-                p = p * h[9]
-            else:
-                g = g + h[8] * p
+        p, g = weight_decay(p, g, group, group["decoupled_weight_decay"], h[8], h[9])
         m = h[3] * bufs["exp_avg"] + h[4] * g
         v = h[5] * bufs["exp_avg_sq"] + h[6] * (g * g)
         denom = v.sqrt() * h[2] + h[7]
@@ -138,11 +134,7 @@ class RAdam(Optimizer):
     def _update(self, p, g, h, bufs, group):
         if group["maximize"]:
             g = -g
-        if group["weight_decay"] != 0:
-            if group["decoupled_weight_decay"]:
-                p = p * h[8]
-            else:
-                g = g + h[7] * p
+        p, g = weight_decay(p, g, group, group["decoupled_weight_decay"], h[7], h[8])
         m = h[2] * bufs["exp_avg"] + h[3] * g
         v = h[4] * bufs["exp_avg_sq"] + h[5] * (g * g)
         # torch: p -= lr/bc1 * m * rect * sqrt(bc2) / (sqrt(v) + eps) when rho_t > 5, else p -= lr/bc1 * m

@@ -10,6 +10,23 @@ from bisect import bisect_right
 from .base import LRScheduler, _check_optimizer, _check_positive_int, _format_param, _lrs
 
 
+def _composite_state_dict(self) -> dict:
+    """A composite scheduler's counters plus each sub-scheduler's state dict (under ``"_schedulers"``)."""
+    state = {k: copy.deepcopy(v) for k, v in self.__dict__.items()
+             if k not in self._state_exclude and k != "_schedulers"}
+    state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+    return state
+
+
+def _composite_load_state_dict(self, state_dict: dict) -> None:
+    """Restore a :func:`_composite_state_dict`, including the sub-schedulers'."""
+    state = dict(state_dict)
+    subs = state.pop("_schedulers")
+    LRScheduler.load_state_dict(self, state)
+    for s, saved in zip(self._schedulers, subs):
+        s.load_state_dict(saved)
+
+
 class SequentialLR(LRScheduler):
     """Run ``schedulers[0]`` until ``milestones[0]``, then ``schedulers[1]`` (restarted at its epoch 0), ...
 
@@ -72,20 +89,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self) -> dict:
-        """The sequence's counters plus each sub-scheduler's state dict (under ``"_schedulers"``)."""
-        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items()
-                 if k not in self._state_exclude and k != "_schedulers"}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore a :meth:`state_dict`, including the sub-schedulers'."""
-        state = dict(state_dict)
-        subs = state.pop("_schedulers")
-        super().load_state_dict(state)
-        for s, saved in zip(self._schedulers, subs):
-            s.load_state_dict(saved)
+    state_dict = _composite_state_dict
+    load_state_dict = _composite_load_state_dict
 
 
 class ChainedScheduler(LRScheduler):
@@ -119,20 +124,8 @@ class ChainedScheduler(LRScheduler):
             s.step()
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
-    def state_dict(self) -> dict:
-        """The chain's counters plus each sub-scheduler's state dict (under ``"_schedulers"``)."""
-        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items()
-                 if k not in self._state_exclude and k != "_schedulers"}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore a :meth:`state_dict`, including the sub-schedulers'."""
-        state = dict(state_dict)
-        subs = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for s, saved in zip(self._schedulers, subs):
-            s.load_state_dict(saved)
+    state_dict = _composite_state_dict
+    load_state_dict = _composite_load_state_dict
 
 
 class OneCycleLR(LRScheduler):
