@@ -366,3 +366,26 @@ def test_dtype_mismatch_and_float64_module():
     for a, b in ((out, to), (hn, th), (cn, tc)):
         assert a.data().dtype == np.float64
         np.testing.assert_allclose(a.data(), b.numpy(), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_two_layer_eager_backward_matches_torch(kind):
+    """Eager training of a 2-layer LSTM/GRU (its graph once made the e-graph's extraction pick a cyclic program:
+    ``ValueError: cycle through e-class``): gradients of the input and of every parameter equal torch's."""
+    import luminal as lm
+
+    torch.manual_seed(0)
+    tm = getattr(torch.nn, kind)(3, 4, num_layers=2)
+    m = getattr(nn, kind)(3, 4, num_layers=2)
+    m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32)
+    xe = lm.tensor(x, requires_grad=True)
+    out = m(xe)[0]
+    (out * out).sum().backward()
+    xt = torch.tensor(x, requires_grad=True)
+    tout = tm(xt)[0]
+    (tout * tout).sum().backward()
+    np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-6)
+    for (name, p), (tname, tp) in zip(m.named_parameters(), tm.named_parameters()):
+        assert name == tname
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)

@@ -241,12 +241,14 @@ def extract(eg: EGraphData, roots: list[str], op_cost=default_cost, prefer: set 
         if not kids:
             heapq.heappush(heap, (op_cost(e), i))
     class_cost: dict[str, float] = {}
+    finalized: dict[str, int] = {}  # e-class -> the order in which its cost became final
     while heap:
         c, i = heapq.heappop(heap)
         cls = enodes[i].eclass
         if cls in class_cost:
             continue
         class_cost[cls] = c
+        finalized[cls] = len(finalized)
         for p in parents.get(cls, ()):
             remaining[p] -= 1
             if remaining[p] == 0:
@@ -254,8 +256,12 @@ def extract(eg: EGraphData, roots: list[str], op_cost=default_cost, prefer: set 
     choice: dict[str, ENode] = {}
     for cls in sorted(class_cost):
         best, best_key = None, None
+        rank = finalized[cls]
         for e in eg.classes[cls]:
-            if not all(k in class_cost for k in e.children):
+            # only e-nodes whose children were final before this e-class: every choice then points to e-classes
+            # finalized earlier, so the chosen program is acyclic (an e-node over a later e-class can reach
+            # this one again through that e-class's own choice)
+            if not all(k in class_cost and finalized[k] < rank for k in e.children):
                 continue
             key = (_cost(e, class_cost, op_cost), 0 if e.signature in prefer else 1) + _stable_key(e)
             if best_key is None or key < best_key:
