@@ -263,3 +263,31 @@ def test_changing_a_structural_group_option_rebuilds_the_update(change):
         np.testing.assert_allclose(float(loss), float(tl), rtol=1e-4, err_msg=f"step {step}")
     for k, v in tm.state_dict().items():
         np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("opt_name", ["Adam", "NAdam", "RAdam"])
+def test_parameters_of_one_group_keep_their_own_step_counts(opt_name):
+    """A layer without a gradient for the first steps (its branch unused) starts its bias corrections at its own
+    first step, as torch counts steps per parameter; the other layers of the same group keep theirs."""
+    torch.manual_seed(5)
+    ta, tb = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+    a, b = nn.Linear(6, 3), nn.Linear(6, 3)
+    a.load_state_dict({k: v.detach().numpy() for k, v in ta.state_dict().items()})
+    b.load_state_dict({k: v.detach().numpy() for k, v in tb.state_dict().items()})
+    opt = getattr(lm.optim, opt_name)(list(a.parameters()) + list(b.parameters()), lr=0.05)
+    topt = getattr(torch.optim, opt_name)(list(ta.parameters()) + list(tb.parameters()), lr=0.05)
+    rng = np.random.default_rng(5)
+    for step in range(7):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        use_b = step >= 2 and step != 4  # b has no gradient at steps 0, 1 and 4
+        out = a(lm.tensor(x)) + (b(lm.tensor(x)) * 0.5 if use_b else 0.0)
+        tout = ta(torch.from_numpy(x)) + (tb(torch.from_numpy(x)) * 0.5 if use_b else 0.0)
+        (out * out).mean().backward()
+        (tout * tout).mean().backward()
+        opt.step()
+        topt.step()
+        opt.zero_grad()
+        topt.zero_grad()
+    for mod, tmod in ((a, ta), (b, tb)):
+        for k, v in tmod.state_dict().items():
+            np.testing.assert_allclose(mod.state_dict()[k], v.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=k)

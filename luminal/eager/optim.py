@@ -67,8 +67,14 @@ class _EagerStep:
                         live.append(pv)
                         grads.append(g._v)
             if live:
+                # parameters of one group may have taken different numbers of steps (one had no gradient for a
+                # while): each keeps its own step count, as in torch, so its bias corrections are its own
+                state = self.state
+                steps = [state[v.param]["step"] if v.param in state else 0 for v in live]
+                low = min(steps)
+                lag = None if max(steps) == low else tuple(n - low for n in steps)
                 sig.append((gi, id(group), tuple([id(v) for v in live]), tuple(self._state_names(group)),
-                            _group_structure(group)))
+                            _group_structure(group), lag))
                 params.extend(live)
         if not sig:
             return loss
@@ -121,20 +127,21 @@ class _StepPlan:
         groups = opt.param_groups
         k = 0
         grad_slots = []
-        for gi, _, ids, names, _ in sig:
+        for gi, _, ids, names, _, lag in sig:
             group = groups[gi]
             live_vals = param_vals[k:k + len(ids)]
             k += len(ids)
             live = [v.param for v in live_vals]
-            hyper_slots = {}
+            lags = lag if lag is not None else (0,) * len(live)
+            hyper_slots = {}  # (dtype, lag) -> slot: parameters that took as many steps share their hyper scalars
             hyper_len = len(opt._hyper(group, 1))
-            for p in live:
-                if p.dtype not in hyper_slots:
-                    hyper_slots[p.dtype] = len(inputs)
-                    inputs.append(_Val((hyper_len,), p.dtype, getter=lambda group=group, live=live, dt=p.dtype.numpy:
-                                       np.asarray(opt._hyper(group, opt._next_step(live)), np.float64).astype(dt)))
+            for p, lg in zip(live, lags):
+                if (p.dtype, lg) not in hyper_slots:
+                    hyper_slots[(p.dtype, lg)] = len(inputs)
+                    inputs.append(_Val((hyper_len,), p.dtype, getter=lambda group=group, rep=[p], dt=p.dtype.numpy:
+                                       np.asarray(opt._hyper(group, opt._next_step(rep)), np.float64).astype(dt)))
             entries = []
-            for p, pv in zip(live, live_vals):
+            for p, pv, lg in zip(live, live_vals, lags):
                 slots = [len(inputs), len(inputs) + 1]
                 inputs.append(pv)
                 grad_slots.append(len(inputs))
@@ -142,7 +149,7 @@ class _StepPlan:
                 for name in names:
                     slots.append(len(inputs))
                     inputs.append(_Val(p.shape, p.dtype, getter=lambda p=p, name=name: opt.state[p][name]))
-                entries.append((p, list(names), slots, hyper_slots[p.dtype]))
+                entries.append((p, list(names), slots, hyper_slots[(p.dtype, lg)]))
             plan.append((gi, entries))
         self.inputs = inputs
         self.grad_slots = grad_slots
