@@ -1,0 +1,395 @@
+"""Realization of the eager engine: the compile cache of structural keys (:class:`_Entry`), the canonical walk
+of pending records into a key and a graph (:class:`_Plan`), and running it (:func:`realize`, :func:`run_plan`,
+:func:`apply_effects`). Recording lives in :mod:`luminal.eager._core`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..graph import Graph
+from ..runtime.cpu import _own_memory
+from ..shape import ShapeTracker
+from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, _stats, _stop_gradient,  # noqa: F401
+                    _tls)
+
+# ---------------------------------------------------------------------------------------------- realization
+class _Entry:
+    """A compiled graph for one structural key: leaf inputs, read outputs."""
+
+    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_taken",
+                 "params", "hold_refs")
+
+    def __init__(self, graph, leaf_gts, out_gts, params):
+        self.graph = graph
+        self.leaf_gts = leaf_gts
+        self.out_gts = out_gts
+        self.params = params
+        self.hold_refs: list = []
+        nodes = graph.nodes
+        # inputs: (GraphTensor, key in graph.tensors, numpy dtype, shape) or None where a pass removed the input
+        self.leaf_fast = []
+        for t in leaf_gts:
+            nid = t.id
+            node = nodes.get(nid)
+            live = node is not None and isinstance(node.op, ops.Input)
+            shape = tuple(d.to_int() for d in node.dims) if live and all(d.is_constant() for d in node.dims) else None
+            self.leaf_fast.append((t, (nid, 0), node.dtype.numpy, shape) if live else None)
+        self.leaf_keys = [f[1] for f in self.leaf_fast if f is not None]
+        # outputs: node id where the whole buffer is the value (read without a view), else None
+        self.out_fast = []
+        for t in out_gts:
+            nid = t.id
+            node = nodes[nid]
+            plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
+            self.out_fast.append(nid if plain else None)
+        self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
+        # the outputs whose arrays are handed over by every run (the runtime writes a new array next time)
+        self.out_taken = [(nid, None) for nid in dict.fromkeys(n for n in self.out_fast if n is not None)]
+
+    def run(self, leaf_values):
+        g = self.graph
+        tensors = g.tensors
+        for fast, v in zip(self.leaf_fast, leaf_values):
+            if fast is None:
+                continue
+            t, key, dt, shape = fast
+            if type(v) is np.ndarray and v.dtype == dt and v.shape == shape and v.flags.c_contiguous:
+                tensors[key] = v
+            else:
+                t.set(v)
+        g.execute()
+        _stats["runs"] += 1
+        tensors = g.tensors
+        out = []
+        for t, key in zip(self.out_gts, self.out_keys):
+            out.append(t.data() if key is None else tensors[key])
+        runtime = g.runtime
+        if self.out_taken and runtime is not None:
+            many = getattr(runtime, "recycle_many", None)
+            if many is not None:
+                many(self.out_taken)  # handed over: the next run writes new arrays
+            else:
+                recycle = getattr(runtime, "recycle", None)
+                if recycle is not None:
+                    for nid, _ in self.out_taken:
+                        recycle(nid, None)
+        return out
+
+    def internal_refs(self) -> dict:
+        """``{id(array): references}`` the graph holds (its input slots; the runtime's caches hold none)."""
+        counts: dict = {}
+        tensors = self.graph.tensors
+        for key in self.leaf_keys:
+            a = tensors.get(key)
+            if a is not None:
+                counts[id(a)] = counts.get(id(a), 0) + 1
+        return counts
+
+    def donate(self, k: int, arr) -> None:
+        """Let the next run write output ``k`` into ``arr`` (a value nobody holds any more)."""
+        self.donate_many([(k, arr)])
+
+    def donate_many(self, pairs) -> None:
+        """:meth:`donate` for several ``(output index, array)`` pairs."""
+        runtime = self.graph.runtime
+        out_fast = self.out_fast
+        many = getattr(runtime, "recycle_many", None)
+        todo = [(out_fast[k], arr) for k, arr in pairs if out_fast[k] is not None]
+        if many is not None:
+            many(todo)
+        else:
+            recycle = getattr(runtime, "recycle", None)
+            if recycle is not None:
+                for nid, arr in todo:
+                    recycle(nid, arr)
+
+    def release(self):
+        for p in self.params:
+            p._bound.pop(id(self.graph), None)
+
+
+_with_history = weakref.WeakSet()  # realized values that keep their operation (they require grad)
+_cache: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
+_CACHE_SIZE = 256
+_NO_HIST: frozenset = frozenset()
+
+
+def _leaf_key(v: _Val) -> int:
+    """The structural key of a graph input -- shape (or symbolic dims), dtype, requires_grad, whether a parameter
+    -- as an interned int (:func:`_intern`), cached on the value."""
+    lk = v.lkey
+    if lk is None or lk[0] != v.requires_grad:
+        key = ("leaf", v.shape if v.sym is None else ("sym", v.sym), v.dtype.value, v.requires_grad,
+               v.param is not None)
+        lk = v.lkey = (v.requires_grad, _intern(key))
+    return lk[1]
+
+
+class _Plan:
+    """The canonical walk of the records behind some outputs: leaves, operations, key.
+
+    A reference to a value in the key (and in ``op_refs`` / ``out_refs``) is ``-1 - i`` for leaf ``i`` and
+    ``(j, idx)`` for output ``idx`` of operation ``j``."""
+
+    __slots__ = ("leaves", "ops", "op_refs", "holds", "out_refs", "key")
+
+    def __init__(self, outputs: list[_Val]):
+        hist = self._history_roots(outputs) if len(_with_history) else _NO_HIST
+        leaf_index: dict[int, int] = {}
+        op_index: dict[int, int] = {}
+        leaves: list[_Val] = []
+        op_list: list[_Op] = []
+        op_refs: list[tuple] = []
+        holds: list = []  # objects the operation keys name by id (modules, optimizers, functions)
+        op_keys = []
+        leaf_keys = []
+        out_refs = []
+        # A value is a leaf (a graph input) when it is read from the host or realized -- unless a pending backward
+        # differentiates through it (``hist``): then it is recomputed from its operation.
+        def leaf_ref(v) -> int:
+            # a value's reference as a leaf (numbered in order of first use)
+            i = leaf_index.get(id(v))
+            if i is None:
+                i = leaf_index[id(v)] = len(leaves)
+                leaves.append(v)
+                leaf_keys.append(_leaf_key(v))
+            return -1 - i
+
+        for out in outputs:
+            if out.getter is not None or (out.value is not None and (out.op is None or id(out) not in hist)):
+                out_refs.append(leaf_ref(out))
+                continue
+            root = out.op
+            if id(root) not in op_index:
+                # iterative post-order DFS over operations (an operation is emitted once the operations of its
+                # inputs are); leaves are numbered in order of first use
+                stack = [root]
+                while stack:
+                    op = stack[-1]
+                    if id(op) in op_index:
+                        stack.pop()
+                        continue
+                    depth = len(stack)
+                    for i in op.inputs:
+                        if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
+                                and id(i.op) not in op_index:
+                            stack.append(i.op)
+                    if len(stack) != depth:
+                        continue
+                    stack.pop()
+                    refs = []
+                    for i in op.inputs:
+                        if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
+                            refs.append(leaf_ref(i))
+                        else:
+                            refs.append((op_index[id(i.op)], i.idx))
+                    refs = tuple(refs)
+                    op_refs.append(refs)
+                    op_keys.append((op.kid, refs, op.out_rg))
+                    op_index[id(op)] = len(op_list)
+                    op_list.append(op)
+                    if op.hold:
+                        holds.extend(op.hold)
+            out_refs.append((op_index[id(root)], out.idx))
+        self.leaves, self.ops, self.op_refs, self.holds = leaves, op_list, op_refs, holds
+        self.out_refs = out_refs
+        self.key = (_device["name"], tuple(leaf_keys), tuple(op_keys), tuple(out_refs))
+
+    @staticmethod
+    def _history_roots(outputs) -> set:
+        """ids of realized values that must be recomputed: those a pending backward operation differentiates
+        through (a loss that was printed before ``backward()``)."""
+        stack = list(outputs)
+        seen: set = set()  # operations visited (an optimizer update has one per parameter and state buffer)
+        roots = []
+        while stack:
+            v = stack.pop()
+            if v.value is None and v.getter is None:  # pending
+                op = v.op
+                if id(op) in seen:
+                    continue
+                seen.add(id(op))
+                if op.key[0] == "grad":
+                    roots.append(op.inputs[0])
+                stack.extend(op.inputs)
+        hist: set = set()
+        while roots:
+            v = roots.pop()
+            if id(v) in hist or v.op is None or v.getter is not None:
+                continue
+            hist.add(id(v))
+            roots.extend(i for i in v.op.inputs if i.requires_grad or i.pending)
+        return hist
+
+    def build(self) -> _Entry:
+        cx = Graph()
+        leaf_gts = []
+        params = []
+        for i, v in enumerate(self.leaves):
+            t = cx.tensor(v.shape if v.sym is None else v.sym, v.dtype,
+                          v.param.name if v.param is not None else f"in{i}")
+            if v.param is not None:
+                v.param._bound[id(cx)] = (cx, t)
+                params.append(v.param)
+            leaf_gts.append(t)
+        results = []
+
+        def gt_of(r):
+            return leaf_gts[-1 - r] if type(r) is int else results[r[0]][r[1]]
+
+        for op, refs in zip(self.ops, self.op_refs):
+            ins = [gt_of(r) for r in refs]
+            raw = op.build(cx, ins)
+            flat: list = []
+            _flatten(raw, flat)
+            any_rg = any(i.requires_grad for i in op.inputs)
+            outs = []
+            for t, rg in zip(flat, op.out_rg):
+                if any_rg and not rg and t.dtype.is_float:
+                    t = _stop_gradient(t)
+                outs.append(t)
+            results.append(outs)
+        out_gts = [gt_of(r) for r in self.out_refs]
+        for t in out_gts:
+            t.retrieve()
+        for t in leaf_gts:
+            t.keep()
+        device = _device["name"]
+        if device != "reference":
+            cx.compile(device=device, remap=(leaf_gts, out_gts))
+        _stats["compiles"] += 1
+        entry = _Entry(cx, leaf_gts, out_gts, params)
+        entry.hold_refs = _refs(self.holds)
+        return entry
+
+
+def _pending_live():
+    """(the still referenced pending values of this thread, the weakrefs kept in ``_tls.pending``)."""
+    alive = []
+    keep = []
+    for w in _tls.pending:
+        t = w()
+        if t is not None and t._v.pending:
+            alive.append(t._v)
+            keep.append(w)
+    _tls.pending = keep
+    return alive, keep
+
+
+def _seq_of(v: _Val) -> int:
+    return v.seq
+
+
+def realize(targets=(), what: str = "read a tensor's value"):
+    """Run every pending, still referenced tensor of this thread (and ``targets``) as one cached graph."""
+    tracing = _tls.tracing
+    if tracing is not None:
+        tracing.fail(what)
+    vals = [v for v in targets if v.pending] if targets else []
+    effects = _tls.effects
+    if effects:
+        _tls.effects = []
+        for evals, _ in effects:
+            vals.extend([v for v in evals if v.value is None and v.getter is None])
+    live, keep = _pending_live()
+    if not vals and not live and not effects:
+        return
+    vals += live
+    vals.sort(key=_seq_of)
+    position: dict = {}  # id(value) -> its index in outputs
+    outputs = []
+    for v in vals:
+        if id(v) not in position:
+            position[id(v)] = len(outputs)
+            outputs.append(v)
+    try:
+        values, entry = run_plan(outputs)
+    except BaseException:
+        # the failing work stays pending (reading it again raises again) but no longer rides along with the
+        # realizations of unrelated tensors
+        _tls.pending = []
+        raise
+    for v, arr in zip(outputs, values):
+        v.value = arr
+        if not v.requires_grad:
+            v.op = None
+        else:
+            _with_history.add(v)
+    if effects:
+        apply_effects(effects, position, values, entry)
+    pending = _tls.pending
+    if pending is keep and len(pending) == len(live):
+        _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)
+    else:
+        _tls.pending = [w for w in pending if (w() is not None and w()._v.pending)]
+
+
+def apply_effects(effects, position: dict, values, entry) -> None:
+    """Run the effect callbacks (host-state writes) with their values; arrays they free (an old parameter value
+    that nothing else holds) become the output buffers of the next run."""
+    internal = None
+    donated = []
+    for evals, callback in effects:
+        freed = callback([values[position[id(v)]] for v in evals]) or []
+        del callback
+        if freed and internal is None:
+            internal = entry.internal_refs()
+        getrefcount = sys.getrefcount
+        while freed:
+            j, old = freed.pop()
+            # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
+            # anywhere (see luminal.runtime.cpu.exclusively_held): reuse its memory
+            if _own_memory(old) and getrefcount(old) - internal.get(id(old), 0) <= 2:
+                donated.append((position[id(evals[j])], old))
+            del old
+    if donated:
+        entry.donate_many(donated)
+
+
+def _dedupe(vals):
+    seen = set()
+    out = []
+    for v in vals:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
+    """Values of ``outputs`` (pending records) from the compile cache (building the graph on a miss); returns
+    ``(values, entry)``."""
+    plan = _Plan(outputs)
+    entry = _cache.get(plan.key)
+    if entry is not None and not _same(entry.hold_refs, plan.holds):
+        entry = None  # a module (or function) the key names by id was freed and its id reused: build again
+    if entry is None:
+        with _lock:
+            entry = _cache.get(plan.key)
+            if entry is not None and not _same(entry.hold_refs, plan.holds):
+                _cache.pop(plan.key).release()
+                entry = None
+            if entry is None:
+                entry = plan.build()
+                _cache[plan.key] = entry
+                while len(_cache) > _CACHE_SIZE:
+                    _, old = _cache.popitem(last=False)
+                    old.release()
+    else:
+        _stats["cache_hits"] += 1
+        try:
+            _cache.move_to_end(plan.key)
+        except KeyError:
+            pass
+    if leaf_override:
+        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in plan.leaves]
+    else:
+        leaf_values = [v.getter() if v.getter is not None else v.value for v in plan.leaves]
+    return entry.run(leaf_values), entry
