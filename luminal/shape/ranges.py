@@ -11,7 +11,8 @@ simplifying constructors of ``simplify.py`` use for div/mod elimination, compari
 from __future__ import annotations
 
 from .expression import ADD, AND, DIV, GE, LT, MIN, MOD, MUL, NUM, OR, VAR, Expression
-from .simplify import ONE, ZERO, _add, _div, _max, _min, _mul, _num, _split_coef
+from .division import _div
+from .simplify import ONE, ZERO, _add, _max, _min, _mul, _num, _split_coef
 
 
 def _negative(e: Expression) -> bool:
