@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import ops
 from ..graph import Graph
-from ..runtime.cpu import _own_memory
+from ..runtime.cpu_plan import _own_memory
 from ..shape import ShapeTracker
 from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, _stats, _stop_gradient,  # noqa: F401
                     _tls)
@@ -345,7 +345,7 @@ def apply_effects(effects, position: dict, values, entry) -> None:
         while freed:
             j, old = freed.pop()
             # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
-            # anywhere (see luminal.runtime.cpu.exclusively_held): reuse its memory
+            # anywhere (see luminal.runtime.cpu_plan.exclusively_held): reuse its memory
             if _own_memory(old) and getrefcount(old) - internal.get(id(old), 0) <= 2:
                 donated.append((position[id(evals[j])], old))
             del old

@@ -2,11 +2,13 @@
 symbol values): :class:`_Layout` is what planning needs that does not depend on the bindings (lifetimes,
 conflicts, sizes as constants times symbolic dims, buffer-table slots), :class:`_Plan` the arena offsets of one
 placement (:func:`luminal.runtime.arena.first_fit`), :class:`_Binding` one binding set's run state (plan, buffer
-table, symbol values, input/output shapes)."""
+table, symbol values, input/output shapes); and the aligned arrays results live in, with the reference-count test
+that tells when nothing else sees one (:func:`exclusively_held`)."""
 
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 
@@ -152,3 +154,47 @@ class _Binding:
         for k, j in self.layout.arena_slots:
             buffers[k] = base + offsets[j]
         self.arena_gen = gen
+
+
+# ---------------------------------------------------------------------------------------------- arrays
+def exclusively_held(arr, extra: int = 0) -> bool:
+    """Whether the caller's ``extra`` references (besides the argument itself) are all that reference ``arr``
+    and its memory: then nothing can see a new value written into it. Decided for arrays that own their memory
+    and for :func:`_aligned_empty`'s (numpy points every view at the first array of a chain that owns its memory
+    or whose base is no numpy array, so views are counted on those); an array over other memory (a view, a
+    buffer of the caller's) never is."""
+    if not _own_memory(arr):
+        return False
+    return sys.getrefcount(arr) <= 2 + extra  # (+ getrefcount's own argument and this function's parameter)
+
+
+def _own_memory(arr) -> bool:
+    base = arr.base
+    return base is None or type(base) is _Memory or isinstance(base, ctypes.Array)
+
+
+class _Memory:
+    """The owner of an aligned array's bytes (a numpy array over the aligned part of ``raw``). Not a numpy
+    array, so that every view of the aligned array has the aligned array itself as its base."""
+
+    __slots__ = ("raw", "__array_interface__")
+
+
+def _aligned_empty(shape, dtype, nbytes: int | None = None) -> np.ndarray:
+    """``np.empty`` starting on a 64-byte boundary (numpy gives 16): kernels' vector loads and streaming stores
+    then never split a cache line, and a streamed tile's first and last lines are its own. Its base is a
+    :class:`_Memory` (not a numpy array): views of it reference it, so a reference count tells whether anything
+    still sees its memory (:func:`exclusively_held`)."""
+    dtype = np.dtype(dtype)
+    if nbytes is None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    address = raw.__array_interface__["data"][0]
+    start = (-address) % 64
+    if dtype.kind == "V" or np.dtype(dtype.str) != dtype:  # (no type string for it: ml_dtypes' bfloat16)
+        return np.ndarray(shape, dtype, (ctypes.c_char * (nbytes + 64)).from_buffer(raw), start)
+    mem = _Memory()
+    mem.raw = raw
+    mem.__array_interface__ = {"shape": tuple(shape), "typestr": dtype.str, "data": (address + start, False),
+                               "version": 3}
+    return np.asarray(mem)
