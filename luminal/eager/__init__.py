@@ -13,10 +13,9 @@ from ._core import (JitTraceError, clear_cache, enable_grad, get_default_device,
 from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace,
                        manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like, tensor, zeros,
                        zeros_like)
-from .functional import eager_dispatch, patch_functional
+from .functional import eager_dispatch
 from .tensor import MaxResult, MinResult, Tensor
 
-patch_functional()
 
 __all__ = ["Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace",
            "eye", "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",

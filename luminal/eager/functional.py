@@ -1,4 +1,5 @@
-"""Eager dispatch for the functions of :mod:`luminal.nn.functional` and the top-level ``lm.where/cat/stack``.
+"""Eager dispatch: :func:`eager_dispatch` makes a function of graph tensors accept eager ones (the functions of
+:mod:`luminal.nn.functional` do this themselves, see ``_eager_aware`` there).
 
 A function of lazy ``GraphTensor``s called with an eager :class:`~luminal.eager.Tensor` among its arguments is
 recorded as one eager operation (built from the same function when the graph is realized). Calls without an
@@ -35,21 +36,3 @@ def eager_dispatch(fn):
         return fn(*args, **kwargs)
     wrapper._luminal_eager = True
     return wrapper
-
-
-_patched = False
-
-
-def patch_functional() -> None:
-    """Make every public function of ``luminal.nn.functional`` accept eager tensors (idempotent)."""
-    global _patched
-    if _patched:
-        return
-    import inspect
-
-    from ..nn import functional as F
-    for name, obj in list(vars(F).items()):
-        if name.startswith("_") or not inspect.isfunction(obj):
-            continue
-        setattr(F, name, eager_dispatch(obj))
-    _patched = True

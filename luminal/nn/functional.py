@@ -167,15 +167,14 @@ def _is_eager_value(v) -> bool:
 
 def _eager_aware(fn):
     """``fn`` taking eager tensors too from the start: ``F.relu(lm.tensor(x))`` may be the first eager call of a
-    program, when ``F.relu`` was looked up before ``lm.tensor`` imported the eager layer (which otherwise
-    patches these functions on import)."""
+    program, when ``F.relu`` was looked up before ``lm.tensor`` imported the eager layer."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if any(_is_eager_value(a) for a in args) or any(_is_eager_value(v) for v in kwargs.values()):
-            from ..eager.functional import eager_dispatch
-            return eager_dispatch(fn)(*args, **kwargs)
+            from ..eager._core import call_function
+            return call_function(fn, args, kwargs)
         return fn(*args, **kwargs)
     wrapper._luminal_eager = True
     return wrapper

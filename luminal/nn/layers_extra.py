@@ -42,42 +42,46 @@ def _stateless(name: str, fn, doc: str, argnames: tuple, defaults: dict):
 
 
 # ---------------------------------------------------------------------------------------------- padding
-def _padding_class(name: str, mode: str, n: int, constant: bool):
-    def __init__(self, padding, value: float = 0.0):
-        Module.__init__(self)
+class _PadNd(Module):
+    """Padding of the last ``_n`` dims in ``_mode`` (``padding`` as F.pad's: last dim first; an int pads every
+    side); only the ``ConstantPad`` classes take a ``value``."""
+
+    _mode, _n, _takes_value = "constant", 1, False
+
+    def __init__(self, padding, value: float | None = None):
+        super().__init__()
+        name, n = type(self).__name__, self._n
+        if value is not None and not self._takes_value:
+            raise TypeError(f"{name}() takes no value argument")
         if isinstance(padding, int):
             padding = (padding,) * (2 * n)
         padding = tuple(padding)
         if len(padding) != 2 * n:
             raise ValueError(f"{name} expects an int or {2 * n} ints, got {padding}")
         object.__setattr__(self, "padding", padding)
-        object.__setattr__(self, "value", float(value) if constant else None)
+        object.__setattr__(self, "value", (0.0 if value is None else float(value)) if self._mode == "constant"
+                           else None)
 
     def forward(self, x):
+        n = self._n
         if x.ndim not in (n + 1, n + 2):
-            raise ValueError(f"{name} expects a {n + 1}-D or {n + 2}-D input, got {x.ndim}-D")
-        if mode == "constant":
+            raise ValueError(f"{type(self).__name__} expects a {n + 1}-D or {n + 2}-D input, got {x.ndim}-D")
+        if self._mode == "constant":
             return _pad(x, self.padding, "constant", self.value)
-        return _pad(x, self.padding, mode)
+        return _pad(x, self.padding, self._mode)
 
     def extra_repr(self):
-        return f"padding={self.padding}" + (f", value={self.value}" if constant else "")
-
-    init = __init__
-    if not constant:
-        def init(self, padding):  # noqa: F811 - no value argument
-            __init__(self, padding)
-    elif name.startswith("Zero"):
-        def init(self, padding):  # noqa: F811
-            __init__(self, padding, 0.0)
-    return type(name, (Module,), {"__init__": init, "forward": forward, "extra_repr": extra_repr,
-                                  "__doc__": f"``torch.nn.{name}``: {mode} padding of the last {n} dims "
-                                             f"(``padding`` as F.pad: last dim first)."})
+        return f"padding={self.padding}" + (f", value={self.value}" if self._mode == "constant" else "")
 
 
-ZeroPad1d = _padding_class("ZeroPad1d", "constant", 1, True)
-ZeroPad2d = _padding_class("ZeroPad2d", "constant", 2, True)
-ZeroPad3d = _padding_class("ZeroPad3d", "constant", 3, True)
+def _padding_class(name: str, mode: str, n: int, takes_value: bool):
+    return type(name, (_PadNd,), {"_mode": mode, "_n": n, "_takes_value": takes_value,
+                                  "__doc__": f"``torch.nn.{name}``: {mode} padding of the last {n} dims."})
+
+
+ZeroPad1d = _padding_class("ZeroPad1d", "constant", 1, False)
+ZeroPad2d = _padding_class("ZeroPad2d", "constant", 2, False)
+ZeroPad3d = _padding_class("ZeroPad3d", "constant", 3, False)
 ConstantPad1d = _padding_class("ConstantPad1d", "constant", 1, True)
 ConstantPad2d = _padding_class("ConstantPad2d", "constant", 2, True)
 ConstantPad3d = _padding_class("ConstantPad3d", "constant", 3, True)
