@@ -55,6 +55,23 @@ def _add(a: Expression, b: Expression) -> Expression:
         return b
     if b.op == NUM and b.args[0] == 0:
         return a
+    key = (a, b)
+    out = _ADD_MEMO.get(key)
+    if out is None:
+        out = _add_terms(a, b)
+        if len(_ADD_MEMO) >= _MEMO_LIMIT:
+            _ADD_MEMO.clear()
+        _ADD_MEMO[key] = out
+    return out
+
+
+# Memo of _add (a pure function of its immutable, structurally compared operands): code generation builds the
+# same index sums for every layer of a model. Emptied when it reaches _MEMO_LIMIT entries.
+_MEMO_LIMIT = 1 << 16
+_ADD_MEMO: dict = {}
+
+
+def _add_terms(a: Expression, b: Expression) -> Expression:
     coefs: dict[Expression, int] = {}
     const = _collect_terms((a, b), 1, coefs)
     if len(coefs) >= 2:
@@ -171,6 +188,20 @@ def _recombine_min_max(coefs: dict[Expression, int]) -> int:
 def _mul(a: Expression, b: Expression) -> Expression:
     if a.op == NUM and b.op == NUM:
         return _num(a.args[0] * b.args[0])
+    key = (a, b)
+    out = _MUL_MEMO.get(key)
+    if out is None:
+        out = _mul_uncached(a, b)
+        if len(_MUL_MEMO) >= _MEMO_LIMIT:
+            _MUL_MEMO.clear()
+        _MUL_MEMO[key] = out
+    return out
+
+
+_MUL_MEMO: dict = {}  # as _ADD_MEMO
+
+
+def _mul_uncached(a: Expression, b: Expression) -> Expression:
     if a.op == NUM:
         a, b = b, a
     if b.op == NUM:
