@@ -57,3 +57,23 @@ def remove_stale(folder: str, pattern: re.Pattern) -> int:
         except OSError:
             pass
     return removed
+
+
+def cache_dir() -> str:
+    """Where luminal caches what it built (compiled libraries, tunings, e-graph results): ``LUMINAL_CACHE_DIR`` or
+    the user cache folder (``$XDG_CACHE_HOME/luminal``, ``~/.cache/luminal``); created when missing."""
+    base = os.environ.get("LUMINAL_CACHE_DIR")
+    origin = f"LUMINAL_CACHE_DIR={base!r}"
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "luminal")
+        origin = f"the cache folder {base!r}"
+    try:
+        os.makedirs(base, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(f"{origin} is not a directory (a file is in the way); expected a directory for "
+                                 "the compiled-library cache (set LUMINAL_CACHE_DIR to one)") from None
+    except PermissionError as err:
+        raise PermissionError(f"{origin}: cannot create the compiled-library cache directory ({err.strerror}); "
+                              "set LUMINAL_CACHE_DIR to a writable directory") from None
+    return base

@@ -16,30 +16,11 @@ import re
 import subprocess
 import warnings
 
-from .._fs import fsync_dir as _fsync_dir, remove_stale
+from .._fs import cache_dir, fsync_dir as _fsync_dir, remove_stale  # noqa: F401  (cache_dir: re-exported)
 from ..codegen.c import CProgram
 from ..codegen.toolchain import find_compiler
 
 BASE_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
-
-
-def cache_dir() -> str:
-    """Where compiled libraries are cached (``LUMINAL_CACHE_DIR`` or the user cache folder)."""
-    base = os.environ.get("LUMINAL_CACHE_DIR")
-    origin = f"LUMINAL_CACHE_DIR={base!r}"
-    if not base:
-        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                            "luminal")
-        origin = f"the cache folder {base!r}"
-    try:
-        os.makedirs(base, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise NotADirectoryError(f"{origin} is not a directory (a file is in the way); expected a directory for "
-                                 "the compiled-library cache (set LUMINAL_CACHE_DIR to one)") from None
-    except PermissionError as err:
-        raise PermissionError(f"{origin}: cannot create the compiled-library cache directory ({err.strerror}); "
-                              "set LUMINAL_CACHE_DIR to a writable directory") from None
-    return base
 
 
 def _blas():

@@ -18,7 +18,7 @@ from ...dtype import DType
 from ...graph import Graph
 from ..base import Pass, debug_level
 from ..rewrite import scalar_view
-from . import sexpr
+from . import memo, sexpr
 from .cost import SizeCost
 from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
@@ -26,6 +26,8 @@ from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extr
 
 # the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
 DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout")
+# the report fields a memoized run restores (besides each change's rules)
+_MEMO_FIELDS = ("iterations", "stop_reason", "enodes", "eclasses", "cost_before", "cost_after")
 _RELATIONS = {"Contig", "NoMask", "Extent", "Dims", "ReducedKey", "IsFloat", "IntLike", "NonNeg"}
 
 
@@ -45,6 +47,7 @@ class SaturationReport:
     cost_before: float = 0.0
     cost_after: float = 0.0
     changes: list[dict] = field(default_factory=list)
+    memoized: bool = False  # the result came from the on-disk memo (:mod:`.memo`), not from egglog
 
     @property
     def saturated(self) -> bool:
@@ -100,24 +103,42 @@ class Saturation:
         if unknown:
             raise ValueError(f"unknown rulesets {unknown}; the rule files declare {sorted(known)}")
         self.rules = [r for r in rules if r.ruleset in self.rulesets or r.ruleset == "analysis"]
-        self.egraph = _bindings().EGraph()
+        self._egraph = None
+        self._program = None
         self.encoding: Encoding | None = None
         self.report = SaturationReport()
 
+    def program(self) -> tuple[str, dict[str, list[str]]]:
+        """Encode the graph (once); returns the egglog program text (schema, rules, small facts) and the rows
+        the loader reads from files. Together with the view table they are the saturation's whole input."""
+        if self._program is None:
+            start = time.perf_counter()
+            self.encoding = enc = encode(self.graph)
+            text = "\n".join(sexpr.to_text(f) for f in self.prelude)
+            text += "\n" + "\n".join(r.egglog_text() for r in self.rules)
+            text += "\n" + "\n".join(enc.lines)
+            self._program = (text, enc.rows())
+            self.report.load_seconds += time.perf_counter() - start
+        return self._program
+
+    @property
+    def egraph(self):
+        """egglog's e-graph (created on first use: a memoized run never needs one)."""
+        if self._egraph is None:
+            self._egraph = _bindings().EGraph()
+        return self._egraph
+
     def load(self) -> Encoding:
+        text, rows = self.program()
         start = time.perf_counter()
-        self.encoding = enc = encode(self.graph)
-        text = "\n".join(sexpr.to_text(f) for f in self.prelude)
-        text += "\n" + "\n".join(r.egglog_text() for r in self.rules)
-        text += "\n" + "\n".join(enc.lines)
+        enc = self.encoding
         datatype = next(f for f in self.prelude if isinstance(f, list) and f[:2] == ["datatype", "Expr"])
-        rows = enc.rows()
         with tempfile.TemporaryDirectory(prefix="luminal_egraph_") as folder:
             write_rows(rows, folder)
             text += "\n" + loader_program(datatype, rows, folder)
             self.egraph.run_program(*self.egraph.parse_program(text))
-        self.report.load_seconds = time.perf_counter() - start
-        return self.encoding
+        self.report.load_seconds += time.perf_counter() - start
+        return enc
 
     def size(self) -> int:
         out = self.egraph.run_program(*self.egraph.parse_program("(print-size)"))
@@ -201,6 +222,16 @@ def roots_of(graph: Graph) -> list[int]:
     roots = set(graph.no_delete) | set(graph.to_retrieve) | {o for o, _ in graph.carries}
     roots |= {i for i, n in graph.nodes.items() if i not in used or isinstance(n.op, ops.Input)}
     return sorted(r for r in roots if r in graph.nodes)
+
+
+def _root_nodes(graph: Graph, enc: Encoding) -> set[int]:
+    """The nodes extraction must keep: :func:`roots_of`, plus the operands of every op the schema does not model
+    (an opaque ``Leaf`` still reads them)."""
+    root_nodes = set(roots_of(graph))
+    for nid, term in enc.terms.items():
+        if term[0] == "Leaf":
+            root_nodes.update(e.src for e in graph.nodes[nid].inputs)
+    return root_nodes
 
 
 def node_signature(term: tuple, eg: EGraphData) -> tuple:
@@ -371,17 +402,24 @@ class EqualitySaturation(Pass):
         self.rule_paths = rule_paths
         self.report: SaturationReport | None = None
 
-    def saturate(self, graph: Graph) -> tuple[Saturation, EGraphData, list[str]]:
-        """Load and saturate ``graph``; returns the session, the serialized e-graph and the root e-classes."""
+    def _memo_key(self, graph: Graph) -> tuple[str | None, Saturation | None]:
+        """The memo key of saturating ``graph`` with this pass's settings (None: not memoized) and the session
+        that encoded the graph for it (the run goes on with it)."""
+        if self.op_cost is not None or not memo.enabled():
+            return None, None
         sat = Saturation(graph, self.rulesets, self.rule_paths)
+        text, rows = sat.program()
+        settings = (self.rulesets, self.max_iterations, self.max_enodes, self.cost_backend, self.readback)
+        return memo.key(text, rows, sat.encoding.views, _root_nodes(graph, sat.encoding), settings), sat
+
+    def saturate(self, graph: Graph, sat: Saturation | None = None) -> tuple[Saturation, EGraphData, list[str]]:
+        """Load and saturate ``graph`` (in ``sat``, a fresh session of it, when given); returns the session, the
+        serialized e-graph and the root e-classes."""
+        sat = sat or Saturation(graph, self.rulesets, self.rule_paths)
         enc = sat.load()
         sat.run(self.max_iterations, self.max_enodes, self.max_seconds)
         eg = sat.data(self.readback)
-        root_nodes = set(roots_of(graph))
-        for nid, term in enc.terms.items():  # an op the schema does not model still reads its operands
-            if term[0] == "Leaf":
-                root_nodes.update(e.src for e in graph.nodes[nid].inputs)
-        roots = sorted({eg.node_class[r] for r in root_nodes})
+        roots = sorted({eg.node_class[r] for r in _root_nodes(graph, enc)})
         self._cost = self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg)
         # the original program's cost, from the encoding
         sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
@@ -413,21 +451,43 @@ class EqualitySaturation(Pass):
         if not graph.nodes:
             self.report = SaturationReport(stop_reason="saturated")
             return self.report
-        sat, eg, roots = self.saturate(graph)
-        rep = sat.report
-        t0 = time.perf_counter()
-        ext = extract(eg, roots, self._cost, original_signatures(sat.encoding, eg))
-        rep.extraction_seconds = time.perf_counter() - t0
-        rep.cost_after = ext.cost
-        t0 = time.perf_counter()
-        rep.changes = rebuild(graph, sat.encoding, eg, ext)
-        rep.rebuild_seconds = time.perf_counter() - t0
-        _annotate(rep, sat, eg, ext)
+        key, sat = self._memo_key(graph)
+        hit = memo.load(key) if key is not None else None
+        if hit is not None:
+            memo.MemoStats.hits += 1
+            eg, ext, saved = hit
+            rep = sat.report
+            rep.memoized = True
+            for name in _MEMO_FIELDS:
+                setattr(rep, name, saved[name])
+            t0 = time.perf_counter()
+            rep.changes = rebuild(graph, sat.encoding, eg, ext)
+            rep.rebuild_seconds = time.perf_counter() - t0
+            notes = saved["notes"]
+            for ch in rep.changes:
+                ch["rules"], ch["derivation"] = notes.get(ch["node"], ([], False))
+        else:
+            sat, eg, roots = self.saturate(graph, sat)
+            rep = sat.report
+            t0 = time.perf_counter()
+            ext = extract(eg, roots, self._cost, original_signatures(sat.encoding, eg))
+            rep.extraction_seconds = time.perf_counter() - t0
+            rep.cost_after = ext.cost
+            t0 = time.perf_counter()
+            rep.changes = rebuild(graph, sat.encoding, eg, ext)
+            rep.rebuild_seconds = time.perf_counter() - t0
+            _annotate(rep, sat, eg, ext)
+            if key is not None and not rep.stop_reason.startswith("time limit"):
+                memo.MemoStats.misses += 1
+                saved = {name: getattr(rep, name) for name in _MEMO_FIELDS}
+                saved["notes"] = {ch["node"]: (ch["rules"], ch["derivation"]) for ch in rep.changes}
+                memo.store(key, eg, ext, saved)
         self.report = rep
         history = graph.__dict__.setdefault("egraph_reports", [])
         history.append(rep)
         if debug_level() >= 1:
-            print(f"[egraph] {rep.stop_reason} after {len(rep.iterations)} iterations; {rep.enodes} e-nodes in "
+            print(f"[egraph] {'(memoized) ' if rep.memoized else ''}{rep.stop_reason} after {len(rep.iterations)} "
+                  f"iterations; {rep.enodes} e-nodes in "
                   f"{rep.eclasses} e-classes; load {rep.load_seconds * 1e3:.1f} ms, saturation "
                   f"{rep.saturation_seconds * 1e3:.1f} ms, serialize {rep.serialize_seconds * 1e3:.1f} ms, "
                   f"extraction {rep.extraction_seconds * 1e3:.1f} ms, rebuild {rep.rebuild_seconds * 1e3:.1f} ms; "
