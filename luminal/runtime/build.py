@@ -35,6 +35,7 @@ def _blas():
 class CompileStats:
     """Counters for tests and benchmarks: C compilations actually run and cache hits."""
     compilations = 0
+    split_compilations = 0  # of which compiled as parallel translation units (split_units)
     cache_hits = 0
 
 
@@ -103,8 +104,13 @@ def build_library(cprogram: CProgram) -> str:
     with open(src, "w") as f:
         f.write(cprogram.source)
     tmp_out, tmp_sig = f"{path}.tmp{pid}", os.path.join(folder, f"luminal_{key}.sig.tmp{pid}")
+    units = split_units(cprogram.source, _parallel_units(cprogram.source))
+    unit_files = [os.path.join(folder, f"luminal_{key}.{pid}.u{j}.c") for j in range(len(units or ()))]
     try:
-        proc = subprocess.run([cc, *flags, src, "-o", tmp_out, *link], capture_output=True, text=True)
+        if units is None:
+            proc = subprocess.run([cc, *flags, src, "-o", tmp_out, *link], capture_output=True, text=True)
+        else:
+            proc = _compile_units(cc, flags, link, units, unit_files, tmp_out)
         if proc.returncode != 0:
             kept = os.path.join(folder, f"luminal_{key}.failed.c")
             os.replace(src, kept)
@@ -119,8 +125,127 @@ def build_library(cprogram: CProgram) -> str:
         os.replace(tmp_sig, path + ".sig")
         _fsync_dir(folder)
     finally:
-        for leftover in (tmp_out, tmp_sig, src):
+        for leftover in (tmp_out, tmp_sig, src, *unit_files, *(u[:-2] + ".o" for u in unit_files)):
             if os.path.exists(leftover):
                 os.unlink(leftover)
     CompileStats.compilations += 1
+    if units is not None:
+        CompileStats.split_compilations += 1
     return path
+
+
+# ---------------------------------------------------------------------------------------------- parallel units
+UNIT_BYTES = 256 << 10  # kernel code per translation unit below which splitting is not worth a unit's prelude
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _parallel_units(source: str) -> int:
+    """How many translation units to compile ``source`` in: one per core, and at most one per ``UNIT_BYTES`` of
+    kernel code (each unit compiles the shared prelude again). ``LUMINAL_CC_JOBS`` caps it (1: never split)."""
+    jobs = os.environ.get("LUMINAL_CC_JOBS", "")
+    cap = _cores()
+    if jobs:
+        if not jobs.isdigit() or int(jobs) < 1:
+            raise ValueError(f"LUMINAL_CC_JOBS={jobs!r}: expected a positive integer (parallel C compiler jobs)")
+        cap = int(jobs)
+    return max(1, min(cap, len(source) // UNIT_BYTES))
+
+
+_FIRST = re.compile(r"^static int (?:kbody|kepi|kernel)_\d+\(", re.M)  # where the kernel section starts
+_TOP = re.compile(r"^static\b[^;{=(\[]*?\b(\w+)\s*[(\[=;]", re.M)  # any top-level static definition, its name
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def split_units(source: str, n: int) -> list[str] | None:
+    """``source`` (a rendered program: prelude, kernel functions, then ``luminal_run``) as ``n`` translation units
+    that link into the same library, or None when it is not worth splitting (``n < 2``, too few kernels).
+
+    Every unit starts with the prelude (helpers, GEMM code: ``static``, so each unit keeps what it calls). Kernel
+    functions that reference one another (a shared body, its epilogue, the wrappers that call it) stay together;
+    the groups (any top-level ``static`` definitions that name one another) are dealt to the kernel units largest
+    first. The ``kernel_<k>`` wrappers that ``luminal_run``
+    calls become hidden (library-internal) external functions; the last unit holds ``luminal_run`` and the rest
+    of the tail with their prototypes."""
+    if n < 2:
+        return None
+    first = _FIRST.search(source)
+    if first is None:
+        return None
+    tail_at = min([i for i in (source.find("\nstatic double lm_prof["), source.find("\nint luminal_run(")) if i >= 0],
+                  default=-1)
+    if tail_at < first.start():
+        return None
+    prelude, section, tail = source[:first.start()], source[first.start():tail_at], source[tail_at:]
+    starts = [m.start() for m in _TOP.finditer(section)]
+    funcs = [section[a:b] for a, b in zip(starts, starts[1:] + [len(section)])]
+    if len(funcs) < 2:
+        return None
+    names = [_TOP.match(f).group(1) for f in funcs]
+    index = {name: j for j, name in enumerate(names)}
+    parent = list(range(len(funcs)))
+
+    def find(j):
+        while parent[j] != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        return j
+
+    for j, f in enumerate(funcs):
+        for word in set(_WORD.findall(f)):
+            other = index.get(word)
+            if other is not None:
+                parent[find(j)] = find(other)
+    clusters: dict[int, list[int]] = {}
+    for j in range(len(funcs)):
+        clusters.setdefault(find(j), []).append(j)
+    groups = sorted(clusters.values(), key=lambda g: (-sum(len(funcs[j]) for j in g), g[0]))
+    n = min(n, len(groups))
+    if n < 2:
+        return None
+    bins: list[list[int]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for g in groups:
+        b = min(range(n), key=lambda i: (sizes[i], i))
+        bins[b] += g
+        sizes[b] += sum(len(funcs[j]) for j in g)
+    visible = '__attribute__((visibility("hidden"))) int kernel_'
+    wrappers = [name for name in names if name.startswith("kernel_")]
+    units = []
+    for b in bins:
+        body = "\n".join(funcs[j].replace("static int kernel_", visible, 1) for j in sorted(b))
+        units.append(prelude + body)
+    protos = "\n".join(f'{visible}{w[len("kernel_"):]}(void **bufs, const long long *syms);' for w in wrappers)
+    units.append(prelude + protos + "\n" + tail)
+    return units
+
+
+class _Result:  # what _compile_units reports, shaped like subprocess.CompletedProcess
+    def __init__(self, returncode: int, stderr: str):
+        self.returncode, self.stderr = returncode, stderr
+
+
+def _compile_units(cc: str, flags: list[str], link: list[str], units: list[str], files: list[str], out: str):
+    """Compile the units to objects concurrently, then link them into ``out``."""
+    objects = [f[:-2] + ".o" for f in files]
+    unit_flags = [f for f in flags if f != "-shared"]
+    procs = []
+    for text, path, obj in zip(units, files, objects):
+        with open(path, "w") as f:
+            f.write(text)
+        procs.append(subprocess.Popen([cc, *unit_flags, "-c", path, "-o", obj], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    errors = []
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode != 0:
+            errors.append(err)
+    if errors:
+        return _Result(1, "\n".join(errors))
+    proc = subprocess.run([cc, *flags, *objects, "-o", out, *link], capture_output=True, text=True)
+    return _Result(proc.returncode, proc.stderr)

@@ -32,10 +32,12 @@ class ENode:
     op: str
     args: tuple
     eclass: str
+    # the child e-classes (the arguments at CHILD_SLOTS[op]), computed once: extraction walks them millions of
+    # times on a large graph
+    children: tuple = field(init=False, repr=False, compare=False)
 
-    @property
-    def children(self) -> tuple[str, ...]:
-        return tuple(self.args[i] for i in CHILD_SLOTS[self.op])
+    def __post_init__(self):
+        object.__setattr__(self, "children", tuple(self.args[i] for i in CHILD_SLOTS[self.op]))
 
     @property
     def signature(self) -> tuple:

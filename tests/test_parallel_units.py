@@ -1,0 +1,93 @@
+"""Large programs compile as parallel translation units (luminal/runtime/build.py: split_units).
+
+Oracle: numpy, and the same program compiled as one unit; splitting must not change any result.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import luminal as lm
+import luminal.nn as nn
+from luminal.runtime import build
+
+
+_MODEL = nn.LSTM(6, 5, num_layers=2)  # one set of weights for every graph of this file
+
+
+def _lstm_graph(seed=0):
+    rng = np.random.default_rng(seed)
+    m = _MODEL
+    cx = lm.Graph()
+    xv = rng.standard_normal((4, 3, 6)).astype(np.float32)
+    x = cx.tensor(xv.shape).set(xv)
+    out = m(x)[0]
+    loss = (out * out).sum()
+    from luminal.training import grad
+
+    grads = grad(loss, [x] + m.parameters())
+    for t in [out] + grads:
+        t.retrieve()
+    return cx, [out] + grads
+
+
+def _run(monkeypatch, tmp_path, jobs: str, unit_bytes: int, profile: bool = False):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / f"cache{jobs}"))
+    monkeypatch.setenv("LUMINAL_CC_JOBS", jobs)
+    monkeypatch.setenv("LUMINAL_PROFILE", "1" if profile else "0")
+    monkeypatch.setattr(build, "UNIT_BYTES", unit_bytes)
+    cx, outs = _lstm_graph()
+    cx.compile(None, outs, device="cpu")
+    cx.execute()
+    return cx, [o.data().copy() for o in outs]
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_split_program_equals_the_single_unit_one(tmp_path, monkeypatch, profile):
+    split0 = build.CompileStats.split_compilations
+    cx1, single = _run(monkeypatch, tmp_path, "1", 1, profile)
+    assert build.CompileStats.split_compilations == split0
+    cx3, split = _run(monkeypatch, tmp_path, "3", 1, profile)
+    assert build.CompileStats.split_compilations == split0 + 1
+    for a, b in zip(single, split):
+        np.testing.assert_array_equal(a, b)  # the same code, only compiled in pieces
+    if profile:
+        assert "gemm" in cx3.runtime.profile(5)
+    # and both agree with an independent reference: the interpreter
+    cx, outs = _lstm_graph()
+    cx.compile(None, outs, device="reference")
+    cx.execute()
+    for o, b in zip(outs, split):
+        np.testing.assert_allclose(o.data(), b, rtol=1e-4, atol=1e-5)
+
+
+def test_units_define_every_function_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    cx, outs = _lstm_graph()
+    cx.compile(None, outs, device="cpu")
+    source = cx.runtime.source
+    units = build.split_units(source, 3)
+    assert units is not None and len(units) == 4  # three kernel units and the tail
+    defined = re.compile(r"^(?:static int |__attribute__\(\(visibility\(\"hidden\"\)\)\) int )(k\w*_\d+)\(", re.M)
+    whole = sorted(defined.findall(source))
+    pieces = sorted(name for u in units[:-1] for name in defined.findall(u))
+    assert pieces == whole  # each kernel function in exactly one unit
+    assert "int luminal_run(" in units[-1] and all("int luminal_run(" not in u for u in units[:-1])
+    for u in units[:-1]:  # a unit defines what its functions call
+        own = set(defined.findall(u))
+        called = set(re.findall(r"\b(kbody_\d+|kepi_\d+)\(", u))
+        assert called <= own
+
+
+def test_small_programs_are_not_split():
+    assert build.split_units("int luminal_run(void **b, const long long *s) { return 0; }\n", 4) is None
+    assert build._parallel_units("x" * 1000) == 1
+
+
+def test_bad_job_count_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("LUMINAL_CC_JOBS", "zero")
+    with pytest.raises(ValueError, match="LUMINAL_CC_JOBS"):
+        build._parallel_units("x" * (4 << 20))
