@@ -26,6 +26,7 @@ from .emit import KernelWriter, _literal
 from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
+from .rebase import rebase
 
 _BUF_NAME = re.compile(r"\bb(\d+)\b")
 _BUF_DECL = re.compile(r"^\s*(?:const )?[\w ]+\*restrict b(\d+) = \([^)]*\)bufs\[(\d+)\];$")
@@ -39,7 +40,8 @@ def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> 
     declarations, which follow the global buffer order) first uses them, ``b17 = bufs[17]`` becoming
     ``b0 = bufs[0]``; the canonical text is keyed in ``bodies``, and ``kernel_k`` becomes a two-line wrapper
     that gathers its buffer pointers and calls the shared body. C compile time then grows with the number of
-    *distinct* kernels, not with the depth of the model.
+    *distinct* kernels, not with the depth of the model. Constant offsets into a buffer move into the pointer the
+    wrapper passes (:func:`~luminal.codegen.rebase.rebase`), so the steps of an unrolled loop share a body too.
     """
     lines = (epilogue + "\n\n" + kernel if epilogue else kernel).split("\n")
     declared = {}
@@ -70,14 +72,15 @@ def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> 
             out_lines += [d for _, d in sorted(decls)]
             decls = []
         out_lines.append(renamed)
-    canon = "\n".join(out_lines[:-1])
+    canon, shifts = rebase("\n".join(out_lines[:-1]))  # constant offsets move into the pointers passed in
     canon = canon.replace(f"epilogue_{k}", "EPILOGUE").replace(f"kernel_{k}(", "KERNEL(")
     name = bodies.get(canon)
     out = []
     if name is None:
         name = bodies[canon] = f"kbody_{len(bodies)}"
         out.append(canon.replace("EPILOGUE", f"kepi_{len(bodies) - 1}").replace("KERNEL(", f"{name}("))
-    pointers = ", ".join(f"bufs[{declared[b]}]" for b in order) or "0"
+    pointers = ", ".join(f"(void *)(({shifts[j][0]} *)bufs[{declared[b]}] + {shifts[j][1]})" if j in shifts
+                         else f"bufs[{declared[b]}]" for j, b in enumerate(order)) or "0"
     out.append(f"static int kernel_{k}(void **bufs, const long long *syms) {{\n"
                f"    void *kb[] = {{{pointers}}};\n    return {name}(kb, syms);\n}}")
     return out
