@@ -71,11 +71,12 @@ def test_units_define_every_function_once(tmp_path, monkeypatch):
     source = cx.runtime.source
     units = build.split_units(source, 3)
     assert units is not None and len(units) == 4  # three kernel units and the tail
-    defined = re.compile(r"^(?:static int |__attribute__\(\(visibility\(\"hidden\"\)\)\) int )(k\w*_\d+)\(", re.M)
+    defined = re.compile(r"^(?:static int |__attribute__\(\(visibility\(\"hidden\"\)\)\) int )(k\w*_\d+)\(.*\{$", re.M)
     whole = sorted(defined.findall(source))
     pieces = sorted(name for u in units[:-1] for name in defined.findall(u))
     assert pieces == whole  # each kernel function in exactly one unit
     assert "int luminal_run(" in units[-1] and all("int luminal_run(" not in u for u in units[:-1])
+    assert defined.findall(units[-1]) == []  # the tail only declares the bodies its table names
     for u in units[:-1]:  # a unit defines what its functions call
         own = set(defined.findall(u))
         called = set(re.findall(r"\b(kbody_\d+|kepi_\d+)\(", u))

@@ -32,16 +32,16 @@ _BUF_NAME = re.compile(r"\bb(\d+)\b")
 _BUF_DECL = re.compile(r"^\s*(?:const )?[\w ]+\*restrict b(\d+) = \([^)]*\)bufs\[(\d+)\];$")
 
 
-def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> list[str]:
+def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> tuple[list[str], str, list]:
     """Kernel ``k``'s C functions, with identical kernels compiled once.
 
     A kernel's text differs from another's only in which buffers it touches when they do the same work (the
     layers of a transformer): the buffers are renamed to local slots in the order the code (not the pointer
     declarations, which follow the global buffer order) first uses them, ``b17 = bufs[17]`` becoming
-    ``b0 = bufs[0]``; the canonical text is keyed in ``bodies``, and ``kernel_k`` becomes a two-line wrapper
-    that gathers its buffer pointers and calls the shared body. C compile time then grows with the number of
-    *distinct* kernels, not with the depth of the model. Constant offsets into a buffer move into the pointer the
-    wrapper passes (:func:`~luminal.codegen.rebase.rebase`), so the steps of an unrolled loop share a body too.
+    ``b0 = bufs[0]``; the canonical text is keyed in ``bodies``. Returns the new functions' texts, the body's name
+    and the pointers kernel ``k`` passes it (see :func:`_dispatch`). C compile time then grows with the number of
+    *distinct* kernels, not with the depth of the model. Constant offsets into a buffer move into the pointer
+    passed in (:func:`~luminal.codegen.rebase.rebase`), so the steps of an unrolled loop share a body too.
     """
     lines = (epilogue + "\n\n" + kernel if epilogue else kernel).split("\n")
     declared = {}
@@ -79,11 +79,47 @@ def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> 
     if name is None:
         name = bodies[canon] = f"kbody_{len(bodies)}"
         out.append(canon.replace("EPILOGUE", f"kepi_{len(bodies) - 1}").replace("KERNEL(", f"{name}("))
-    pointers = ", ".join(f"(void *)(({shifts[j][0]} *)bufs[{declared[b]}] + {shifts[j][1]})" if j in shifts
-                         else f"bufs[{declared[b]}]" for j, b in enumerate(order)) or "0"
-    out.append(f"static int kernel_{k}(void **bufs, const long long *syms) {{\n"
-               f"    void *kb[] = {{{pointers}}};\n    return {name}(kb, syms);\n}}")
-    return out
+    # the pointers the body gets: global buffer slot, plus a constant offset in elements of the slot's C type
+    pointers = [(declared[b], *shifts.get(j, (None, 0))) for j, b in enumerate(order)]
+    return out, name, pointers
+
+
+def _dispatch(calls: list[tuple[str, list]], profile: bool) -> str:
+    """``luminal_run``: for each kernel in order, gather its buffer pointers (table ``lm_slot``/``lm_off``) and call
+    its shared body (table ``lm_body``). Tables rather than a wrapper function per kernel: a model with thousands
+    of kernels (an unrolled recurrence) would otherwise give the C compiler thousands of functions to inline into
+    one."""
+    n = max(1, len(calls))
+    first, slots, offs = [0], [], []
+    for _, pointers in calls:
+        for slot, ctype, shift in pointers:
+            slots.append(str(slot))
+            offs.append(f"{shift} * (long long)sizeof({ctype})" if shift else "0")
+        first.append(len(slots))
+    width = max([b - a for a, b in zip(first, first[1:])] + [1])
+    lines = ["typedef int (*lm_body_fn)(void **bufs, const long long *syms);",
+             f"static lm_body_fn const lm_body[{n}] = {{{', '.join(name for name, _ in calls) or '0'}}};",
+             f"static const int lm_first[{n + 1}] = {{{', '.join(map(str, first))}}};",
+             f"static const int lm_slot[{max(1, len(slots))}] = {{{', '.join(slots) or '0'}}};",
+             f"static const long long lm_off[{max(1, len(offs))}] = {{{', '.join(offs) or '0'}}};"]
+    if profile:  # LUMINAL_PROFILE=1: seconds per kernel, summed over runs, read by the runtime
+        lines += [f"static double lm_prof[{n}];",
+                  f"void luminal_profile(double *out) {{ for (int k = 0; k < {n}; k++) out[k] = lm_prof[k]; }}"]
+    call = ("{ double t = omp_get_wtime(); err = lm_body[k](kb, syms); lm_prof[k] += omp_get_wtime() - t; }"
+            if profile else "err = lm_body[k](kb, syms);")
+    return "\n".join(lines) + f"""
+int luminal_run(void **bufs, const long long *syms) {{
+    int err = 0;
+    void *kb[{width}];
+    LM_RUN_INIT
+    for (int k = 0; k < {len(calls)}; k++) {{
+        for (int j = lm_first[k]; j < lm_first[k + 1]; j++) kb[j - lm_first[k]] = (char *)bufs[lm_slot[j]] + lm_off[j];
+        {call}
+        if (err) return err;
+    }}
+    return err;
+}}
+"""
 
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
@@ -227,19 +263,11 @@ class CRenderer:
                 self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]))
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
             lines += ["    return err;", "}"]
-            parts += _shared_body(k, epilogue_text, "\n".join(lines), bodies)
-            if self.profile:
-                calls.append(f"    {{ double t = omp_get_wtime(); err = kernel_{k}(bufs, syms); "
-                             f"lm_prof[{k}] += omp_get_wtime() - t; if (err) return err; }}")
-            else:
-                calls.append(f"    if ((err = kernel_{k}(bufs, syms))) return err;")
-        if self.profile:  # LUMINAL_PROFILE=1: seconds per kernel, summed over runs, read by the runtime
-            n = max(1, len(groups))
-            parts.append(f"static double lm_prof[{n}];\n"
-                         f"void luminal_profile(double *out) {{ for (int k = 0; k < {n}; k++) out[k] = lm_prof[k]; }}")
-        init = "    lm_blas_init();\n" if any(isinstance(k, GemmKernel) for k in self.program.kernels) else ""
-        parts.append("int luminal_run(void **bufs, const long long *syms) {\n    int err = 0;\n" + init + "\n".join(calls)
-                     + "\n    return err;\n}\n")
+            texts, name, pointers = _shared_body(k, epilogue_text, "\n".join(lines), bodies)
+            parts += texts
+            calls.append((name, pointers))
+        init = "lm_blas_init();" if any(isinstance(k, GemmKernel) for k in self.program.kernels) else ""
+        parts.append(_dispatch(calls, self.profile).replace("LM_RUN_INIT", init))
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups)
 
     # ------------------------------------------------------------------ loop nests

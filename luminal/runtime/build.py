@@ -157,29 +157,27 @@ def _parallel_units(source: str) -> int:
     return max(1, min(cap, len(source) // UNIT_BYTES))
 
 
-_FIRST = re.compile(r"^static int (?:kbody|kepi|kernel)_\d+\(", re.M)  # where the kernel section starts
+_FIRST = re.compile(r"^static int (?:kbody|kepi)_\d+\(", re.M)  # where the kernel section starts
+_TAIL = "\ntypedef int (*lm_body_fn)"  # where it ends: the dispatch tables and luminal_run (codegen.c._dispatch)
 _TOP = re.compile(r"^static\b[^;{=(\[]*?\b(\w+)\s*[(\[=;]", re.M)  # any top-level static definition, its name
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def split_units(source: str, n: int) -> list[str] | None:
-    """``source`` (a rendered program: prelude, kernel functions, then ``luminal_run``) as ``n`` translation units
-    that link into the same library, or None when it is not worth splitting (``n < 2``, too few kernels).
+    """``source`` (a rendered program: prelude, kernel functions, then the dispatch tables and ``luminal_run``) as
+    ``n`` translation units that link into the same library, or None when it is not worth splitting (``n < 2``,
+    too few kernels).
 
     Every unit starts with the prelude (helpers, GEMM code: ``static``, so each unit keeps what it calls). Kernel
-    functions that reference one another (a shared body, its epilogue, the wrappers that call it) stay together;
-    the groups (any top-level ``static`` definitions that name one another) are dealt to the kernel units largest
-    first. The ``kernel_<k>`` wrappers that ``luminal_run``
-    calls become hidden (library-internal) external functions; the last unit holds ``luminal_run`` and the rest
-    of the tail with their prototypes."""
+    functions that reference one another (a shared body and its epilogue) stay together: the groups (any
+    top-level ``static`` definitions that name one another) are dealt to the kernel units largest first. The
+    bodies that the dispatch table names become hidden (library-internal) external functions; the last unit holds
+    the tables and ``luminal_run``, with their prototypes."""
     if n < 2:
         return None
     first = _FIRST.search(source)
-    if first is None:
-        return None
-    tail_at = min([i for i in (source.find("\nstatic double lm_prof["), source.find("\nint luminal_run(")) if i >= 0],
-                  default=-1)
-    if tail_at < first.start():
+    tail_at = source.find(_TAIL)
+    if first is None or tail_at < first.start():
         return None
     prelude, section, tail = source[:first.start()], source[first.start():tail_at], source[tail_at:]
     starts = [m.start() for m in _TOP.finditer(section)]
@@ -214,13 +212,18 @@ def split_units(source: str, n: int) -> list[str] | None:
         b = min(range(n), key=lambda i: (sizes[i], i))
         bins[b] += g
         sizes[b] += sum(len(funcs[j]) for j in g)
-    visible = '__attribute__((visibility("hidden"))) int kernel_'
-    wrappers = [name for name in names if name.startswith("kernel_")]
+    shared = [name for name in sorted(set(_WORD.findall(tail))) if name in index]  # what the tail calls
+    hidden = '__attribute__((visibility("hidden"))) '
     units = []
     for b in bins:
-        body = "\n".join(funcs[j].replace("static int kernel_", visible, 1) for j in sorted(b))
-        units.append(prelude + body)
-    protos = "\n".join(f'{visible}{w[len("kernel_"):]}(void **bufs, const long long *syms);' for w in wrappers)
+        texts = []
+        for j in sorted(b):
+            f = funcs[j]
+            if names[j] in shared:
+                f = f.replace("static ", hidden, 1)
+            texts.append(f)
+        units.append(prelude + "\n".join(texts))
+    protos = "\n".join(f"{hidden}int {name}(void **bufs, const long long *syms);" for name in shared)
     units.append(prelude + protos + "\n" + tail)
     return units
 
