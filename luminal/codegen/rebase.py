@@ -30,16 +30,15 @@ def rebase(text: str) -> tuple[str, dict[int, tuple[str, int]]]:
     """``text`` with each rebasable buffer's smallest constant offset subtracted from its accesses, and
     ``{local slot: (C element type, offset)}`` for the pointers the caller must shift."""
     slots = {m.group(2): (int(m.group(3)), m.group(1).strip()) for m in _DECL.finditer(text)}
-    decl_spans = [m.span() for m in _DECL.finditer(text)]
     uses: dict[str, list[tuple[int, int, int]]] = {}  # name -> [(start, end, value)] of each offset literal
     bad: set[str] = set()
     for m in _USE.finditer(text):
         name = m.group(1)
         if name not in slots or name in bad:
             continue
-        if any(a <= m.start() < b for a, b in decl_spans):
-            continue
         rest = text[m.end():m.end() + 40]
+        if rest.startswith(" = ("):  # its declaration
+            continue
         for pattern in (_INDEX, _PTR_SUM, _PTR):
             hit = pattern.match(rest)
             if hit:
