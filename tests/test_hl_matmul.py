@@ -181,3 +181,26 @@ def test_symbolic_graph_two_bindings():
         check(proj.data(), torch.log_softmax((t_attn @ tx).mean(1) @ tw, -1), rtol=1e-5, atol=1e-5)
         check(pooled.data(), tx.amax(1).sum(-1), rtol=1e-5, atol=1e-5)
         assert cx.dyn_map["b"] == b and cx.dyn_map["s"] == s
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("sa,sb", [((37, 64), (64, 29)), ((2, 5, 96), (96, 7)), ((64,), (64, 3))])
+def test_float16_matmul_is_a_float32_gemm_rounded_once(device, sa, sb):
+    # torch's CPU half GEMM (and numpy's half dot): exact float32 products, float32 sums, one rounding at the end
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(sa).astype(np.float16)
+    b = rng.standard_normal(sb).astype(np.float16)
+    cx = lm.Graph()
+    y = (cx.tensor(sa, dtype="float16").set(a) @ cx.tensor(sb, dtype="float16").set(b)).retrieve()
+    cx.compile(None, y, device=device)
+    cx.execute()
+    want = torch.matmul(T(a), T(b)).numpy()
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float16)
+    assert y.data().dtype == np.float16
+    # within one float16 rounding of the exact product (float32 accumulation differs only in summation order)
+    np.testing.assert_allclose(y.data().astype(np.float32), exact.astype(np.float32), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(y.data().astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
+    if device == "cpu":  # a GEMM kernel, not a plain reduction over float16 products
+        from luminal.codegen.kernel import GemmKernel
+
+        assert any(isinstance(k, GemmKernel) for k in cx.runtime.program.kernels)

@@ -449,10 +449,13 @@ def test_reference_contractions_keep_the_primitive_semantics(monkeypatch):
         for sa, sb in [((2, 1, 5, 7), (3, 7, 4)), ((7,), (7, 3)), ((5, 7), (7,)), ((4, 0), (0, 3))]:
             a, b = (rng.standard_normal(sa) * 3).astype(dtype), (rng.standard_normal(sb) * 3).astype(dtype)
             _same(_run(lambda x, y: x @ y, a, b), torch.matmul(T(a), T(b)), rtol=1e-5, atol=1e-5)
-    # float16: the primitives round each product to float16, then sum in float32
+    # float16 (as torch's CPU GEMM): products exact in float32, summed in float32, the result rounded once
     a, b = (rng.standard_normal((3, 9)) * 4).astype(np.float16), (rng.standard_normal((9, 5)) * 4).astype(np.float16)
-    want = np.sum((a[:, :, None] * b[None]).astype(np.float16), axis=1, dtype=np.float32).astype(np.float16)
+    want = np.sum(a.astype(np.float32)[:, :, None] * b.astype(np.float32)[None], axis=1,
+                  dtype=np.float32).astype(np.float16)
     np.testing.assert_array_equal(_run(lambda x, y: x @ y, a, b), want)
+    np.testing.assert_allclose(_run(lambda x, y: x @ y, a, b).astype(np.float32),
+                               (T(a) @ T(b)).numpy().astype(np.float32), rtol=1e-3, atol=1e-3)
     # NaN and inf propagate as in torch; a convolution with padding, stride and dilation
     a = np.array([[np.inf, 1.0], [np.nan, 2.0], [1.0, 1.0]], np.float32)
     b = np.array([[0.0, 1.0], [1.0, 2.0]], np.float32)
