@@ -145,6 +145,8 @@ def __getattr__(name):
         value = getattr(importlib.import_module(".eager", __name__), name)
     elif name == "jit":
         value = importlib.import_module(".eager.jit", __name__).jit
+    elif name == "autograd":  # lm.autograd.grad / backward (eager tensors)
+        value = importlib.import_module(".eager.autograd", __name__)
     elif name == "optim":
         value = importlib.import_module(".eager.optim", __name__)
     elif name == "from_torch":  # the torch.export importer (torch is imported only here)
@@ -163,5 +165,5 @@ def __getattr__(name):
 
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch",
+           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "autograd", "from_torch",
            "autocast", "GradScaler"]

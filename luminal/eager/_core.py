@@ -200,7 +200,7 @@ class _Val:
     """One tensor value: a realized array, a host reader (``getter``), or output ``idx`` of a pending ``op``."""
 
     __slots__ = ("value", "getter", "op", "idx", "shape", "dtype", "requires_grad", "seq", "param", "sym",
-                 "lkey", "grad", "__weakref__")
+                 "lkey", "grad", "hooks", "retains", "__weakref__")
 
     def __init__(self, shape, dtype, value=None, getter=None, op=None, idx=0, requires_grad=False, param=None):
         self.value = value
@@ -215,6 +215,8 @@ class _Val:
         self.sym = None  # jit: the leaf's dims with symbol names where they are symbolic
         self.lkey = None  # the key of this value as a graph input (_Plan), cached
         self.grad = None  # a leaf's accumulated gradient (a Tensor), see Tensor.grad
+        self.hooks = None  # {id: fn} gradient hooks (Tensor.register_hook), see eager/autograd.py
+        self.retains = False  # retain_grad() was called
 
     @property
     def pending(self) -> bool:
