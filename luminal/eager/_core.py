@@ -542,7 +542,9 @@ def call_module(module, args, kwargs):
                     vals.append(param_tensor(p)._v)
 
     def build(graph, gts):
-        return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
+        from ..module_hooks import building
+        with building():  # the module's hooks ran at the call, on eager tensors
+            return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
     # (every submodule's training flag: a child switched to eval() alone changes the graph too)
     training = module.training if len(modules) == 1 else tuple([m.training for m in modules])
     key = ("mod", type(module).__qualname__, id(module), training, key_a, key_k)

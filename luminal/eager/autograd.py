@@ -51,12 +51,12 @@ _hook_ids = iter(range(1 << 62))
 groups = weakref.WeakKeyDictionary()  # value -> key of the group its hooks run with (a module's inputs)
 
 
-def add_hook(store: dict, fn: Callable) -> RemovableHandle:
-    """File ``fn`` in the ordered ``store`` and return its handle."""
+def add_hook(store: dict, fn: Callable, entry=None) -> RemovableHandle:
+    """File ``fn`` (as ``entry`` when given) in the ordered ``store`` and return its handle."""
     if not callable(fn):
         raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
     key = next(_hook_ids)
-    store[key] = fn
+    store[key] = fn if entry is None else entry
     return RemovableHandle(store, key)
 
 
@@ -176,24 +176,26 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
     values = _walk(srcs)
     if targets is None:
         targets = sorted((x for x in values if _is_leaf(x)), key=lambda x: x.seq)
-    target_ids = {id(t) for t in targets}
-    groups: dict = {}  # hooked non-leaf values, grouped (a module's inputs share one group)
+    hooked: dict = {}  # group key -> the hooked non-leaf values of that group
     for x in values:
-        if x.hooks and not _is_leaf(x):
-            key = groups.get(x, id(x))
-            groups.setdefault(key, []).append(x)
+        if not _is_leaf(x) and (x.hooks or x in groups):
+            hooked.setdefault(groups.get(x, id(x)), []).append(x)
     sources = list(zip(srcs, seeds))
     done: dict = {}  # id(value) -> its (hooked) gradient
     cut: list = []
-    for group in sorted(groups.values(), key=lambda g: -max(x.seq for x in g)):
+    for key, group in sorted(hooked.items(), key=lambda kv: -max(x.seq for x in kv[1])):
         grads = _stage(sources, group, cut, create_graph)
-        for x, g in zip(group, grads):
-            if g is None:
-                continue
-            g = _run_hooks(x, g)
-            done[id(x)] = g
-            sources.append((x, g))
         cut.extend(group)
+        if all(g is None for g in grads):
+            continue
+        grads = [None if g is None else _run_hooks(x, g) for x, g in zip(group, grads)]
+        if not isinstance(key, int):  # a module's backward hook sees the group's gradients together
+            grads = list(key.run(grads))
+        for x, g in zip(group, grads):
+            if g is not None:
+                g = _as_grad(g, x, "a backward hook")
+                done[id(x)] = g
+                sources.append((x, g))
     rest = [t for t in targets if id(t) not in done]
     grads = dict(zip(map(id, rest), _stage(sources, rest, cut, create_graph) if rest else []))
     grads.update(done)
