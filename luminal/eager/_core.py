@@ -398,7 +398,9 @@ def _infer(key, build, inputs: list[_Val], hold=None):
         gts = [cx.tensor(v.shape, v.dtype, "x") for v in inputs]
         _bind_params(cx, inputs, gts)
         try:
-            raw = build(cx, gts)
+            from ..rng import eager_build
+            with eager_build():
+                raw = build(cx, gts)
         finally:
             for v in inputs:
                 if v.param is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import ops
 from ..graph import Graph
+from ..rng import eager_build
 from ..runtime.cpu_plan import _own_memory
 from ..shape import ShapeTracker
 from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, _stats, _stop_gradient,  # noqa: F401
@@ -252,7 +253,8 @@ class _Plan:
 
         for op, refs in zip(self.ops, self.op_refs):
             ins = [gt_of(r) for r in refs]
-            raw = op.build(cx, ins)
+            with eager_build():
+                raw = op.build(cx, ins)
             flat: list = []
             _flatten(raw, flat)
             any_rg = any(i.requires_grad for i in op.inputs)
