@@ -186,7 +186,7 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         if module_hooks.used() and (module_hooks.has_hooks(self) or (
-                self._modules and _eager_args(args, kwargs) and any(module_hooks.has_hooks(m) for m in self.modules()))):
+                self._modules and _eager_args(args, kwargs) and module_hooks.any_below(self))):
             return module_hooks.call(self, args, kwargs, lambda a, k: self._call_plain(*a, **k))
         return self._call_plain(*args, **kwargs)
 

@@ -72,6 +72,11 @@ def has_hooks(module) -> bool:
     return any(d.get(s) for s in _STORES)
 
 
+def any_below(module) -> bool:
+    """Whether a submodule of ``module`` (not itself) has hooks."""
+    return any(has_hooks(m) for m in module.modules() if m is not module)
+
+
 def call(module, args, kwargs, plain):
     """``module(*args, **kwargs)`` with its hooks; ``plain(args, kwargs)`` is the call without them."""
     if getattr(_tls, "off", False):
@@ -99,7 +104,7 @@ def call(module, args, kwargs, plain):
         if _core.is_grad_enabled():
             setup = _BackwardHook(module, bw, bw_pre)
             args = setup.setup_inputs(args)
-    if eager and any(has_hooks(m) for m in module.modules() if m is not module):
+    if eager and any_below(module):
         try:
             output = module.forward(*args, **kwargs)  # children fire their own hooks
         except AttributeError as err:
@@ -132,13 +137,14 @@ class _BackwardHook:
 
     def __init__(self, module, hooks, pre_hooks):
         self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
-        self.n_args = 0
-        self.positions: list = []  # the positions of the tensor args that require grad
+        self.tensor_pos: list = []  # the positions of the tensor args (grad_input has one entry per one)
+        self.positions: list = []  # those that require grad (they pass through a hooked identity)
+        self.n_out = 1
         self.grad_output = None
 
     def setup_inputs(self, args):
         from .eager.tensor import Tensor
-        self.n_args = [k for k, a in enumerate(args) if isinstance(a, Tensor)]
+        self.tensor_pos = [k for k, a in enumerate(args) if isinstance(a, Tensor)]
         args = list(args)
         clones = []
         for k, a in enumerate(args):
@@ -173,18 +179,18 @@ class _BackwardHook:
                     raise RuntimeError(f"backward pre hook returned {len(go)} gradients, expected {self.n_out}")
         self.grad_output = go
         if not self.positions:  # no input requires grad: torch calls the hooks now, with grad_input None
-            gi = (None,) * len(self.n_args)
+            gi = (None,) * len(self.tensor_pos)
             for fn, _ in self.hooks:
                 fn(self.module, gi, go)
         return [go[k] for k in self.out_index]
 
     def _inputs_done(self, grads):
-        gi = [None] * len(self.n_args)
-        slot = {pos: j for j, pos in enumerate(self.n_args)}
+        gi = [None] * len(self.tensor_pos)
+        slot = {pos: j for j, pos in enumerate(self.tensor_pos)}
         for pos, g in zip(self.positions, grads):
             gi[slot[pos]] = g
         gi = tuple(gi)
-        go = self.grad_output if self.grad_output is not None else (None,) * getattr(self, "n_out", 1)
+        go = self.grad_output if self.grad_output is not None else (None,) * self.n_out
         for fn, _ in self.hooks:
             out = fn(self.module, gi, go)
             if out is not None:

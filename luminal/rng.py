@@ -75,12 +75,12 @@ class Generator:
         """Continue from a position returned by :meth:`get_state` (a uint8 tensor or array)."""
         raw = bytes(np.asarray(state, dtype=np.uint8).reshape(-1))
         if len(raw) != _STATE_BYTES or raw[:4] != _MAGIC:
-            raise RuntimeError(f"set_rng_state: not a luminal generator state (expected the {_STATE_BYTES}-byte uint8 tensor "
-                               "of get_rng_state(); torch's states cannot be loaded)")
+            raise RuntimeError(f"set_rng_state: not a luminal generator state (expected the {_STATE_BYTES}-byte uint8 "
+                               "tensor of get_rng_state(); torch's states cannot be loaded)")
         bg = np.random.PCG64()
-        bg.state = {"bit_generator": "PCG64",
-                    "state": {"state": int.from_bytes(raw[4:20], "little"), "inc": int.from_bytes(raw[20:36], "little")},
-                    "has_uint32": raw[36], "uinteger": int.from_bytes(raw[37:41], "little")}
+        inner = {"state": int.from_bytes(raw[4:20], "little"), "inc": int.from_bytes(raw[20:36], "little")}
+        bg.state = {"bit_generator": "PCG64", "state": inner, "has_uint32": raw[36],
+                    "uinteger": int.from_bytes(raw[37:41], "little")}
         with self._lock:
             self._np = np.random.Generator(bg)
         return self

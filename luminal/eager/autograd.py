@@ -171,7 +171,6 @@ def _as_grad(g, v: _Val, what: str):
 
 def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool) -> tuple[list, list]:
     """The staged backward pass. ``targets`` None: every leaf. Returns (targets, their gradients or None)."""
-    from .tensor import Tensor  # noqa: F401
     srcs = [o._v for o in outputs]
     values = _walk(srcs)
     if targets is None:
@@ -217,8 +216,9 @@ def _seeds(outputs, grad_outputs, what: str) -> list:
             raise RuntimeError(f"{what}: element {k} of tensors does not require grad and does not have a grad_fn")
         if go is None:
             if o.numel() != 1:
-                raise RuntimeError(f"{what}: grad can be implicitly created only for one-element outputs; output {k} has "
-                                   f"shape {o.shape}; pass {'gradient' if what == 'backward()' else 'grad_outputs'}=")
+                arg = "gradient" if what == "backward()" else "grad_outputs"
+                raise RuntimeError(f"{what}: grad can be implicitly created only for one-element outputs; output {k} "
+                                   f"has shape {o.shape}; pass {arg}=")
             seeds.append(None)
             continue
         g = go if isinstance(go, Tensor) else Tensor(go, dtype=o.dtype)
