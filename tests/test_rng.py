@@ -149,3 +149,34 @@ def test_errors():
         lm.rand(2, generator=42)
     with pytest.raises(RuntimeError, match="non-negative"):
         lm.randperm(-1)
+
+
+def test_data_shuffling_follows_manual_seed_and_accepts_generators():
+    from luminal.data import DataLoader, RandomSampler, random_split
+    data = np.arange(20, dtype=np.float32).reshape(20, 1)
+
+    def order(**kw):
+        return np.concatenate([np.asarray(b).reshape(-1) for b in DataLoader(data, batch_size=5, shuffle=True, **kw)])
+    lm.manual_seed(4)
+    a = order()
+    lm.manual_seed(4)
+    np.testing.assert_array_equal(order(), a)
+    np.testing.assert_array_equal(order(generator=lm.Generator().manual_seed(1)),
+                                  order(generator=lm.Generator().manual_seed(1)))
+    lm.manual_seed(4)
+    s1 = list(RandomSampler(range(10)))
+    lm.manual_seed(4)
+    assert list(RandomSampler(range(10))) == s1
+    assert list(RandomSampler(range(10), generator=lm.Generator().manual_seed(2))) == \
+        list(RandomSampler(range(10), generator=lm.Generator().manual_seed(2)))
+    p1 = [list(s.indices) for s in random_split(range(10), [3, 7], generator=lm.Generator().manual_seed(3))]
+    p2 = [list(s.indices) for s in random_split(range(10), [3, 7], generator=lm.Generator().manual_seed(3))]
+    assert p1 == p2
+
+
+def test_init_functions_on_eager_tensors():
+    t = lm.empty(3, 4, requires_grad=True)
+    nn.init.normal_(t, 0.0, 2.0, generator=lm.Generator().manual_seed(8))
+    expected = np.random.default_rng(8).normal(0.0, 2.0, (3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(t.numpy(), expected)
+    assert t.requires_grad and t.is_leaf

@@ -27,7 +27,14 @@ def _rng(generator):
 
 
 def _fill(param: Parameter, values: np.ndarray) -> Parameter:
-    param.copy_(np.asarray(values).reshape(param.shape))
+    """Write ``values`` into ``param`` (a Parameter, or an eager tensor: rebound without gradient, as torch's
+    initializers run under ``no_grad``)."""
+    if isinstance(param, Parameter):
+        param.copy_(np.asarray(values).reshape(param.shape))
+        return param
+    from ..eager import no_grad
+    with no_grad():
+        param.copy_(np.asarray(values).reshape(param.shape))
     return param
 
 
