@@ -134,7 +134,7 @@ _EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty",
           "randn_like", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
           "set_default_device", "get_default_device", "JitTraceError", "randperm", "normal", "bernoulli"}
 _RNG = {"Generator", "default_generator", "seed", "initial_seed", "get_rng_state", "set_rng_state"}
-_SUBMODULES = {"nn", "optim", "training", "data", "io", "compiler", "testing"}
+_SUBMODULES = {"nn", "optim", "training", "data", "io", "compiler", "testing", "eager"}
 
 
 def __getattr__(name):

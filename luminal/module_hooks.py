@@ -83,6 +83,10 @@ def call(module, args, kwargs, plain):
         return plain(args, kwargs)
     from .module import _eager_args
     eager = _eager_args(args, kwargs)
+    if eager:  # hooks see eager tensors where the call got numpy arrays (as the recorded call does)
+        import numpy as np
+        from .eager.tensor import Tensor
+        args = tuple(Tensor(a) if isinstance(a, np.ndarray) else a for a in args)
     for fn, with_kw in _hooks(module, "_forward_pre_hooks"):
         out = fn(module, args, kwargs) if with_kw else fn(module, args)
         if out is not None:

@@ -241,3 +241,11 @@ def test_parameter_hook_clips_gradient_like_torch():
     lin.zero_grad()
     lin(lm.tensor(xs)).pow(2).sum().backward()
     assert np.abs(lin.weight.grad.numpy()).max() > 1.0
+
+
+def test_hooks_see_eager_tensors_for_numpy_arguments():
+    lin = nn.Linear(2, 2)
+    seen = []
+    lin.register_forward_pre_hook(lambda m, a: seen.append(type(a[0]).__name__))
+    out = lin(_data(3, 2))
+    assert seen == ["Tensor"] and out.shape == (3, 2)
