@@ -132,8 +132,9 @@ stack = _joiner(_graph_stack, "stack")
 _EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "eye",
           "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
           "randn_like", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-          "set_default_device", "get_default_device", "JitTraceError"}
-_SUBMODULES = {"nn", "optim", "training", "data", "io", "compiler", "testing"}
+          "set_default_device", "get_default_device", "JitTraceError", "randperm", "normal", "bernoulli"}
+_RNG = {"Generator", "default_generator", "seed", "initial_seed", "get_rng_state", "set_rng_state"}
+_SUBMODULES = {"nn", "optim", "training", "data", "io", "compiler", "testing", "eager"}
 
 
 def __getattr__(name):
@@ -143,8 +144,12 @@ def __getattr__(name):
 
     if name in _EAGER:
         value = getattr(importlib.import_module(".eager", __name__), name)
+    elif name in _RNG:  # lm.Generator, lm.get_rng_state... (luminal/rng.py)
+        value = getattr(importlib.import_module(".rng", __name__), name)
     elif name == "jit":
         value = importlib.import_module(".eager.jit", __name__).jit
+    elif name == "autograd":  # lm.autograd.grad / backward (eager tensors)
+        value = importlib.import_module(".eager.autograd", __name__)
     elif name == "optim":
         value = importlib.import_module(".eager.optim", __name__)
     elif name == "from_torch":  # the torch.export importer (torch is imported only here)
@@ -163,5 +168,5 @@ def __getattr__(name):
 
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
-           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), "jit", "optim", "from_torch",
+           "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), *sorted(_RNG), "jit", "optim", "autograd", "from_torch",
            "autocast", "GradScaler"]

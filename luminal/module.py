@@ -27,6 +27,7 @@ import numpy as np
 
 from .dtype import DType, as_dtype
 from .graph import Graph, GraphError
+from . import module_hooks
 from .tensor import GraphTensor
 
 
@@ -112,6 +113,12 @@ class Parameter:
         from .eager import param_tensor
         param_tensor(self).grad = value
 
+    def register_hook(self, hook):
+        """``hook(grad)`` runs on this parameter's gradient in eager ``backward()`` before it is accumulated into
+        ``.grad`` (a non-None result replaces it); returns a removable handle (``torch.Tensor.register_hook``)."""
+        from .eager import param_tensor
+        return param_tensor(self).register_hook(hook)
+
     def bound_tensors(self) -> list[GraphTensor]:
         return [t for _, t in self._bound.values()]
 
@@ -178,11 +185,41 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
 
     def __call__(self, *args, **kwargs):
+        if module_hooks.used() and (module_hooks.has_hooks(self) or (
+                self._modules and _eager_args(args, kwargs) and module_hooks.any_below(self))):
+            return module_hooks.call(self, args, kwargs, lambda a, k: self._call_plain(*a, **k))
+        return self._call_plain(*args, **kwargs)
+
+    def _call_plain(self, *args, **kwargs):
+        """The call without hooks: an eager call is recorded as one operation; graph tensors run ``forward``."""
         if args and type(args[0]) is not GraphTensor and _eager_args(args, kwargs):
             from .eager import _core  # eager tensors (or numpy arrays): record the call as one operation
             args = tuple(_core.Tensor(a) if isinstance(a, np.ndarray) else a for a in args)
             return _core.call_module(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    # ------------------------------------------------------------------ hooks (luminal/module_hooks.py)
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
+        """``hook(module, args)`` (``hook(module, args, kwargs)`` with ``with_kwargs``) runs before every call; a
+        non-None result replaces the positional args (a tuple, or one value) -- or ``(args, kwargs)`` with
+        ``with_kwargs``. Returns a handle whose ``remove()`` unregisters it (``torch.nn.Module``'s)."""
+        return module_hooks.register(self, "_forward_pre_hooks", hook, with_kwargs, prepend)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
+        """``hook(module, args, output)`` (``hook(module, args, kwargs, output)`` with ``with_kwargs``) runs after
+        every call; a non-None result replaces the output. Returns a removable handle."""
+        return module_hooks.register(self, "_forward_hooks", hook, with_kwargs, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False):
+        """``hook(module, grad_output)`` runs when the gradients of the outputs of a call are computed (eager
+        tensors); a non-None result replaces ``grad_output``. Returns a removable handle."""
+        return module_hooks.register(self, "_backward_pre_hooks", hook, False, prepend)
+
+    def register_full_backward_hook(self, hook, prepend: bool = False):
+        """``hook(module, grad_input, grad_output)`` runs when the gradients of a call's positional tensor inputs are
+        computed (eager tensors; tuples, None for an input that does not require grad); a non-None result replaces
+        ``grad_input``. Returns a removable handle."""
+        return module_hooks.register(self, "_backward_hooks", hook, False, prepend)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the ``.grad`` of every parameter (eager training; ``set_to_none=False`` keeps zero tensors)."""
@@ -300,6 +337,9 @@ def _to_numpy(value) -> np.ndarray:
 
 def bind(param: Parameter, like: GraphTensor) -> GraphTensor:
     """``param`` as a tensor in ``like``'s graph (what layers call inside ``forward``)."""
+    if type(like).__module__ == "luminal.eager.tensor":  # a forward run on eager tensors (module hooks)
+        from .eager._core import param_tensor
+        return param_tensor(param)
     if not isinstance(like, GraphTensor):
         raise TypeError(f"modules are called on GraphTensors, got {type(like).__name__}")
     return param.bind(like.graph)

@@ -214,10 +214,17 @@ def random_split(dataset, lengths: Sequence, seed: int | None = None,
     """
     if seed is not None and generator is not None:
         raise ValueError("random_split: pass seed or generator, not both")
+    from ..rng import Generator
+    if isinstance(generator, Generator):  # an lm.Generator (torch.Generator's role): its numpy stream
+        generator = generator._np
     if generator is not None and not isinstance(generator, np.random.Generator):
-        raise TypeError(f"random_split: generator must be a numpy.random.Generator, got {type(generator).__name__}")
+        raise TypeError(f"random_split: generator must be an lm.Generator or a numpy.random.Generator, got "
+                        f"{type(generator).__name__}")
     n = len(dataset)
     sizes = _split_lengths(n, lengths)
+    if generator is None and seed is None:  # torch draws from its default generator: lm.manual_seed fixes it
+        from ..rng import draw
+        seed = int(draw(None, "integers", 0, 2 ** 63 - 1))
     rng = generator if generator is not None else np.random.default_rng(seed)
     perm = rng.permutation(n)
     out, offset = [], 0

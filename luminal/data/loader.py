@@ -146,7 +146,8 @@ class DataLoader:
         collate_fn: merges a list of samples into a batch; :func:`default_collate` when ``None``.
         seed: the shuffling seed: epoch ``e`` is ordered by
             ``numpy.random.default_rng(numpy.random.SeedSequence(seed, spawn_key=(e,))).permutation(n)``.
-            ``None`` (and no ``generator``) draws a fresh seed when the loader is created.
+            ``None`` (and no ``generator``) draws a seed from ``lm.manual_seed``'s default generator when the loader
+            is created.
         generator: a ``numpy.random.Generator`` to draw each epoch's permutation from instead (consumed as
             the epochs go; :meth:`set_epoch` cannot replay an epoch then).
         num_workers: ``0`` loads the batches in the iterating thread; ``k > 0`` starts ``k`` background
@@ -234,13 +235,18 @@ class DataLoader:
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         if seed is not None and generator is not None:
             raise ValueError("DataLoader: pass seed or generator, not both")
+        from ..rng import Generator, draw
+        if isinstance(generator, Generator):  # an lm.Generator (torch.Generator's role): its numpy stream
+            generator = generator._np
         if generator is not None and not isinstance(generator, np.random.Generator):
-            raise TypeError(f"DataLoader: generator must be a numpy.random.Generator, got {type(generator).__name__}")
+            raise TypeError(f"DataLoader: generator must be an lm.Generator or a numpy.random.Generator, got "
+                            f"{type(generator).__name__}")
         if seed is not None:
             seed = _check_int("seed", seed, 0, "a non-negative integer or None")
         self.seed = seed
         self.generator = generator
-        self._base_seed = seed if seed is not None else np.random.SeedSequence().entropy
+        # (no seed: one drawn from lm.manual_seed's default generator, as torch's loaders draw from its generator)
+        self._base_seed = seed if seed is not None else int(draw(None, "integers", 0, 2 ** 63 - 1))
         self._epoch = 0
 
     # ------------------------------------------------------------------ epochs

@@ -3,7 +3,8 @@ in which order, and how they group into batches.
 
 :class:`SequentialSampler`, :class:`RandomSampler` (with or without replacement, ``num_samples``),
 :class:`SubsetRandomSampler`, :class:`WeightedRandomSampler` and :class:`BatchSampler`. Random samplers draw
-from a ``numpy.random.Generator`` (``generator=``) or from a seed; they give a new order at every iteration, so
+from ``generator=`` (an ``lm.Generator`` or a ``numpy.random.Generator``) or from a seed (by default one drawn
+from ``lm.manual_seed``'s default generator, so seeding makes the order reproducible, as in torch); they give a new order at every iteration, so
 two epochs differ, and two samplers built with the same seed give the same sequence of epochs.
 """
 
@@ -21,9 +22,16 @@ def _rng(generator, seed):
     if generator is not None and seed is not None:
         raise ValueError("pass generator or seed, not both")
     if generator is not None:
+        from ..rng import Generator
+        if isinstance(generator, Generator):  # an lm.Generator (torch.Generator's role): its numpy stream
+            return generator._np
         if not isinstance(generator, np.random.Generator):
-            raise TypeError(f"generator must be a numpy.random.Generator, got {type(generator).__name__}")
+            raise TypeError(f"generator must be an lm.Generator or a numpy.random.Generator, got "
+                            f"{type(generator).__name__}")
         return generator
+    if seed is None:  # as torch's samplers: from the default generator, so lm.manual_seed fixes the order
+        from ..rng import draw
+        seed = int(draw(None, "integers", 0, 2 ** 63 - 1))
     return np.random.default_rng(seed)
 
 

@@ -200,7 +200,7 @@ class _Val:
     """One tensor value: a realized array, a host reader (``getter``), or output ``idx`` of a pending ``op``."""
 
     __slots__ = ("value", "getter", "op", "idx", "shape", "dtype", "requires_grad", "seq", "param", "sym",
-                 "lkey", "grad", "__weakref__")
+                 "lkey", "grad", "hooks", "retains", "__weakref__")
 
     def __init__(self, shape, dtype, value=None, getter=None, op=None, idx=0, requires_grad=False, param=None):
         self.value = value
@@ -215,6 +215,8 @@ class _Val:
         self.sym = None  # jit: the leaf's dims with symbol names where they are symbolic
         self.lkey = None  # the key of this value as a graph input (_Plan), cached
         self.grad = None  # a leaf's accumulated gradient (a Tensor), see Tensor.grad
+        self.hooks = None  # {id: fn} gradient hooks (Tensor.register_hook), see eager/autograd.py
+        self.retains = False  # retain_grad() was called
 
     @property
     def pending(self) -> bool:
@@ -396,7 +398,9 @@ def _infer(key, build, inputs: list[_Val], hold=None):
         gts = [cx.tensor(v.shape, v.dtype, "x") for v in inputs]
         _bind_params(cx, inputs, gts)
         try:
-            raw = build(cx, gts)
+            from ..rng import eager_build
+            with eager_build():
+                raw = build(cx, gts)
         finally:
             for v in inputs:
                 if v.param is not None:
@@ -540,7 +544,9 @@ def call_module(module, args, kwargs):
                     vals.append(param_tensor(p)._v)
 
     def build(graph, gts):
-        return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
+        from ..module_hooks import building
+        with building():  # the module's hooks ran at the call, on eager tensors
+            return module(*_subst(tpl, gts[:n_args]), **_subst(kw_tpl, gts[:n_args]))
     # (every submodule's training flag: a child switched to eval() alone changes the graph too)
     training = module.training if len(modules) == 1 else tuple([m.training for m in modules])
     key = ("mod", type(module).__qualname__, id(module), training, key_a, key_k)

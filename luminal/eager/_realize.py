@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import ops
 from ..graph import Graph
+from ..rng import eager_build
 from ..runtime.cpu_plan import _own_memory
 from ..shape import ShapeTracker
 from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, _stats, _stop_gradient,  # noqa: F401
@@ -216,8 +217,8 @@ class _Plan:
                 if id(op) in seen:
                     continue
                 seen.add(id(op))
-                if op.key[0] == "grad":
-                    roots.append(op.inputs[0])
+                if op.key[0] == "grad":  # ("grad", first target, number of sources, ...): eager/autograd.py
+                    roots.extend(op.inputs[:op.key[2]])
                 stack.extend(op.inputs)
         hist: set = set()
         while roots:
@@ -240,13 +241,20 @@ class _Plan:
                 params.append(v.param)
             leaf_gts.append(t)
         results = []
+        # values a backward differentiates with respect to (or cuts at) get a node of their own, so that only
+        # their own consumers -- not other views or copies of the same node -- pass them gradient
+        own = set()
+        for op, refs in zip(self.ops, self.op_refs):
+            if op.key[0] == "grad":
+                own.update(r for r in refs[op.key[1]:] if type(r) is tuple)
 
         def gt_of(r):
             return leaf_gts[-1 - r] if type(r) is int else results[r[0]][r[1]]
 
         for op, refs in zip(self.ops, self.op_refs):
             ins = [gt_of(r) for r in refs]
-            raw = op.build(cx, ins)
+            with eager_build():
+                raw = op.build(cx, ins)
             flat: list = []
             _flatten(raw, flat)
             any_rg = any(i.requires_grad for i in op.inputs)
@@ -255,6 +263,9 @@ class _Plan:
                 if any_rg and not rg and t.dtype.is_float:
                     t = _stop_gradient(t)
                 outs.append(t)
+            if own:
+                j = len(results)
+                outs = [t._apply(ops.Contiguous()) if (j, k) in own else t for k, t in enumerate(outs)]
             results.append(outs)
         out_gts = [gt_of(r) for r in self.out_refs]
         for t in out_gts:

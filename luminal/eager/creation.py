@@ -1,12 +1,10 @@
 """Creation functions of eager tensors (``lm.tensor``, ``lm.zeros``, ``lm.randn``...), PyTorch's signatures.
 
-Random tensors come from one process-wide numpy generator seeded by :func:`manual_seed` (the streams are not
-PyTorch's: the same seed gives other numbers than ``torch.manual_seed``).
+Random tensors come from :data:`luminal.rng.default_generator` (seeded by ``lm.manual_seed``) or a
+``generator=`` (an ``lm.Generator``): reproducible within luminal, not PyTorch's numbers (see ``luminal/rng.py``).
 """
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 
@@ -16,19 +14,10 @@ from .tensor import Tensor
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
            "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
-           "randn_like", "manual_seed"]
+           "randn_like", "manual_seed", "randperm", "normal", "bernoulli"]
 
-_rng_lock = threading.Lock()
-_rng = np.random.default_rng(0)
-
-
-def manual_seed(seed: int) -> None:
-    """Seed the generator of :func:`rand`, :func:`randn`, :func:`randint` (and the ``*_like`` forms)."""
-    global _rng
-    if not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
-    with _rng_lock:
-        _rng = np.random.default_rng(int(seed))
+from ..rng import draw as _draw
+from ..rng import manual_seed  # noqa: F401  (lm.manual_seed: luminal/rng.py)
 
 
 def _dtype_or(dtype, default: DType) -> DType:
@@ -187,23 +176,19 @@ def _float_dtype(dtype, fn):
     return dt
 
 
-def rand(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Uniform [0, 1) samples (see :func:`manual_seed`)."""
+def rand(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Uniform [0, 1) samples from ``generator`` (default: ``lm.manual_seed``'s generator)."""
     dt = _float_dtype(dtype, "rand")
-    with _rng_lock:
-        arr = _rng.random(_shape(size))
-    return _make(arr.astype(dt.numpy), requires_grad)
+    return _make(_draw(generator, "random", _shape(size)).astype(dt.numpy), requires_grad)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Standard normal samples (see :func:`manual_seed`)."""
+def randn(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples from ``generator`` (default: ``lm.manual_seed``'s generator)."""
     dt = _float_dtype(dtype, "randn")
-    with _rng_lock:
-        arr = _rng.standard_normal(_shape(size))
-    return _make(arr.astype(dt.numpy), requires_grad)
+    return _make(_draw(generator, "standard_normal", _shape(size)).astype(dt.numpy), requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=None) -> Tensor:
+def randint(low, high=None, size=None, *, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
     """Integers uniform in ``[low, high)``: ``randint(10, (3,))`` or ``randint(2, 10, (3,))`` (int64)."""
     if size is None:
         if high is None or not isinstance(high, (tuple, list)):
@@ -212,11 +197,56 @@ def randint(low, high=None, size=None, dtype=None) -> Tensor:
     elif high is None:
         low, high = 0, low
     if high <= low:
-        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     size = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
-    with _rng_lock:
-        arr = _rng.integers(low, high, _shape(size))
-    return _make(arr.astype(_dtype_or(dtype, DType.int64).numpy))
+    dt = _dtype_or(dtype, DType.int64)
+    return _make(_draw(generator, "integers", low, high, _shape(size)).astype(dt.numpy), requires_grad)
+
+
+def randperm(n: int, *, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """``torch.randperm``: a random permutation of ``0..n-1`` (int64)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise RuntimeError(f"randperm: n must be a non-negative int, got {n!r}")
+    return _make(_draw(generator, "permutation", int(n)).astype(_dtype_or(dtype, DType.int64).numpy), requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """``torch.normal``: samples of ``N(mean, std**2)``; ``mean`` and ``std`` tensors (broadcast together) or
+    floats, then ``size`` is required. The result carries no gradient history (as torch's has none for the
+    draw)."""
+    mean_t, std_t = isinstance(mean, (Tensor, np.ndarray)), isinstance(std, (Tensor, np.ndarray))
+    if not mean_t and not std_t:
+        if size is None:
+            raise TypeError("normal(mean: float, std: float) needs size=")
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        dt = _float_dtype(dtype, "normal")
+        arr = float(mean) + float(std) * _draw(generator, "standard_normal", _shape(size if isinstance(
+            size, (tuple, list)) else (size,)))
+        return _make(arr.astype(dt.numpy), requires_grad)
+    if size is not None:
+        raise TypeError("normal: size= is only for float mean and std")
+    shapes = [np.shape(v) if isinstance(v, np.ndarray) else v.shape for v in (mean, std) if isinstance(
+        v, (Tensor, np.ndarray))]
+    shape = np.broadcast_shapes(*shapes)
+    like = mean if mean_t else std
+    dt = as_dtype(like.dtype) if dtype is None else as_dtype(dtype)
+    z = _make(_draw(generator, "standard_normal", shape).astype(dt.numpy), False)
+    with _core.no_grad():
+        out = (z * std + mean).cast(dt)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def bernoulli(input, p=None, *, generator=None) -> Tensor:  # noqa: A002 - torch's argument name
+    """``torch.bernoulli``: 1 with probability ``input`` (or ``p``), elementwise, in ``input``'s dtype; no gradient.
+    The uniform numbers are drawn now, the comparison is recorded (``input`` is not read here)."""
+    t = input if isinstance(input, Tensor) else tensor(input)
+    if not t.dtype.is_float:
+        raise RuntimeError(f"bernoulli: expected a floating point tensor of probabilities, got {t.dtype}")
+    u = _make(_draw(generator, "random", t.shape).astype(t.dtype.numpy), False)
+    with _core.no_grad():
+        probs = t if p is None else full(t.shape, float(p), dtype=t.dtype)
+        return (u < probs).cast(t.dtype)
 
 
 def _like(t, fn, dtype, **kw):

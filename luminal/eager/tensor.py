@@ -32,28 +32,6 @@ def _identity(graph, gts):
     return gts[0]
 
 
-_GRAD_SPECS: dict = {}  # number of leaves -> output spec of a recorded backward
-
-
-def _seq(v) -> int:
-    return v.seq
-
-
-def _grad_leaves(v) -> list:
-    """Leaves (``requires_grad``) that ``v`` depends on through recorded operations, in a stable order."""
-    out, seen, stack = [], set(), [v]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or not x.requires_grad:
-            continue
-        seen.add(id(x))
-        if x.getter is not None or x.op is None:
-            out.append(x)
-        else:
-            stack.extend(reversed(x.op.inputs))
-    return sorted(out, key=_seq)
-
-
 class Tensor:
     """An eager tensor (``lm.tensor(data)``): PyTorch's API over luminal's lazy graphs.
 
@@ -189,50 +167,34 @@ class Tensor:
             repeats = int(arr) if arr.ndim == 0 else tuple(int(v) for v in arr.reshape(-1))
         return call_method("repeat_interleave", self, (repeats,), {"dim": dim})
 
-    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
-        """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on.
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on (or of ``inputs``).
 
         Lazy: the backward pass is recorded and computed with the next realization (reading a ``.grad``, an
         optimizer ``step()``), in the same compiled graph as the forward pass. ``gradient`` is needed for a
-        non-scalar tensor (``torch.Tensor.backward``). ``create_graph`` is not supported.
+        non-scalar tensor (``torch.Tensor.backward``). ``create_graph=True`` keeps the history of the gradients
+        (higher-order gradients); ``retain_graph`` is accepted and ignored (see :func:`luminal.autograd.backward`).
         """
-        if create_graph:
-            raise NotImplementedError("backward(create_graph=True) (higher-order gradients) is not supported")
-        v = self._v
-        if not v.requires_grad:
+        if not self._v.requires_grad:
             raise RuntimeError("backward(): this tensor does not require grad and has no recorded operation "
                                "(create leaves with requires_grad=True, and do not compute it under no_grad())")
-        if gradient is None and self.numel() != 1:
-            raise RuntimeError(f"backward(): grad can be implicitly created only for one-element outputs; this "
-                               f"tensor has shape {self.shape}; pass gradient=")
-        leaves = _grad_leaves(v)
-        inputs = [v] + leaves
-        if gradient is not None:
-            g = gradient if isinstance(gradient, Tensor) else Tensor(gradient, dtype=self.dtype)
-            if g.shape != self.shape:
-                raise RuntimeError(f"backward(): gradient has shape {g.shape}, expected {self.shape}")
-            inputs.append(g._v)
-        n = len(leaves)
-        has_go = gradient is not None
+        from .autograd import backward
+        backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs)
 
-        def build(graph, gts):
-            from ..training.autograd import grad as _grad
-            out = _grad(gts[0], gts[1:1 + n], grad_output=gts[-1] if has_go else None, allow_unused=True)
-            return tuple(o if o is not None else graph.zeros(leaf.shape, leaf.dtype)
-                         for o, leaf in zip(out, leaves))
+    def register_hook(self, hook):
+        """``hook(grad)`` runs (eagerly, on an eager tensor) when this tensor's gradient is computed by a backward
+        pass; a non-None result replaces the gradient. Returns a handle whose ``remove()`` unregisters it."""
+        from .autograd import register_hook
+        return register_hook(self, hook)
 
-        spec = _GRAD_SPECS.get(n)
-        if spec is None:
-            spec = _GRAD_SPECS[n] = (tuple, tuple(("T", i) for i in range(n)))
-        outs = [(leaf.shape, leaf.dtype) for leaf in leaves]
-        grads = _core._record(("grad", n, has_go), build, inputs, spec_outs=(spec, outs), grad=False)
-        for leaf, g in zip(leaves, grads):
-            old = leaf.grad
-            if old is None:
-                leaf.grad = g
-            else:
-                with _core.no_grad():
-                    leaf.grad = old + g
+    def retain_grad(self) -> None:
+        """Keep the gradient of this non-leaf tensor in ``.grad`` after ``backward()`` (``torch``'s retain_grad)."""
+        from .autograd import retain_grad
+        retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._v.retains
 
     def detach(self) -> "Tensor":
         """The same value without gradient history (``torch.Tensor.detach``)."""
@@ -492,7 +454,7 @@ def _eager_key(t, key, realize_masks: bool):
 
 # ---------------------------------------------------------------------------------------------- method wrappers
 _SKIP = {"graph", "id", "shape", "dims", "ndim", "size", "concrete_shape", "numel", "set", "set_dyn", "set_deferred",
-         "keep", "retrieve", "drop", "data", "numpy", "item", "set_name", "diff", "print", "dtype", "max", "min",
+         "keep", "retrieve", "drop", "data", "numpy", "item", "set_name", "compare_file", "print", "dtype", "max", "min",
          "graph_break", "detach"}
 _DUNDERS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",

@@ -1,4 +1,5 @@
-"""Debugging ops: ``print`` a tensor's values and ``diff`` them against a reference dump after each execute.
+"""Debugging ops: ``print`` a tensor's values and compare them against a reference dump (``compare_file``) after
+each execute. (``diff`` is ``torch.diff``, in :mod:`luminal.hl_ops.scan`.)
 
 Both mark the tensor for retrieval (so no pass removes it) and register a hook
 that runs after ``Graph.execute()`` — they work with every backend and add no
@@ -23,7 +24,7 @@ def _sample(values: np.ndarray) -> str:
 
 
 class DebugOps:
-    """Mixin of :class:`~luminal.tensor.GraphTensor` with ``print`` and ``diff``."""
+    """Mixin of :class:`~luminal.tensor.GraphTensor` with ``print`` and ``compare_file``."""
 
     def print(self, message: str = ""):
         """After each execute, print ``message``, the shape, the element count and a sample of the values."""
@@ -38,7 +39,7 @@ class DebugOps:
         self.graph.post_execute_hooks.append(hook)
         return self
 
-    def diff(self, file, atol: float = 1e-5, rtol: float = 1e-5):
+    def compare_file(self, file, atol: float = 1e-5, rtol: float = 1e-5):
         """After each execute, compare with a raw little-endian float32 file and print mismatch statistics.
 
         The result (``ok``, ``max_abs``, ``mean_abs``, ``p50``/``p95``/``p99``, ``worst``) is also stored in
@@ -51,7 +52,7 @@ class DebugOps:
         def hook(graph):
             got = tensor.data().astype(np.float32).reshape(-1)
             if not os.path.exists(path):
-                raise FileNotFoundError(f"diff: reference file {path!r} does not exist")
+                raise FileNotFoundError(f"compare_file: reference file {path!r} does not exist")
             ref = np.fromfile(path, dtype="<f4")
             report = {"file": path}
             if ref.size != got.size:

@@ -462,8 +462,17 @@ def _normalize_slice_bounds(start, stop, step, n: Expression):
     return norm(start, n - 1), (to_expr(-1) if stop is None else norm(stop, n))
 
 
+CONCAT_FUSED_MAX = 4
+"""The most pieces one fused ``concat`` joins; more are joined in a tree of such groups (see :func:`concat`)."""
+
+
 def concat(tensors: Sequence, axis: int = 0):
-    """Concatenate tensors along ``axis`` (zero-pad each to the full extent, then ``Add``)."""
+    """Concatenate tensors along ``axis`` (zero-pad each to the full extent, then ``Add``).
+
+    Every element of a fused concat of ``L`` pieces evaluates all ``L`` padded reads (one bounds test each), so
+    more than :data:`CONCAT_FUSED_MAX` pieces are joined in a tree: groups of that many are concatenated and
+    materialized (a ``GraphBreak``), then the groups, and so on -- ``CONCAT_FUSED_MAX * ceil(log L)`` tests per
+    element instead of ``L``, and kernels of bounded size (512 pieces: five levels)."""
     from ..dtype import promote_types
 
     tensors = list(tensors)
@@ -482,6 +491,18 @@ def concat(tensors: Sequence, axis: int = 0):
         dtype = promote_types(dtype, t.dtype)
     if len(tensors) == 1:
         return tensors[0].cast(dtype)
+    tensors = [t.cast(dtype) for t in tensors]
+    group = CONCAT_FUSED_MAX
+    while len(tensors) > group:
+        tensors = [_concat_fused(tensors[k:k + group], axis).graph_break() if len(tensors[k:k + group]) > 1
+                   else tensors[k] for k in range(0, len(tensors), group)]
+    return _concat_fused(tensors, axis)
+
+
+def _concat_fused(tensors: list, axis: int):
+    """One fused concat: each piece zero-padded to the full extent along ``axis``, summed."""
+    if len(tensors) == 1:
+        return tensors[0]
     total = to_expr(0)
     for t in tensors:
         total = total + t.dims[axis]
@@ -489,7 +510,7 @@ def concat(tensors: Sequence, axis: int = 0):
     before = to_expr(0)
     for t in tensors:
         after = total - before - t.dims[axis]
-        part = t.cast(dtype).pad_axis(axis, before, after)
+        part = t.pad_axis(axis, before, after)
         out = part if out is None else out + part
         before = before + t.dims[axis]
     return out

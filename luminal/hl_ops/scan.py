@@ -1,4 +1,4 @@
-"""Scans and triangular masks: ``cumsum cummax cumprod tril triu``.
+"""Scans, their inverse and triangular masks: ``cumsum cummax cumprod diff tril triu``.
 
 A short scan (``n <= SCAN_WINDOW_MAX``) or one along a symbolic axis is a
 zero-copy sliding-window view: pad ``n - 1`` identity elements in front, take
@@ -100,6 +100,46 @@ class ScanOps:
             return out
         win, k = x._windows(axis, 1)
         return win.prod(k)
+
+    def diff(self, n: int = 1, dim: int = -1, prepend=None, append=None):
+        """``torch.diff``: the ``n``-th forward difference along ``dim`` (``x[1:] - x[:-1]``, applied ``n``
+        times; ``logical_xor`` for bool tensors), after concatenating ``prepend`` / ``append`` (tensors of the
+        same rank, matching ``self``'s shape except along ``dim``) to ``self``. ``n = 0`` returns ``self``; once
+        ``dim`` is used up the result is empty along it. (The file comparison once called ``diff`` is
+        :meth:`~luminal.hl_ops.debug.DebugOps.compare_file`.)"""
+        from ..tensor import GraphTensor
+        from .movement import concat
+
+        if isinstance(n, (str, bytes)) or hasattr(n, "__fspath__"):
+            raise TypeError("diff(n, dim, prepend, append) is torch.diff; the comparison with a reference file is "
+                            "now compare_file(file, atol, rtol)")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"diff: n must be an int, got {type(n).__name__}")
+        if n < 0:
+            raise RuntimeError(f"diff: order must be non-negative but got {n}")
+        if self.ndim == 0:
+            raise RuntimeError("diff expects input to be at least one-dimensional")
+        axis = normalize_axis(dim, self.ndim, "dim")
+        x = self
+        if prepend is not None or append is not None:
+            for name, p in (("prepend", prepend), ("append", append)):
+                if p is None:
+                    continue
+                if not isinstance(p, GraphTensor):
+                    raise TypeError(f"diff: {name} must be a tensor, got {type(p).__name__}")
+                if p.ndim != self.ndim:
+                    raise RuntimeError(f"diff expects prepend or append to be the same dimension as input "
+                                       f"({name} has {p.ndim} dims, input {self.ndim})")
+            x = concat(([prepend] if prepend is not None else []) + [self] +
+                       ([append] if append is not None else []), axis)
+        for _ in range(int(n)):
+            size = x.dims[axis]
+            if size.is_constant() and size.to_int() == 0:
+                break
+            a = x.slice_axis(axis, 1, None)
+            b = x.slice_axis(axis, 0, size - 1)
+            x = a.logical_xor(b) if x.dtype == DType.bool else a - b
+        return x
 
     def _triangle(self, k: int, lower: bool):
         if self.ndim < 2:

@@ -5,7 +5,9 @@ In training mode the mask is a graph input whose data is drawn at each ``execute
 it). The random stream is ``numpy.random.default_rng((seed, call, step))``: ``seed`` is the module's ``seed``
 argument, or drawn from :mod:`luminal.nn.init`'s generator at construction (so ``init.manual_seed`` makes the
 sequence reproducible); ``call`` counts the module's forward calls (a module applied twice draws independent
-masks); ``step`` counts that graph's executions (each step gets a new mask). Eval mode, ``p == 0`` and an empty
+masks); ``step`` counts that graph's executions (each step gets a new mask). Eager code (a module or ``F.dropout`` called
+on eager tensors) draws its masks from ``lm.manual_seed``'s default generator instead, at each run of the
+compiled graph, so re-seeding repeats them (``luminal/rng.py``). Eval mode, ``p == 0`` and an empty
 input are the identity; ``p == 1`` multiplies by zero (as PyTorch does).
 
 A module's stream position (``seed`` and the steps drawn per call) is :meth:`Dropout.rng_state`; the
@@ -40,12 +42,16 @@ def dropout_mask(graph, dims, p: float, seed: int, call: int = 0, dtype=None, st
     so that the position can be saved and restored (see :meth:`Dropout.rng_state`)."""
     from ..dtype import DType, as_dtype
     dtype = DType.float32 if dtype is None else as_dtype(dtype)
-    mask = graph.tensor(tuple(dims), dtype, f"dropout_mask(p={p}, seed={seed})")
+    mask = graph.tensor(tuple(dims), dtype, f"dropout_mask(p={p}, seed={seed if seed is not None else 'default'})")
     steps = {} if steps is None else steps
     scale = 1.0 / (1.0 - p)
 
     def load(bindings):
         shape = tuple(d.evaluate(bindings) for d in mask.dims)
+        if seed is None:  # eager code: the default generator (lm.manual_seed), at every run
+            from ..rng import draw
+            keep = draw(None, "random", shape) >= p
+            return (keep * scale).astype(dtype.numpy)
         step = steps.get(call, 0)
         rng = np.random.default_rng((seed, call, step))
         steps[call] = step + 1
@@ -64,7 +70,11 @@ def _apply(x, p: float, training: bool, seed, call: int, mask_dims=None, steps=N
     if p == 1.0:
         return x * 0.0
     x = x._floating()
-    seed = _draw_seed() if seed is None else int(seed)
+    from ..rng import in_eager_build
+    if in_eager_build():  # an eager call: masks from lm.manual_seed's generator when the graph runs
+        seed = None
+    else:
+        seed = _draw_seed() if seed is None else int(seed)
     mask = dropout_mask(x.graph, x.dims if mask_dims is None else mask_dims, p, seed, call, x.dtype, steps)
     return x * mask
 

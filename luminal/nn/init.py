@@ -1,7 +1,7 @@
 """Parameter initializers (``torch.nn.init`` names and semantics), seeded and reproducible.
 
-All draw from one numpy ``Generator`` seeded by :func:`manual_seed` (default seed 0), or from the
-``generator`` argument. The same seed and the same construction order give bit-identical weights.
+All draw from :data:`luminal.rng.default_generator` (``lm.manual_seed``; default seed 0), or from the
+``generator`` argument (an ``lm.Generator`` or a numpy ``Generator``). The same seed and the same construction order give bit-identical weights.
 Functions modify the :class:`~luminal.module.Parameter` in place and return it.
 """
 
@@ -13,21 +13,28 @@ import numpy as np
 
 from ..module import Parameter
 
-_generator = np.random.default_rng(0)
-
-
 def manual_seed(seed: int) -> None:
-    """Reseed the global initializer generator."""
-    global _generator
-    _generator = np.random.default_rng(seed)
+    """Reseed the default generator (the same as ``lm.manual_seed``: initializers, eager random tensors and eager
+    dropout share one stream)."""
+    from ..rng import manual_seed as _seed
+    _seed(seed)
 
 
 def _rng(generator):
-    return generator if generator is not None else _generator
+    """The numpy Generator to draw from: ``generator`` (an ``lm.Generator`` or numpy Generator) or the default."""
+    from ..rng import numpy_generator
+    return numpy_generator(generator)
 
 
 def _fill(param: Parameter, values: np.ndarray) -> Parameter:
-    param.copy_(np.asarray(values).reshape(param.shape))
+    """Write ``values`` into ``param`` (a Parameter, or an eager tensor: rebound without gradient, as torch's
+    initializers run under ``no_grad``)."""
+    if isinstance(param, Parameter):
+        param.copy_(np.asarray(values).reshape(param.shape))
+        return param
+    from ..eager import no_grad
+    with no_grad():
+        param.copy_(np.asarray(values).reshape(param.shape))
     return param
 
 

@@ -44,7 +44,7 @@ from ..shape import ShapeTracker
 from ..tensor import GraphTensor
 from .unview import _const, unview
 
-__all__ = ["grad", "backward", "unview"]
+__all__ = ["grad", "vjp", "backward", "unview"]
 
 _LN2 = math.log(2.0)
 
@@ -78,7 +78,45 @@ def grad(output: GraphTensor, inputs: Sequence, grad_output=None, allow_unused: 
     else:
         seed = _as_seed(output, grad_output)
 
-    grads = _backprop(graph, output, seed, {t.id for t in targets})
+    return _collect(graph, _backprop(graph, [(output, seed)], {t.id for t in targets}), targets, allow_unused)
+
+
+def vjp(pairs: Sequence, inputs: Sequence, cut: Sequence = (), allow_unused: bool = False) -> list:
+    """Vector-Jacobian products: the gradients of ``sum_k <outputs_k, seeds_k>`` with respect to ``inputs``.
+
+    Args:
+        pairs: ``(output, seed)`` pairs of one graph; ``seed`` is a tensor of ``output``'s shape, or None for a
+            one-element output (ones). An output may itself be an intermediate (a gradient that arrives there).
+        inputs: node tensors (not views) to differentiate with respect to, as in :func:`grad`.
+        cut: node tensors through which no gradient flows from their consumers (a seed placed on one of them
+            still flows on): the eager engine's tensor hooks process the gradient at such a node themselves.
+        allow_unused: None instead of an error for an input no output depends on.
+
+    The backward nodes are ordinary graph ops, so the result can be differentiated again (higher-order
+    gradients)."""
+    if not pairs:
+        raise TypeError("vjp: no (output, seed) pairs")
+    graph = pairs[0][0].graph
+    seeds = []
+    for output, seed in pairs:
+        if not isinstance(output, GraphTensor) or output.graph is not graph:
+            raise GraphError("vjp: every output must be a GraphTensor of one graph")
+        if not output.dtype.is_float:
+            raise TypeError(f"vjp: an output has dtype {output.dtype}; only floating-point tensors have gradients")
+        if seed is None:
+            n = output.numel()
+            if not (n.is_constant() and n.to_int() == 1):
+                raise GraphError("vjp: a non-scalar output needs a seed")
+            seed = graph.constant(1.0, output.dtype, output.dims)
+        else:
+            seed = _as_seed(output, seed)
+        seeds.append((output, seed))
+    targets = [_as_target(graph, x, k) for k, x in enumerate(inputs)]
+    cut_ids = frozenset(_as_target(graph, c, k).id for k, c in enumerate(cut))
+    return _collect(graph, _backprop(graph, seeds, {t.id for t in targets}, cut_ids), targets, allow_unused)
+
+
+def _collect(graph: Graph, grads: dict, targets: list, allow_unused: bool) -> list:
     out = []
     for k, t in enumerate(targets):
         g = grads.get(t.id)
@@ -145,8 +183,10 @@ def _as_seed(output: GraphTensor, grad_output) -> GraphTensor:
     return g.cast(output.dtype)
 
 
-def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[int]) -> dict[int, GraphTensor]:
-    """Gradient tensors (node dims) for the nodes in ``wanted``; the backward nodes are added to ``graph``."""
+def _backprop(graph: Graph, seeds: list, wanted: set[int], cut: frozenset = frozenset()) -> dict[int, GraphTensor]:
+    """Gradient tensors (node dims) for the nodes in ``wanted`` from the ``(output, seed)`` pairs ``seeds``; the
+    backward nodes are added to ``graph``. Gradients arriving at a node of ``cut`` from its consumers are dropped
+    (a seed on it still flows on)."""
     order = graph.toposort()
     rules = graph.grad_rules
 
@@ -159,20 +199,27 @@ def _backprop(graph: Graph, output: GraphTensor, seed: GraphTensor, wanted: set[
     for nid in order:
         if nid not in reach and graph.nodes[nid].dtype.is_float and any(src in reach for src in sources(nid)):
             reach.add(nid)
-    if output.id not in reach:
+    seeded = {o.id for o, _ in seeds if o.id in reach}
+    if not seeded:
         return {}
-    # backward-reachable from the output
-    needed = {output.id}
+    # backward-reachable from the outputs
+    needed = set(seeded)
     for nid in reversed(order):
-        if nid in needed:
+        if nid in needed and (nid not in cut or nid in seeded):
             for src in sources(nid):
                 if src in reach:
                     needed.add(src)
     relevant = needed & reach
     readers = {nid: len(edges) for nid, edges in graph.consumer_edges().items()}
     pending: dict[int, list[GraphTensor]] = {}
-    out_node = graph.nodes[output.id]
-    pending[output.id] = [unview(seed, output.shape, out_node.dims)]
+    for output, seed in seeds:
+        if output.id in seeded:
+            pending.setdefault(output.id, []).append(unview(seed, output.shape, graph.nodes[output.id].dims))
+    if cut:
+        class _Pending(dict):  # contributions from consumers of a cut node are dropped
+            def setdefault(self, key, default=None):
+                return [] if key in cut else dict.setdefault(self, key, default)
+        pending = _Pending(pending)
     result: dict[int, GraphTensor] = {}
     for nid in reversed(order):
         if nid not in relevant or nid not in pending:

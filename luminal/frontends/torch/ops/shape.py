@@ -305,14 +305,7 @@ def _tri(cv, node, x, diagonal=0):
 
 @_reg("aten.diff.default")
 def _diff(cv, node, x, n=1, dim=-1, prepend=None, append=None):
-    dim = _ax(dim, x.ndim)
-    if prepend is not None or append is not None:
-        x = concat([t for t in (prepend, x, append) if t is not None], dim)
-    for _ in range(n):
-        a = x.slice_axis(dim, 1, None)
-        b = x.slice_axis(dim, 0, x.dims[dim] - 1)
-        x = a.logical_xor(b) if x.dtype == DType.bool else a - b
-    return x
+    return x.diff(n, _ax(dim, x.ndim), prepend, append)
 
 
 # --- gathers
