@@ -853,3 +853,40 @@ def test_full_binary_hl_ops(name):
         return [x, y], [getattr(x, name)(y), getattr(x.reshape((8, 8)), name)(y.reshape((8, 8))[0])]
 
     compare(make, [(a, b)], **CHAIN)
+
+
+def test_bfloat16_bit_for_bit_with_the_reference():
+    # bfloat16 buffers hold bit patterns; every op computes in float32 and rounds to nearest even (NaN quieted),
+    # as the reference and the C backend: elementwise, casts in and out (float64 and int64 round to float32 first),
+    # sums (float32 accumulation, one rounding), max with NaN, softmax, matmul (float32 GEMM), mod, compare
+    _require()
+    from luminal.dtype import BFLOAT16_NUMPY as BF
+
+    def build(cx):
+        rng = np.random.default_rng(11)
+        a = (rng.standard_normal((7, 33)) * 3).astype(np.float32)
+        a[0, :6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.3e38]
+        a[1, :3] = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1e-39]  # ties (to even) and a subnormal
+        x = cx.tensor((7, 33), "bfloat16").set(a.astype(BF))
+        f = cx.tensor((7, 33), "float32").set(a)
+        d = cx.tensor((7, 33), "float64").set(a.astype(np.float64) * (1 + 2 ** -30))
+        i = cx.tensor((7, 33), "int64").set(np.nan_to_num(a * 1e5, posinf=0, neginf=0).astype(np.int64))
+        outs = [x * 3 + x, (x * 1.1).exp2(), x.sum(1), x.max(0), f.cast("bfloat16"), d.cast("bfloat16"),
+                i.cast("bfloat16"), x.cast("float32") * 0.5, x.cast("int32"), x.softmax(-1),
+                x @ x.permute(1, 0), x.sqrt(), x % 1.5, x < 1.0, x.recip()]
+        return [o.retrieve() for o in outs]
+
+    got = {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        outs = build(cx)
+        cx.compile(device=device)
+        with np.errstate(all="ignore"):
+            cx.execute()
+        got[device] = [np.array(o.data()) for o in outs]
+    for k, (want, have) in enumerate(zip(got["reference"], got[DEV])):
+        assert have.dtype == want.dtype, (k, have.dtype, want.dtype)
+        if want.dtype == BF:
+            np.testing.assert_array_equal(have.view(np.uint16), want.view(np.uint16), err_msg=f"output {k}")
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=f"output {k}")

@@ -23,7 +23,8 @@ The kernels are the CPU backend's (same lowering, same fusion); only the renderi
 Semantics follow the reference exactly where the hardware allows: integer floor division/modulo (Triton's
 ``//``/``%`` truncate, like C, so the same correction as ``LUMINAL_FLOORDIV``/``LUMINAL_FLOORMOD`` is applied
 where an operand may be negative), float modulo with the divisor's sign, float->int casts truncating, bool
-buffers stored as one byte, ``1/x`` and float32 ``sqrt`` correctly rounded (``div_rn``/``sqrt_rn``), float16
+buffers stored as one byte, bfloat16 buffers as bit patterns (computed in float32, every result rounded to nearest
+even, as the C backend), ``1/x`` and float32 ``sqrt`` correctly rounded (``div_rn``/``sqrt_rn``), float16
 transcendentals computed in float32. ``exp2``/``log2``/``sin`` use Triton's functions (on a GPU they may differ
 from numpy by a few ulp; in the interpreter they are numpy's).
 
@@ -49,8 +50,11 @@ from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbol
 TL_TYPE = {DType.bool: "tl.int1", DType.int8: "tl.int8", DType.int16: "tl.int16", DType.int32: "tl.int32",
            DType.int64: "tl.int64", DType.uint8: "tl.uint8", DType.uint16: "tl.uint16", DType.uint32: "tl.uint32",
            DType.uint64: "tl.uint64", DType.float16: "tl.float16", DType.float32: "tl.float32",
-           DType.float64: "tl.float64"}
-STORAGE = {DType.bool: "uint8"}  # dtype -> numpy name of the storage type where it differs from the dtype's
+           DType.float64: "tl.float64", DType.bfloat16: "tl.float32"}
+# dtype -> numpy name of the storage type where it differs from the dtype's: bool as one byte; bfloat16 as its bit
+# pattern (uint16), computed in float32 registers holding bfloat16 values (as the C backend does; Triton's own
+# bfloat16 type is not used: the interpreter does not round it as the hardware does)
+STORAGE = {DType.bool: "uint8", DType.bfloat16: "uint16"}
 
 ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
 REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
@@ -74,6 +78,28 @@ def _lm_floormod(a, b):
 
 
 @triton.jit
+def _lm_bf16r(x):
+    # float32 -> the nearest bfloat16 (ties to even; overflow gives inf; NaN becomes the quiet NaN of its sign,
+    # 0x7fc0/0xffc0), returned as float32 (lm_bf16r of the C backend)
+    u = x.to(tl.uint32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    nan = (u & 0x80000000) | 0x7FC00000
+    return tl.where(x != x, nan, r).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _lm_bf16_load(bits):
+    # stored bfloat16 bits -> float32 (exact)
+    return (bits.to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _lm_bf16_bits(x):
+    # a float32 holding a bfloat16 value -> its stored bits
+    return (x.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16)
+
+
+@triton.jit
 def _lm_max(a, b):
     # max that propagates NaN (the reference's np.max)
     return tl.where((a > b) | (a != a), a, b)
@@ -89,6 +115,21 @@ def _int_text(value, dtype: DType) -> str:
     if v >= 2 ** 63:
         return f"({v - 2 ** 64})"
     return str(v)
+
+
+def _bf16_value(value) -> float:
+    """A Python number as the reference makes it a bfloat16 constant: rounded to float32, then to bfloat16."""
+    import numpy as np
+
+    from ..dtype import BFLOAT16_NUMPY
+
+    with np.errstate(all="ignore"):
+        return float(np.asarray(np.float32(value)).astype(BFLOAT16_NUMPY).astype(np.float32))
+
+
+def _round_bf16(text: str, dtype: DType) -> str:
+    """``text`` (a float32 block) rounded to bfloat16 when ``dtype`` is bfloat16."""
+    return f"_lm_bf16r({text})" if dtype == DType.bfloat16 else text
 
 
 def storage_name(dtype: DType) -> str:
@@ -191,6 +232,8 @@ class BodyWriter:
             if wrap_int(value, dtype) >= 2 ** 63:  # a uint64 above int64's range: its int64 bit pattern
                 return f"tl.full({self.shape}, {_int_text(value, dtype)}, tl.int64).to(tl.uint64, bitcast=True)"
             return f"tl.full({self.shape}, {_int_text(value, dtype)}, {TL_TYPE[dtype]})"
+        if dtype == DType.bfloat16:  # a Python number rounds to float32, then to bfloat16 (as the reference)
+            value = _bf16_value(value)
         return f"tl.full({self.shape}, {_float_text(float(value))}, {TL_TYPE[dtype]})"
 
     def block_int(self, e: Expression) -> str:
@@ -218,6 +261,8 @@ class BodyWriter:
         loaded = f"tl.load({ptr} + {self.block_int(off)}, mask={mask}, other=0)"
         if dtype == DType.bool:
             loaded = f"({loaded} != 0)"
+        elif dtype == DType.bfloat16:
+            loaded = f"_lm_bf16_load({loaded})"
         return self.temp(loaded)
 
     # -- values
@@ -237,7 +282,7 @@ class BodyWriter:
             if isinstance(value.value, Expression):
                 block = self.block_int(value.value)
                 cast = f"{block} != 0" if value.dtype == DType.bool else f"{block}.to({TL_TYPE[value.dtype]})"
-                text = self.temp(cast)
+                text = self.temp(_round_bf16(cast, value.dtype))
             else:
                 text = self.temp(self.const(value.value, value.dtype))
             _, valid = value.view.axis_expressions(vars_)
@@ -245,7 +290,7 @@ class BodyWriter:
         if isinstance(value, IotaValue):
             off, valid = value.view.axis_expressions(vars_)
             expr = value.expr.substitute("z", off) if "z" in value.expr.symbols() else value.expr
-            text = self.temp(f"{self.block_int(expr)}.to({TL_TYPE[value.dtype]})")
+            text = self.temp(_round_bf16(f"{self.block_int(expr)}.to({TL_TYPE[value.dtype]})", value.dtype))
             return self.masked(valid, text, value.dtype)
         if isinstance(value, Compute):
             args = [self.emit(a, vars_) for a in value.args]
@@ -296,6 +341,22 @@ class BodyWriter:
         return self.emit(value.data, gvars)
 
     def _compute(self, value: Compute, args) -> str:
+        if value.dtype != DType.bfloat16:
+            return self._compute_raw(value, args)
+        # bfloat16: computed in float32, rounded to bfloat16 once (a cast from float64 or a 64-bit integer rounds
+        # to float32 first, as the reference)
+        if isinstance(value.op, ops.LessThan):
+            return self._compute_raw(value, args)
+        if isinstance(value.op, ops.Cast):
+            src = value.args[0].dtype
+            if src == DType.bfloat16:
+                return args[0]
+            if src == DType.bool:
+                return self.temp(f"{args[0]}.to(tl.float32)")
+            return self.temp(f"_lm_bf16r({args[0]}.to(tl.float32))")
+        return self.temp(f"_lm_bf16r({self._compute_raw(value, args)})")
+
+    def _compute_raw(self, value: Compute, args) -> str:
         op, dtype = value.op, value.dtype
         tt = TL_TYPE[dtype]
         if isinstance(op, (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip)):
@@ -461,6 +522,8 @@ class TritonRenderer:
         ptr = self.pointer(kernel.out)
         if kernel.dtype == DType.bool:
             value_text = f"{value_text}.to(tl.uint8)"
+        elif kernel.dtype == DType.bfloat16:  # (a float32 sum rounds here, once; other values are bfloat16 already)
+            value_text = f"_lm_bf16_bits(_lm_bf16r({value_text}))"
         return f"{indent}tl.store({ptr} + {offs}, {value_text}, mask={mask})"
 
     # -- kernels

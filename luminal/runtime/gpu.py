@@ -96,18 +96,6 @@ def _load_module(source: str):
 
 
 # ---------------------------------------------------------------------------- runtime
-def _reject_bfloat16(graph: Graph, device: str) -> None:
-    """The Triton renderer does not lower bfloat16 yet: a graph with a bfloat16 node raises
-    ``NotImplementedError`` naming the node (the ``cpu`` and ``reference`` devices run it)."""
-    for node_id in graph.toposort():
-        node = graph.nodes[node_id]
-        if node.dtype == DType.bfloat16:
-            raise NotImplementedError(
-                f"bfloat16 is not supported on device {device!r} yet (the Triton backend): node {node_id} "
-                f"'{node.label}' ({node.op}) is bfloat16; run the graph on device 'cpu' or 'reference', or cast "
-                "to float32 first")
-
-
 class GPURuntime:
     """Executes a graph as Triton kernels on ``memory`` (see the module docstring)."""
 
@@ -115,7 +103,6 @@ class GPURuntime:
         self.graph = graph
         self.device = device
         self.memory = memory
-        _reject_bfloat16(graph, device)
         self.program: Program = lower(graph)
         self.tprogram: TritonProgram = render(self.program)
         if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0"):
