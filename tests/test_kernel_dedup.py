@@ -64,5 +64,6 @@ def test_unrolled_steps_share_one_body():
     source = cx.runtime.source
     wrappers = int(re.search(r"lm_first\[(\d+)\]", source).group(1)) - 1  # kernels dispatched
     bodies = len(re.findall(r"^static int kbody_\d+\(", source, re.M))
-    assert wrappers >= steps and bodies <= 4 + wrappers // steps, (bodies, wrappers)
+    # (without the rebase every step has a body of its own: bodies == kernels)
+    assert wrappers >= steps and 2 * bodies <= wrappers, (bodies, wrappers)
     assert re.search(r"[1-9]\d* \* \(long long\)sizeof\(float\)", source)  # a shifted pointer is passed
