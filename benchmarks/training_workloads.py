@@ -32,8 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 CASES = ["W3", "W4", "W5"]
-# luminal+search compiles with search="full" (budget --search-budget seconds)
-FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+search"]
+# luminal+search compiles with search="full" (budget --search-budget seconds); luminal+fused compiles with
+# LUMINAL_PROLOGUE=fused (every GEMM operand that can be computed while packing is, e.g. im2col; no search)
+FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+fused", "luminal+search"]
 
 
 def _uniform(rng, fan_in, shape):
@@ -77,6 +78,11 @@ def _luminal_model(case):
 def _winners(cx, search):
     if search != "off":  # on stderr: the parent prints them under the table
         print("winners: " + json.dumps(cx.runtime.search_result.choices), file=sys.stderr)
+        fused = {k: ("fused" if m["correct"] and m["fused"] < m["materialized"] else "materialized")
+                 + f" ({m['fused'] * 1e3:.2f} vs {m['materialized'] * 1e3:.2f} ms)"
+                 for k, m in cx.runtime.prologue_timings.items()}
+        if fused:
+            print("winners: " + json.dumps(fused), file=sys.stderr)
 
 
 def build_luminal(case, data, search: str = "off", budget: float = 60.0):
@@ -256,6 +262,9 @@ def run_case(case: str, framework: str, seconds: float, out_path: str, budget: f
     data = inputs(case)
     start = time.perf_counter()
     if framework == "luminal":
+        step, result = build_luminal(case, data)
+    elif framework == "luminal+fused":
+        os.environ["LUMINAL_PROLOGUE"] = "fused"
         step, result = build_luminal(case, data)
     elif framework == "luminal+search":
         step, result = build_luminal(case, data, "full", budget)

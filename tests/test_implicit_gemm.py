@@ -109,6 +109,7 @@ def test_search_choice_gives_equal_results(monkeypatch, tmp_path):
     cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
     timings = cx.runtime.prologue_timings
     assert timings and all(m["correct"] for m in timings.values())
+    assert cx.runtime.search_result is not None  # the unfused GEMMs were searched too
     for m in timings.values():
         assert m["fused"] > 0 and m["materialized"] > 0
     for g, e in zip(got, _torch(xa, wa, kw)):
@@ -118,6 +119,15 @@ def test_search_choice_gives_equal_results(monkeypatch, tmp_path):
     assert cx2.runtime.fused_buffers == cx.runtime.fused_buffers and not cx2.runtime.prologue_timings
     for a, b in zip(got, got2):
         _close(a, b.astype(np.float64), "float32")
+
+
+def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    kw = dict(padding=1, stride=2)
+    cx, (xa, wa), got = _run(monkeypatch, "fused", (2, 3, 9, 9), (4, 3, 3, 3), "float64", kw, search="quick")
+    assert cx.runtime.fused_buffers and cx.runtime.search_result is not None
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float64")
 
 
 def test_measure_prologue_checks_results(monkeypatch):

@@ -23,6 +23,7 @@ from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
+from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
@@ -211,7 +212,7 @@ class CRenderer:
                 group = group[:1]
             packs, pack_text = (None, None), ""
             if isinstance(kernel, GemmKernel) and (kernel.a_pro is not None or kernel.b_pro is not None):
-                packs, pack_text = self._packs(k, kernel)  # fused prologues (luminal.codegen.gemm_prologue)
+                packs, pack_text = pack_functions(self, k, kernel)  # fused prologues (see gemm_prologue)
                 epilogue_text = pack_text + ("\n\n" + epilogue_text if epilogue_text else "")
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
             self._prologue([self.program.kernels[i] for i in group], lines)
@@ -570,19 +571,6 @@ class CRenderer:
         lines += ["    return err;", "}"]
         return "\n".join(lines)
 
-    def _packs(self, k: int, kernel: GemmKernel):
-        """The pack callbacks of ``kernel``'s fused operands: ``((name_a | None, name_b | None), C text)``."""
-        from .gemm_prologue import PRO_TYPES, render_pack
-
-        names, texts = [], [PRO_TYPES]
-        for side, pro in (("a", kernel.a_pro), ("b", kernel.b_pro)):
-            if pro is None:
-                names.append(None)
-                continue
-            names.append(f"epilogue_{k}_p{side}")
-            texts.append(render_pack(self, names[-1], pro, kernel.dims[:-2]))
-        return tuple(names), "\n\n".join(texts)
-
     def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | tuple | None = None,
               packs: tuple = (None, None)):
         dims = kernel.dims
@@ -608,7 +596,7 @@ class CRenderer:
 
         def call(name, assign):
             if packs != (None, None):
-                return self._fused_call(kernel, name, assign, packs, batch_vars, a_off, b_off, c_off, epilogue)
+                return fused_call(self, kernel, name, assign, packs, batch_vars, (a_off, b_off, c_off), epilogue)
             return (f"{'err = ' if assign else ''}{name}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + "
                     f"{idx(a_off)}, {idx(av.strides[nb])}, {idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + "
                     f"{idx(b_off)}, {idx(bv.strides[nb + 1])}, {idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + "
@@ -634,28 +622,6 @@ class CRenderer:
         lines.append("    } else {")
         self._batch_loops(dims[:nb], dispatch(False), lines, "        ")
         lines.append("    }")
-
-    def _fused_call(self, kernel: GemmKernel, name, assign, packs, batch_vars, a_off, b_off, c_off, epilogue):
-        """One call of a GEMM with fused prologue(s): the record ``{callback, flat batch index}`` is passed for a
-        fused operand (strides 0), the pointer and strides for the other."""
-        idx = self.index
-        nb = len(kernel.dims) - 2
-        short, ctype = ("f32", "float") if kernel.dtype == DType.float32 else ("f64", "double")
-        bi = to_expr(0)
-        for v, s in zip(batch_vars, ShapeTracker.contiguous_of(kernel.dims[:nb]).strides if nb else []):
-            bi = bi + v * s
-        decl, args = [], []
-        for side, pack, off, view, mn in (("a", packs[0], a_off, kernel.a_view, nb),
-                                          ("b", packs[1], b_off, kernel.b_view, nb + 1)):
-            if pack is not None:
-                decl.append(f"lm_pro_{short} p{side} = {{{pack}, {idx(bi)}}};")
-                args.append(f"(const {ctype} *)(const void *)&p{side}, 0, 0")
-            else:
-                args.append(f"{self.pointer(getattr(kernel, side))} + {idx(off)}, {idx(view.strides[mn])}, "
-                            f"{idx(view.strides[nb + 2])}")
-        m, n, k = kernel.dims[-2], kernel.dims[-1], kernel.a_view.dims[-1]
-        return (f"{{ {' '.join(decl)} {'err = ' if assign else ''}{name}({idx(m)}, {idx(n)}, {idx(k)}, {args[0]}, "
-                f"{args[1]}, {self.pointer(kernel.out)} + {idx(c_off)}, {epilogue}, bufs, syms); }}")
 
     def _batch_loops(self, dims, call, lines, indent):
         for j, d in enumerate(dims):

@@ -233,6 +233,45 @@ def fused_gemm_source(dtype: str, cfg, name: str, a: bool, b: bool) -> str:
     return PRO_TYPES + head + src[:at] + nomem + src[at:]
 
 
+def pack_functions(renderer, k: int, kernel: GemmKernel):
+    """The pack callbacks of GEMM ``kernel`` (the ``k``-th rendered kernel) for its fused operands:
+    ``((name_a | None, name_b | None), C text)``. Named ``epilogue_<k>_pa``/``_pb`` so that the renderer's
+    sharing of identical kernel bodies renames them with the epilogue."""
+    names, texts = [], [PRO_TYPES]
+    for side, pro in (("a", kernel.a_pro), ("b", kernel.b_pro)):
+        if pro is None:
+            names.append(None)
+            continue
+        names.append(f"epilogue_{k}_p{side}")
+        texts.append(render_pack(renderer, names[-1], pro, kernel.dims[:-2]))
+    return tuple(names), "\n\n".join(texts)
+
+
+def fused_call(renderer, kernel: GemmKernel, name: str, assign: bool, packs, batch_vars, offsets, epilogue) -> str:
+    """C of one call of the fused GEMM function ``name`` for ``kernel`` (inside the renderer's batch loops over
+    ``batch_vars``): a fused operand is passed as a ``lm_pro_T`` record ``{callback, flat batch index}`` with
+    strides 0, the other as pointer + offset and strides; ``offsets`` are the (a, b, c) offsets at the batch
+    index."""
+    idx = renderer.index
+    nb = len(kernel.dims) - 2
+    short, ctype = ("f32", "float") if kernel.dtype == DType.float32 else ("f64", "double")
+    bi = to_expr(0)
+    for v, s in zip(batch_vars, ShapeTracker.contiguous_of(kernel.dims[:nb]).strides if nb else []):
+        bi = bi + v * s
+    decl, args = [], []
+    for side, pack, off, view, mn in (("a", packs[0], offsets[0], kernel.a_view, nb),
+                                      ("b", packs[1], offsets[1], kernel.b_view, nb + 1)):
+        if pack is not None:
+            decl.append(f"lm_pro_{short} p{side} = {{{pack}, {idx(bi)}}};")
+            args.append(f"(const {ctype} *)(const void *)&p{side}, 0, 0")
+        else:
+            args.append(f"{renderer.pointer(getattr(kernel, side))} + {idx(off)}, {idx(view.strides[mn])}, "
+                        f"{idx(view.strides[nb + 2])}")
+    m, n, k = kernel.dims[-2], kernel.dims[-1], kernel.a_view.dims[-1]
+    return (f"{{ {' '.join(decl)} {'err = ' if assign else ''}{name}({idx(m)}, {idx(n)}, {idx(k)}, {args[0]}, "
+            f"{args[1]}, {renderer.pointer(kernel.out)} + {idx(offsets[2])}, {epilogue}, bufs, syms); }}")
+
+
 def render_pack(renderer, name: str, pro: Prologue, batch_dims) -> str:
     """The C pack callback ``name`` of ``pro`` (see :data:`PRO_TYPES`) rendered through ``renderer`` (a
     :class:`~luminal.codegen.c.CRenderer`: buffer slots, symbols, constants); ``batch_dims`` are the GEMM's
