@@ -33,9 +33,10 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
-from .kernel import ElementwiseKernel, GatherValue, GemmKernel, Program
+from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Program
 from .values import kernel_buffers, walk, work_per_element
 
 MAX_OPS = 8  # a prologue value costing more per element than this stays materialized (it would run per pack)
@@ -118,9 +119,10 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
         kernel = program.kernels[w]
         if buf in pinned or not isinstance(kernel, ElementwiseKernel) or not readers.get(buf):
             continue
-        if kernel.dtype not in (DType.float32, DType.float64) or any(isinstance(v, GatherValue)
-                                                                     for v in walk(kernel.value)):
-            continue
+        if kernel.dtype not in (DType.float32, DType.float64) or any(
+                isinstance(v, GatherValue) or isinstance(v, Compute) and isinstance(v.op, ops.Mod) and v.dtype.is_int
+                for v in walk(kernel.value)):
+            continue  # (gathers and integer modulo report errors, which a pack callback cannot return)
         if work_per_element(kernel.value) > MAX_OPS or _ints(kernel.dims) is None:
             continue
         uses, ok = [], True

@@ -175,7 +175,8 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     t_mat = float(best[0])
     times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
     materialized = t_mat + min(t for name, t in times.items() if name != "fused")
-    return {"materialize": t_mat, **times, "materialized": materialized, "correct": correct}
+    each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
+    return {"materialize": t_mat, **times, "materialized": materialized, "correct": correct, **each}
 
 
 def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True):
