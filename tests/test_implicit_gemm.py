@@ -177,3 +177,31 @@ def test_bad_env_raises(monkeypatch):
     cx, _, _ = _conv_graph((1, 1, 5, 5), (1, 1, 3, 3), "float32", {})
     with pytest.raises(ValueError, match="LUMINAL_PROLOGUE"):
         cx.compile(device="cpu")
+
+
+def test_default_plan_fuses_deep_window_copies(monkeypatch, tmp_path):
+    """search="off" without a cache entry: an im2col matrix read by GEMMs with K >= 64 is fused, a K = 9 one
+    (a one-channel 3x3 convolution) is copied; results match torch either way."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    kw = dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", (2, 8, 10, 10), (16, 8, 3, 3), "float32", kw)
+    assert cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    cx, _, _ = _run(monkeypatch, "auto", (2, 1, 10, 10), (16, 1, 3, 3), "float32", kw)
+    assert not cx.runtime.fused_buffers
+
+
+def test_overlapping_views():
+    assert prologue_search._overlapping(ShapeTracker([4, 3], [1, 1]))       # windows of 3, step 1
+    assert not prologue_search._overlapping(ShapeTracker([4, 3], [3, 1]))   # a plain matrix
+    assert not prologue_search._overlapping(ShapeTracker([4, 3], [0, 1]))   # a broadcast is not a window
+
+
+def test_unrenderable_template_keeps_copies(monkeypatch):
+    monkeypatch.setattr(prologue_search, "_renders", lambda dtype: False)
+    with pytest.warns(UserWarning, match="stay materialized"):
+        cx, (xa, wa), got = _run(monkeypatch, "fused", (2, 3, 9, 8), (5, 3, 3, 3), "float32", dict(padding=1))
+    assert not cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, dict(padding=1))):
+        _close(g, e, "float32")

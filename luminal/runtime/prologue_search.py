@@ -11,7 +11,7 @@ GEMMs take less time than the materializing kernel plus the faster of the materi
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
-entry ``"off"`` keeps the operand materialized. ``$LUMINAL_PROLOGUE`` forces the choice: ``fused`` fuses
+entry ``"off"`` fuses window copies (im2col matrices) into deep enough GEMMs only (:func:`default_fused`). ``$LUMINAL_PROLOGUE`` forces the choice: ``fused`` fuses
 every candidate, ``materialized`` none (any other non-empty value is an error).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..codegen.gemm_prologue import fuse_prologues, fused_gemm_source, fused_name, prologue_candidates
 from ..codegen.kernel import GemmKernel, Program
+from ..shape import to_expr
 
 ROUNDS = 5
 ROUND_S = 0.02
@@ -188,6 +190,11 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     cands = prologue_candidates(program)
     if not cands or mode == "materialized":
         return set(), {}
+    for dtype in {program.kernels[uses[0][0]].dtype.value for uses in cands.values()}:
+        if not _renders(dtype):
+            warnings.warn("the own GEMM's template has no pack call to replace: GEMM operands stay materialized",
+                          stacklevel=3)
+            return set(), {}
     if mode == "fused":
         return set(cands), {}
     keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
@@ -201,6 +208,8 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
                 chosen.add(buf)
             continue
         if level not in ("quick", "full"):
+            if default_fused(program, buf, uses):
+                chosen.add(buf)
             continue
         try:
             m = measure_prologue(program, buf, uses, bindings, blas)
@@ -239,3 +248,54 @@ def fused_gemms(program: Program) -> tuple[dict, str]:
             sources.append(fused_gemm_source(dtype, cfg, fn, g.a_pro is not None, g.b_pro is not None))
         impl[i] = fn
     return impl, "\n\n".join(sources)
+
+
+@functools.lru_cache(maxsize=None)
+def _renders(dtype: str) -> bool:
+    """Whether a fused own GEMM can be derived from the own GEMM's template (it replaces the pack calls)."""
+    from ..codegen.gemm import default_config
+
+    try:
+        fused_gemm_source(dtype, default_config(dtype), "lm_probe", True, True)
+    except RuntimeError:
+        return False
+    return True
+
+
+DEFAULT_MIN_K = 64  # the unmeasured default fuses window copies only into GEMMs at least this deep (and wide)
+
+
+def _overlapping(view) -> bool:
+    """Whether ``view`` reads some element through two indices along non-broadcast axes (sliding windows)."""
+    axes = []
+    for d, st in zip(view.dims, view.strides):
+        d, st = to_expr(d).to_int(), to_expr(st).to_int()
+        if d is None or st is None:
+            return False
+        if d > 1 and st != 0:
+            axes.append((abs(st), d))
+    span = 0
+    for st, d in sorted(axes):
+        if st <= span:
+            return True
+        span = max(span, st * (d - 1))
+    return False
+
+
+def default_fused(program: Program, buf: int, uses) -> bool:
+    """The unmeasured plan for a fusable buffer (``search="off"`` without a tuning-cache entry): fused when it is
+    a *window copy* (an im2col matrix: its value reads a buffer through overlapping windows) and every GEMM
+    reading it has K >= ``DEFAULT_MIN_K`` and M, N >= 16 (W4, AVX-512: conv2's im2col fused, -10 % per step;
+    conv1's K = 9 one is faster copied), else materialized."""
+    from ..codegen.kernel import Load
+    from ..codegen.values import walk
+
+    writer = next(k for k in program.kernels if k.out == buf)
+    if not any(isinstance(v, Load) and _overlapping(v.view) for v in walk(writer.value)):
+        return False
+    for r, _ in uses:
+        g = program.kernels[r]
+        m, n, k = (to_expr(x).to_int() for x in (g.dims[-2], g.dims[-1], g.a_view.dims[-1]))
+        if None in (m, n, k) or k < DEFAULT_MIN_K or min(m, n) < 16:
+            return False
+    return True
