@@ -285,7 +285,8 @@ def render_pack(renderer, name: str, pro: Prologue, batch_dims) -> str:
     ctype = kernel.dtype.c_type
     r = renderer
     lines = [f"static void {name}(void **bufs, const long long *syms, long long bi, long long r0, long long rows, "
-             f"long long k0, long long kb, {ctype} *restrict dst, long long W) {{", "    int err = 0; (void)err; (void)bi;"]
+             f"long long k0, long long kb, {ctype} *restrict dst, long long W) {{",
+             "    int err = 0; (void)err; (void)bi;"]
     for s in r.symbols:
         lines.append(f"    const long long {r.names[s]} = syms[{r.symbols.index(s)}]; (void){r.names[s]};")
     for b in sorted(kernel_buffers(kernel) - {kernel.out}, key=lambda x: r.slot[x]):
@@ -399,6 +400,7 @@ def _rows_outer(row_axes, k_axes, dims, body, v, ctype) -> list[str]:
     out += ["                }", "            }", "        }"]
     out.append(f"        lm_og_packt_{ctype}(n, kb, tmp, kb, dst + s * kb, W);")
     out.append("        if (n < W)")
-    out.append(f"            for (long long k = 0; k < kb; k++) for (long long i = n; i < W; i++) dst[s * kb + k * W + i] = ({ctype})0;")
+    out.append("            for (long long k = 0; k < kb; k++)")
+    out.append(f"                for (long long i = n; i < W; i++) dst[s * kb + k * W + i] = ({ctype})0;")
     out.append("    }")
     return out

@@ -49,7 +49,8 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 PLAN_CACHE_SIZE = 8   # binding sets whose plan and buffer table are kept (LRU)
 PLAN_HEADROOM = 1.5   # a new plan's slot for a buffer that grew since the last plan: this times its size
 
-_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero"),
+_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
+           2: (ZeroDivisionError, "integer modulo by zero"),
            3: (MemoryError, "a GEMM with a fused prologue could not allocate its packing buffers")}
 
 
@@ -78,7 +79,8 @@ class CPURuntime:
         from .prologue_search import choose_prologues
         from ..codegen.gemm_prologue import fuse_prologues
         self.fused_buffers, self.prologue_timings = choose_prologues(self.program, dict(graph.dyn_map),
-                                                                     self.search_level, self.blas)
+                                                                     self.search_level, self.blas,
+                                                                     budget_s=self.budget_s)
         self.program = fuse_prologues(self.program, self.fused_buffers)
         if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)

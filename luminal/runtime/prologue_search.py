@@ -11,8 +11,9 @@ GEMMs take less time than the materializing kernel plus the faster of the materi
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
-entry ``"off"`` fuses window copies (im2col matrices) into deep enough GEMMs only (:func:`default_fused`). ``$LUMINAL_PROLOGUE`` forces the choice: ``fused`` fuses
-every candidate, ``materialized`` none (any other non-empty value is an error).
+entry ``"off"`` fuses window copies (im2col matrices) into deep enough GEMMs only (:func:`default_fused`).
+``$LUMINAL_PROLOGUE`` forces the choice: ``fused`` fuses every candidate, ``materialized`` none, ``auto`` (or
+unset) decides as above; any other value is an error.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def prologue_key(program: Program, buf: int, uses) -> str:
     for r, side in uses:
         g = program.kernels[r]
         parts += [side, repr(g.dims), repr(g.a_view), repr(g.b_view)]
-    text = re.sub(rf"\bbuffer=-?\d+", "buffer=?", "|".join(parts))
+    text = re.sub(r"\bbuffer=-?\d+", "buffer=?", "|".join(parts))
     return f"prologue/{writer.dtype.value}/" + hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
@@ -181,10 +182,17 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     return {"materialize": t_mat, **times, "materialized": materialized, "correct": correct, **each}
 
 
-def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True):
+def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
+                     budget_s: float | None = None):
     """The buffers of ``program`` to fuse (see the module docstring) and the measurements made:
-    ``(set of buffers, {cache key: measurement})``."""
+    ``(set of buffers, {cache key: measurement})``. Measuring (``level`` ``"quick"``/``"full"``) stops once
+    ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers not
+    measured then get the unmeasured default (not cached)."""
     from . import tuning
+    from .search import DEFAULT_BUDGET
+
+    budget = budget_s if budget_s is not None else DEFAULT_BUDGET.get(level, 10.0)
+    start = time.perf_counter()
 
     mode = forced_mode()
     cands = prologue_candidates(program)
@@ -200,14 +208,25 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
     cached = tuning.lookup_many(set(keys.values()))
     chosen, report = set(), {}
-    for buf, uses in cands.items():
+
+    def work(item):  # the hottest copies are measured first (as GEMMs in the GEMM search)
+        total = 0
+        for r, _ in item[1]:
+            g = program.kernels[r]
+            size = 1
+            for d in tuple(g.dims) + (g.a_view.dims[-1],):
+                size *= to_expr(d).to_int() or 1
+            total += size
+        return -total
+
+    for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
         if entry is not None and entry.get("choice") in ("fused", "materialized") and \
                 (level in ("off", "background", "quick") or entry.get("level") == "full"):
             if entry["choice"] == "fused":
                 chosen.add(buf)
             continue
-        if level not in ("quick", "full"):
+        if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
                 chosen.add(buf)
             continue
