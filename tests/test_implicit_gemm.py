@@ -82,10 +82,11 @@ def test_fused_conv_forward_backward_matches_torch(monkeypatch, xs, ws, kw, dtyp
 
 @pytest.mark.parametrize("xs,ws,kw", [((1, 1, 6, 6), (1, 1, 3, 3), dict(padding=1)),
                                       ((2, 4, 6, 7), (4, 1, 3, 3), dict(padding=1, groups=4))])  # depthwise
-def test_matrix_vector_convs_stay_correct(monkeypatch, xs, ws, kw):
-    """One output channel (per group): the GEMMs are matrix-vector products (M == 1), which keep their
-    operands materialized even when fusion is forced."""
+def test_matrix_vector_convs(monkeypatch, xs, ws, kw):
+    """One output channel (per group): the GEMMs are matrix-vector products (M == 1); forced fusion runs them
+    through the blocked path with edge tiles."""
     cx, (xa, wa), got = _run(monkeypatch, "fused", xs, ws, "float32", kw)
+    assert cx.runtime.fused_buffers
     for g, e in zip(got, _torch(xa, wa, kw)):
         _close(g, e, "float32")
 

@@ -18,6 +18,8 @@ GEMM then packs it again. With prologue fusion the materializing kernel is dropp
 * :func:`fused_gemm_source` derives a fused own GEMM from :func:`~luminal.codegen.gemm.own_gemm_source`:
   the same blocking and microkernel, with the pack of a fused operand replaced by a call of its callback.
   The operand pointer of a fused operand is a :code:`lm_pro_T` record (callback and flat batch index).
+  A matrix-vector product (M or N = 1) runs the blocked path too (the own GEMM's matrix-vector path reads
+  its operands in place), so fusing one is measured like any other.
 
 Which operand is fusable: an elementwise kernel whose output is read by GEMM kernels only, as an operand
 (not a program output or alias), whose value has no gather and costs at most ``MAX_OPS`` operations per
@@ -137,8 +139,8 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
                             split_axes(kernel.dims, getattr(g, side + "_view"), side) is None:
                         ok = False
                     uses.append((r, side))
-            if _ints(g.dims) is None or 1 in _ints(g.dims)[-2:]:
-                ok = False  # (the own GEMM's matrix-vector path reads its operands directly)
+            if _ints(g.dims) is None:
+                ok = False
         if ok and uses:
             out[buf] = uses
     return out
