@@ -1,6 +1,7 @@
 """W3, W4 and W5 of ../shared/BENCHMARKS.md (training) on luminal's CPU backend, PyTorch eager, torch.compile, JAX.
 
 Run:  python benchmarks/training_workloads.py [--seconds 3] [--only W3,W4,W5] [--frameworks luminal,torch]
+      [--prologue-ab] (luminal's default plan against every GEMM operand copied, alternating in one process)
 Needs the bench extra: pip install -e '.[bench]'.
 
 * W3: MLP 784-512-ReLU-512-ReLU-10, batch 256, mean softmax cross-entropy, Adam(1e-3): one training step.
@@ -32,8 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 CASES = ["W3", "W4", "W5"]
-# luminal+search compiles with search="full" (budget --search-budget seconds)
-FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+search"]
+# luminal+search compiles with search="full" (budget --search-budget seconds); luminal+fused compiles with
+# LUMINAL_PROLOGUE=fused (every GEMM operand that can be computed while packing is, e.g. im2col; no search)
+FRAMEWORKS = ["torch", "torch.compile", "jax", "luminal", "luminal+fused", "luminal+search"]
 
 
 def _uniform(rng, fan_in, shape):
@@ -77,6 +79,11 @@ def _luminal_model(case):
 def _winners(cx, search):
     if search != "off":  # on stderr: the parent prints them under the table
         print("winners: " + json.dumps(cx.runtime.search_result.choices), file=sys.stderr)
+        fused = {k: ("fused" if m["correct"] and m["fused"] < m["materialized"] else "materialized")
+                 + f" ({m['fused'] * 1e3:.2f} vs {m['materialized'] * 1e3:.2f} ms)"
+                 for k, m in cx.runtime.prologue_timings.items()}
+        if fused:
+            print("winners: " + json.dumps(fused), file=sys.stderr)
 
 
 def build_luminal(case, data, search: str = "off", budget: float = 60.0):
@@ -257,6 +264,9 @@ def run_case(case: str, framework: str, seconds: float, out_path: str, budget: f
     start = time.perf_counter()
     if framework == "luminal":
         step, result = build_luminal(case, data)
+    elif framework == "luminal+fused":
+        os.environ["LUMINAL_PROLOGUE"] = "fused"
+        step, result = build_luminal(case, data)
     elif framework == "luminal+search":
         step, result = build_luminal(case, data, "full", budget)
     elif framework == "jax":
@@ -278,6 +288,29 @@ def run_case(case: str, framework: str, seconds: float, out_path: str, budget: f
             "rss_mb": _peak_rss_mb(), "n": len(times)}
 
 
+def prologue_ab(case: str, seconds: float) -> None:
+    """luminal with every GEMM operand copied (``LUMINAL_PROLOGUE=materialized``, the plan before prologue
+    fusion) against the default plan, both compiled in this process and stepped alternately (on a shared
+    machine only a comparison inside one process is trustworthy): median ms per step of each."""
+    data = inputs(case)
+    steps = {}
+    for mode in ("materialized", "auto"):
+        os.environ["LUMINAL_PROLOGUE"] = mode
+        steps[mode] = build_luminal(case, data)[0]
+        for _ in range(3):
+            steps[mode]()
+    times = {m: [] for m in steps}
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(times["auto"]) < 5:
+        for m, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[m].append(time.perf_counter() - t0)
+    a, b = (statistics.median(times[m]) * 1e3 for m in ("materialized", "auto"))
+    print(f"{case:<6}luminal, operands copied {a:9.2f} ms   default plan (prologue fusion) {b:9.2f} ms   "
+          f"ratio {b / a:.3f}   ({len(times['auto'])} alternating steps each, one process)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -287,6 +320,8 @@ def main() -> None:
     parser.add_argument("--framework")
     parser.add_argument("--out")
     parser.add_argument("--search-budget", type=float, default=60.0, help="seconds of search for luminal+search")
+    parser.add_argument("--prologue-ab", action="store_true",
+                        help="also compare luminal's default plan with every GEMM operand copied, in one process")
     args = parser.parse_args()
     if args.case:  # child process
         print(json.dumps(run_case(args.case, args.framework, args.seconds, args.out, args.search_budget)))
@@ -320,6 +355,9 @@ def main() -> None:
     if winners:
         print("search winners per GEMM (kernel key: choice):")
         print("\n".join(winners))
+    if args.prologue_ab:
+        for case in args.only.split(","):
+            prologue_ab(case, args.seconds)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
+from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
@@ -248,6 +249,10 @@ class CRenderer:
                 epilogue = f"epilogue_{k}"
                 epilogue_text = self._epilogue(epilogue, kernel, self.program.kernels[group[1]])
                 group = group[:1]
+            packs, pack_text = (None, None), ""
+            if isinstance(kernel, GemmKernel) and (kernel.a_pro is not None or kernel.b_pro is not None):
+                packs, pack_text = pack_functions(self, k, kernel)  # fused prologues (see gemm_prologue)
+                epilogue_text = pack_text + ("\n\n" + epilogue_text if epilogue_text else "")
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
             self._prologue([self.program.kernels[i] for i in group], lines)
             self.constants, at = {}, len(lines)
@@ -260,7 +265,7 @@ class CRenderer:
             elif isinstance(kernel, ReduceKernel):
                 self._reduce(kernel, lines)
             else:
-                self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]))
+                self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]), packs)
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
             lines += ["    return err;", "}"]
             texts, name, pointers = _shared_body(k, epilogue_text, "\n".join(lines), bodies)
@@ -597,7 +602,8 @@ class CRenderer:
         lines += ["    return err;", "}"]
         return "\n".join(lines)
 
-    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | tuple | None = None):
+    def _gemm(self, kernel: GemmKernel, lines, epilogue: str = "NULL", fn: str | tuple | None = None,
+              packs: tuple = (None, None)):
         dims = kernel.dims
         nb = len(dims) - 2
         m, n = dims[-2], dims[-1]
@@ -620,6 +626,8 @@ class CRenderer:
             batch = batch * d
 
         def call(name, assign):
+            if packs != (None, None):
+                return fused_call(self, kernel, name, assign, packs, batch_vars, (a_off, b_off, c_off), epilogue)
             return (f"{'err = ' if assign else ''}{name}({idx(m)}, {idx(n)}, {idx(k)}, {self.pointer(kernel.a)} + "
                     f"{idx(a_off)}, {idx(av.strides[nb])}, {idx(av.strides[nb + 2])}, {self.pointer(kernel.b)} + "
                     f"{idx(b_off)}, {idx(bv.strides[nb + 1])}, {idx(bv.strides[nb + 2])}, {self.pointer(kernel.out)} + "

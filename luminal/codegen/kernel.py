@@ -109,6 +109,10 @@ class GemmKernel:
     b_view: ShapeTracker  # dims (*batch, M, N, K), stride 0 on M
     dims: tuple           # (*batch, M, N)
     dtype: DType
+    # a *fused prologue* per operand (see luminal.codegen.gemm_prologue): the operand is not read from ``a``/``b``
+    # but computed while the own GEMM packs it; ``a``/``b`` are then None and the views give only sizes
+    a_pro: object = None
+    b_pro: object = None
 
 
 @dataclass

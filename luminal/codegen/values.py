@@ -130,6 +130,9 @@ def kernel_symbols(kernel) -> set:
             out |= st.symbols()
         for d in kernel.dims:
             out |= d.symbols()
+        for pro in (kernel.a_pro, kernel.b_pro):
+            if pro is not None:
+                out |= kernel_symbols(pro.kernel)
         return out
     for d in kernel.dims:
         out |= d.symbols()
@@ -152,7 +155,11 @@ def kernel_symbols(kernel) -> set:
 
 def kernel_buffers(kernel) -> set:
     if isinstance(kernel, GemmKernel):
-        return {kernel.out, kernel.a, kernel.b}
+        out = {kernel.out, kernel.a, kernel.b} - {None}
+        for pro in (kernel.a_pro, kernel.b_pro):
+            if pro is not None:
+                out |= kernel_buffers(pro.kernel) - {pro.kernel.out}
+        return out
     out = {kernel.out}
     for v in walk(kernel.value):
         if isinstance(v, Load):

@@ -49,7 +49,9 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 PLAN_CACHE_SIZE = 8   # binding sets whose plan and buffer table are kept (LRU)
 PLAN_HEADROOM = 1.5   # a new plan's slot for a buffer that grew since the last plan: this times its size
 
-_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"), 2: (ZeroDivisionError, "integer modulo by zero")}
+_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
+           2: (ZeroDivisionError, "integer modulo by zero"),
+           3: (MemoryError, "a GEMM with a fused prologue could not allocate its packing buffers")}
 
 
 class CPURuntime:
@@ -72,6 +74,14 @@ class CPURuntime:
         self.budget_s = check_budget(budget_s)
         self.program: Program = lower(graph)
         self.blas = _blas() is not None
+        # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue), chosen at the bindings
+        # known now: measured with search "quick"/"full", else the tuning cache's decision (default: materialized)
+        from .prologue_search import choose_prologues
+        from ..codegen.gemm_prologue import fuse_prologues
+        self.fused_buffers, self.prologue_timings = choose_prologues(self.program, dict(graph.dyn_map),
+                                                                     self.search_level, self.blas,
+                                                                     budget_s=self.budget_s)
+        self.program = fuse_prologues(self.program, self.fused_buffers)
         if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
         self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
@@ -118,8 +128,9 @@ class CPURuntime:
     def _gemm_kernels(self) -> list[int]:
         from ..codegen.kernel import GemmKernel
         from ..dtype import DType
-        return [i for i, k in enumerate(self.program.kernels)
-                if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64)]
+        return [i for i, k in enumerate(self.program.kernels)  # (a fused GEMM always runs the own GEMM)
+                if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64)
+                and k.a_pro is None and k.b_pro is None]
 
     def _shapes(self, bindings) -> dict:
         from .search import program_shapes
@@ -179,6 +190,7 @@ class CPURuntime:
 
     def _build(self, table):
         """Render and compile the program with the GEMM dispatch ``table``; returns (cprogram, library path)."""
+        from .prologue_search import fused_gemms
         from .search import function_name, own_sources
         impl, pairs = {}, set()
         for i, entries in table.items():
@@ -187,8 +199,10 @@ class CPURuntime:
             special = sorted((sizes, function_name(c, dtype)) for sizes, c in entries.items() if c != fallback)
             impl[i] = (function_name(fallback, dtype), special)
             pairs |= {(c, dtype) for c in [fallback, *entries.values()]}
+        fused_impl, fused_src = fused_gemms(self.program)
+        impl.update(fused_impl)
         cprogram = CRenderer(self.program, self.blas, self.profiling, gemm_impl=impl,
-                             gemm_sources=own_sources(pairs)).render()
+                             gemm_sources="\n\n".join(x for x in (own_sources(pairs), fused_src) if x)).render()
         return cprogram, build_library(cprogram)
 
     def _install(self, table, built) -> None:

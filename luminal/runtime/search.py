@@ -429,7 +429,8 @@ def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
     """Kernel index -> shape of every GEMM kernel of ``program`` whose sizes are known at ``bindings``."""
     out = {}
     for i, k in enumerate(program.kernels):
-        if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64):
+        if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64) and \
+                k.a_pro is None and k.b_pro is None:  # (a fused prologue runs the own GEMM: not searched)
             s = gemm_shape(k, bindings)
             if s is not None:
                 out[i] = s

@@ -1,0 +1,320 @@
+"""Measured choice between a materialized GEMM operand and a fused prologue (:mod:`luminal.codegen.gemm_prologue`).
+
+For every buffer :func:`~luminal.codegen.gemm_prologue.prologue_candidates` may remove (a convolution's
+im2col matrix, a copy of a strided operand), a small program is built from the real kernels at the real
+sizes: the materializing kernel, each GEMM reading the buffer with OpenBLAS and with the own GEMM, and each
+GEMM with the operand fused into its packing. It runs on random operands with per-kernel timers (the same
+timers as ``LUMINAL_PROFILE=1``); a kernel's time is the minimum over rounds of its mean per run.
+**The fused products must match the materialized ones** (OpenBLAS and the own GEMM: error at most 1e-3
+(float32) or 1e-9 (float64) of the largest reference value) **before fusion may win**; it wins when its
+GEMMs take less time than the materializing kernel plus the faster of the materialized GEMMs.
+
+Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
+materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
+entry ``"off"`` fuses window copies (im2col matrices) into deep enough GEMMs only (:func:`default_fused`).
+``$LUMINAL_PROLOGUE`` forces the choice: ``fused`` fuses every candidate, ``materialized`` none, ``auto`` (or
+unset) decides as above; any other value is an error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import os
+import re
+import time
+import warnings
+
+import numpy as np
+
+from ..codegen.gemm_prologue import fuse_prologues, fused_gemm_source, fused_name, prologue_candidates
+from ..codegen.kernel import GemmKernel, Program
+from ..shape import to_expr
+
+ROUNDS = 5
+ROUND_S = 0.02
+MODES = ("", "auto", "fused", "materialized")
+
+
+def forced_mode() -> str:
+    """``$LUMINAL_PROLOGUE`` (``"fused"``, ``"materialized"``, or ``""``: decide); ``ValueError`` otherwise."""
+    mode = os.environ.get("LUMINAL_PROLOGUE", "").strip()
+    if mode not in MODES:
+        raise ValueError(f"LUMINAL_PROLOGUE={mode!r}: expected 'fused', 'materialized' or 'auto'")
+    return "" if mode == "auto" else mode
+
+
+def _concrete(program: Program, bindings, buffers) -> dict | None:
+    """Buffer -> concrete dims at ``bindings`` (None if a size is unbound)."""
+    out = {}
+    for b in buffers:
+        dims = []
+        for d in program.buffers[b][0]:
+            try:
+                dims.append(int(d.evaluate(bindings)) if hasattr(d, "evaluate") else int(d))
+            except Exception:  # noqa: BLE001 - an unbound symbol
+                return None
+        out[b] = tuple(dims)
+    return out
+
+
+def prologue_key(program: Program, buf: int, uses) -> str:
+    """The tuning-cache key of fusing ``buf`` into its GEMM readers ``uses`` (structure and sizes, no ids)."""
+    writer = next(k for k in program.kernels if k.out == buf)
+    parts = [repr(writer.dims), _strip(repr(writer.value))]
+    for r, side in uses:
+        g = program.kernels[r]
+        parts += [side, repr(g.dims), repr(g.a_view), repr(g.b_view)]
+    text = re.sub(r"\bbuffer=-?\d+", "buffer=?", "|".join(parts))
+    return f"prologue/{writer.dtype.value}/" + hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def _strip(text: str) -> str:
+    return re.sub(r" at 0x[0-9a-f]+", "", text)
+
+
+def _mini_program(program: Program, buf: int, uses, blas: bool):
+    """The measuring program: ``[materialize, GEMMs (blas), GEMMs (own), GEMMs (fused)]`` with their own outputs;
+    returns ``(program, variants)`` where ``variants[name]`` lists ``(kernel index, out buffer)`` per reader."""
+    from ..codegen.values import kernel_buffers
+
+    writer = next(k for k in program.kernels if k.out == buf)
+    readers = [program.kernels[r] for r in dict.fromkeys(r for r, _ in uses)]
+    needed = set().union(*[kernel_buffers(k) for k in [writer] + readers])
+    base = Program([writer] + readers, {b: program.buffers[b] for b in needed}, [], [], {})
+    fused = fuse_prologues(base, {buf})
+    fresh = min([0, *(b for b in program.buffers if isinstance(b, int))]) - 1
+    kernels, dims = [writer], {}
+    variants: dict[str, list] = {}
+    for name in (["blas"] if blas else []) + ["own", "fused"]:
+        variants[name] = []
+        for g in (fused.kernels if name == "fused" else readers):
+            dims[fresh] = program.buffers[g.out]
+            variants[name].append((len(kernels), fresh))
+            kernels.append(dataclasses.replace(g, out=fresh))
+            fresh -= 1
+    used = set().union(*[kernel_buffers(k) for k in kernels])
+    return Program(kernels, {b: dims.get(b) or program.buffers[b] for b in sorted(used, key=lambda x: (x < 0, abs(x)))},
+                   [], [], {}), variants
+
+
+def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> dict | None:
+    """Seconds per run of ``materialize`` + GEMMs (``blas``, ``own``) and of the ``fused`` GEMMs for removing
+    ``buf``, and whether the fused products matched (``"correct"``); None when a size is unbound."""
+    from ..codegen.c import CRenderer
+    from ..codegen.gemm import default_config
+    from ..codegen.groups import kernel_groups
+    from .build import build_library
+    from .search import function_name, own_sources
+
+    mini, variants = _mini_program(program, buf, uses, blas)
+    dims = _concrete(mini, bindings, mini.buffers)
+    if dims is None:
+        return None
+    dtype = mini.kernels[0].dtype.value
+    cfg = default_config(dtype)
+    own = function_name("own:" + cfg.tag(), dtype)
+    impl, sources = {}, [own_sources({("own:" + cfg.tag(), dtype)})]
+    for name, entries in variants.items():
+        for i, _ in entries:
+            g = mini.kernels[i]
+            if name == "fused":
+                fa, fb = g.a_pro is not None, g.b_pro is not None
+                fn = fused_name(own, fa, fb)
+                if fn not in impl.values():
+                    sources.append(fused_gemm_source(dtype, cfg, fn, fa, fb))
+                impl[i] = fn
+            else:
+                impl[i] = function_name("blas" if name == "blas" else "own:" + cfg.tag(), dtype)
+    if len(kernel_groups(mini)) != len(mini.kernels):
+        return None  # (never expected: each kernel must have its own timer)
+    cprog = CRenderer(mini, blas, profile=True, gemm_impl=impl, gemm_sources="\n\n".join(sources)).render()
+    lib = ctypes.CDLL(build_library(cprog))
+    rng = np.random.default_rng(0)
+    arrays = []
+    for b in cprog.buffer_order:
+        dt = mini.buffers[b][1].numpy
+        if b in {mini.kernels[0].out} | {o for e in variants.values() for _, o in e}:
+            arrays.append(np.zeros(dims[b], dt))
+        else:
+            arrays.append(rng.standard_normal(dims[b]).astype(dt))
+    ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+    syms = (ctypes.c_longlong * max(1, len(cprog.symbols)))(*[int(bindings[s]) for s in cprog.symbols])
+    run, prof = lib.luminal_run, lib.luminal_profile
+    run.restype = ctypes.c_int
+    n = len(mini.kernels)
+    acc = (ctypes.c_double * n)()
+
+    def totals():
+        prof(acc)
+        return np.array(acc[:n])
+
+    t0 = time.perf_counter()
+    if run(ptrs, syms) != 0:
+        return None
+    first = time.perf_counter() - t0
+    out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
+    tol = 1e-3 if dtype == "float32" else 1e-9
+    correct = True
+    for j, (_, fo) in enumerate(variants["fused"]):
+        got = out_of[fo]
+        for name in variants:
+            if name == "fused":
+                continue
+            ref = out_of[variants[name][j][1]]
+            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+            if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
+                correct = False
+    reps = max(1, int(ROUND_S / max(first, 1e-6)))
+    best = None
+    for _ in range(ROUNDS):
+        before = totals()
+        for _ in range(reps):
+            run(ptrs, syms)
+        per = (totals() - before) / reps
+        best = per if best is None else np.minimum(best, per)
+    t_mat = float(best[0])
+    times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
+    materialized = t_mat + min(t for name, t in times.items() if name != "fused")
+    each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
+    return {"materialize": t_mat, **times, "materialized": materialized, "correct": correct, **each}
+
+
+def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
+                     budget_s: float | None = None):
+    """The buffers of ``program`` to fuse (see the module docstring) and the measurements made:
+    ``(set of buffers, {cache key: measurement})``. Measuring (``level`` ``"quick"``/``"full"``) stops once
+    ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers not
+    measured then get the unmeasured default (not cached)."""
+    from . import tuning
+    from .search import DEFAULT_BUDGET
+
+    budget = budget_s if budget_s is not None else DEFAULT_BUDGET.get(level, 10.0)
+    start = time.perf_counter()
+
+    mode = forced_mode()
+    cands = prologue_candidates(program)
+    if not cands or mode == "materialized":
+        return set(), {}
+    for dtype in {program.kernels[uses[0][0]].dtype.value for uses in cands.values()}:
+        if not _renders(dtype):
+            warnings.warn("the own GEMM's template has no pack call to replace: GEMM operands stay materialized",
+                          stacklevel=3)
+            return set(), {}
+    if mode == "fused":
+        return set(cands), {}
+    keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
+    cached = tuning.lookup_many(set(keys.values()))
+    chosen, report = set(), {}
+
+    def work(item):  # the hottest copies are measured first (as GEMMs in the GEMM search)
+        total = 0
+        for r, _ in item[1]:
+            g = program.kernels[r]
+            size = 1
+            for d in tuple(g.dims) + (g.a_view.dims[-1],):
+                size *= to_expr(d).to_int() or 1
+            total += size
+        return -total
+
+    for buf, uses in sorted(cands.items(), key=work):
+        entry = cached.get(keys[buf])
+        if entry is not None and entry.get("choice") in ("fused", "materialized") and \
+                (level in ("off", "background", "quick") or entry.get("level") == "full"):
+            if entry["choice"] == "fused":
+                chosen.add(buf)
+            continue
+        if level not in ("quick", "full") or time.perf_counter() - start > budget:
+            if default_fused(program, buf, uses):
+                chosen.add(buf)
+            continue
+        try:
+            m = measure_prologue(program, buf, uses, bindings, blas)
+        except KeyboardInterrupt:
+            warnings.warn("prologue search interrupted: remaining operands stay materialized", stacklevel=2)
+            break
+        if m is None:
+            continue
+        report[keys[buf]] = m
+        if not m["correct"]:
+            warnings.warn(f"search: the fused prologue gave a wrong result for {keys[buf]}; not used", stacklevel=2)
+        win = m["correct"] and m["fused"] < m["materialized"]
+        if win:
+            chosen.add(buf)
+        if store and m["correct"]:
+            tuning.store(keys[buf], {"choice": "fused" if win else "materialized",
+                                     "seconds": m["fused"] if win else m["materialized"], "level": level,
+                                     "candidates": {"fused": m["fused"], "materialized": m["materialized"]}})
+    return chosen, report
+
+
+def fused_gemms(program: Program) -> tuple[dict, str]:
+    """Kernel index -> C function of every GEMM of ``program`` with a fused prologue (the own GEMM in its default
+    configuration) and the C source of those functions."""
+    from ..codegen.gemm import default_config
+    from .search import function_name
+
+    impl, sources = {}, []
+    for i, g in enumerate(program.kernels):
+        if not isinstance(g, GemmKernel) or (g.a_pro is None and g.b_pro is None):
+            continue
+        dtype = g.dtype.value
+        cfg = default_config(dtype)
+        fn = fused_name(function_name("own:" + cfg.tag(), dtype), g.a_pro is not None, g.b_pro is not None)
+        if fn not in impl.values():
+            sources.append(fused_gemm_source(dtype, cfg, fn, g.a_pro is not None, g.b_pro is not None))
+        impl[i] = fn
+    return impl, "\n\n".join(sources)
+
+
+@functools.lru_cache(maxsize=None)
+def _renders(dtype: str) -> bool:
+    """Whether a fused own GEMM can be derived from the own GEMM's template (it replaces the pack calls)."""
+    from ..codegen.gemm import default_config
+
+    try:
+        fused_gemm_source(dtype, default_config(dtype), "lm_probe", True, True)
+    except RuntimeError:
+        return False
+    return True
+
+
+DEFAULT_MIN_K = 64  # the unmeasured default fuses window copies only into GEMMs at least this deep (and wide)
+
+
+def _overlapping(view) -> bool:
+    """Whether ``view`` reads some element through two indices along non-broadcast axes (sliding windows)."""
+    axes = []
+    for d, st in zip(view.dims, view.strides):
+        d, st = to_expr(d).to_int(), to_expr(st).to_int()
+        if d is None or st is None:
+            return False
+        if d > 1 and st != 0:
+            axes.append((abs(st), d))
+    span = 0
+    for st, d in sorted(axes):
+        if st <= span:
+            return True
+        span = max(span, st * (d - 1))
+    return False
+
+
+def default_fused(program: Program, buf: int, uses) -> bool:
+    """The unmeasured plan for a fusable buffer (``search="off"`` without a tuning-cache entry): fused when it is
+    a *window copy* (an im2col matrix: its value reads a buffer through overlapping windows) and every GEMM
+    reading it has K >= ``DEFAULT_MIN_K`` and M, N >= 16 (W4, AVX-512: conv2's im2col fused, a median 6 %
+    less time per step; conv1's K = 9 one is faster copied), else materialized."""
+    from ..codegen.kernel import Load
+    from ..codegen.values import walk
+
+    writer = next(k for k in program.kernels if k.out == buf)
+    if not any(isinstance(v, Load) and _overlapping(v.view) for v in walk(writer.value)):
+        return False
+    for r, _ in uses:
+        g = program.kernels[r]
+        m, n, k = (to_expr(x).to_int() for x in (g.dims[-2], g.dims[-1], g.a_view.dims[-1]))
+        if None in (m, n, k) or k < DEFAULT_MIN_K or min(m, n) < 16:
+            return False
+    return True

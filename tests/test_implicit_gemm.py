@@ -1,0 +1,208 @@
+"""Prologue fusion into the own GEMM (luminal/codegen/gemm_prologue.py, luminal/runtime/prologue_search.py).
+
+Convolutions (forward and both gradients) with the im2col operand fused into the GEMM's packing
+(``LUMINAL_PROLOGUE=fused``), checked against torch CPU in float64 (fixed seeds; float32 rtol 1e-4 / atol
+1e-4 after scaling by the largest reference value, float64 1e-10) and against the same graph with the operand
+materialized and on the reference interpreter. The measured choice (``search="quick"``) must give the same
+results whichever plan it picks. No timings are asserted.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+import luminal.nn.functional as F
+from luminal.codegen.gemm import default_config
+from luminal.codegen.gemm_prologue import (fuse_prologues, fused_gemm_source, prologue_candidates, split_axes)
+from luminal.runtime import prologue_search
+from luminal.shape import ShapeTracker
+from luminal.training import grad
+
+TOL = {"float32": 1e-4, "float64": 1e-10}
+
+
+def _conv_graph(xs, ws, dtype, kw, seed=0):
+    rng = np.random.default_rng(seed)
+    xa = rng.standard_normal(xs).astype(dtype)
+    wa = rng.standard_normal(ws).astype(dtype)
+    cx = lm.Graph()
+    x = cx.tensor(xs, dtype).set(xa)
+    w = cx.tensor(ws, dtype).set(wa)
+    y = F.conv2d(x, w, **kw)
+    loss = (y * y).sum() * 0.5  # dloss/dy = y: both gradients are non-trivial
+    gx, gw = grad(loss, [x, w])
+    for t in (y, gx, gw):
+        t.retrieve()
+    return cx, (xa, wa), (y, gx, gw)
+
+
+def _torch(xa, wa, kw):
+    x = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
+    w = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(x, w, **kw)
+    (y * y).sum().mul(0.5).backward()
+    return y.detach().numpy(), x.grad.numpy(), w.grad.numpy()
+
+
+def _close(got, exp, dtype):
+    scale = max(float(np.max(np.abs(exp))), 1e-30)
+    assert got.shape == exp.shape
+    assert np.max(np.abs(got.astype(np.float64) - exp)) <= TOL[dtype] * scale
+
+
+def _run(monkeypatch, mode, xs, ws, dtype, kw, search="off"):
+    monkeypatch.setenv("LUMINAL_PROLOGUE", mode)
+    cx, arrays, outs = _conv_graph(xs, ws, dtype, kw)
+    cx.compile(device="cpu", search=search, budget_s=2)
+    cx.execute()
+    return cx, arrays, [t.data() for t in outs]
+
+
+CASES = [  # (input shape, weight shape, conv kwargs)
+    ((2, 3, 9, 8), (5, 3, 3, 3), dict(padding=1)),
+    ((2, 4, 11, 10), (6, 2, 3, 2), dict(stride=2, padding=(1, 2), groups=2)),
+    ((1, 2, 12, 9), (3, 2, 3, 3), dict(dilation=2, padding=2)),
+    ((3, 5, 7, 6), (4, 5, 1, 1), {}),                      # 1x1
+    ((1, 1, 8, 8), (2, 1, 3, 3), dict(stride=(2, 1))),     # batch 1, one input channel
+    ((2, 6, 6, 7), (6, 2, 3, 3), dict(padding=1, groups=3)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", CASES)
+def test_fused_conv_forward_backward_matches_torch(monkeypatch, xs, ws, kw, dtype):
+    cx, (xa, wa), got = _run(monkeypatch, "fused", xs, ws, dtype, kw)
+    assert cx.runtime.fused_buffers, "no operand was fused"
+    assert any(k.a_pro is not None or k.b_pro is not None for k in cx.runtime.program.kernels
+               if hasattr(k, "a_pro"))
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, dtype)
+
+
+@pytest.mark.parametrize("xs,ws,kw", [((1, 1, 6, 6), (1, 1, 3, 3), dict(padding=1)),
+                                      ((2, 4, 6, 7), (4, 1, 3, 3), dict(padding=1, groups=4))])  # depthwise
+def test_matrix_vector_convs(monkeypatch, xs, ws, kw):
+    """One output channel (per group): the GEMMs are matrix-vector products (M == 1); forced fusion runs them
+    through the blocked path with edge tiles."""
+    cx, (xa, wa), got = _run(monkeypatch, "fused", xs, ws, "float32", kw)
+    assert cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+
+
+@pytest.mark.parametrize("xs,ws,kw", CASES[:3])
+def test_fused_equals_materialized_and_reference(monkeypatch, xs, ws, kw):
+    _, _, fused = _run(monkeypatch, "fused", xs, ws, "float64", kw)
+    cx, _, mat = _run(monkeypatch, "materialized", xs, ws, "float64", kw)
+    assert not cx.runtime.fused_buffers
+    ref_cx, _, outs = _conv_graph(xs, ws, "float64", kw)
+    ref_cx.compile(device="reference")
+    ref_cx.execute()
+    for f, m, r in zip(fused, mat, (t.data() for t in outs)):
+        _close(f, m.astype(np.float64), "float64")
+        _close(f, r.astype(np.float64), "float64")
+
+
+def test_search_choice_gives_equal_results(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = (4, 8, 14, 14), (16, 8, 3, 3), dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    timings = cx.runtime.prologue_timings
+    assert timings and all(m["correct"] for m in timings.values())
+    assert cx.runtime.search_result is not None  # the unfused GEMMs were searched too
+    for m in timings.values():
+        assert m["fused"] > 0 and m["materialized"] > 0
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    # the decision is cached: "off" in a new graph takes the same plan without measuring
+    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    assert cx2.runtime.fused_buffers == cx.runtime.fused_buffers and not cx2.runtime.prologue_timings
+    for a, b in zip(got, got2):
+        _close(a, b.astype(np.float64), "float32")
+
+
+def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    kw = dict(padding=1, stride=2)
+    cx, (xa, wa), got = _run(monkeypatch, "fused", (2, 3, 9, 9), (4, 3, 3, 3), "float64", kw, search="quick")
+    assert cx.runtime.fused_buffers and cx.runtime.search_result is not None
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float64")
+
+
+def test_measure_prologue_checks_results(monkeypatch):
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "materialized")
+    cx, _, _ = _conv_graph((2, 3, 10, 9), (4, 3, 3, 3), "float64", dict(padding=1))
+    cx.compile(device="cpu")
+    program = cx.runtime.program
+    cands = prologue_candidates(program)
+    assert cands
+    for buf, uses in cands.items():
+        m = prologue_search.measure_prologue(program, buf, uses, {}, cx.runtime.blas)
+        assert m["correct"] is True
+        assert set(m) >= {"materialize", "own", "fused", "materialized"}
+
+
+def test_cast_operand_is_fused(monkeypatch):
+    """A cast that exists only to feed a matmul is computed while packing."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((37, 53))
+    b = rng.standard_normal((53, 29)).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(a.shape, "float64").set(a)
+    w = cx.tensor(b.shape).set(b)
+    y = ((x.cast("float32") * 2.0) @ w).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert cx.runtime.fused_buffers
+    _close(y.data(), (a.astype(np.float32).astype(np.float64) * 2) @ b.astype(np.float64), "float32")
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="no operand"):
+        fused_gemm_source("float32", default_config("float32"), "f", False, False)
+    cx = lm.Graph()
+    x = cx.tensor((4, 4)).set(np.ones((4, 4), np.float32))
+    (x @ x).retrieve()
+    cx.compile(device="cpu")
+    with pytest.raises(ValueError, match="cannot be fused"):
+        fuse_prologues(cx.runtime.program, {12345})
+    # a view that does not split into whole axes (a slice) is not fusable
+    assert split_axes((4, 6), ShapeTracker([1, 3, 1, 2], [0, 6, 0, 1], 1), "a") is None
+
+
+def test_bad_env_raises(monkeypatch):
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "sometimes")
+    cx, _, _ = _conv_graph((1, 1, 5, 5), (1, 1, 3, 3), "float32", {})
+    with pytest.raises(ValueError, match="LUMINAL_PROLOGUE"):
+        cx.compile(device="cpu")
+
+
+def test_default_plan_fuses_deep_window_copies(monkeypatch, tmp_path):
+    """search="off" without a cache entry: an im2col matrix read by GEMMs with K >= 64 is fused, a K = 9 one
+    (a one-channel 3x3 convolution) is copied; results match torch either way."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    kw = dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", (2, 8, 10, 10), (16, 8, 3, 3), "float32", kw)
+    assert cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    cx, _, _ = _run(monkeypatch, "auto", (2, 1, 10, 10), (16, 1, 3, 3), "float32", kw)
+    assert not cx.runtime.fused_buffers
+
+
+def test_overlapping_views():
+    assert prologue_search._overlapping(ShapeTracker([4, 3], [1, 1]))       # windows of 3, step 1
+    assert not prologue_search._overlapping(ShapeTracker([4, 3], [3, 1]))   # a plain matrix
+    assert not prologue_search._overlapping(ShapeTracker([4, 3], [0, 1]))   # a broadcast is not a window
+
+
+def test_unrenderable_template_keeps_copies(monkeypatch):
+    monkeypatch.setattr(prologue_search, "_renders", lambda dtype: False)
+    with pytest.warns(UserWarning, match="stay materialized"):
+        cx, (xa, wa), got = _run(monkeypatch, "fused", (2, 3, 9, 8), (5, 3, 3, 3), "float32", dict(padding=1))
+    assert not cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, dict(padding=1))):
+        _close(g, e, "float32")
