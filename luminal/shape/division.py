@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .expression import ADD, DIV, MOD, MUL, NUM, Expression
-from .simplify import ONE, ZERO, _add, _mul, _num, _scale, _split_coef
+from .simplify import ONE, ZERO, _add, _memoized, _mul, _num, _scale, _split_coef
 
 
 def _remove_factor(a: Expression, f: Expression) -> Expression | None:
@@ -26,28 +26,9 @@ def _remove_factor(a: Expression, f: Expression) -> Expression | None:
     return None
 
 
-# Memo of the two simplifying constructors below. Both are pure functions of their (immutable, structurally
-# compared) operands, and code generation asks the same questions over and over (every layer of a transformer
-# renders the same index expressions): the memo makes a repeated question a dictionary lookup. Bounded: it is
-# emptied when it reaches _MEMO_LIMIT entries.
-_MEMO_LIMIT = 1 << 16
-_div_memo: dict = {}
-_mod_memo: dict = {}
-
-
+@_memoized
 def _div(a: Expression, b: Expression) -> Expression:
-    """``a // b``, simplified (memoized; see :func:`_div_uncached`)."""
-    key = (a, b)
-    out = _div_memo.get(key)
-    if out is None:
-        out = _div_uncached(a, b)
-        if len(_div_memo) >= _MEMO_LIMIT:
-            _div_memo.clear()
-        _div_memo[key] = out
-    return out
-
-
-def _div_uncached(a: Expression, b: Expression) -> Expression:
+    """``a // b``, simplified."""
     if b.op == NUM:
         d = b.args[0]
         if d == 0:
@@ -288,19 +269,9 @@ def _unwrap_inner_mods(a: Expression, b: Expression) -> Expression | None:
     return out if changed else None
 
 
+@_memoized
 def _mod(a: Expression, b: Expression) -> Expression:
-    """``a % b``, simplified (memoized; see :func:`_mod_uncached`)."""
-    key = (a, b)
-    out = _mod_memo.get(key)
-    if out is None:
-        out = _mod_uncached(a, b)
-        if len(_mod_memo) >= _MEMO_LIMIT:
-            _mod_memo.clear()
-        _mod_memo[key] = out
-    return out
-
-
-def _mod_uncached(a: Expression, b: Expression) -> Expression:
+    """``a % b``, simplified."""
     if a.op == ADD and b.op != ADD and (b.op != NUM or b.args[0] != 0):
         inner = _unwrap_inner_mods(a, b)
         if inner is not None:

@@ -55,22 +55,35 @@ def _add(a: Expression, b: Expression) -> Expression:
         return b
     if b.op == NUM and b.args[0] == 0:
         return a
-    key = (a, b)
-    out = _ADD_MEMO.get(key)
-    if out is None:
-        out = _add_terms(a, b)
-        if len(_ADD_MEMO) >= _MEMO_LIMIT:
-            _ADD_MEMO.clear()
-        _ADD_MEMO[key] = out
-    return out
+    return _add_terms(a, b)
 
 
-# Memo of _add (a pure function of its immutable, structurally compared operands): code generation builds the
-# same index sums for every layer of a model. Emptied when it reaches _MEMO_LIMIT entries.
 _MEMO_LIMIT = 1 << 16
-_ADD_MEMO: dict = {}
 
 
+def _memoized(fn):
+    """``fn(a, b)`` with a bounded memo. The simplifying constructors are pure functions of their immutable,
+    structurally compared operands, and code generation asks the same questions over and over (every layer of a
+    model renders the same index expressions): a repeated question becomes a dictionary lookup. The memo is
+    emptied when it reaches ``_MEMO_LIMIT`` entries."""
+    memo: dict = {}
+
+    def memoized(a: Expression, b: Expression) -> Expression:
+        key = (a, b)
+        out = memo.get(key)
+        if out is None:
+            out = fn(a, b)
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = out
+        return out
+
+    memoized.__doc__ = fn.__doc__
+    memoized.memo = memo
+    return memoized
+
+
+@_memoized
 def _add_terms(a: Expression, b: Expression) -> Expression:
     coefs: dict[Expression, int] = {}
     const = _collect_terms((a, b), 1, coefs)
@@ -188,20 +201,11 @@ def _recombine_min_max(coefs: dict[Expression, int]) -> int:
 def _mul(a: Expression, b: Expression) -> Expression:
     if a.op == NUM and b.op == NUM:
         return _num(a.args[0] * b.args[0])
-    key = (a, b)
-    out = _MUL_MEMO.get(key)
-    if out is None:
-        out = _mul_uncached(a, b)
-        if len(_MUL_MEMO) >= _MEMO_LIMIT:
-            _MUL_MEMO.clear()
-        _MUL_MEMO[key] = out
-    return out
+    return _mul_terms(a, b)
 
 
-_MUL_MEMO: dict = {}  # as _ADD_MEMO
-
-
-def _mul_uncached(a: Expression, b: Expression) -> Expression:
+@_memoized
+def _mul_terms(a: Expression, b: Expression) -> Expression:
     if a.op == NUM:
         a, b = b, a
     if b.op == NUM:
