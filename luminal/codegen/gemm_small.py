@@ -1,0 +1,278 @@
+"""GEMMs at small M: the ``"auto"`` implementation, a run-time dispatch on the sizes by shape class.
+
+``auto_source(dtype)`` renders ``lm_gemm_auto_f32`` / ``lm_gemm_auto_f64`` (the signature and semantics of
+``lm_gemm_f32`` in :mod:`luminal.codegen.c_support`), which picks per call:
+
+* ``M == 1`` or ``N == 1`` (a matrix-vector product: token-by-token decoding): luminal's own GEMM, whose GEMV
+  path reads the operands without packing. OpenBLAS's ``sgemm`` with ``M == 1`` and an ``N x K`` weight
+  (1 x 768 x 3072) ran 3.3x slower here; both are memory-bound elsewhere (~48 GB/s on 2 cores).
+* ``M <= LM_AUTO_SMALL_M`` (64; the rows of one sequence at inference) with both operands contiguous along K
+  (activations times PyTorch-layout ``N x K`` weights): the dot-product kernel of :func:`dot_source`, which packs
+  nothing (packing the weight on every call is half the time of the packing GEMMs at M = 32);
+* other layouts at ``M <= LM_AUTO_SMALL_M``: the own GEMM with the small-M
+  configuration :func:`small_config` (AVX-512 f32: an 8 x 48 register tile, which covers 8, 16, 32, 64 rows
+  without edge tiles, where the default 12 x 32 tile computes 36 rows for 32). Measured on the 2-core Xeon
+  (AVX-512), M = 32, N x K weights: 150-200 GFLOP/s against OpenBLAS's 110-150.
+* otherwise OpenBLAS (``lm_gemm_f32``), the faster one on large M here.
+
+``LUMINAL_GEMM=auto`` (the default when OpenBLAS is installed), ``blas`` or ``own`` pick the implementation of
+the GEMMs that have no tuned entry (see :func:`luminal.runtime.search.default_choice`); the measured search
+compares ``"auto"``'s parts as ordinary candidates.
+
+The own GEMMs the dispatcher calls are rendered by :func:`luminal.runtime.search.own_sources` (each config once
+per translation unit); this module only names them (:func:`auto_parts`) and renders the dispatcher.
+"""
+
+from __future__ import annotations
+
+from .gemm import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
+
+AUTO_SMALL_M = 64  # rows up to which "auto" runs the own small-M GEMM (LM_AUTO_SMALL_M in the C)
+
+
+def small_config(dtype: str) -> GemmConfig:
+    """The own-GEMM configuration ``"auto"`` uses for ``M <= AUTO_SMALL_M`` rows.
+
+    With AVX-512 the second register tile of the table (f32 8 x 48, f64 8 x 24: 24 accumulators, 8 rows so 16,
+    32 and 64 rows need no edge tile) with K blocks of at most 256; other vector widths keep the default tile.
+    """
+    _width(dtype)
+    if vector_bytes() == 64:
+        mr, nr = _TILES[(64, dtype)][1]
+        _, mc, nc = _BLOCKS[(64, dtype)]
+        return _make(dtype, mr, nr, 256, mc, nc)
+    return default_config(dtype)
+
+
+def auto_parts(dtype: str) -> dict[str, str]:
+    """The choices ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: the own GEMM's default
+    configuration), ``"dot"`` (M <= AUTO_SMALL_M, both operands contiguous along K: :func:`dot_source`) and
+    ``"small"`` (M <= AUTO_SMALL_M, other layouts: :func:`small_config`, also the dot kernel's fallback)."""
+    return {"gemv": "own:" + default_config(dtype).tag(), "dot": "dot", "small": "own:" + small_config(dtype).tag()}
+
+
+def dot_tile(dtype: str) -> tuple[int, int, int]:
+    """``(ma, nb, kc)`` of the dot-product kernel for ``dtype`` at this machine's vector width: ``ma`` rows of A
+    times ``nb`` rows of B (``ma * nb`` vector accumulators along K, plus ``ma`` vectors of A and one of B in the
+    registers: 2 x 12 with 32 vector registers, 2 x 6 with 16) over K blocks of ``kc`` (the ``nb x kc`` block of
+    B, 24 KiB, stays in L1 while every row of A passes)."""
+    w = _width(dtype)
+    nb = 12 if vector_bytes() == 64 else 6
+    kc = max(w, (24 << 10) // (nb * (4 if dtype == "float32" else 8)) // w * w)
+    return 2, nb, kc
+
+
+def _merge_tree(w: int, nb: int) -> tuple[list[str], list[tuple[str, list]]]:
+    """C statements that reduce the ``nb`` accumulators ``aI_0 .. aI_{nb-1}`` (``I`` left as a placeholder) to
+    their lane sums, and the final vectors as ``(name, [source column or None per lane])``. Two vectors holding
+    ``k`` sources of ``g = w / k`` lanes each merge into one of ``2k`` sources of ``g / 2`` lanes: two shuffles
+    and an add."""
+    vecs = [(f"aI_{j}", [j]) for j in range(nb)]
+    lines, tmp = [], 0
+    while True:
+        g = w // len(vecs[0][1])
+        if g == 1:
+            return lines, vecs
+        nxt = []
+        for i in range(0, len(vecs), 2):
+            (xn, xs) = vecs[i]
+            (yn, ys) = vecs[i + 1] if i + 1 < len(vecs) else ("NAME_zero", [None] * len(xs))
+            h = g // 2
+            lo = [s * g + t for s in range(len(xs)) for t in range(h)] + \
+                 [w + s * g + t for s in range(len(ys)) for t in range(h)]
+            hi = [v + h for v in lo]
+            name = f"rI_{tmp}"
+            tmp += 1
+            lines.append(f"NAME_v {name} = __builtin_shuffle({xn}, {yn}, (NAME_vi){{{', '.join(map(str, lo))}}})"
+                         f" + __builtin_shuffle({xn}, {yn}, (NAME_vi){{{', '.join(map(str, hi))}}});")
+            nxt.append((name, xs + ys))
+        vecs = nxt
+
+
+_DOT = r"""
+/* NAME: C = A . (B transposed) for A (M x K) and B (N x K) both contiguous along K: MA x NB tiles of dot
+   products along K over copies of the operands (luminal.codegen.gemm_small). The copies are plain row copies
+   (no transposition) into rows LDP elements apart, 64 bytes more than a K block, so that the rows of a block
+   spread over the L1 sets (rows of the operands themselves, K * 4 bytes apart, can all fall into a few sets), and
+   zero-padded to whole vectors along K. */
+#ifndef LM_OWN_GEMM_DOT_COMMON
+#define LM_OWN_GEMM_DOT_COMMON
+static __thread void *lm_og_dot_abuf, *lm_og_dot_bbuf;
+static __thread size_t lm_og_dot_acap, lm_og_dot_bcap;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define LM_OG_DOT_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define LM_OG_DOT_KEEP(v) ((void)0)
+#endif
+#endif
+typedef T NAME_v __attribute__((vector_size(VB)));
+typedef ITYPE NAME_vi __attribute__((vector_size(VB)));
+static const NAME_v NAME_zero = {0};
+/* rows [0, rows) of c (rows <= MA) x columns [0, cols) (cols <= NB) (+)= the MA rows at a . the NB rows at b over
+   kv (a multiple of W) elements; a and b are VB-aligned copies with rows LDP apart */
+static __attribute__((noinline)) void NAME_tile(long long kv, const T *a, const T *b, T *restrict c, long long ldc,
+                                                 int rows, int cols, int acc) {
+    a = (const T *)__builtin_assume_aligned(a, VB);
+    b = (const T *)__builtin_assume_aligned(b, VB);
+DECLS
+    for (long long k = 0; k < kv; k += W) {
+        NAME_v x0 = *(const NAME_v *)(a + k), x1 = *(const NAME_v *)(a + LDP + k), y;
+BODY
+    }
+REDUCE
+}
+/* rows [0, rows) of src (row stride ld), elements [0, kb), into dst (row stride LDP), zero-padded to kv elements
+   and to `all` rows */
+static inline void NAME_copy(long long rows, long long all, long long kb, long long kv, const T *src, long long ld,
+                             T *restrict dst) {
+    for (long long r = 0; r < all; r++) {
+        T *d = dst + r * LDP;
+        if (r < rows) {
+            memcpy(d, src + r * ld, (size_t)kb * sizeof(T));
+            memset(d + kb, 0, (size_t)(kv - kb) * sizeof(T));
+        } else {
+            memset(d, 0, (size_t)kv * sizeof(T));
+        }
+    }
+}
+static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                const long long *syms) {
+    if (M <= 1 || N <= 1 || K <= 0 || sak != 1 || sbk != 1)
+        return FALLBACK(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    int err = 0;
+    long long mr = (M + MA - 1) / MA * MA;
+    #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long blocks = (N + NB - 1) / NB, lo = blocks * t / nt * NB, hi = blocks * (t + 1) / nt * NB;
+        if (hi > N) hi = N;
+        T *ab = (T *)lm_og_grow(&lm_og_dot_abuf, &lm_og_dot_acap, (size_t)(mr * LDP) * sizeof(T));
+        T *bb = (T *)lm_og_grow(&lm_og_dot_bbuf, &lm_og_dot_bcap, (size_t)(NB * LDP) * sizeof(T));
+        if (hi > lo && (!ab || !bb)) {  /* no memory for the copies: plain loops over this thread's columns */
+            for (long long m = 0; m < M; m++)
+                for (long long n = lo; n < hi; n++) {
+                    T acc = 0;
+                    for (long long k = 0; k < K; k++) acc += A[m * sam + k] * B[n * sbn + k];
+                    C[m * N + n] = acc;
+                }
+            int e = epi ? epi(bufs, syms, 0, M, lo, hi) : 0;
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
+            lo = hi;
+        }
+        /* column blocks of about LM_OWN_GEMM_EPI_COLS: the epilogue runs on each while it is in cache */
+        long long jcols = (LM_OWN_GEMM_EPI_COLS + NB - 1) / NB * NB;
+        for (long long jc = lo; jc < hi; jc += jcols) {
+            long long jn = hi - jc < jcols ? hi - jc : jcols;
+            for (long long pc = 0; pc < K; pc += KCD) {
+                long long kb = K - pc < KCD ? K - pc : KCD, kv = (kb + W - 1) / W * W;
+                NAME_copy(M, mr, kb, kv, A + pc, sam, ab);
+                for (long long n0 = jc; n0 < jc + jn; n0 += NB) {
+                    int cols = jc + jn - n0 < NB ? (int)(jc + jn - n0) : NB;
+                    NAME_copy(cols, NB, kb, kv, B + n0 * sbn + pc, sbn, bb);
+                    for (long long m0 = 0; m0 < M; m0 += MA)
+                        NAME_tile(kv, ab + m0 * LDP, bb, C + m0 * N + n0, N, M - m0 < MA ? (int)(M - m0) : MA,
+                                  cols, pc > 0);
+                }
+            }
+            if (epi) {
+                int e = epi(bufs, syms, 0, M, jc, jc + jn);
+                if (e) {
+                    #pragma omp critical(lm_own_gemm_err)
+                    { if (!err) err = e; }
+                }
+            }
+        }
+    }
+    return err;
+}
+"""
+
+
+def dot_source(dtype: str, name: str, fallback: str) -> str:
+    """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)`` with the semantics
+    of ``lm_gemm_f32``: the dot-product GEMM for A and B both contiguous along K (``sak == sbk == 1``: a row-major
+    activation times an ``N x K`` weight, PyTorch's layout), which packs nothing, so its cost at small M is the
+    multiply-adds alone (the packing GEMMs re-pack every weight on every call: half the time at M = 32). N is
+    split over the threads in blocks of ``nb`` columns (from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on, outside
+    a parallel region); the epilogue runs on each thread's columns in blocks of about ``LM_OWN_GEMM_EPI_COLS``.
+    Other layouts, M <= 1, N <= 1 and K == 0 call ``fallback`` (a function with the same signature, rendered
+    before this text, as is the own GEMM's common header).
+    """
+    import re
+
+    for n in (name, fallback):
+        if not re.fullmatch(r"[A-Za-z_]\w*", n):
+            raise ValueError(f"not a C identifier: {n!r}")
+    w = _width(dtype)
+    ma, nb, kc = dot_tile(dtype)
+    ctype = "float" if dtype == "float32" else "double"
+    itype = "int" if dtype == "float32" else "long long"
+    decls = [f"    NAME_v " + ", ".join(f"a{i}_{j} = {{0}}" for j in range(nb)) + ";" for i in range(ma)]
+    # (the empty asm keeps y in a register: else GCC folds the load into both FMAs, two loads per vector of B)
+    body = [f"        y = *(const NAME_v *)(b + {j} * LDP + k); LM_OG_DOT_KEEP(y); a0_{j} += x0 * y; a1_{j} += x1 * y;"
+            for j in range(nb)]
+    tree, finals = _merge_tree(w, nb)
+    order = [col for _, srcs in finals for col in srcs]
+    if order[:nb] != list(range(nb)):  # (the merge keeps the columns in order, padding at the end)
+        raise AssertionError(f"dot kernel: unexpected lane order {order}")
+    reduce = []
+    for i in range(ma):
+        cond = "" if i == 0 else f"if (rows > {i}) "
+        reduce.append(f"    {cond}{{")
+        reduce += ["        " + line.replace("aI_", f"a{i}_").replace("rI_", f"r{i}_") for line in tree]
+        reduce.append(f"        T *ci = c + {i} * ldc; T s[{len(finals) * w}];")
+        for f, (vn, _) in enumerate(finals):
+            vn = vn.replace("rI_", f"r{i}_").replace("aI_", f"a{i}_")
+            reduce.append(f"        memcpy(s + {f * w}, &{vn}, VB);")
+        reduce += ["        if (cols == NB) {",
+                   "            if (acc) for (int j = 0; j < NB; j++) ci[j] += s[j];",
+                   "            else memcpy(ci, s, NB * sizeof(T));",
+                   "        } else {",
+                   "            for (int j = 0; j < cols; j++) ci[j] = acc ? ci[j] + s[j] : s[j];",
+                   "        }"]
+        reduce.append("    }")
+    src = (_DOT.replace("DECLS", "\n".join(decls)).replace("BODY", "\n".join(body))
+           .replace("REDUCE", "\n".join(reduce)))
+    subs = {"MA": str(ma), "NB": str(nb), "KCD": str(kc), "W": str(w), "VB": str(vector_bytes()), "T": ctype,
+            "ITYPE": itype, "FALLBACK": fallback, "LDP": str(kc + 64 // (4 if dtype == "float32" else 8))}
+    src = re.sub(r"\b(MA|NB|KCD|LDP|W|VB|T|ITYPE|FALLBACK)\b", lambda m: subs[m.group(1)], src)
+    return re.sub(r"\bNAME", name, src)
+
+
+_AUTO = r"""
+/* lm_gemm_auto_SHORT: per call, matrix-vector products and small-M products on luminal's own GEMM, the rest on lm_gemm_SHORT
+   (OpenBLAS) (luminal.codegen.gemm_small) */
+#ifndef LM_AUTO_SMALL_M
+#define LM_AUTO_SMALL_M SMALLM
+#endif
+static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                              const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                              const long long *syms) {
+    if (M == 1 || N == 1)
+        return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    if (M <= LM_AUTO_SMALL_M && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
+        return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    if (M <= LM_AUTO_SMALL_M && N >= 96)
+        return SMALL(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    if (M <= LM_AUTO_SMALL_M)
+        return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+}
+"""
+
+
+def auto_source(dtype: str, names: dict[str, str]) -> str:
+    """C source of ``lm_gemm_auto_f32`` / ``_f64`` for ``dtype``; ``names`` maps the roles of
+    :func:`auto_parts` to the C functions (rendered before this text) that implement them."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"auto GEMM supports float32 and float64, not {dtype!r}")
+    missing = {"gemv", "dot", "small"} - set(names)
+    if missing:
+        raise ValueError(f"auto_source: no function for {sorted(missing)}")
+    short, ctype = ("f32", "float") if dtype == "float32" else ("f64", "double")
+    return (_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("GEMV", names["gemv"]).replace("DOT(", names["dot"] + "(")
+            .replace("SMALL(", names["small"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
