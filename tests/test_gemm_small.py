@@ -267,11 +267,14 @@ def test_search_candidates_small_m():
         shape = S.GemmShape("float32", 1, m, 1536, 384, 384, 1, 384, 1)
         cands = S.candidates(shape, "quick", True)
         assert cands[0] == "blas" and len(set(cands)) == len(cands)
+        assert ("dot" in cands) == (m > 1)
+        cands = [c for c in cands if c != "dot"]
         small = small_config("float32")
         behaviours = [_behaviour(S.own_config(c), m, 1536, 384) for c in cands[1:]]
         assert _behaviour(small, m, 1536, 384) in behaviours
     big = S.GemmShape("float32", 1, 4096, 1536, 384, 384, 1, 384, 1)
     from luminal.codegen.gemm import candidate_configs
+    assert "dot" not in S.candidates(S.GemmShape("float32", 1, 32, 1536, 384, 1, 32, 384, 1), "quick", True)
     assert S.candidates(big, "quick", True) == ["blas"] + ["own:" + c.tag() for c in
                                                          candidate_configs("float32", 4096, 1536, 384, "quick")]
 

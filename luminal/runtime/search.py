@@ -174,7 +174,8 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     """The choices measured for ``shape``: OpenBLAS (when installed), the own GEMM's
     :func:`~luminal.codegen.gemm.candidate_configs` and, for ``M <= AUTO_SMALL_M`` rows, the small-M
     configuration of ``"auto"`` (:func:`~luminal.codegen.gemm_small.small_config`) when no candidate behaves
-    like it."""
+    like it, and ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
+    along K (and K >= 64)."""
     from ..codegen.gemm import _behaviour, candidate_configs
     from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
@@ -187,6 +188,8 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
         if _behaviour(small, shape.m, shape.n, shape.k) not in seen:
             cfgs.insert(1, small)
     out += ["own:" + c.tag() for c in cfgs]
+    if shape.m <= AUTO_SMALL_M and shape.m > 1 and shape.n > 1 and shape.k >= 64 and shape.sak == 1 and shape.sbk == 1:
+        out.append("dot")  # the packing-free dot-product kernel (both operands contiguous along K)
     return out
 
 
