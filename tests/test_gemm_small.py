@@ -18,7 +18,8 @@ import pytest
 from luminal.codegen.c import CProgram
 from luminal.codegen.c_support import HELPERS, gemm_helpers
 from luminal.codegen.gemm import _behaviour, default_config
-from luminal.codegen.gemm_small import AUTO_SMALL_M, auto_parts, auto_source, dot_source, dot_tile, small_config
+from luminal.codegen.gemm_small import (AUTO_SMALL_M, auto_parts, auto_source, dot_source, dot_tile, gemv_source,
+                                        small_config)
 from luminal.runtime import search as S
 from luminal.runtime.cpu import find_compiler
 
@@ -30,6 +31,7 @@ CHOICES = ("auto", "dot")
 _THRESHOLDS = r"""
 static long long lm_test_par_macs = 1LL << 18;
 #define LM_OWN_GEMM_PAR_MACS lm_test_par_macs
+#define LM_GEMV_PAR_MACS lm_test_par_macs
 void set_par(long long par) { lm_test_par_macs = par; }
 void set_threads(int n) { omp_set_num_threads(n); }
 int max_threads(void) { return omp_get_max_threads(); }
@@ -232,10 +234,14 @@ def test_sources_and_choices(monkeypatch):
         assert S.valid_choice("auto", dtype) and S.valid_choice("dot", dtype)
         assert S.function_name("auto", dtype).startswith("lm_gemm_auto_")
         parts = auto_parts(dtype)
-        assert set(parts) == {"gemv", "dot", "small"} and all(S.valid_choice(c, dtype) for c in parts.values())
+        assert set(parts) == {"gemv", "dot", "blas"} and parts["dot"] == S.function_name("dot", dtype)
+        assert parts["blas"] == S.function_name("blas", dtype)
         src = S.own_sources({("auto", dtype), ("dot", dtype), ("own:" + small_config(dtype).tag(), dtype)})
-        assert src.count(f"static int {S.function_name('auto', dtype)}(") == 1
-        assert src.count(f"static int {S.function_name('own:' + small_config(dtype).tag(), dtype)}(") == 1
+        for fn in (S.function_name("auto", dtype), parts["dot"], parts["gemv"],
+                   S.function_name("own:" + small_config(dtype).tag(), dtype)):
+            assert src.count(f"static int {fn}(") == 1, fn
+        # "auto" alone renders no packing GEMM (compile time)
+        assert "own GEMM, " not in S.own_sources({("auto", dtype)})
         small_config(dtype).validate(dtype)
         ma, nb, kc = dot_tile(dtype)
         assert ma >= 1 and nb >= 1 and kc > 0
@@ -246,7 +252,7 @@ def test_sources_and_choices(monkeypatch):
     with pytest.raises(ValueError):
         auto_source("int32", {})
     with pytest.raises(ValueError):
-        auto_source("float32", {"gemv": "a"})
+        gemv_source("float32", "x", "not a name")
     with pytest.raises(ValueError):
         small_config("bfloat16")
     monkeypatch.setenv("LUMINAL_GEMM", "fast")
@@ -310,8 +316,9 @@ def test_graph_linear_symbolic_rows(monkeypatch, gemm):
 
 
 def test_sanitized_dot(tmp_path):
-    """The dot kernel and the dispatcher (no OpenBLAS) in a standalone program under ASan + UBSan, with
-    exactly-sized copy buffers: no read past an operand, no overflow, the naive loops as the oracle."""
+    """The dot kernel, the GEMV and the dispatcher (no OpenBLAS: the fallback is plain loops) in a standalone
+    program under ASan + UBSan, with exactly-sized copy buffers: no read past an operand, no overflow, the naive
+    loops as the oracle."""
     san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
     probe = tmp_path / "probe.c"
     probe.write_text("int main(void) { return 0; }\n")
@@ -329,8 +336,8 @@ def test_sanitized_dot(tmp_path):
         if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
     free(A); free(B); free(C); } while (0)
 int main(void) {
-    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}};
-    for (int s = 0; s < 6; s++) {
+    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301}};
+    for (int s = 0; s < 7; s++) {
         long long M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 CHECKS
     }

@@ -1,37 +1,33 @@
-"""GEMMs at small M: the ``"auto"`` implementation, a run-time dispatch on the sizes by shape class.
+"""GEMMs at small M: the ``"auto"`` implementation (a run-time dispatch by shape class), a packing-free
+dot-product kernel and a stand-alone GEMV.
 
 ``auto_source(dtype)`` renders ``lm_gemm_auto_f32`` / ``lm_gemm_auto_f64`` (the signature and semantics of
-``lm_gemm_f32`` in :mod:`luminal.codegen.c_support`), which picks per call:
+``lm_gemm_f32`` in :mod:`luminal.codegen.c_support`), which picks per call from the run-time sizes, so one
+symbolic program serves decoding, one sequence and large batches:
 
-* ``M == 1`` or ``N == 1`` (a matrix-vector product: token-by-token decoding): luminal's own GEMM, whose GEMV
-  path reads the operands without packing. OpenBLAS's ``sgemm`` with ``M == 1`` and an ``N x K`` weight
-  (1 x 768 x 3072) ran 3.3x slower here; both are memory-bound elsewhere (~48 GB/s on 2 cores).
-* ``M <= LM_AUTO_SMALL_M`` (64; the rows of one sequence at inference) with both operands contiguous along K
-  (activations times PyTorch-layout ``N x K`` weights): the dot-product kernel of :func:`dot_source`, which packs
-  nothing (packing the weight on every call is half the time of the packing GEMMs at M = 32);
-* other layouts at ``M <= LM_AUTO_SMALL_M``: the own GEMM with the small-M
-  configuration :func:`small_config` (AVX-512 f32: an 8 x 48 register tile, which covers 8, 16, 32, 64 rows
-  without edge tiles, where the default 12 x 32 tile computes 36 rows for 32). Measured on the 2-core Xeon
-  (AVX-512), M = 32, N x K weights: 150-200 GFLOP/s against OpenBLAS's 110-150.
-* otherwise OpenBLAS (``lm_gemm_f32``), the faster one on large M here.
+* ``M == 1`` or ``N == 1`` (token-by-token decoding): :func:`gemv_source`, the own GEMM's GEMV loops rendered
+  alone (no packing). OpenBLAS's ``sgemm`` with M == 1 and an ``N x K`` weight (1 x 768 x 3072) was 3.3x slower.
+* ``M <= LM_AUTO_SMALL_M`` (64; one sequence at inference) with both operands contiguous along K (activations
+  times PyTorch-layout ``N x K`` weights) and K >= 256 (K >= 128 at M <= 16): :func:`dot_source`, which does not
+  transpose-pack the weight (the packing GEMMs re-pack it on every call: half their time at M = 32).
+* everything else: OpenBLAS (``lm_gemm_f32``), the faster one at large M here.
 
-``LUMINAL_GEMM=auto`` (the default when OpenBLAS is installed), ``blas`` or ``own`` pick the implementation of
-the GEMMs that have no tuned entry (see :func:`luminal.runtime.search.default_choice`); the measured search
-compares ``"auto"``'s parts as ordinary candidates.
-
-The own GEMMs the dispatcher calls are rendered by :func:`luminal.runtime.search.own_sources` (each config once
-per translation unit); this module only names them (:func:`auto_parts`) and renders the dispatcher.
+No packing GEMM is part of ``"auto"``: rendering one into every program cost seconds of compile time (BERT: 1.5
+-> 11 s on the loaded 2-core machine with three GEMM variants). ``LUMINAL_GEMM=auto`` (the default when OpenBLAS
+is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tuned entry (see
+:func:`luminal.runtime.search.default_choice`); the measured search has ``"dot"`` and :func:`small_config` (an
+8 x 48 own-GEMM tile for small M) among its candidates.
 """
 
 from __future__ import annotations
 
-from .gemm import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
+from .gemm import _BLOCKS, _COMMON, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
-AUTO_SMALL_M = 64  # rows up to which "auto" runs the own small-M GEMM (LM_AUTO_SMALL_M in the C)
+AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 
 
 def small_config(dtype: str) -> GemmConfig:
-    """The own-GEMM configuration ``"auto"`` uses for ``M <= AUTO_SMALL_M`` rows.
+    """The own-GEMM configuration the search adds to its candidates for ``M <= AUTO_SMALL_M`` rows.
 
     With AVX-512 the second register tile of the table (f32 8 x 48, f64 8 x 24: 24 accumulators, 8 rows so 16,
     32 and 64 rows need no edge tile) with K blocks of at most 256; other vector widths keep the default tile.
@@ -45,10 +41,12 @@ def small_config(dtype: str) -> GemmConfig:
 
 
 def auto_parts(dtype: str) -> dict[str, str]:
-    """The choices ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: the own GEMM's default
-    configuration), ``"dot"`` (M <= AUTO_SMALL_M, both operands contiguous along K: :func:`dot_source`) and
-    ``"small"`` (M <= AUTO_SMALL_M, other layouts: :func:`small_config`, also the dot kernel's fallback)."""
-    return {"gemv": "own:" + default_config(dtype).tag(), "dot": "dot", "small": "own:" + small_config(dtype).tag()}
+    """The C functions ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: :func:`gemv_source`),
+    ``"dot"`` (small M, both operands contiguous along K: :func:`dot_source`) and ``"blas"`` (the rest, and the
+    fallback of the other two: ``lm_gemm_f32`` / ``lm_gemm_f64`` of :mod:`luminal.codegen.c_support`)."""
+    _width(dtype)
+    short = "f32" if dtype == "float32" else "f64"
+    return {"gemv": f"lm_og_gemv_{short}", "dot": f"lm_og_dot_{short}", "blas": f"lm_gemm_{short}"}
 
 
 def dot_tile(dtype: str) -> tuple[int, int, int]:
@@ -209,7 +207,8 @@ def dot_source(dtype: str, name: str, fallback: str) -> str:
     split over the threads in blocks of ``nb`` columns (from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on, outside
     a parallel region); the epilogue runs on each thread's columns in blocks of about ``LM_OWN_GEMM_EPI_COLS``.
     Other layouts, M <= 1, N <= 1 and K == 0 call ``fallback`` (a function with the same signature, rendered
-    before this text, as is the own GEMM's common header).
+    before this text). The text starts with the own GEMM's common header (include-guarded: its packing-buffer
+    allocator and thresholds).
     """
     import re
 
@@ -249,39 +248,154 @@ def dot_source(dtype: str, name: str, fallback: str) -> str:
     subs = {"MA": str(ma), "NB": str(nb), "KCD": str(kc), "W": str(w), "VB": str(vector_bytes()), "T": ctype,
             "ITYPE": itype, "FALLBACK": fallback, "LDP": str(kc + 64 // (4 if dtype == "float32" else 8))}
     src = re.sub(r"\b(MA|NB|KCD|LDP|W|VB|T|ITYPE|FALLBACK)\b", lambda m: subs[m.group(1)], src)
+    return _COMMON + re.sub(r"\bNAME", name, src)
+
+
+_GEMV = r"""
+/* NAME: matrix-vector products (M == 1 or N == 1) without packing, the output split over the threads; any other
+   shape goes to FALLBACK (luminal.codegen.gemm_small; the same loops as the own GEMM's GEMV path, rendered alone
+   so that a program does not compile a whole packing GEMM for them) */
+typedef T NAME_v __attribute__((vector_size(VB)));
+/* out[i] = sum_k X[i*sxi + k*sxk] * y[k*sy] for i in [i0, i1) */
+static void NAME_rows(long long i0, long long i1, long long K, const T *X, long long sxi, long long sxk,
+                      const T *y, long long sy, T *restrict out) {
+    if (sxi == 1) {  /* out += y[k] * (row k of X): four rows at a time over blocks of out that stay in L1 */
+        for (long long b0 = i0; b0 < i1; b0 += 2048) {
+            long long b1 = b0 + 2048 < i1 ? b0 + 2048 : i1, k = 0;
+            for (long long i = b0; i < b1; i++) out[i] = 0;
+            for (; k + 4 <= K; k += 4) {
+                T y0 = y[k * sy], y1 = y[(k + 1) * sy], y2 = y[(k + 2) * sy], y3 = y[(k + 3) * sy];
+                const T *x0 = X + k * sxk, *x1 = x0 + sxk, *x2 = x1 + sxk, *x3 = x2 + sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i] + y1 * x1[i] + y2 * x2[i] + y3 * x3[i];
+            }
+            for (; k < K; k++) {
+                T y0 = y[k * sy]; const T *x0 = X + k * sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i];
+            }
+        }
+    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K, four rows at a time */
+        enum { W = VB / sizeof(T) };
+        long long i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const T *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
+            NAME_v a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            long long k = 0;
+            for (; k + 2 * W <= K; k += 2 * W) {
+                NAME_v v0, v1, u0, u1;
+                memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                memcpy(&u0, x0 + k, VB); memcpy(&u1, x0 + k + W, VB); a00 += u0 * v0; a01 += u1 * v1;
+                memcpy(&u0, x1 + k, VB); memcpy(&u1, x1 + k + W, VB); a10 += u0 * v0; a11 += u1 * v1;
+                memcpy(&u0, x2 + k, VB); memcpy(&u1, x2 + k + W, VB); a20 += u0 * v0; a21 += u1 * v1;
+                memcpy(&u0, x3 + k, VB); memcpy(&u1, x3 + k + W, VB); a30 += u0 * v0; a31 += u1 * v1;
+            }
+            a00 += a01; a10 += a11; a20 += a21; a30 += a31;
+            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int j = 0; j < W; j++) { s0 += a00[j]; s1 += a10[j]; s2 += a20[j]; s3 += a30[j]; }
+            for (; k < K; k++) { s0 += x0[k] * y[k]; s1 += x1[k] * y[k]; s2 += x2[k] * y[k]; s3 += x3[k] * y[k]; }
+            out[i] = s0; out[i + 1] = s1; out[i + 2] = s2; out[i + 3] = s3;
+        }
+        for (; i < i1; i++) {
+            const T *x = X + i * sxi;
+            NAME_v a0 = {0}, a1 = {0};
+            long long k = 0;
+            for (; k + 2 * W <= K; k += 2 * W) {
+                NAME_v x0, x1, v0, v1;
+                memcpy(&x0, x + k, VB); memcpy(&x1, x + k + W, VB); memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                a0 += x0 * v0; a1 += x1 * v1;
+            }
+            a0 += a1;
+            T acc = 0;
+            for (int j = 0; j < W; j++) acc += a0[j];
+            for (; k < K; k++) acc += x[k] * y[k];
+            out[i] = acc;
+        }
+    } else {
+        for (long long i = i0; i < i1; i++) {
+            T acc = 0;
+            for (long long k = 0; k < K; k++) acc += X[i * sxi + k * sxk] * y[k * sy];
+            out[i] = acc;
+        }
+    }
+}
+static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+                const long long *syms) {
+    if ((M != 1 && N != 1) || M <= 0 || N <= 0 || K <= 0)
+        return FALLBACK(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    int rows = N == 1;
+    long long len = rows ? M : N;
+    const T *X = rows ? A : B, *y = rows ? B : A;
+    long long sxi = rows ? sam : sbn, sxk = rows ? sak : sbk, sy = rows ? sbk : sak;
+    int err = 0;
+    #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_GEMV_PAR_MACS)
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long per = ((len + nt - 1) / nt + 15) / 16 * 16;
+        long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+        if (hi > lo) {
+            NAME_rows(lo, hi, K, X, sxi, sxk, y, sy, C);
+            int e = !epi ? 0 : rows ? epi(bufs, syms, lo, hi, 0, 1) : epi(bufs, syms, 0, 1, lo, hi);
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
+        }
+    }
+    return err;
+}
+"""
+
+
+def gemv_source(dtype: str, name: str, fallback: str) -> str:
+    """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)`` (the semantics of
+    ``lm_gemm_f32``) for matrix-vector products: M == 1 or N == 1 read straight from the operands (any strides),
+    the output split over the threads from ``LM_GEMV_PAR_MACS`` (2^18) multiply-adds on, the epilogue on each
+    thread's part; other shapes (and K == 0) call ``fallback`` (rendered before this text). Measured on the Xeon,
+    1 x 768 x 3072 with an N x K weight: 3.3x faster than OpenBLAS's ``sgemm`` (memory-bound, ~28 GB/s per core
+    from L3, ~15 from DRAM)."""
+    import re
+
+    for n in (name, fallback):
+        if not re.fullmatch(r"[A-Za-z_]\w*", n):
+            raise ValueError(f"not a C identifier: {n!r}")
+    _width(dtype)
+    ctype = "float" if dtype == "float32" else "double"
+    src = "#ifndef LM_GEMV_PAR_MACS\n#define LM_GEMV_PAR_MACS (1LL << 18)\n#endif\n" + _GEMV
+    subs = {"VB": str(vector_bytes()), "T": ctype, "FALLBACK": fallback}
+    src = re.sub(r"\b(VB|T|FALLBACK)\b", lambda m: subs[m.group(1)], src)
     return re.sub(r"\bNAME", name, src)
 
 
 _AUTO = r"""
-/* lm_gemm_auto_SHORT: per call, matrix-vector products and small-M products on luminal's own GEMM, the rest on lm_gemm_SHORT
-   (OpenBLAS) (luminal.codegen.gemm_small) */
+/* lm_gemm_auto_SHORT: per call, matrix-vector products and small-M products with both operands contiguous along K
+   on luminal's kernels, the rest on lm_gemm_SHORT (OpenBLAS) (luminal.codegen.gemm_small) */
 #ifndef LM_AUTO_SMALL_M
 #define LM_AUTO_SMALL_M SMALLM
 #endif
 static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                               const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                               const long long *syms) {
-    if (M == 1 || N == 1)
+    if ((M == 1 || N == 1) && K > 0)
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M <= LM_AUTO_SMALL_M && N >= 96)
-        return SMALL(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M <= LM_AUTO_SMALL_M)
-        return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
 """
 
 
-def auto_source(dtype: str, names: dict[str, str]) -> str:
-    """C source of ``lm_gemm_auto_f32`` / ``_f64`` for ``dtype``; ``names`` maps the roles of
-    :func:`auto_parts` to the C functions (rendered before this text) that implement them."""
+def auto_source(dtype: str, with_dot: bool = True) -> str:
+    """C source of ``lm_gemm_auto_f32`` / ``_f64`` for ``dtype`` with the GEMV and dot-product kernels it calls
+    (:func:`auto_parts`; ``lm_gemm_*`` comes from :func:`luminal.codegen.c_support.gemm_helpers`), leaving the
+    dot kernel out when ``with_dot`` is false (rendered already in the same translation unit, e.g. as a search
+    candidate). No packing GEMM is rendered: compiling one costs a program about a second."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"auto GEMM supports float32 and float64, not {dtype!r}")
-    missing = {"gemv", "dot", "small"} - set(names)
-    if missing:
-        raise ValueError(f"auto_source: no function for {sorted(missing)}")
+    names = auto_parts(dtype)
     short, ctype = ("f32", "float") if dtype == "float32" else ("f64", "double")
-    return (_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("GEMV", names["gemv"]).replace("DOT(", names["dot"] + "(")
-            .replace("SMALL(", names["small"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
+    parts = [gemv_source(dtype, names["gemv"], names["blas"])]
+    if with_dot:
+        parts.append(dot_source(dtype, names["dot"], names["blas"]))
+    parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("GEMV(", names["gemv"] + "(")
+                 .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
+    return "\n\n".join(parts)

@@ -207,23 +207,19 @@ def function_name(choice: str, dtype: str) -> str:
 
 
 def own_sources(choices: set[tuple[str, str]]) -> str:
-    """C source of the own-GEMM functions behind ``(choice, dtype)`` pairs (OpenBLAS ones need none; ``"auto"``
-    needs the own GEMMs it dispatches to, each rendered once, then its dispatcher)."""
+    """C source of the GEMM functions behind ``(choice, dtype)`` pairs: own GEMMs, the dot-product kernel,
+    ``"auto"``'s dispatcher with its kernels (each rendered once); OpenBLAS needs none. Expects ``HELPERS`` and
+    ``gemm_helpers()`` before it."""
     from ..codegen.gemm import own_gemm_source
-    from ..codegen.gemm_small import auto_parts, auto_source, dot_source
+    from ..codegen.gemm_small import auto_source, dot_source
 
-    own = {(c, d) for c, d in choices if c.startswith("own:")}
-    autos = sorted({d for c, d in choices if c == "auto"})
-    dots = sorted({d for c, d in choices if c in ("dot", "auto")})
-    for dtype in autos:
-        own |= {(c, dtype) for c in auto_parts(dtype).values() if c.startswith("own:")}
+    own = sorted((c, d) for c, d in choices if c.startswith("own:"))
+    parts = [own_gemm_source(dtype, own_config(choice), function_name(choice, dtype)) for choice, dtype in own]
+    dots = sorted({d for c, d in choices if c == "dot"})
     for dtype in dots:
-        own.add((auto_parts(dtype)["small"], dtype))
-    parts = [own_gemm_source(dtype, own_config(choice), function_name(choice, dtype)) for choice, dtype in sorted(own)]
-    for dtype in dots:
-        parts.append(dot_source(dtype, function_name("dot", dtype), function_name(auto_parts(dtype)["small"], dtype)))
-    for dtype in autos:
-        parts.append(auto_source(dtype, {role: function_name(c, dtype) for role, c in auto_parts(dtype).items()}))
+        parts.append(dot_source(dtype, function_name("dot", dtype), function_name("blas", dtype)))
+    for dtype in sorted({d for c, d in choices if c == "auto"}):
+        parts.append(auto_source(dtype, with_dot=dtype not in dots))
     return "\n\n".join(parts)
 
 
