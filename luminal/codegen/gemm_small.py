@@ -8,8 +8,9 @@ symbolic program serves decoding, one sequence and large batches:
 * ``M == 1`` or ``N == 1`` (token-by-token decoding): :func:`gemv_source`, the own GEMM's GEMV loops rendered
   alone (no packing). OpenBLAS's ``sgemm`` with M == 1 and an ``N x K`` weight (1 x 768 x 3072) was 3.3x slower.
 * ``M <= LM_AUTO_SMALL_M`` (64; one sequence at inference) with both operands contiguous along K (activations
-  times PyTorch-layout ``N x K`` weights) and K >= 256 (K >= 128 at M <= 16): :func:`dot_source`, which does not
-  transpose-pack the weight (the packing GEMMs re-pack it on every call: half their time at M = 32).
+  times PyTorch-layout ``N x K`` weights), K >= 256 (K >= 128 at M <= 16) and N >= 48 (the kernel splits N over
+  the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
+  GEMMs re-pack it on every call: half their time at M = 32).
 * everything else: OpenBLAS (``lm_gemm_f32``), the faster one at large M here.
 
 No packing GEMM is part of ``"auto"``: rendering one into every program cost seconds of compile time (BERT: 1.5
@@ -377,7 +378,7 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
                               const long long *syms) {
     if ((M == 1 || N == 1) && K > 0)
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M <= LM_AUTO_SMALL_M && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
+    if (M <= LM_AUTO_SMALL_M && N >= 48 && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
