@@ -176,13 +176,15 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                        so its copy does not wait on memory */
                     long long nr = jc + jn - n0 - NB < NB ? jc + jn - n0 - NB : NB;
                     long long lines = (kb * (long long)sizeof(T) + 63) / 64, total = nr > 0 ? nr * lines : 0;
-                    long long per = (total + (M + MA - 1) / MA - 1) / ((M + MA - 1) / MA), pf = 0;
+                    long long per = (total + (M + MA - 1) / MA - 1) / ((M + MA - 1) / MA), prow = 0, pline = 0;
                     const char *next = (const char *)(B + (n0 + NB) * sbn + pc);
                     for (long long m0 = 0; m0 < M; m0 += MA) {
                         NAME_tile(kv, ab + m0 * LDP, bb, C + m0 * N + n0, N, M - m0 < MA ? (int)(M - m0) : MA,
                                   cols, pc > 0);
-                        for (long long q = 0; q < per && pf < total; q++, pf++)
-                            __builtin_prefetch(next + (pf / lines) * sbn * (long long)sizeof(T) + (pf % lines) * 64, 0, 2);
+                        for (long long q = 0; q < per && prow < nr; q++) {
+                            __builtin_prefetch(next + prow * sbn * (long long)sizeof(T) + pline * 64, 0, 2);
+                            if (++pline == lines) { pline = 0; prow++; }
+                        }
                     }
                 }
             }
