@@ -83,6 +83,7 @@ _THRESHOLDS = r"""
 static long long lm_test_par_macs = 1LL << 18, lm_test_shared_macs = 1LL << 24;
 #define LM_OWN_GEMM_PAR_MACS lm_test_par_macs
 #define LM_OWN_GEMM_SHARED_MACS lm_test_shared_macs
+#define LM_OWN_GEMM_SHARED_ROWS (lm_test_shared_macs ? 128 : 0)  /* shared-panel modes: at any row count */
 void set_thresholds(long long par, long long shared) { lm_test_par_macs = par; lm_test_shared_macs = shared; }
 """
 # threading modes: (threads, parallel threshold, shared-panel threshold)

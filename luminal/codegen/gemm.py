@@ -23,7 +23,7 @@ axpy or four-row dot products straight from the operands (the output split over 
 
 Threads (OpenMP), outside a parallel region and from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on:
 
-* from ``LM_OWN_GEMM_SHARED_MACS`` on (and with enough rows), the threads split M and share one B panel per
+* from ``LM_OWN_GEMM_SHARED_MACS`` on (and ``LM_OWN_GEMM_SHARED_ROWS`` rows per thread), the threads split M and share one B panel per
   ``(jc, pc)``: each packs its share of the slivers, a barrier, each computes its rows, a barrier. No operand
   is packed twice.
 * smaller GEMMs split the longer side (M in ``mr`` rows or N in ``nr`` columns), each thread with its own
@@ -260,6 +260,11 @@ _COMMON = r"""
 /* from this many multiply-adds on, the threads share the packed B panels (synchronized by barriers) */
 #ifndef LM_OWN_GEMM_SHARED_MACS
 #define LM_OWN_GEMM_SHARED_MACS (1LL << 24)
+#endif
+/* ... and from this many rows per thread on (below it, at M <= 128 on 2 cores, sharing the panel cost 25-40 %:
+   each thread reads half of every panel from the other core's cache) */
+#ifndef LM_OWN_GEMM_SHARED_ROWS
+#define LM_OWN_GEMM_SHARED_ROWS 128
 #endif
 /* Packing buffers of the own GEMMs: per thread, 64-byte aligned, grown on demand and reused by every later
    call on that thread (never freed: the OpenMP threads live as long as the process). */
@@ -610,7 +615,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
              ? 1 : omp_get_max_threads();
     int err = 0;
     if (nt > 1 && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_SHARED_MACS
-        && ((M + MR - 1) / MR >= 4 * nt || M >= N)) {
+        && M >= LM_OWN_GEMM_SHARED_ROWS * nt && ((M + MR - 1) / MR >= 4 * nt || M >= N)) {
         /* a big GEMM: split the rows, the threads share one B panel (no operand is packed twice) */
         long long ncap = (N < NC ? N + NR - 1 : NC) / NR * NR;
         T *bp = (T *)lm_og_grow(&lm_og_bbuf, &lm_og_bcap, (size_t)(kcap * ncap) * sizeof(T));

@@ -39,7 +39,7 @@ DEFAULT_BUDGET = {"quick": 10.0, "full": 60.0, "background": 60.0}
 ROUNDS = 7
 ROUND_S = 0.004
 EARLY_STOP = 1.3
-DEFAULT_GEMM = "blas"  # the unmeasured default (see default_choice)
+DEFAULT_GEMM = "auto"  # the unmeasured default (see default_choice)
 SMALL_GEMM = 1 << 23  # as in codegen.c: batched GEMMs up to this many MACs each run one per thread
 
 
@@ -138,7 +138,7 @@ def own_config(choice: str):
 
 def valid_choice(choice: str, dtype: str) -> bool:
     """Whether ``choice`` names a candidate this version can render for ``dtype`` on this CPU."""
-    if choice == "blas":
+    if choice in ("blas", "auto", "dot"):
         return True
     try:
         cfg = own_config(choice)
@@ -154,27 +154,42 @@ def valid_choice(choice: str, dtype: str) -> bool:
 
 
 def default_choice(dtype: str, blas: bool) -> str:
-    """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"own"`` or ``"blas"``)
-    when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS is not
-    installed."""
+    """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"auto"``, ``"own"`` or
+    ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS
+    is not installed. ``"auto"`` dispatches on the sizes at run time (own GEMM for M == 1, N == 1 and small M,
+    OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`)."""
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
-    if pick not in ("own", "blas"):
-        raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'own' or 'blas'")
-    if blas and pick == "blas":
-        return "blas"
+    if pick not in ("auto", "own", "blas"):
+        raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'auto', 'own' or 'blas'")
+    if blas and pick in ("blas", "auto"):
+        return pick
     from ..codegen.gemm import default_config
 
     return "own:" + default_config(dtype).tag()
 
 
 def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
-    from ..codegen.gemm import candidate_configs
+    """The choices measured for ``shape``: OpenBLAS (when installed), the own GEMM's
+    :func:`~luminal.codegen.gemm.candidate_configs` and, for ``M <= AUTO_SMALL_M`` rows, the small-M
+    configuration of ``"auto"`` (:func:`~luminal.codegen.gemm_small.small_config`) when no candidate behaves
+    like it, and ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
+    along K (and K >= 64)."""
+    from ..codegen.gemm import _behaviour, candidate_configs
+    from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
     out = ["blas"] if blas else []
     lvl = "full" if level == "full" else "quick"
-    out += ["own:" + c.tag() for c in candidate_configs(shape.dtype, shape.m, shape.n, shape.k, lvl)]
+    cfgs = candidate_configs(shape.dtype, shape.m, shape.n, shape.k, lvl)
+    if shape.m <= AUTO_SMALL_M:
+        small = small_config(shape.dtype)
+        seen = {_behaviour(c, shape.m, shape.n, shape.k) for c in cfgs}
+        if _behaviour(small, shape.m, shape.n, shape.k) not in seen:
+            cfgs.insert(1, small)
+    out += ["own:" + c.tag() for c in cfgs]
+    if shape.m <= AUTO_SMALL_M and shape.m > 1 and shape.n > 1 and shape.k >= 64 and shape.sak == 1 and shape.sbk == 1:
+        out.append("dot")  # the packing-free dot-product kernel (both operands contiguous along K)
     return out
 
 
@@ -184,18 +199,27 @@ def function_name(choice: str, dtype: str) -> str:
     short = "f32" if dtype == "float32" else "f64"
     if choice == "blas":
         return f"lm_gemm_{short}"
+    if choice == "auto":
+        return f"lm_gemm_auto_{short}"
+    if choice == "dot":
+        return f"lm_og_dot_{short}"
     return f"lm_og_{short}_{choice[4:]}"
 
 
 def own_sources(choices: set[tuple[str, str]]) -> str:
-    """C source of the own-GEMM functions behind ``(choice, dtype)`` pairs (OpenBLAS ones need none)."""
+    """C source of the GEMM functions behind ``(choice, dtype)`` pairs: own GEMMs, the dot-product kernel,
+    ``"auto"``'s dispatcher with its kernels (each rendered once); OpenBLAS needs none. Expects ``HELPERS`` and
+    ``gemm_helpers()`` before it."""
     from ..codegen.gemm import own_gemm_source
+    from ..codegen.gemm_small import auto_source, dot_source
 
-    parts = []
-    for choice, dtype in sorted(choices):
-        cfg = own_config(choice)
-        if cfg is not None:
-            parts.append(own_gemm_source(dtype, cfg, function_name(choice, dtype)))
+    own = sorted((c, d) for c, d in choices if c.startswith("own:"))
+    parts = [own_gemm_source(dtype, own_config(choice), function_name(choice, dtype)) for choice, dtype in own]
+    dots = sorted({d for c, d in choices if c == "dot"})
+    for dtype in dots:
+        parts.append(dot_source(dtype, function_name("dot", dtype), function_name("blas", dtype)))
+    for dtype in sorted({d for c, d in choices if c == "auto"}):
+        parts.append(auto_source(dtype, with_dot=dtype not in dots))
     return "\n\n".join(parts)
 
 

@@ -1,0 +1,360 @@
+"""GEMMs at small M (luminal/codegen/gemm_small.py): the ``"auto"`` dispatcher and the dot-product kernel
+against a float64 numpy oracle, directly (one library with small C wrappers, as in test_own_gemm.py) and
+through compiled graphs; the search's candidates and choices for them.
+
+No timings are asserted here (see benchmarks/symbolic_shapes.py and the GEMM reports for numbers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from luminal.codegen.c import CProgram
+from luminal.codegen.c_support import HELPERS, gemm_helpers
+from luminal.codegen.gemm import _behaviour, default_config
+from luminal.codegen.gemm_small import (AUTO_SMALL_M, auto_parts, auto_source, dot_source, dot_tile, gemv_source,
+                                        small_config)
+from luminal.runtime import search as S
+from luminal.runtime.cpu import find_compiler
+
+CC = find_compiler()
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+DTYPES = {"float32": (np.float32, "float", 1e-4), "float64": (np.float64, "double", 1e-12)}
+CHOICES = ("auto", "dot")
+
+_THRESHOLDS = r"""
+static long long lm_test_par_macs = 1LL << 18;
+#define LM_OWN_GEMM_PAR_MACS lm_test_par_macs
+#define LM_GEMV_PAR_MACS lm_test_par_macs
+void set_par(long long par) { lm_test_par_macs = par; }
+void set_threads(int n) { omp_set_num_threads(n); }
+int max_threads(void) { return omp_get_max_threads(); }
+"""
+
+_WRAPPERS = r"""
+static int epi_T(void **bufs, const long long *syms, long long m0, long long m1, long long n0, long long n1) {
+    T *C = (T *)bufs[0]; int *cnt = (int *)bufs[1]; long long N = syms[0], bad = syms[1]; int ret = 0;
+    for (long long m = m0; m < m1; m++)
+        for (long long n = n0; n < n1; n++) {
+            C[m * N + n] += 1; cnt[m * N + n] += 1;
+            if (m * N + n == bad) ret = 7;
+        }
+    return ret;
+}
+int call_NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak, const T *B,
+              long long sbn, long long sbk, T *C, int *cnt, long long bad) {
+    void *bufs[2] = {C, cnt}; long long syms[2] = {N, bad};
+    return NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, cnt ? epi_T : NULL, bufs, syms);
+}
+void batch_NAME(long long nb, long long M, long long N, long long K, const T *A, long long sab, const T *B,
+                long long sbb, T *C, int *rets) {
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (long long b = 0; b < nb; b++)
+        rets[b] = NAME(M, N, K, A + b * sab, K, 1, B + b * sbb, K, 1, C + b * M * N, NULL, NULL, NULL);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lib():
+    from luminal.runtime.build import _blas, build_library
+
+    blas = _blas() is not None
+    parts = [("#define LUMINAL_BLAS 1\n" if blas else "") + HELPERS, _THRESHOLDS, gemm_helpers(),
+             S.own_sources({(c, d) for c in CHOICES for d in DTYPES})]
+    for dtype, (_, ctype, _) in DTYPES.items():
+        for i, choice in enumerate(CHOICES):
+            w = _WRAPPERS.replace("NAME", S.function_name(choice, dtype)).replace("epi_T", f"epi_{dtype}") \
+                .replace("T *", f"{ctype} *")
+            parts.append(w if i == 0 else w[w.index("int call_"):])
+    out = ctypes.CDLL(build_library(CProgram("\n".join(parts), [], [], blas)))
+    out.set_par.argtypes = [ctypes.c_longlong]
+    return out
+
+
+@contextlib.contextmanager
+def _threads(lib, n, par):
+    old = lib.max_threads()
+    lib.set_threads(n)
+    lib.set_par(par)
+    try:
+        yield
+    finally:
+        lib.set_threads(old)
+        lib.set_par(1 << 18)
+
+
+def _fn(lib, choice, dtype):
+    P, L = ctypes.c_void_p, ctypes.c_longlong
+    f = getattr(lib, "call_" + S.function_name(choice, dtype))
+    f.argtypes = [L, L, L, P, L, L, P, L, L, P, P, L]
+    f.restype = ctypes.c_int
+    return f
+
+
+def _operand(rng, np_dtype, rows, cols, layout):
+    """A logical (rows, cols) array stored as ``layout``."""
+    r = lambda *shape: rng.standard_normal(shape).astype(np_dtype)  # noqa: E731
+    if layout == "row":
+        return r(rows, cols)
+    if layout == "col":
+        return r(cols, rows).T
+    if layout == "strided":
+        return r(rows * 3 + 1, cols * 2 + 1)[::3, ::2][:rows, :cols]
+    if layout == "bcast":
+        return np.broadcast_to(r(1, cols), (rows, cols))
+    if layout == "reversed":
+        return r(rows, cols)[::-1, ::-1]
+    raise ValueError(layout)
+
+
+def _es(x):
+    return tuple(s // x.itemsize for s in x.strides) if x.size else (0, 0)
+
+
+def _run(f, A, Bt, np_dtype, epi=False, bad=-1):
+    """C = A @ Bt.T through ``f`` (A: M x K, Bt: N x K logical arrays with any strides)."""
+    M, K = A.shape
+    N = Bt.shape[0]
+    C = np.full((M, N), np.nan, np_dtype)
+    cnt = np.zeros((M, N), np.int32)
+    sam, sak = _es(A)
+    sbn, sbk = _es(Bt)
+    ret = f(M, N, K, A.ctypes.data if A.size else None, sam, sak, Bt.ctypes.data if Bt.size else None, sbn, sbk,
+            C.ctypes.data if C.size else None, cnt.ctypes.data if epi else None, bad)
+    return C, cnt, ret
+
+
+def _check(C, A, Bt, tol, what):
+    A64, B64 = A.astype(np.float64), Bt.astype(np.float64)
+    ref = A64 @ B64.T
+    scale = np.abs(A64) @ np.abs(B64).T
+    err = np.abs(C.astype(np.float64) - ref)
+    bad = ~(err <= tol * scale + 1e-30)
+    assert not bad.any(), f"{what}: {bad.sum()} wrong, max err {np.nanmax(err)}, at {np.argwhere(bad)[:5]}"
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("choice", CHOICES)
+def test_small_m_shapes(lib, choice, dtype):
+    """M = 1..40 (and 63..66 around the threshold) over K below, at and above the vector width, the dot
+    kernel's K block and its K thresholds, N around its column block; 1, 2 and 3 threads."""
+    np_dtype, _, tol = DTYPES[dtype]
+    f = _fn(lib, choice, dtype)
+    rng = np.random.default_rng(1)
+    _, nb, kc = dot_tile(dtype)
+    nks = [(1, 1), (nb, 16), (nb + 1, 17), (2 * nb - 1, 255), (97, 256), (13, kc + 3), (130, 2 * kc + 5), (3, 0)]
+    for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
+        with _threads(lib, threads, par):
+            for M in list(range(1, 41)) + [63, 64, 65, 66]:
+                for N, K in nks:
+                    A = _operand(rng, np_dtype, M, K, "row")
+                    Bt = _operand(rng, np_dtype, N, K, "row")
+                    C, _, ret = _run(f, A, Bt, np_dtype)
+                    assert ret == 0
+                    _check(C, A, Bt, tol, f"{choice} {threads}t {M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("choice", CHOICES)
+def test_layouts(lib, choice, dtype):
+    """Transposed, strided, broadcast and reversed operands (the dot kernel hands them to its fallback)."""
+    np_dtype, _, tol = DTYPES[dtype]
+    f = _fn(lib, choice, dtype)
+    rng = np.random.default_rng(2)
+    layouts = ["row", "col", "strided", "bcast", "reversed"]
+    for M, N, K in [(1, 97, 300), (7, 1, 300), (5, 13, 7), (32, 100, 300), (64, 25, 513), (67, 50, 130)]:
+        for la in layouts:
+            for lb in layouts:
+                A = _operand(rng, np_dtype, M, K, la)
+                Bt = _operand(rng, np_dtype, N, K, lb)
+                C, _, ret = _run(f, A, Bt, np_dtype)
+                assert ret == 0
+                _check(C, A, Bt, tol, f"{choice} {M}x{N}x{K} A {la} B {lb}")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("choice", CHOICES)
+def test_empty_and_epilogue(lib, choice, dtype):
+    """K == 0 zeroes C; M == 0 or N == 0 do nothing; the epilogue sees every element once after its final value
+    (1 to 3 threads) and its error code comes back."""
+    np_dtype, _, tol = DTYPES[dtype]
+    f = _fn(lib, choice, dtype)
+    rng = np.random.default_rng(3)
+    for M, N in [(3, 5), (40, 300)]:
+        C, cnt, ret = _run(f, np.zeros((M, 0), np_dtype), np.zeros((N, 0), np_dtype), np_dtype, epi=True)
+        assert ret == 0 and (C == 1).all() and (cnt == 1).all()
+    for M, N, K in [(0, 5, 3), (5, 0, 3), (0, 0, 0)]:
+        C, cnt, ret = _run(f, _operand(rng, np_dtype, M, K, "row"), _operand(rng, np_dtype, N, K, "row"), np_dtype,
+                           epi=True)
+        assert ret == 0 and C.size == 0
+    for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
+        with _threads(lib, threads, par):
+            for M, N, K in [(1, 700, 300), (2, 13, 300), (17, 600, 300), (40, 1000, 513), (64, 37, 256), (9, 1, 300)]:
+                A = _operand(rng, np_dtype, M, K, "row")
+                Bt = _operand(rng, np_dtype, N, K, "row")
+                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
+                what = f"{choice} {threads}t {M}x{N}x{K}"
+                assert ret == 0 and (cnt == 1).all(), f"{what}: counts {np.unique(cnt)}"
+                _check(C - 1, A, Bt, tol, what)
+                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True, bad=(M // 2) * N + N - 1)
+                assert ret == 7 and (cnt == 1).all(), what
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("choice", CHOICES)
+def test_inside_parallel_region(lib, choice, dtype):
+    """Batched calls from ``#pragma omp parallel for`` (each runs on one thread) stay correct."""
+    np_dtype, _, tol = DTYPES[dtype]
+    rng = np.random.default_rng(4)
+    g = getattr(lib, "batch_" + S.function_name(choice, dtype))
+    P, L = ctypes.c_void_p, ctypes.c_longlong
+    g.argtypes = [L, L, L, L, P, L, P, L, P, P]
+    with _threads(lib, 2, 0):
+        for nb, M, N, K in [(6, 32, 32, 32), (5, 17, 50, 300), (4, 1, 40, 260)]:
+            A = rng.standard_normal((nb, M, K)).astype(np_dtype)
+            Bt = rng.standard_normal((nb, N, K)).astype(np_dtype)
+            C = np.full((nb, M, N), np.nan, np_dtype)
+            rets = np.full(nb, -1, np.int32)
+            g(nb, M, N, K, A.ctypes.data, M * K, Bt.ctypes.data, N * K, C.ctypes.data, rets.ctypes.data)
+            assert (rets == 0).all()
+            for b in range(nb):
+                _check(C[b], A[b], Bt[b], tol, f"{choice} batch {b} {M}x{N}x{K}")
+
+
+def test_sources_and_choices(monkeypatch):
+    """Names, validity and rendering of the new choices; bad inputs raise clear Python errors."""
+    for dtype in DTYPES:
+        assert S.valid_choice("auto", dtype) and S.valid_choice("dot", dtype)
+        assert S.function_name("auto", dtype).startswith("lm_gemm_auto_")
+        parts = auto_parts(dtype)
+        assert set(parts) == {"gemv", "dot", "blas"} and parts["dot"] == S.function_name("dot", dtype)
+        assert parts["blas"] == S.function_name("blas", dtype)
+        src = S.own_sources({("auto", dtype), ("dot", dtype), ("own:" + small_config(dtype).tag(), dtype)})
+        for fn in (S.function_name("auto", dtype), parts["dot"], parts["gemv"],
+                   S.function_name("own:" + small_config(dtype).tag(), dtype)):
+            assert src.count(f"static int {fn}(") == 1, fn
+        # "auto" alone renders no packing GEMM (compile time)
+        assert "own GEMM, " not in S.own_sources({("auto", dtype)})
+        small_config(dtype).validate(dtype)
+        ma, nb, kc = dot_tile(dtype)
+        assert ma >= 1 and nb >= 1 and kc > 0
+    with pytest.raises(ValueError):
+        dot_source("float16", "x", "y")
+    with pytest.raises(ValueError):
+        dot_source("float32", "not a name", "y")
+    with pytest.raises(ValueError):
+        auto_source("int32", {})
+    with pytest.raises(ValueError):
+        gemv_source("float32", "x", "not a name")
+    with pytest.raises(ValueError):
+        small_config("bfloat16")
+    monkeypatch.setenv("LUMINAL_GEMM", "fast")
+    with pytest.raises(ValueError):
+        S.default_choice("float32", True)
+    for pick, blas, want in [("auto", True, "auto"), ("blas", True, "blas"), ("auto", False, None),
+                             ("own", True, None)]:
+        monkeypatch.setenv("LUMINAL_GEMM", pick)
+        got = S.default_choice("float32", blas)
+        assert got == (want or "own:" + default_config("float32").tag())
+    monkeypatch.delenv("LUMINAL_GEMM")
+    assert S.default_choice("float32", True) == S.DEFAULT_GEMM == "auto"
+
+
+def test_search_candidates_small_m():
+    """Small-M shapes get the small-M configuration among the candidates (once); large ones are unchanged."""
+    for m in (1, 8, 32, AUTO_SMALL_M):
+        shape = S.GemmShape("float32", 1, m, 1536, 384, 384, 1, 384, 1)
+        cands = S.candidates(shape, "quick", True)
+        assert cands[0] == "blas" and len(set(cands)) == len(cands)
+        assert ("dot" in cands) == (m > 1)
+        cands = [c for c in cands if c != "dot"]
+        small = small_config("float32")
+        behaviours = [_behaviour(S.own_config(c), m, 1536, 384) for c in cands[1:]]
+        assert _behaviour(small, m, 1536, 384) in behaviours
+    big = S.GemmShape("float32", 1, 4096, 1536, 384, 384, 1, 384, 1)
+    from luminal.codegen.gemm import candidate_configs
+    assert "dot" not in S.candidates(S.GemmShape("float32", 1, 32, 1536, 384, 1, 32, 384, 1), "quick", True)
+    assert S.candidates(big, "quick", True) == ["blas"] + ["own:" + c.tag() for c in
+                                                         candidate_configs("float32", 4096, 1536, 384, "quick")]
+
+
+@pytest.mark.parametrize("gemm", ["auto", "blas", "own"])
+def test_graph_linear_symbolic_rows(monkeypatch, gemm):
+    """A linear layer with a bias + GELU epilogue and a second matmul (transposed weight) over a symbolic row
+    count, float32 and float64, at 1..70 rows: every LUMINAL_GEMM default gives numpy's result."""
+    import luminal as lm
+
+    monkeypatch.setenv("LUMINAL_GEMM", gemm)
+    rng = np.random.default_rng(5)
+    for dtype, tol in (("float32", 2e-4), ("float64", 1e-10)):
+        nd = np.dtype(dtype)
+        w1 = (rng.standard_normal((300, 260)) / 16).astype(nd)   # (out, in): x @ w1.T
+        b1 = rng.standard_normal(300).astype(nd)
+        w2 = (rng.standard_normal((300, 50)) / 16).astype(nd)    # (in, out): h @ w2
+        cx = lm.Graph()
+        x = cx.tensor(("rows", 260), dtype=dtype, name="x")
+        t1 = cx.tensor((300, 260), dtype=dtype, name="w1").set(w1)
+        tb = cx.tensor((300,), dtype=dtype, name="b1").set(b1)
+        t2 = cx.tensor((300, 50), dtype=dtype, name="w2").set(w2)
+        h = (x @ t1.permute(1, 0) + tb).relu()
+        y = (h @ t2).retrieve()
+        cx.compile(device="cpu")
+        for rows in (1, 2, 7, 32, 33, 64, 65, 70):
+            xv = rng.standard_normal((rows, 260)).astype(nd)
+            x.set(xv)
+            cx.execute()
+            hr = np.maximum(xv.astype(np.float64) @ w1.T.astype(np.float64) + b1, 0)
+            ref = hr @ w2.astype(np.float64)
+            np.testing.assert_allclose(y.data(), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_sanitized_dot(tmp_path):
+    """The dot kernel, the GEMV and the dispatcher (no OpenBLAS: the fallback is plain loops) in a standalone
+    program under ASan + UBSan, with exactly-sized copy buffers: no read past an operand, no overflow, the naive
+    loops as the oracle."""
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+    probe = tmp_path / "probe.c"
+    probe.write_text("int main(void) { return 0; }\n")
+    if subprocess.run([CC, *san, str(probe), "-o", str(tmp_path / "probe")], capture_output=True).returncode:
+        pytest.skip("no sanitizer runtimes")
+    main = r"""
+#include <stdio.h>
+#define CHECK(T, FN, TOL) do { \
+    T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
+    for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
+    for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
+    if (FN(M, N, K, A, K, 1, B, K, 1, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
+    for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
+        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[n * K + k]; \
+        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
+    free(A); free(B); free(C); } while (0)
+int main(void) {
+    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301}};
+    for (int s = 0; s < 7; s++) {
+        long long M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+CHECKS
+    }
+    printf("ok\n");
+    return 0;
+}
+"""
+    checks = [f"        CHECK({c}, {S.function_name(ch, d)}, {tol * 10});" for d, (_, c, tol) in DTYPES.items()
+              for ch in CHOICES]
+    src = tmp_path / "san.c"
+    src.write_text("#define LM_OWN_GEMM_EXACT_BUFFERS 1\n" + HELPERS + gemm_helpers()
+                   + S.own_sources({(c, d) for c in CHOICES for d in DTYPES}) + main.replace("CHECKS", "\n".join(checks)))
+    exe = tmp_path / "san"
+    proc = subprocess.run([CC, "-O1", "-g", "-march=native", "-fopenmp", "-std=gnu11", *san, str(src), "-o", str(exe),
+                           "-lm"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    env = dict(os.environ, OMP_NUM_THREADS="2", ASAN_OPTIONS="detect_leaks=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and "ok" in run.stdout, (run.stdout[-2000:], run.stderr[-4000:])
