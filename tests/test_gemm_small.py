@@ -17,7 +17,7 @@ import pytest
 
 from luminal.codegen.c import CProgram
 from luminal.codegen.c_support import HELPERS, gemm_helpers
-from luminal.codegen.gemm import _behaviour, default_config
+from luminal.codegen.gemm_config import _behaviour, default_config
 from luminal.codegen.gemm_small import (AUTO_SMALL_M, auto_parts, auto_source, dot_source, dot_tile, gemv_source,
                                         small_config)
 from luminal.runtime import search as S

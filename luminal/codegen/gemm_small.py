@@ -22,7 +22,8 @@ is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tu
 
 from __future__ import annotations
 
-from .gemm import _BLOCKS, _COMMON, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
+from .gemm import _COMMON
+from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 

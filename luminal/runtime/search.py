@@ -176,7 +176,7 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     configuration of ``"auto"`` (:func:`~luminal.codegen.gemm_small.small_config`) when no candidate behaves
     like it, and ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
     along K (and K >= 64)."""
-    from ..codegen.gemm import _behaviour, candidate_configs
+    from ..codegen.gemm_config import _behaviour, candidate_configs
     from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
     out = ["blas"] if blas else []
