@@ -99,7 +99,10 @@ _DOT = r"""
 #define LM_OWN_GEMM_DOT_COMMON
 static __thread void *lm_og_dot_abuf, *lm_og_dot_bbuf;
 static __thread size_t lm_og_dot_acap, lm_og_dot_bcap;
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+/* (only where the vector fits one register: a build without -march=native, e.g. the sanitizer build, has
+   no register for a 64-byte vector and the constraint would be impossible) */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && \
+    (VB == 16 || (VB == 32 && defined(__AVX__)) || (VB == 64 && defined(__AVX512F__)))
 #define LM_OG_DOT_KEEP(v) __asm__("" : "+v"(v))
 #else
 #define LM_OG_DOT_KEEP(v) ((void)0)

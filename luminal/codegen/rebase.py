@@ -6,7 +6,7 @@ renders kernels whose code is identical except for a constant in their index exp
 ``b0[(507904 + i1 + (256 * i0))]``, step ``t + 1`` ``b0[(499712 + i1 + (256 * i0))]``. :func:`rebase` subtracts
 each buffer's smallest constant offset from every access of that buffer, and the caller adds it to the buffer's
 pointer instead (``(float *)bufs[3] + 507904``); the kernels' canonical texts become equal and
-:func:`luminal.codegen.c._shared_body` compiles the body once. (A 2-layer LSTM's forward and backward over 64 steps:
+:func:`luminal.codegen.shared._shared_body` compiles the body once. (A 2-layer LSTM's forward and backward over 64 steps:
 154 distinct kernel bodies become 72.)
 
 A buffer is rebased only when *every* use of it in the text has a literal integer offset that the renderer writes
