@@ -15,6 +15,8 @@ import subprocess
 import numpy as np
 import pytest
 
+import luminal as lm
+
 from luminal.codegen.c import CProgram
 from luminal.codegen.c_support import HELPERS, gemm_helpers
 from luminal.codegen.gemm_config import _behaviour, default_config
@@ -358,3 +360,22 @@ CHECKS
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0 and "ok" in run.stdout, (run.stdout[-2000:], run.stderr[-4000:])
+
+
+def test_constant_large_gemms_compile_without_the_dispatcher(monkeypatch, tmp_path):
+    # "auto" would call OpenBLAS for every call of a GEMM with constant M > AUTO_SMALL_M and N > 1, so such a
+    # program is rendered with OpenBLAS directly (no dispatcher, GEMV or dot kernels to compile); a small-M GEMM
+    # keeps the dispatcher. Results against numpy either way.
+    monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(9)
+    for m, has_auto in ((96, False), (32, True)):
+        a, b = rng.standard_normal((m, 300)).astype(np.float32), rng.standard_normal((300, 200)).astype(np.float32)
+        cx = lm.Graph()
+        y = (cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)).retrieve()
+        cx.compile(None, y, device="cpu")
+        cx.execute()
+        np.testing.assert_allclose(y.data(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+        if not cx.runtime.blas:
+            continue  # (without OpenBLAS the default is the own GEMM either way)
+        assert ("lm_gemm_auto_f32" in cx.runtime.source) == has_auto, m

@@ -145,7 +145,8 @@ class CPURuntime:
 
     def _default(self, i: int) -> str:
         from .search import default_choice
-        return default_choice(self.program.kernels[i].dtype.value, self.blas)
+        kernel = self.program.kernels[i]
+        return default_choice(kernel.dtype.value, self.blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int())
 
     def choices_at(self, bindings) -> dict[int, str]:
         """GEMM kernel index -> the implementation the current library runs at ``bindings``."""

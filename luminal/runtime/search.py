@@ -153,16 +153,23 @@ def valid_choice(choice: str, dtype: str) -> bool:
     return True
 
 
-def default_choice(dtype: str, blas: bool) -> str:
+def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None) -> str:
     """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"auto"``, ``"own"`` or
     ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS
     is not installed. ``"auto"`` dispatches on the sizes at run time (own GEMM for M == 1, N == 1 and small M,
-    OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`)."""
+    OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m`` and columns ``n``
+    are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n > 1``) it is
+    ``"blas"`` itself: the same calls, without a dispatcher and its kernels for the C compiler to build."""
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
     if pick not in ("auto", "own", "blas"):
         raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'auto', 'own' or 'blas'")
+    if blas and pick == "auto" and m is not None and n is not None:
+        from ..codegen.gemm_small import AUTO_SMALL_M
+
+        if m > AUTO_SMALL_M and n > 1:
+            return "blas"
     if blas and pick in ("blas", "auto"):
         return pick
     from ..codegen.gemm import default_config
