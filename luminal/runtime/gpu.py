@@ -38,9 +38,9 @@ import warnings
 
 import numpy as np
 
-from ..dtype import DType
 from ..codegen.kernel import Program, lower
-from ..codegen.triton import TritonProgram, render, storage_name
+from ..codegen.triton import TritonProgram, render
+from ..codegen.triton_support import storage_name
 from ..graph import Graph
 from ..shape import ShapeTracker
 from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
