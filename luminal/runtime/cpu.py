@@ -406,24 +406,11 @@ class CPURuntime:
         """Seconds spent per kernel over all runs so far (needs ``LUMINAL_PROFILE=1`` when the graph compiled)."""
         if not self.profiling:
             raise RuntimeError("kernel profiling is off: set LUMINAL_PROFILE=1 before compiling the graph")
-        from ..codegen.kernel import GemmKernel, ReduceKernel
+        from .profile import profile_table
         groups = self.cprogram.groups
         out = (ctypes.c_double * max(1, len(groups)))()
         self._lib.luminal_profile(out)
-        rows = []
-        for k, group in enumerate(groups):
-            kernel = self.program.kernels[group[0]]
-            kind = "gemm" if isinstance(kernel, GemmKernel) else "reduce" if isinstance(kernel, ReduceKernel) else "elementwise"
-            if len(group) > 1:
-                kind += f" x{len(group)}"
-            label = self.graph.nodes[kernel.out].label if kernel.out in self.graph.nodes else "?"
-            rows.append((out[k], k, kind, [str(d) for d in kernel.dims], label))
-        total = sum(r[0] for r in rows) or 1.0
-        rows.sort(key=lambda r: -r[0])
-        lines = [f"{'kernel':>6} {'kind':<12} {'seconds':>10} {'share':>6}  dims / node"]
-        for sec, k, kind, dims, label in rows[:top]:
-            lines.append(f"{k:>6} {kind:<12} {sec:>10.4f} {sec / total:>6.1%}  {dims} {label}")
-        return "\n".join(lines)
+        return profile_table(self.graph, self.program, groups, list(out), top)
 
     def recycle(self, node_id: int, arr) -> None:
         """Write output ``node_id`` into ``arr`` next time (the array its value was carried away from), or
