@@ -178,7 +178,7 @@ class CRenderer:
             parts += texts
             calls.append((name, pointers))
         init = "lm_blas_init();" if any(isinstance(k, GemmKernel) for k in self.program.kernels) else ""
-        parts.append(_dispatch(calls, self.profile).replace("LM_RUN_INIT", init))
+        parts.append(_dispatch(calls, self.profile, init))
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups)
 
     # ------------------------------------------------------------------ loop nests

@@ -68,7 +68,7 @@ def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> 
     return out, name, pointers
 
 
-def _dispatch(calls: list[tuple[str, list]], profile: bool) -> str:
+def _dispatch(calls: list[tuple[str, list]], profile: bool, init: str = "") -> str:
     """``luminal_run``: for each kernel in order, gather its buffer pointers (table ``lm_slot``/``lm_off``) and call
     its shared body (table ``lm_body``). Tables rather than a wrapper function per kernel: a model with thousands
     of kernels (an unrolled recurrence) would otherwise give the C compiler thousands of functions to inline into
@@ -95,7 +95,7 @@ def _dispatch(calls: list[tuple[str, list]], profile: bool) -> str:
 int luminal_run(void **bufs, const long long *syms) {{
     int err = 0;
     void *kb[{width}];
-    LM_RUN_INIT
+    {init}
     for (int k = 0; k < {len(calls)}; k++) {{
         for (int j = lm_first[k]; j < lm_first[k + 1]; j++) kb[j - lm_first[k]] = (char *)bufs[lm_slot[j]] + lm_off[j];
         {call}
