@@ -175,6 +175,101 @@ static inline __attribute__((always_inline)) void lm_og_packt_double(long long R
 """,
 }
 
+# The matrix-vector rows kernel (M == 1 or N == 1, no packing): part of every own GEMM, and of the stand-alone
+# GEMV of :mod:`luminal.codegen.gemm_small`. Expects ``NAME_v`` (a vector of VB bytes) and ``T``.
+GEMV_ROWS = r"""/* a matrix-vector product (M == 1 or N == 1), no packing: out[i] = sum_k X[i*sxi + k*sxk] * y[k*sy] for i in
+   [i0, i1) (out = C, contiguous either way) */
+static void NAME_gemv(long long i0, long long i1, long long K, const T *X, long long sxi, long long sxk,
+                      const T *y, long long sy, T *restrict out) {
+    if (sxi == 1) {  /* out += y[k] * (row k of X): four rows at a time over blocks of out that stay in L1 */
+        for (long long b0 = i0; b0 < i1; b0 += 2048) {
+            long long b1 = b0 + 2048 < i1 ? b0 + 2048 : i1, k = 0;
+            for (long long i = b0; i < b1; i++) out[i] = 0;
+            for (; k + 4 <= K; k += 4) {
+                T y0 = y[k * sy], y1 = y[(k + 1) * sy], y2 = y[(k + 2) * sy], y3 = y[(k + 3) * sy];
+                const T *x0 = X + k * sxk, *x1 = x0 + sxk, *x2 = x1 + sxk, *x3 = x2 + sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i] + y1 * x1[i] + y2 * x2[i] + y3 * x3[i];
+            }
+            for (; k < K; k++) {
+                T y0 = y[k * sy]; const T *x0 = X + k * sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i];
+            }
+        }
+    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K: four rows at a time (four streams,
+                                          one load of y for four FMAs), two vector accumulators per row */
+        enum { W = VB / sizeof(T) };
+        long long i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const T *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
+            NAME_v a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            long long k = 0;
+            for (; k + 2 * W <= K; k += 2 * W) {
+                NAME_v v0, v1, u0, u1;
+                memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                memcpy(&u0, x0 + k, VB); memcpy(&u1, x0 + k + W, VB); a00 += u0 * v0; a01 += u1 * v1;
+                memcpy(&u0, x1 + k, VB); memcpy(&u1, x1 + k + W, VB); a10 += u0 * v0; a11 += u1 * v1;
+                memcpy(&u0, x2 + k, VB); memcpy(&u1, x2 + k + W, VB); a20 += u0 * v0; a21 += u1 * v1;
+                memcpy(&u0, x3 + k, VB); memcpy(&u1, x3 + k + W, VB); a30 += u0 * v0; a31 += u1 * v1;
+            }
+            a00 += a01; a10 += a11; a20 += a21; a30 += a31;
+            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int j = 0; j < W; j++) { s0 += a00[j]; s1 += a10[j]; s2 += a20[j]; s3 += a30[j]; }
+            for (; k < K; k++) { s0 += x0[k] * y[k]; s1 += x1[k] * y[k]; s2 += x2[k] * y[k]; s3 += x3[k] * y[k]; }
+            out[i] = s0; out[i + 1] = s1; out[i + 2] = s2; out[i + 3] = s3;
+        }
+        for (; i < i1; i++) {
+            const T *x = X + i * sxi;
+            NAME_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            long long k = 0;
+            for (; k + 4 * W <= K; k += 4 * W) {
+                NAME_v x0, x1, x2, x3, v0, v1, v2, v3;
+                memcpy(&x0, x + k, VB); memcpy(&x1, x + k + W, VB); memcpy(&x2, x + k + 2 * W, VB);
+                memcpy(&x3, x + k + 3 * W, VB); memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
+                memcpy(&v2, y + k + 2 * W, VB); memcpy(&v3, y + k + 3 * W, VB);
+                a0 += x0 * v0; a1 += x1 * v1; a2 += x2 * v2; a3 += x3 * v3;
+            }
+            a0 += a1 + a2 + a3;
+            T acc = 0;
+            for (int j = 0; j < W; j++) acc += a0[j];
+            for (; k < K; k++) acc += x[k] * y[k];
+            out[i] = acc;
+        }
+    } else {
+        for (long long i = i0; i < i1; i++) {
+            T acc = 0;
+            for (long long k = 0; k < K; k++) acc += X[i * sxi + k * sxk] * y[k * sy];
+            out[i] = acc;
+        }
+    }
+}
+/* M == 1 or N == 1 (M, N, K > 0): the output dimension split over the threads from par_macs multiply-adds on, the
+   epilogue on each thread's part; returns the first nonzero epilogue code */
+static __attribute__((unused)) int NAME_gemv_all(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+                                                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi,
+                                                 void **bufs, const long long *syms, double par_macs) {
+    int rows = N == 1;
+    long long len = rows ? M : N;
+    const T *X = rows ? A : B, *y = rows ? B : A;
+    long long sxi = rows ? sam : sbn, sxk = rows ? sak : sbk, sy = rows ? sbk : sak;
+    int err = 0;
+    #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= par_macs)
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long per = ((len + nt - 1) / nt + 15) / 16 * 16;
+        long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+        if (hi > lo) {
+            NAME_gemv(lo, hi, K, X, sxi, sxk, y, sy, C);
+            int e = !epi ? 0 : rows ? epi(bufs, syms, lo, hi, 0, 1) : epi(bufs, syms, 0, 1, lo, hi);
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
+        }
+    }
+    return err;
+}
+"""
+
 _TEMPLATE = r"""
 /* NAME: own GEMM, T, register tile MR x NR, kc=KC mc=MC nc=NC (luminal.codegen.gemm) */
 typedef T NAME_v __attribute__((vector_size(VB)));
@@ -318,72 +413,7 @@ static int NAME_run(long long m0, long long m1, long long n0, long long n1, long
     }
     return err;
 }
-/* a matrix-vector product (M == 1 or N == 1), no packing: out[i] = sum_k X[i*sxi + k*sxk] * y[k*sy] for i in
-   [i0, i1) (out = C, contiguous either way) */
-static void NAME_gemv(long long i0, long long i1, long long K, const T *X, long long sxi, long long sxk,
-                      const T *y, long long sy, T *restrict out) {
-    if (sxi == 1) {  /* out += y[k] * (row k of X): four rows at a time over blocks of out that stay in L1 */
-        for (long long b0 = i0; b0 < i1; b0 += 2048) {
-            long long b1 = b0 + 2048 < i1 ? b0 + 2048 : i1, k = 0;
-            for (long long i = b0; i < b1; i++) out[i] = 0;
-            for (; k + 4 <= K; k += 4) {
-                T y0 = y[k * sy], y1 = y[(k + 1) * sy], y2 = y[(k + 2) * sy], y3 = y[(k + 3) * sy];
-                const T *x0 = X + k * sxk, *x1 = x0 + sxk, *x2 = x1 + sxk, *x3 = x2 + sxk;
-                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i] + y1 * x1[i] + y2 * x2[i] + y3 * x3[i];
-            }
-            for (; k < K; k++) {
-                T y0 = y[k * sy]; const T *x0 = X + k * sxk;
-                for (long long i = b0; i < b1; i++) out[i] += y0 * x0[i];
-            }
-        }
-    } else if (sxk == 1 && sy == 1) {  /* dot products along contiguous K: four rows at a time (four streams,
-                                          one load of y for four FMAs), two vector accumulators per row */
-        enum { W = VB / sizeof(T) };
-        long long i = i0;
-        for (; i + 4 <= i1; i += 4) {
-            const T *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
-            NAME_v a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
-            long long k = 0;
-            for (; k + 2 * W <= K; k += 2 * W) {
-                NAME_v v0, v1, u0, u1;
-                memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
-                memcpy(&u0, x0 + k, VB); memcpy(&u1, x0 + k + W, VB); a00 += u0 * v0; a01 += u1 * v1;
-                memcpy(&u0, x1 + k, VB); memcpy(&u1, x1 + k + W, VB); a10 += u0 * v0; a11 += u1 * v1;
-                memcpy(&u0, x2 + k, VB); memcpy(&u1, x2 + k + W, VB); a20 += u0 * v0; a21 += u1 * v1;
-                memcpy(&u0, x3 + k, VB); memcpy(&u1, x3 + k + W, VB); a30 += u0 * v0; a31 += u1 * v1;
-            }
-            a00 += a01; a10 += a11; a20 += a21; a30 += a31;
-            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            for (int j = 0; j < W; j++) { s0 += a00[j]; s1 += a10[j]; s2 += a20[j]; s3 += a30[j]; }
-            for (; k < K; k++) { s0 += x0[k] * y[k]; s1 += x1[k] * y[k]; s2 += x2[k] * y[k]; s3 += x3[k] * y[k]; }
-            out[i] = s0; out[i + 1] = s1; out[i + 2] = s2; out[i + 3] = s3;
-        }
-        for (; i < i1; i++) {
-            const T *x = X + i * sxi;
-            NAME_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            long long k = 0;
-            for (; k + 4 * W <= K; k += 4 * W) {
-                NAME_v x0, x1, x2, x3, v0, v1, v2, v3;
-                memcpy(&x0, x + k, VB); memcpy(&x1, x + k + W, VB); memcpy(&x2, x + k + 2 * W, VB);
-                memcpy(&x3, x + k + 3 * W, VB); memcpy(&v0, y + k, VB); memcpy(&v1, y + k + W, VB);
-                memcpy(&v2, y + k + 2 * W, VB); memcpy(&v3, y + k + 3 * W, VB);
-                a0 += x0 * v0; a1 += x1 * v1; a2 += x2 * v2; a3 += x3 * v3;
-            }
-            a0 += a1 + a2 + a3;
-            T acc = 0;
-            for (int j = 0; j < W; j++) acc += a0[j];
-            for (; k < K; k++) acc += x[k] * y[k];
-            out[i] = acc;
-        }
-    } else {
-        for (long long i = i0; i < i1; i++) {
-            T acc = 0;
-            for (long long k = 0; k < K; k++) acc += X[i * sxi + k * sxk] * y[k * sy];
-            out[i] = acc;
-        }
-    }
-}
-static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
+""" + GEMV_ROWS + r"""static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
     if (M <= 0 || N <= 0) return 0;
@@ -393,26 +423,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
     if (M == 1 || N == 1) {  /* matrix-vector: the output dimension split over the threads */
-        int rows = N == 1;
-        long long len = rows ? M : N;
-        const T *X = rows ? A : B, *y = rows ? B : A;
-        long long sxi = rows ? sam : sbn, sxk = rows ? sak : sbk, sy = rows ? sbk : sak;
-        int err = 0;
-        #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
-        {
-            long long nt = omp_get_num_threads(), t = omp_get_thread_num();
-            long long per = ((len + nt - 1) / nt + 15) / 16 * 16;
-            long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
-            if (hi > lo) {
-                NAME_gemv(lo, hi, K, X, sxi, sxk, y, sy, C);
-                int e = !epi ? 0 : rows ? epi(bufs, syms, lo, hi, 0, 1) : epi(bufs, syms, 0, 1, lo, hi);
-                if (e) {
-                    #pragma omp critical(lm_own_gemm_err)
-                    { if (!err) err = e; }
-                }
-            }
-        }
-        return err;
+        return NAME_gemv_all(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms, (double)LM_OWN_GEMM_PAR_MACS);
     }
     long long kcap = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);  /* K blocks of equal size, at most KC */
     int nt = omp_in_parallel() || (double)M * (double)N * (double)K < (double)LM_OWN_GEMM_PAR_MACS
