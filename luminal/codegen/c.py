@@ -26,6 +26,7 @@ from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
+from .gemm_lowp import lowp_name, lowp_source, operand_stores
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 from .shared import _dispatch, _shared_body
 
@@ -145,6 +146,9 @@ class CRenderer:
             parts.append(gemm_helpers())
             if self.gemm_sources:
                 parts.append(self.gemm_sources)
+            stored = sorted({st for k in self.program.kernels if isinstance(k, GemmKernel)
+                             for st in [operand_stores(self.program, k)] if st})
+            parts += [lowp_source(*st) for st in stored]  # bfloat16 / float16 operands (codegen.gemm_lowp)
         calls = []
         groups = kernel_groups(self.program)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
@@ -524,6 +528,9 @@ class CRenderer:
         c_off = to_expr(0)
         for v, s in zip(batch_vars, ShapeTracker.contiguous_of(dims).strides[:nb]):
             c_off = c_off + v * s
+        stores = operand_stores(self.program, kernel)
+        if stores:  # an operand stored as bfloat16 / float16: one dispatch function, never searched
+            fn = lowp_name(*stores)
         # fn: a function name, or (fallback, [((batch, M, N, K), name), ...]) dispatching on the run-time sizes
         default_fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
         fallback, special = (fn or default_fn, []) if not isinstance(fn, tuple) else fn

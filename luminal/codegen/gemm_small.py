@@ -23,6 +23,7 @@ is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tu
 from __future__ import annotations
 
 from .gemm import _COMMON, GEMV_ROWS
+from .gemm_lowp import STORE_TYPES, convert_expr
 from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
@@ -110,36 +111,23 @@ static __thread size_t lm_og_dot_acap, lm_og_dot_bcap;
 #endif
 typedef T NAME_v __attribute__((vector_size(VB)));
 typedef ITYPE NAME_vi __attribute__((vector_size(VB)));
+typedef S NAME_x __attribute__((vector_size(VB)));  /* a vector of the copies' elements */
 static const NAME_v NAME_zero = {0};
 /* rows [0, rows) of c (rows <= MA) x columns [0, cols) (cols <= NB) (+)= the MA rows at a . the NB rows at b over
-   kv (a multiple of W) elements; a and b are VB-aligned copies with rows LDP apart */
-static __attribute__((noinline)) void NAME_tile(long long kv, const T *a, const T *b, T *restrict c, long long ldc,
+   kv (a multiple of KW) elements; a and b are VB-aligned copies with rows LDP apart */
+static __attribute__((noinline)) void NAME_tile(long long kv, const S *a, const S *b, T *restrict c, long long ldc,
                                                  int rows, int cols, int acc) {
-    a = (const T *)__builtin_assume_aligned(a, VB);
-    b = (const T *)__builtin_assume_aligned(b, VB);
+    a = (const S *)__builtin_assume_aligned(a, VB);
+    b = (const S *)__builtin_assume_aligned(b, VB);
 DECLS
-    for (long long k = 0; k < kv; k += W) {
-        NAME_v x0 = *(const NAME_v *)(a + k), x1 = *(const NAME_v *)(a + LDP + k), y;
+    for (long long k = 0; k < kv; k += KW) {
+        NAME_x x0 = *(const NAME_x *)(a + k), x1 = *(const NAME_x *)(a + LDP + k), y;
 BODY
     }
 REDUCE
 }
-/* rows [0, rows) of src (row stride ld), elements [0, kb), into dst (row stride LDP), zero-padded to kv elements
-   and to `all` rows */
-static inline void NAME_copy(long long rows, long long all, long long kb, long long kv, const T *src, long long ld,
-                             T *restrict dst) {
-    for (long long r = 0; r < all; r++) {
-        T *d = dst + r * LDP;
-        if (r < rows) {
-            memcpy(d, src + r * ld, (size_t)kb * sizeof(T));
-            memset(d + kb, 0, (size_t)(kv - kb) * sizeof(T));
-        } else {
-            memset(d, 0, (size_t)kv * sizeof(T));
-        }
-    }
-}
-static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
-                const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
+COPIESstatic int NAME(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
+                const TB *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
     if (M <= 1 || N <= 1 || K <= 0 || sak != 1 || sbk != 1)
         return FALLBACK(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
@@ -150,13 +138,13 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         long long nt = omp_get_num_threads(), t = omp_get_thread_num();
         long long blocks = (N + NB - 1) / NB, lo = blocks * t / nt * NB, hi = blocks * (t + 1) / nt * NB;
         if (hi > N) hi = N;
-        T *ab = (T *)lm_og_grow(&lm_og_dot_abuf, &lm_og_dot_acap, (size_t)(mr * LDP) * sizeof(T));
-        T *bb = (T *)lm_og_grow(&lm_og_dot_bbuf, &lm_og_dot_bcap, (size_t)(NB * LDP) * sizeof(T));
+        S *ab = (S *)lm_og_grow(&lm_og_dot_abuf, &lm_og_dot_acap, (size_t)(mr * LDP) * sizeof(S));
+        S *bb = (S *)lm_og_grow(&lm_og_dot_bbuf, &lm_og_dot_bcap, (size_t)(NB * LDP) * sizeof(S));
         if (hi > lo && (!ab || !bb)) {  /* no memory for the copies: plain loops over this thread's columns */
             for (long long m = 0; m < M; m++)
                 for (long long n = lo; n < hi; n++) {
                     T acc = 0;
-                    for (long long k = 0; k < K; k++) acc += A[m * sam + k] * B[n * sbn + k];
+                    for (long long k = 0; k < K; k++) acc += CVA(A[m * sam + k]) * CVB(B[n * sbn + k]);
                     C[m * N + n] = acc;
                 }
             int e = epi ? epi(bufs, syms, 0, M, lo, hi) : 0;
@@ -171,22 +159,22 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         for (long long jc = lo; jc < hi; jc += jcols) {
             long long jn = hi - jc < jcols ? hi - jc : jcols;
             for (long long pc = 0; pc < K; pc += KCD) {
-                long long kb = K - pc < KCD ? K - pc : KCD, kv = (kb + W - 1) / W * W;
-                NAME_copy(M, mr, kb, kv, A + pc, sam, ab);
+                long long kb = K - pc < KCD ? K - pc : KCD, kv = (kb + KW - 1) / KW * KW;
+                NAME_copya(M, mr, kb, kv, A + pc, sam, ab);
                 for (long long n0 = jc; n0 < jc + jn; n0 += NB) {
                     int cols = jc + jn - n0 < NB ? (int)(jc + jn - n0) : NB;
-                    NAME_copy(cols, NB, kb, kv, B + n0 * sbn + pc, sbn, bb);
+                    NAME_copyb(cols, NB, kb, kv, B + n0 * sbn + pc, sbn, bb);
                     /* the next block of B (weights: usually not in cache) is prefetched into L2 a share per tile,
                        so its copy does not wait on memory */
                     long long nr = jc + jn - n0 - NB < NB ? jc + jn - n0 - NB : NB;
-                    long long lines = (kb * (long long)sizeof(T) + 63) / 64, total = nr > 0 ? nr * lines : 0;
+                    long long lines = (kb * (long long)sizeof(TB) + 63) / 64, total = nr > 0 ? nr * lines : 0;
                     long long per = (total + (M + MA - 1) / MA - 1) / ((M + MA - 1) / MA), prow = 0, pline = 0;
                     const char *next = (const char *)(B + (n0 + NB) * sbn + pc);
                     for (long long m0 = 0; m0 < M; m0 += MA) {
                         NAME_tile(kv, ab + m0 * LDP, bb, C + m0 * N + n0, N, M - m0 < MA ? (int)(M - m0) : MA,
                                   cols, pc > 0);
                         for (long long q = 0; q < per && prow < nr; q++) {
-                            __builtin_prefetch(next + prow * sbn * (long long)sizeof(T) + pline * 64, 0, 2);
+                            __builtin_prefetch(next + prow * sbn * (long long)sizeof(TB) + pline * 64, 0, 2);
                             if (++pline == lines) { pline = 0; prow++; }
                         }
                     }
@@ -206,7 +194,26 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
 """
 
 
-def dot_source(dtype: str, name: str, fallback: str) -> str:
+_COPY = r"""
+/* rows [0, rows) of src (row stride ld), elements [0, kb), into dst (row stride LDP), zero-padded to kv elements
+   and to `all` rows (an operand stored as float16 / bfloat16 is converted to T on the way) */
+static inline void NAME_copySIDE(long long rows, long long all, long long kb, long long kv, const SRC *src, long long ld,
+                                 S *restrict dst) {
+    for (long long r = 0; r < all; r++) {
+        S *d = dst + r * LDP;
+        if (r < rows) {
+            MOVE
+            memset(d + kb, 0, (size_t)(kv - kb) * sizeof(S));
+        } else {
+            memset(d, 0, (size_t)kv * sizeof(S));
+        }
+    }
+}
+"""
+
+
+def dot_source(dtype: str, name: str, fallback: str, a_store: str | None = None, b_store: str | None = None,
+               bf16_pairs: bool = False) -> str:
     """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)`` with the semantics
     of ``lm_gemm_f32``: the dot-product GEMM for A and B both contiguous along K (``sak == sbk == 1``: a row-major
     activation times an ``N x K`` weight, PyTorch's layout), which packs nothing, so its cost at small M is the
@@ -216,6 +223,12 @@ def dot_source(dtype: str, name: str, fallback: str) -> str:
     Other layouts, M <= 1, N <= 1 and K == 0 call ``fallback`` (a function with the same signature, rendered
     before this text). The text starts with the own GEMM's common header (include-guarded: its packing-buffer
     allocator and thresholds).
+
+    ``a_store`` / ``b_store`` (``"bfloat16"`` or ``"float16"``; default ``dtype``) render a variant whose operand
+    is stored in that type and converted to ``dtype`` while it is copied (:mod:`luminal.codegen.gemm_lowp`);
+    ``fallback`` then takes the same operand types. ``bf16_pairs`` (both operands bfloat16) keeps the copies in
+    bfloat16 and multiplies with AVX512-BF16's ``vdpbf16ps`` (pairs of exact products added into float32 lanes:
+    twice the multiply-adds per instruction of a float32 FMA); the caller guards it with ``__AVX512BF16__``.
     """
     import re
 
@@ -228,8 +241,15 @@ def dot_source(dtype: str, name: str, fallback: str) -> str:
     itype = "int" if dtype == "float32" else "long long"
     decls = [f"    NAME_v " + ", ".join(f"a{i}_{j} = {{0}}" for j in range(nb)) + ";" for i in range(ma)]
     # (the empty asm keeps y in a register: else GCC folds the load into both FMAs, two loads per vector of B)
-    body = [f"        y = *(const NAME_v *)(b + {j} * LDP + k); LM_OG_DOT_KEEP(y); a0_{j} += x0 * y; a1_{j} += x1 * y;"
-            for j in range(nb)]
+    if bf16_pairs:
+        if (a_store, b_store, dtype, vector_bytes()) != ("bfloat16", "bfloat16", "float32", 64):
+            raise ValueError("bf16_pairs needs two bfloat16 operands, float32 output and 64-byte vectors")
+        step = ("a{i}_{j} = (NAME_v)_mm512_dpbf16_ps((__m512)a{i}_{j}, (__m512bh)x{i}, (__m512bh)y);")
+        body = [f"        y = *(const NAME_x *)(b + {j} * LDP + k); LM_OG_DOT_KEEP(y); "
+                + step.format(i=0, j=j) + " " + step.format(i=1, j=j) for j in range(nb)]
+    else:
+        body = [f"        y = *(const NAME_x *)(b + {j} * LDP + k); LM_OG_DOT_KEEP(y); a0_{j} += x0 * y; "
+                f"a1_{j} += x1 * y;" for j in range(nb)]
     tree, finals = _merge_tree(w, nb)
     order = [col for _, srcs in finals for col in srcs]
     if order[:nb] != list(range(nb)):  # (the merge keeps the columns in order, padding at the end)
@@ -250,11 +270,24 @@ def dot_source(dtype: str, name: str, fallback: str) -> str:
                    "            for (int j = 0; j < cols; j++) ci[j] = acc ? ci[j] + s[j] : s[j];",
                    "        }"]
         reduce.append("    }")
-    src = (_DOT.replace("DECLS", "\n".join(decls)).replace("BODY", "\n".join(body))
+    copy_type = "bfloat16" if bf16_pairs else dtype  # the element type of the copies
+    copies = []
+    for side, store in (("a", a_store or dtype), ("b", b_store or dtype)):
+        if store == copy_type:
+            move = "memcpy(d, src + r * ld, (size_t)kb * sizeof(S));"
+        else:
+            move = f"for (long long k = 0; k < kb; k++) d[k] = {convert_expr(store, 'src[r * ld + k]')};"
+        copies.append(_COPY.replace("SIDE", side).replace("SRC", STORE_TYPES[store]).replace("MOVE", move))
+    src = (_DOT.replace("COPIES", "".join(copies)).replace("DECLS", "\n".join(decls)).replace("BODY", "\n".join(body))
            .replace("REDUCE", "\n".join(reduce)))
+    copy_size = {"bfloat16": 2, "float32": 4, "float64": 8}[copy_type]
     subs = {"MA": str(ma), "NB": str(nb), "KCD": str(kc), "W": str(w), "VB": str(vector_bytes()), "T": ctype,
-            "ITYPE": itype, "FALLBACK": fallback, "LDP": str(kc + 64 // (4 if dtype == "float32" else 8))}
-    src = re.sub(r"\b(MA|NB|KCD|LDP|W|VB|T|ITYPE|FALLBACK)\b", lambda m: subs[m.group(1)], src)
+            "ITYPE": itype, "FALLBACK": fallback, "LDP": str(kc + 64 // copy_size), "S": STORE_TYPES[copy_type],
+            "KW": str(w * (4 // copy_size if bf16_pairs else 1)),
+            "TA": STORE_TYPES[a_store or dtype], "TB": STORE_TYPES[b_store or dtype],
+            "CVA": "" if (a_store or dtype) == dtype else "lm_cv_" + a_store,
+            "CVB": "" if (b_store or dtype) == dtype else "lm_cv_" + b_store}
+    src = re.sub(r"\b(MA|NB|KCD|LDP|KW|W|VB|TA|TB|S|T|ITYPE|FALLBACK|CVA|CVB)\b", lambda m: subs[m.group(1)], src)
     return _COMMON + re.sub(r"\bNAME", name, src)
 
 

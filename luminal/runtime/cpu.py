@@ -72,7 +72,9 @@ class CPURuntime:
         self.graph = graph
         self.search_level = check_level(search)
         self.budget_s = check_budget(budget_s)
-        self.program: Program = lower(graph)
+        from ..codegen.gemm_lowp import narrow_operands
+        # GEMM operands stored as bfloat16 / float16 are read as they are stored, not through a float32 copy
+        self.program: Program = narrow_operands(lower(graph))
         self.blas = _blas() is not None
         # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue), chosen at the bindings
         # known now: measured with search "quick"/"full", else the tuning cache's decision (default: materialized)
@@ -126,11 +128,8 @@ class CPURuntime:
 
     # ------------------------------------------------------------------ GEMM choices and the measured search
     def _gemm_kernels(self) -> list[int]:
-        from ..codegen.kernel import GemmKernel
-        from ..dtype import DType
-        return [i for i, k in enumerate(self.program.kernels)  # (a fused GEMM always runs the own GEMM)
-                if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64)
-                and k.a_pro is None and k.b_pro is None]
+        from .search import searchable
+        return [i for i, k in enumerate(self.program.kernels) if searchable(self.program, k)]
 
     def _shapes(self, bindings) -> dict:
         from .search import program_shapes

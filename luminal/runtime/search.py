@@ -456,12 +456,20 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
     return result
 
 
+def searchable(program: Program, kernel) -> bool:
+    """Whether ``kernel`` is a GEMM the measured search chooses an implementation for: float32 / float64, not
+    fused with a prologue (that runs the own GEMM) and no operand stored as bfloat16 / float16 (that runs
+    :mod:`luminal.codegen.gemm_lowp`)."""
+    from ..codegen.gemm_lowp import operand_stores
+    return isinstance(kernel, GemmKernel) and kernel.dtype in (DType.float32, DType.float64) and \
+        kernel.a_pro is None and kernel.b_pro is None and operand_stores(program, kernel) is None
+
+
 def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
     """Kernel index -> shape of every GEMM kernel of ``program`` whose sizes are known at ``bindings``."""
     out = {}
     for i, k in enumerate(program.kernels):
-        if isinstance(k, GemmKernel) and k.dtype in (DType.float32, DType.float64) and \
-                k.a_pro is None and k.b_pro is None:  # (a fused prologue runs the own GEMM: not searched)
+        if searchable(program, k):
             s = gemm_shape(k, bindings)
             if s is not None:
                 out[i] = s

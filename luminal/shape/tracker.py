@@ -140,6 +140,27 @@ class ShapeTracker:
             acc = acc * d
         return True
 
+    def covers(self, src_dims: Sequence[IntLike]) -> bool:
+        """True when the view reads every element of a row-major buffer of ``src_dims`` and nothing else: a
+        permutation, reshape or broadcast of the whole buffer (no masks, offset 0, and the axes that are not
+        broadcast tile the buffer exactly). Conservative: symbolic strides give ``False``."""
+        if self.masks or self.offset != 0:
+            return False
+        axes = []
+        for d, s in zip(self.dims, self.strides):
+            if s == 0 or d == 1:
+                continue
+            if not s.is_constant():
+                return False
+            axes.append((s.to_int(), d))
+        axes.sort(key=lambda t: t[0])
+        acc = ONE
+        for s, d in axes:
+            if acc != s:
+                return False
+            acc = acc * d
+        return acc == _prod(to_expr(d) for d in src_dims)
+
     def is_reshaped_contiguous(self) -> bool:
         """Alias of :meth:`is_contiguous` kept for symmetry with the seed API."""
         return self.is_contiguous()

@@ -1,0 +1,301 @@
+"""GEMMs whose operands are stored as bfloat16 or float16, read without a float32 copy.
+
+A bfloat16 / float16 matmul is a float32 GEMM over the operands converted to float32, rounded once at the end
+(``luminal.hl_ops.matmul``, PyTorch's CPU semantics). Lowered as it is written, every call first writes a
+float32 copy of each operand: for a bfloat16 weight that is 2 bytes read, 4 written and 4 read again per
+parameter where 2 would do, and token-by-token decoding is memory-bound (a 1 x 4096 x 4096 bfloat16 matvec: 5.2
+ms with the copy, against 1.5 ms for the same product stored as float32).
+
+* :func:`narrow_operands` rewrites the lowered program: a GEMM operand whose buffer is only a float32 conversion
+  of a bfloat16 / float16 buffer (an elementwise kernel ``Cast(float32)`` reading that buffer row-major whole,
+  read by float32 GEMMs only) is read from the stored buffer itself, and the conversion kernel is dropped.
+* :func:`lowp_source` renders ``lm_gemm_lp_<a><b>`` (the signature of ``lm_gemm_f32`` with the stored operand
+  types), dispatching per call like ``"auto"`` (:mod:`luminal.codegen.gemm_small`): matrix-vector products read
+  the stored matrix and convert it in the registers; small M with both operands contiguous along K runs the
+  dot-product kernel, which converts while it copies its blocks; everything else converts the stored operands
+  into a per-thread float32 scratch in their own layout and calls ``lm_gemm_f32`` (OpenBLAS).
+
+These GEMMs are not part of the measured search (their implementation is this dispatch). The CPU backend only:
+the GPU backend's GEMMs read their operands through views and convert in ``tl.dot``'s prologue anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .. import ops
+from ..dtype import DType
+from .gemm import _COMMON
+from .gemm_config import _width, vector_bytes
+from .kernel import Compute, ElementwiseKernel, GemmKernel, Load, Program
+from .values import kernel_buffers
+
+LOWP = (DType.bfloat16, DType.float16)
+STORE_TYPES = {"float32": "float", "float64": "double", "bfloat16": "unsigned short", "float16": "_Float16"}
+_SHORT = {"float32": "f", "bfloat16": "b", "float16": "h"}
+
+
+def convert_expr(store: str, expr: str) -> str:
+    """C expression converting the stored element ``expr`` of type ``store`` to float."""
+    return f"lm_cv_{store}({expr})"
+
+
+def operand_stores(program: Program, kernel: GemmKernel) -> tuple[str, str] | None:
+    """``(a, b)`` storage dtype names of a float32 GEMM's operands when one of them is bfloat16 / float16 (see
+    :func:`narrow_operands`), else None."""
+    if kernel.dtype != DType.float32 or kernel.a is None or kernel.b is None:
+        return None
+    stores = tuple(program.buffers[x][1] for x in (kernel.a, kernel.b))
+    if not any(s in LOWP for s in stores):
+        return None
+    return stores[0].value, stores[1].value
+
+
+def _conversion_source(kernel) -> int | None:
+    """The stored buffer an elementwise kernel converts to float32 whole and row-major, or None."""
+    if not isinstance(kernel, ElementwiseKernel) or kernel.dtype != DType.float32:
+        return None
+    v = kernel.value
+    if not (isinstance(v, Compute) and isinstance(v.op, ops.Cast) and len(v.args) == 1):
+        return None
+    load = v.args[0]
+    if not isinstance(load, Load) or load.dtype not in LOWP:
+        return None
+    view = load.view
+    if not view.is_contiguous() or tuple(view.dims) != tuple(kernel.dims):
+        return None
+    return load.buffer
+
+
+def narrow_operands(program: Program) -> Program:
+    """``program`` with every float32 GEMM operand that is only a conversion of a bfloat16 / float16 buffer read
+    from that buffer (the conversion kernel and its buffer dropped; see the module docstring). Returns
+    ``program`` itself when nothing changes."""
+    writers: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    for i, k in enumerate(program.kernels):
+        writers.setdefault(k.out, i)
+        for b in kernel_buffers(k) - {k.out}:
+            readers.setdefault(b, []).append(i)
+    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    drop: dict[int, int] = {}  # converted buffer -> stored buffer
+    for buf, w in writers.items():
+        src = _conversion_source(program.kernels[w])
+        if src is None or buf in pinned or not readers.get(buf):
+            continue
+        if all(isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
+               and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]):
+            drop[buf] = src
+    if not drop:
+        return program
+    kernels = []
+    for k in program.kernels:
+        if k.out in drop:
+            continue
+        if isinstance(k, GemmKernel) and (k.a in drop or k.b in drop):
+            k = dataclasses.replace(k, a=drop.get(k.a, k.a), b=drop.get(k.b, k.b))
+        kernels.append(k)
+    return Program(kernels, {b: v for b, v in program.buffers.items() if b not in drop}, list(program.inputs),
+                   list(program.outputs), dict(program.aliases))
+
+
+def lowp_name(a_store: str, b_store: str) -> str:
+    """The C name of the GEMM with operands stored as ``a_store`` / ``b_store`` (float32 compute)."""
+    return f"lm_gemm_lp_{_SHORT[a_store]}{_SHORT[b_store]}"
+
+
+_CONVERT = r"""
+#ifndef LM_LOWP_COMMON
+#define LM_LOWP_COMMON
+static inline float lm_cv_float32(float x) { return x; }
+static inline float lm_cv_bfloat16(unsigned short x) { return lm_bf16_to_f32(x); }
+static inline float lm_cv_float16(_Float16 x) { return (float)x; }
+/* per-thread float32 scratch for converted operands (two: A and B), grown on demand, never freed */
+static __thread void *lm_lp_buf[2];
+static __thread size_t lm_lp_cap[2];
+typedef float lm_lp_v __attribute__((vector_size(VB)));
+#endif
+"""
+
+_STORED = r"""
+#ifndef LM_LP_STORED_SHORT
+#define LM_LP_STORED_SHORT
+typedef STYPE lm_lp_SHORT_h __attribute__((vector_size(VB / 2)));
+/* W consecutive stored elements at p as a float vector */
+static inline lm_lp_v lm_lp_load_SHORT(const STYPE *p) {
+    lm_lp_SHORT_h h;
+    memcpy(&h, p, VB / 2);
+LOADV
+}
+/* out[i] = sum_k X[i*sxi + k*sxk] * y[k] for i in [i0, i1), X stored as STYPE, y float32 contiguous */
+static void lm_lp_rows_SHORT(long long i0, long long i1, long long K, const STYPE *X, long long sxi, long long sxk,
+                             const float *y, float *restrict out) {
+    enum { W = VB / 4 };
+    if (sxk == 1) {  /* rows contiguous along K: four rows at a time, converted in the registers */
+        long long i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const STYPE *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
+            lm_lp_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            long long k = 0;
+            for (; k + W <= K; k += W) {
+                lm_lp_v v;
+                memcpy(&v, y + k, VB);
+                a0 += lm_lp_load_SHORT(x0 + k) * v; a1 += lm_lp_load_SHORT(x1 + k) * v;
+                a2 += lm_lp_load_SHORT(x2 + k) * v; a3 += lm_lp_load_SHORT(x3 + k) * v;
+            }
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int j = 0; j < W; j++) { s0 += a0[j]; s1 += a1[j]; s2 += a2[j]; s3 += a3[j]; }
+            for (; k < K; k++) {
+                s0 += lm_cv_STORE(x0[k]) * y[k]; s1 += lm_cv_STORE(x1[k]) * y[k];
+                s2 += lm_cv_STORE(x2[k]) * y[k]; s3 += lm_cv_STORE(x3[k]) * y[k];
+            }
+            out[i] = s0; out[i + 1] = s1; out[i + 2] = s2; out[i + 3] = s3;
+        }
+        for (; i < i1; i++) {
+            const STYPE *x = X + i * sxi;
+            float acc = 0;
+            for (long long k = 0; k < K; k++) acc += lm_cv_STORE(x[k]) * y[k];
+            out[i] = acc;
+        }
+    } else if (sxi == 1) {  /* out += y[k] * (row k of X), over blocks of out that stay in L1 */
+        for (long long b0 = i0; b0 < i1; b0 += 2048) {
+            long long b1 = b0 + 2048 < i1 ? b0 + 2048 : i1, k = 0;
+            for (long long i = b0; i < b1; i++) out[i] = 0;
+            for (; k + 2 <= K; k += 2) {
+                float y0 = y[k], y1 = y[k + 1];
+                const STYPE *x0 = X + k * sxk, *x1 = x0 + sxk;
+                long long i = b0;
+                for (; i + W <= b1; i += W) {
+                    lm_lp_v o;
+                    memcpy(&o, out + i, VB);
+                    o += lm_lp_load_SHORT(x0 + i) * y0 + lm_lp_load_SHORT(x1 + i) * y1;
+                    memcpy(out + i, &o, VB);
+                }
+                for (; i < b1; i++) out[i] += y0 * lm_cv_STORE(x0[i]) + y1 * lm_cv_STORE(x1[i]);
+            }
+            for (; k < K; k++) {
+                float y0 = y[k]; const STYPE *x0 = X + k * sxk;
+                for (long long i = b0; i < b1; i++) out[i] += y0 * lm_cv_STORE(x0[i]);
+            }
+        }
+    } else {
+        for (long long i = i0; i < i1; i++) {
+            float acc = 0;
+            for (long long k = 0; k < K; k++) acc += lm_cv_STORE(X[i * sxi + k * sxk]) * y[k];
+            out[i] = acc;
+        }
+    }
+}
+#endif
+"""
+
+_CONV = r"""
+/* rows x K of an operand (element (r, k) at src[r*sr + k*sk]) as float32 in the calling thread's scratch `which`,
+   in the operand's own layout (K-contiguous rows, or rows-contiguous columns); *sr2 / *sk2 get its strides */
+static float *NAME_conv_SIDE(int which, long long rows, long long K, const TS *src, long long sr, long long sk,
+                          long long *sr2, long long *sk2) {
+    float *d = (float *)lm_og_grow(&lm_lp_buf[which], &lm_lp_cap[which], (size_t)(rows * K) * sizeof(float));
+    if (!d) return NULL;
+    if (sr == 1 && sk != 1) {
+        for (long long k = 0; k < K; k++) for (long long r = 0; r < rows; r++) d[k * rows + r] = lm_cv_STORE(src[k * sk + r]);
+        *sr2 = 1; *sk2 = rows;
+    } else {
+        for (long long r = 0; r < rows; r++) for (long long k = 0; k < K; k++) d[r * K + k] = lm_cv_STORE(src[r * sr + k * sk]);
+        *sr2 = K; *sk2 = 1;
+    }
+    return d;
+}
+"""
+
+_DISPATCH = r"""
+/* NAME: C = A . B^T (lm_gemm_f32's semantics) with A stored as TA and B as TB (luminal.codegen.gemm_lowp) */
+static int NAME(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
+                const TB *B, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
+                const long long *syms) {
+    if (M <= 0 || N <= 0) return 0;
+    if (K > 0 && (M == 1 || N == 1)) {  /* matrix-vector: the vector in float32 scratch, the matrix read stored */
+        int rows = N == 1;
+        long long len = rows ? M : N, sy = rows ? sbk : sak, s1, s2;
+        float *y = rows ? NAME_conv_b(1, 1, K, B, 0, sy, &s1, &s2) : NAME_conv_a(1, 1, K, A, 0, sy, &s1, &s2);
+        if (!y) return -1;
+        int err = 0;
+        #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_GEMV_PAR_MACS)
+        {
+            long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+            long long per = ((len + nt - 1) / nt + 15) / 16 * 16;
+            long long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+            if (hi > lo) {
+                if (rows) ROWS_A(lo, hi, K, A, sam, sak, y, C);
+                else ROWS_B(lo, hi, K, B, sbn, sbk, y, C);
+                int e = !epi ? 0 : rows ? epi(bufs, syms, lo, hi, 0, 1) : epi(bufs, syms, 0, 1, lo, hi);
+                if (e) {
+                    #pragma omp critical(lm_own_gemm_err)
+                    { if (!err) err = e; }
+                }
+            }
+        }
+        return err;
+    }
+    if (M <= LM_AUTO_SMALL_M && N >= 48 && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
+        return NAME_dot(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    return NAME_convert(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+}
+"""
+
+_CONVERT_CALL = r"""
+/* NAME_convert: the stored operands converted to float32 scratch, then lm_gemm_f32 */
+static int NAME_convert(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
+                        const TB *B, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
+                        const long long *syms) {
+    if (K <= 0) return lm_gemm_f32(M, N, K, NULL, 0, 0, NULL, 0, 0, C, epi, bufs, syms);
+    long long a1 = sam, a2 = sak, b1 = sbn, b2 = sbk;
+    const float *a = CONVERT_A, *b = CONVERT_B;
+    if (!a || !b) return -1;
+    return lm_gemm_f32(M, N, K, a, a1, a2, b, b1, b2, C, epi, bufs, syms);
+}
+"""
+
+
+def lowp_source(a_store: str, b_store: str) -> str:
+    """C source of :func:`lowp_name` ``(a_store, b_store)`` and the kernels it calls (see the module docstring);
+    expects ``HELPERS`` and ``gemm_helpers()`` (``lm_gemm_f32``) before it."""
+    from .gemm_small import AUTO_SMALL_M, dot_source
+
+    for s in (a_store, b_store):
+        if s not in _SHORT:
+            raise ValueError(f"stored GEMM operand type must be float32, bfloat16 or float16, not {s!r}")
+    if a_store == b_store == "float32":
+        raise ValueError("lowp_source: one operand must be stored as bfloat16 or float16")
+    _width("float32")
+    name = lowp_name(a_store, b_store)
+    vb = vector_bytes()
+    parts = [_COMMON, "#ifndef LM_GEMV_PAR_MACS\n#define LM_GEMV_PAR_MACS (1LL << 18)\n#endif\n"
+             f"#ifndef LM_AUTO_SMALL_M\n#define LM_AUTO_SMALL_M {AUTO_SMALL_M}\n#endif", _CONVERT.replace("VB", str(vb))]
+    for store in sorted({a_store, b_store}):
+        if store == "bfloat16":
+            load = ("    typedef unsigned int u32v __attribute__((vector_size(VB)));\n"
+                    "    u32v w = __builtin_convertvector(h, u32v) << 16;\n"
+                    "    lm_lp_v f;\n    memcpy(&f, &w, VB);\n    return f;")
+        elif store == "float16":
+            load = "    return __builtin_convertvector(h, lm_lp_v);"
+        else:
+            load = "    lm_lp_v f;\n    memcpy(&f, p, VB);\n    (void)h;\n    return f;"
+        text = _STORED.replace("LOADV", load).replace("SHORT", _SHORT[store]).replace("STYPE", STORE_TYPES[store])
+        parts.append(text.replace("lm_cv_STORE", f"lm_cv_{store}").replace("VB", str(vb)))
+    convs = "".join(_CONV.replace("SIDE", side).replace("TS", STORE_TYPES[store]).replace("STORE", store)
+                    for side, store in (("a", a_store), ("b", b_store)))
+    convert = _CONVERT_CALL.replace("CONVERT_A", "A" if a_store == "float32" else
+                                    "NAME_conv_a(0, M, K, A, sam, sak, &a1, &a2)")
+    convert = convert.replace("CONVERT_B", "B" if b_store == "float32" else "NAME_conv_b(1, N, K, B, sbn, sbk, &b1, &b2)")
+    subs = {"TA": STORE_TYPES[a_store], "TB": STORE_TYPES[b_store],
+            "ROWS_A": f"lm_lp_rows_{_SHORT[a_store]}", "ROWS_B": f"lm_lp_rows_{_SHORT[b_store]}"}
+    parts.append(re.sub(r"\b(TA|TB)\b", lambda m: subs[m.group(1)], convs + convert).replace("NAME", name))
+    dot = dot_source("float32", f"{name}_dot", f"{name}_convert", a_store, b_store)
+    if a_store == b_store == "bfloat16" and vb == 64:  # AVX512-BF16 where the compiler targets it
+        pairs = dot_source("float32", f"{name}_dot", f"{name}_convert", a_store, b_store, bf16_pairs=True)
+        dot = f"#if defined(__AVX512BF16__)\n#include <immintrin.h>\n{pairs}\n#else\n{dot}\n#endif"
+    parts.append(dot)
+    dispatch = re.sub(r"\b(TA|TB|ROWS_A|ROWS_B)\b", lambda m: subs[m.group(1)], _DISPATCH)
+    parts.append(dispatch.replace("NAME", name))
+    return "\n".join(parts)

@@ -1,0 +1,202 @@
+"""GEMMs with bfloat16 / float16 operands read as stored (luminal/codegen/gemm_lowp.py) against a float64 numpy
+oracle of the same rounded operands.
+
+Each case compiles a graph on the cpu device and checks (1) that the float32 conversion kernel of the stored
+operand is gone and the GEMM reads the stored buffer (``operand_stores``), (2) the values: the product of the
+operands' exact values in float64, rounded to the output dtype, against luminal's output, within one rounding
+of the output dtype plus the float32 accumulation error (``K * 2^-23 * sum |a||b|``). The shapes reach every
+branch of ``lm_gemm_lp_*``: matrix-vector with the stored matrix contiguous along K or along the rows, the
+dot-product kernel (M <= 64, both operands contiguous along K) with K tails, and the converting fallback to
+OpenBLAS (large M, transposed layouts), batched, symbolic M, and an epilogue.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.codegen.gemm_lowp import lowp_source, narrow_operands, operand_stores
+from luminal.codegen.kernel import GemmKernel
+from luminal.runtime.cpu import find_compiler
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler")
+
+TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+UNIT = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24}  # unit roundoff
+
+
+def _rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` by torch (the oracle's own rounding), as float64."""
+    if dtype == "float32":
+        return x.astype(np.float32).astype(np.float64)
+    return torch.from_numpy(x.astype(np.float32)).to(TORCH[dtype]).double().numpy()
+
+
+def _check(out, a64, b64, out_dtype):
+    """``out`` against ``a64 @ b64`` (float64) within one rounding to ``out_dtype`` plus float32 accumulation."""
+    ref = a64 @ b64
+    k = a64.shape[-1]
+    bound = np.abs(a64) @ np.abs(b64)
+    tol = UNIT[out_dtype] * np.abs(ref) * 1.01 + (k + 2) * 2.0 ** -23 * bound + 1e-30
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= tol), f"max error {err.max():.3g}, worst ratio {(err / tol).max():.3g}"
+
+
+def _gemms(cx):
+    prog = cx.runtime.program
+    return [operand_stores(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)]
+
+
+def _run(a_shape, a_dtype, b_shape, b_dtype, transpose_b=False, seed=0, dims=None, bind=None):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(a_shape)
+    b = rng.standard_normal(b_shape[::-1] if transpose_b else b_shape) * 0.5
+    cx = lm.Graph()
+    x = cx.tensor(dims or a_shape, a_dtype)
+    w = cx.tensor(b_shape[::-1] if transpose_b else b_shape, b_dtype)
+    y = (x @ (w.permute(tuple(range(len(b_shape) - 2)) + (len(b_shape) - 1, len(b_shape) - 2))
+              if transpose_b else w)).retrieve()
+    x.set(a.astype(np.float32))
+    w.set(b.astype(np.float32))
+    cx.compile(device="cpu")
+    cx.execute()
+    a64, b64 = _rounded(a, a_dtype), _rounded(b, b_dtype)
+    if transpose_b:
+        b64 = np.swapaxes(b64, -1, -2)
+    out_dtype = y.dtype.value
+    _check(np.asarray(y.data(), np.float64), a64, b64, out_dtype)
+    return cx
+
+
+@pytest.mark.parametrize("store", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,k,n", [(1, 300, 70), (1, 7, 1000), (5, 1, 3), (32, 256, 96), (7, 129, 50),
+                                   (64, 300, 48), (100, 65, 33), (130, 256, 200)])
+@pytest.mark.parametrize("transpose_b", [True, False])
+def test_stored_both_operands(store, m, k, n, transpose_b):
+    """Both operands stored low: every branch of the dispatch (GEMV, dot with K tails, converting fallback) in
+    PyTorch's weight layout (``x @ w.T``) and in the (K, N) layout."""
+    cx = _run((m, k), store, (k, n), store, transpose_b=transpose_b, seed=m * 1000 + k + n)
+    assert _gemms(cx) == ([(store, store)] if k > 1 else [])  # (K = 1: the e-graph removes the unit sum)
+
+
+@pytest.mark.parametrize("store", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,k,n", [(1, 512, 300), (24, 512, 64), (3, 40, 1), (90, 70, 80)])
+def test_stored_weight_float32_activations(store, m, k, n):
+    """A float32 activation times a stored weight (type promotion to float32): only the weight is stored low, the
+    output is float32."""
+    cx = _run((m, k), "float32", (k, n), store, transpose_b=True, seed=k + n)
+    assert _gemms(cx) == [("float32", store)]
+
+
+def test_matrix_times_vector_stored_matrix_first():
+    """N == 1 with the stored matrix as the left operand (``W @ v``): the GEMV branch over A's rows."""
+    cx = _run((300, 200), "bfloat16", (200, 1), "float32", seed=3)
+    assert _gemms(cx) == [("bfloat16", "float32")]
+
+
+@pytest.mark.parametrize("store", ["bfloat16", "float16"])
+def test_batched_and_symbolic(store):
+    """Batched operands (a batch offset per GEMM) and a symbolic row count bound at run time."""
+    cx = _run((3, 20, 64), store, (3, 64, 50), store, seed=11)
+    assert _gemms(cx) == [(store, store)]
+    cx = _run((1, 300), store, (300, 128), store, transpose_b=True, dims=("m", 300), seed=12)
+    assert _gemms(cx) == [(store, store)]
+
+
+def test_epilogue_bias_and_rounding():
+    """A bfloat16 Linear layer (bias added, output rounded to bfloat16 by the GEMM's epilogue) equals torch's
+    bfloat16 linear within one bfloat16 rounding of the float64 result."""
+    rng = np.random.default_rng(5)
+    a, w, bias = rng.standard_normal((8, 320)), rng.standard_normal((96, 320)) * 0.1, rng.standard_normal(96)
+    cx = lm.Graph()
+    x, W, B = cx.tensor((8, 320), "bfloat16"), cx.tensor((96, 320), "bfloat16"), cx.tensor((96,), "bfloat16")
+    y = (x @ W.permute((1, 0)) + B).retrieve()
+    x.set(a.astype(np.float32)); W.set(w.astype(np.float32)); B.set(bias.astype(np.float32))
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("bfloat16", "bfloat16")]
+    ta, tw, tb = (torch.from_numpy(v.astype(np.float32)).bfloat16() for v in (a, w, bias))
+    ref = torch.nn.functional.linear(ta, tw, tb).double().numpy()
+    got = np.asarray(y.data(), np.float64)
+    # two bfloat16 roundings (product, then the sum with the bias) on either side
+    np.testing.assert_allclose(got, ref, rtol=2 * 2.0 ** -7, atol=2.0 ** -7)
+
+
+def test_conversion_kernel_kept_when_read_elsewhere():
+    """A converted operand that something other than a GEMM reads (here, an output) keeps its conversion kernel:
+    narrowing applies only when every reader is a float32 GEMM."""
+    cx = lm.Graph()
+    x, w = cx.tensor((4, 64), "bfloat16"), cx.tensor((64, 32), "bfloat16")
+    wf = w.cast("float32").retrieve()
+    y = (x.cast("float32") @ wf).retrieve()
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((4, 64)), rng.standard_normal((64, 32))
+    x.set(a.astype(np.float32)); w.set(b.astype(np.float32))
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("bfloat16", "float32")]
+    _check(np.asarray(y.data(), np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "float32")
+    np.testing.assert_array_equal(wf.data(), _rounded(b, "bfloat16").astype(np.float32))
+
+
+def test_narrow_operands_is_identity_without_stored_operands():
+    cx = lm.Graph()
+    x, w = cx.tensor((4, 8)), cx.tensor((8, 3))
+    (x @ w).retrieve()
+    from luminal.codegen.kernel import lower
+    prog = lower(cx)
+    assert narrow_operands(prog) is prog
+
+
+def test_lowp_source_rejects_bad_types():
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        lowp_source("float32", "float32")
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        lowp_source("int8", "bfloat16")
+
+
+SANITIZER_SCRIPT = r"""
+import numpy as np, luminal as lm
+rng = np.random.default_rng(0)
+cases = [((1, 300), (70, 300), True), ((1, 37), (37, 90), False), ((20, 300), (96, 300), True), ((7, 129), (50, 129), True),
+         ((100, 65), (65, 33), False), ((90, 70), (80, 70), True), ((300, 200), (200, 1), False)]
+for store in ("bfloat16", "float16"):
+    for (a_shape, b_shape, tr) in cases:
+        a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+        for dev in ("reference", "cpu"):
+            cx = lm.Graph()
+            x, w = cx.tensor(a_shape, store), cx.tensor(b_shape, store)
+            y = (x @ (w.permute((1, 0)) if tr else w)).cast("float32").retrieve()
+            x.set(a.astype(np.float32)); w.set(b.astype(np.float32))
+            if dev == "cpu":
+                cx.compile(device="cpu")
+            cx.execute()
+            if dev == "reference":
+                ref = y.data()
+            else:
+                np.testing.assert_allclose(y.data(), ref, rtol=2e-2, atol=1e-2)
+print("SANITIZED-OK")
+"""
+
+
+def test_lowp_gemms_under_address_and_undefined_sanitizers(tmp_path):
+    """Every branch of the dispatch in a build with AddressSanitizer and UBSan (exact-size scratch buffers), its
+    results against the reference interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    cc = find_compiler()
+    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(libasan) or not os.path.exists(libasan):
+        pytest.skip("libasan is not available for this compiler")
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(tmp_path), LD_PRELOAD=libasan,
+               LUMINAL_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined "
+                              "-fno-omit-frame-pointer -DLM_OWN_GEMM_EXACT_BUFFERS",
+               ASAN_OPTIONS="detect_leaks=0", OMP_NUM_THREADS="2")
+    env.pop("LUMINAL_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
