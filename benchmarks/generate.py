@@ -48,6 +48,10 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--torch-threads", type=int, default=None, help="default: torch's own choice")
+    parser.add_argument("--weights", default="float32", choices=["float32", "bfloat16"],
+                        help="parameter dtype: bfloat16 saves the model in bf16; luminal loads it with "
+                             "weight_dtype='bfloat16' (weights read as stored, float32 compute), torch runs it "
+                             "as a bfloat16 model (bf16 compute)")
     parser.add_argument("--search", default=None, choices=["off", "quick", "full"],
                         help="luminal's GEMM kernel search level (Graph.compile's search=; default off)")
     args = parser.parse_args()
@@ -76,15 +80,19 @@ def main() -> None:
                                        max_position_embeddings=positions, bos_token_id=None, eos_token_id=None)
         hf = transformers.LlamaForCausalLM(cfg).eval()
     n_params = sum(p.numel() for p in hf.parameters())
+    bf16 = args.weights == "bfloat16"
+    if bf16:
+        hf = hf.to(torch.bfloat16)
     with tempfile.TemporaryDirectory() as folder:
         hf.save_pretrained(folder, safe_serialization=True)
-        model = DecoderLM.from_pretrained(folder)
+        model = DecoderLM.from_pretrained(folder, weight_dtype="bfloat16" if bf16 else None)
     ids = np.random.default_rng(0).integers(0, args.vocab, (1, args.prompt))
     tids = torch.from_numpy(ids)
 
     print(f"W8 generation: {args.arch}, {args.layers} layers, hidden {args.hidden}, {args.heads} heads, vocabulary "
           f"{args.vocab} ({n_params / 1e6:.1f} M parameters, random weights); batch 1, prompt {args.prompt}, "
-          f"{args.new} new tokens, greedy")
+          f"{args.new} new tokens, greedy; weights {args.weights}"
+          + (" (luminal: float32 compute; torch: bfloat16 compute)" if bf16 else ""))
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, {os.cpu_count()} cpus")
 

@@ -307,6 +307,45 @@ class Module:
     def eval(self) -> "Module":
         return self.train(False)
 
+    # ------------------------------------------------------------------ dtypes
+    def to(self, dtype) -> "Module":
+        """Convert every floating-point parameter and buffer to ``dtype`` (``torch.nn.Module.to(dtype)``; integer
+        and bool ones are left alone), in place; returns the module. Values are rounded to nearest even.
+
+        Graphs built afterwards see the new dtype. A module with bfloat16 / float16 weights and float32 inputs
+        computes in float32 (type promotion), and its matrix products read the weights as stored (2 bytes per
+        parameter; see ``luminal.codegen.gemm_lowp``). Converting a parameter that a graph already uses raises
+        RuntimeError: that graph's input has the old dtype (convert first, then build)."""
+        dtype = as_dtype(dtype)
+        if not dtype.is_float:
+            raise TypeError(f"Module.to: expected a floating dtype, got {dtype.value}")
+        params = [p for _, p in self.named_parameters()] + [b for _, b in self.named_buffers()]
+        todo = [p for p in dict.fromkeys(params) if p.dtype.is_float and p.dtype != dtype]
+        for p in todo:
+            if p.bound_tensors():
+                raise RuntimeError(f"Module.to({dtype.value}): parameter {p.name!r} is already used by a graph; "
+                                   "convert the module before building graphs with it")
+        for p in todo:
+            p.dtype = dtype
+            p.data = np.array(p.data, dtype=dtype.numpy, order="C")
+        return self
+
+    def float(self) -> "Module":
+        """``to(float32)``."""
+        return self.to(DType.float32)
+
+    def double(self) -> "Module":
+        """``to(float64)``."""
+        return self.to(DType.float64)
+
+    def half(self) -> "Module":
+        """``to(float16)``."""
+        return self.to(DType.float16)
+
+    def bfloat16(self) -> "Module":
+        """``to(bfloat16)``."""
+        return self.to(DType.bfloat16)
+
     def extra_repr(self) -> str:
         return ""
 

@@ -119,6 +119,20 @@ def test_random_bert_matches_transformers(folders, embedders, kind, device):
         assert np.abs(hidden).max() > 1.0 and np.std(ref) > 0.05  # the data are not trivial
 
 
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_bert_with_bf16_weights_kept_bf16(folders, device):
+    """``weight_dtype="bfloat16"``: the parameters stay bfloat16 (matrix products read them as stored) and the
+    outputs equal the bf16 folder's transformers model (float32 compute over bfloat16-rounded weights)."""
+    emb = SentenceEmbedder.from_pretrained(folders["bf16"][0], device=device, return_hidden=True,
+                                           weight_dtype="bfloat16")
+    assert {p.dtype.value for _, p in emb.model.named_parameters()} == {"bfloat16"}
+    ids, mask, types = hf_inputs(3, 9, seed=4)
+    hidden, pooled, ref = hf_reference(folders["bf16"][1], ids, mask, types)
+    got = emb.embed_ids(ids, mask, types)
+    np.testing.assert_allclose(got["last_hidden_state"], hidden, rtol=0, atol=HIDDEN_TOL)
+    np.testing.assert_allclose(got["sentence_embedding"], ref, rtol=0, atol=EMB_TOL)
+
+
 def test_compiled_program_is_reused_across_shapes(embedders):
     emb = embedders("f32", "cpu")
     runtime = emb.graph.runtime

@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 
+import luminal as lm
 import luminal.runtime
 from luminal.models import (DecoderConfig, DecoderLM, GPT2LMHeadModel, KVCache, LlamaForCausalLM,
                             MissingWeightError, ModelConfigError, sample_next,
@@ -205,6 +206,28 @@ def test_bf16_safetensors_load(zoo, tmp_path):
     np.testing.assert_allclose(model.logits(ids), hf_logits(oracle, ids), atol=TOL, rtol=0)
     assert np.abs(hf_logits(oracle, ids) - hf_logits(hf, ids)).max() > 1e-3  # the rounding is visible
     np.testing.assert_array_equal(model.generate(ids[:1], 8), hf_greedy(oracle, ids[:1], 8))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_weights_stay_bf16(tmp_path, kind):
+    """``weight_dtype="bfloat16"`` keeps the parameters in bfloat16 (the matrix products read them as stored, no
+    float32 copy) and computes in float32: logits and greedy tokens equal transformers' float32 model with
+    bfloat16-rounded weights."""
+    from luminal.codegen.gemm_lowp import operand_stores
+    from luminal.codegen.kernel import GemmKernel
+
+    random_hf(kind).to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    model = DecoderLM.from_pretrained(tmp_path, weight_dtype="bfloat16")
+    assert {p.dtype for _, p in model.named_parameters()} == {lm.bfloat16}
+    oracle = bf16_rounded(random_hf(kind))
+    ids = prompt(2, 8, seed=9)
+    np.testing.assert_allclose(model.logits(ids), hf_logits(oracle, ids), atol=TOL, rtol=0)
+    np.testing.assert_array_equal(model.generate(ids[:1], 8), hf_greedy(oracle, ids[:1], 8))
+    prog = model.program("cpu").graph.runtime.program
+    stored = [operand_stores(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)]
+    assert stored.count(("float32", "bfloat16")) >= 4 * model.config.num_layers + 1  # projections and the head
+    with pytest.raises(RuntimeError, match="already used by a graph"):
+        model.to("float32")
 
 
 def test_gpt2_bf16_and_untied_prefixless_checkpoint(tmp_path):

@@ -237,3 +237,37 @@ def test_assigning_before_super_init_is_an_error():
 
     with pytest.raises(AttributeError, match="super"):
         Bad()
+
+
+def test_module_to_dtype_matches_torch():
+    """``Module.to(dtype)`` / ``.bfloat16()`` / ``.half()`` / ``.double()`` convert the floating parameters as
+    torch does (round to nearest even), leave integer buffers alone, and the converted Linear computes in float32
+    for float32 inputs like torch's float32 Linear over the rounded weights."""
+    import torch
+
+    import luminal as lm
+    import luminal.nn as nn
+
+    rng = np.random.default_rng(0)
+    w, b, x = rng.standard_normal((5, 7)), rng.standard_normal(5), rng.standard_normal((3, 7)).astype(np.float32)
+    for conv, tdt in (("bfloat16", torch.bfloat16), ("half", torch.float16), ("double", torch.float64)):
+        m = nn.Linear(7, 5)
+        m.load_state_dict({"weight": w, "bias": b})
+        m.register_buffer("steps", np.arange(3, dtype=np.int64))
+        assert getattr(m, conv)() is m
+        tw = torch.from_numpy(w.astype(np.float32)).to(tdt)
+        np.testing.assert_array_equal(np.asarray(m.weight.data, np.float64), tw.double().numpy())
+        assert m.steps.dtype == lm.int64 and m.weight.dtype.value == str(tdt).split(".")[1]
+        cx = lm.Graph()
+        y = m(cx.tensor((3, 7)).set(x)).retrieve()
+        cx.compile(device="cpu")
+        cx.execute()
+        ref = torch.nn.functional.linear(torch.from_numpy(x).to(torch.promote_types(torch.float32, tdt)),
+                                         tw.to(torch.promote_types(torch.float32, tdt)),
+                                         torch.from_numpy(b.astype(np.float32)).to(tdt)
+                                         .to(torch.promote_types(torch.float32, tdt)))
+        np.testing.assert_allclose(y.data(), ref.numpy(), rtol=1e-5, atol=1e-5)
+        with pytest.raises(RuntimeError, match="already used by a graph"):
+            m.to("float32")
+    with pytest.raises(TypeError, match="floating dtype"):
+        nn.Linear(2, 2).to("int32")

@@ -136,14 +136,23 @@ static void lm_lp_rows_SHORT(long long i0, long long i1, long long K, const STYP
         long long i = i0;
         for (; i + 4 <= i1; i += 4) {
             const STYPE *x0 = X + i * sxi, *x1 = x0 + sxi, *x2 = x1 + sxi, *x3 = x2 + sxi;
-            lm_lp_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            lm_lp_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
             long long k = 0;
+            for (; k + 2 * W <= K; k += 2 * W) {  /* two vectors per row: eight independent sums */
+                lm_lp_v v, u;
+                memcpy(&v, y + k, VB); memcpy(&u, y + k + W, VB);
+                a0 += lm_lp_load_SHORT(x0 + k) * v; b0 += lm_lp_load_SHORT(x0 + k + W) * u;
+                a1 += lm_lp_load_SHORT(x1 + k) * v; b1 += lm_lp_load_SHORT(x1 + k + W) * u;
+                a2 += lm_lp_load_SHORT(x2 + k) * v; b2 += lm_lp_load_SHORT(x2 + k + W) * u;
+                a3 += lm_lp_load_SHORT(x3 + k) * v; b3 += lm_lp_load_SHORT(x3 + k + W) * u;
+            }
             for (; k + W <= K; k += W) {
                 lm_lp_v v;
                 memcpy(&v, y + k, VB);
                 a0 += lm_lp_load_SHORT(x0 + k) * v; a1 += lm_lp_load_SHORT(x1 + k) * v;
                 a2 += lm_lp_load_SHORT(x2 + k) * v; a3 += lm_lp_load_SHORT(x3 + k) * v;
             }
+            a0 += b0; a1 += b1; a2 += b2; a3 += b3;
             float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (int j = 0; j < W; j++) { s0 += a0[j]; s1 += a1[j]; s2 += a2[j]; s3 += a3[j]; }
             for (; k < K; k++) {

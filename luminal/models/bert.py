@@ -95,8 +95,9 @@ class BertEmbeddings(Module):
         self.LayerNorm = nn.LayerNorm(d, eps=config.layer_norm_eps)
 
     def forward(self, input_ids, token_type_ids):
-        positions = self.position_embeddings(input_ids.graph.arange(input_ids.dims[1]))  # (seq, d)
-        x = self.word_embeddings(input_ids) + positions + self.token_type_embeddings(token_type_ids)
+        positions = self.position_embeddings(input_ids.graph.arange(input_ids.dims[1])).float()  # (seq, d)
+        # (float32 from here on, also with bfloat16 / float16 weights: see BertModel.from_pretrained)
+        x = self.word_embeddings(input_ids).float() + positions + self.token_type_embeddings(token_type_ids).float()
         return self.LayerNorm(x)
 
 
@@ -148,10 +149,12 @@ class BertModel(Module):
         return hidden, pooled
 
     @classmethod
-    def from_pretrained(cls, folder, add_pooling_layer: bool | None = None) -> "BertModel":
+    def from_pretrained(cls, folder, add_pooling_layer: bool | None = None, weight_dtype=None) -> "BertModel":
         """A BertModel with the config and weights of a Hugging Face folder (``config.json`` +
         ``model.safetensors`` in float32, bfloat16 or float16, or ``pytorch_model.bin`` with torch installed).
-        ``add_pooling_layer`` None: a pooler exactly when the weights have one."""
+        ``add_pooling_layer`` None: a pooler exactly when the weights have one. ``weight_dtype`` (e.g.
+        ``"bfloat16"``) stores the parameters in that floating dtype (:meth:`Module.to`: half the memory, the
+        matrix products read 2 bytes per weight); activations are computed in float32 either way."""
         where, raw = read_config(folder)
         config = BertConfig.from_dict(raw, where)
         files, state = load_weights(folder)
@@ -160,7 +163,7 @@ class BertModel(Module):
             add_pooling_layer = "pooler.dense.weight" in state
         model = cls(config, add_pooling_layer=add_pooling_layer)
         model.load_state_dict(convert_hf_state(state, config, add_pooling_layer, files))
-        return model
+        return model if weight_dtype is None else model.to(weight_dtype)
 
 
 def strip_prefix(state: dict) -> dict:

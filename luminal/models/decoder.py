@@ -96,17 +96,20 @@ class DecoderLM(Module):
         return model
 
     @classmethod
-    def from_pretrained(cls, folder) -> "DecoderLM":
+    def from_pretrained(cls, folder, weight_dtype=None) -> "DecoderLM":
         """The model of a Hugging Face folder (``config.json`` with ``model_type`` ``"gpt2"`` or ``"llama"`` +
         ``model.safetensors`` in float32, bfloat16 or float16, a sharded index, or ``pytorch_model.bin``).
         Weights are widened to float32. Checkpoints with or without the task head's prefix (``transformer.`` /
-        ``model.``) load; a tied output head (no ``lm_head.weight``) reads the token embedding."""
+        ``model.``) load; a tied output head (no ``lm_head.weight``) reads the token embedding. ``weight_dtype``
+        (e.g. ``"bfloat16"``) then stores the parameters in that floating dtype (:meth:`Module.to`: half the
+        memory, and decoding, which is bound by reading the weights, reads 2 bytes per weight); activations, the
+        KV cache and the logits stay float32."""
         where, raw = read_config(folder)
         config = DecoderConfig.from_dict(raw, where)
         model = cls.from_config(config)
         files, state = load_weights(folder)
         model.load_state_dict(model.convert_hf_state(state, files))
-        return model
+        return model if weight_dtype is None else model.to(weight_dtype)
 
     # -------------------------------------------------------------- weights
     def convert_hf_state(self, state: dict, where: str = "weights") -> dict:  # pragma: no cover - abstract
@@ -226,7 +229,7 @@ class GPT2LMHeadModel(DecoderLM):
     def forward(self, input_ids, past_keys, past_values, cache_len=None, last_only: bool = False):
         input_ids = check_graph_tensor(input_ids, type(self).__name__)
         t = self.transformer
-        x = t.wte(input_ids) + t.wpe(_positions(input_ids, past_keys, cache_len))
+        x = t.wte(input_ids).float() + t.wpe(_positions(input_ids, past_keys, cache_len)).float()  # (float32)
         new_keys, new_values = [], []
         for block, pk, pv in zip(t.h, past_keys, past_values):
             x, k, v = block(x, pk, pv, cache_len)
@@ -283,7 +286,7 @@ class LlamaForCausalLM(DecoderLM):
         m, graph = self.model, input_ids.graph
         positions = _positions(input_ids, past_keys, cache_len).cast(DType.float32)
         inv_freq = graph.tensor(self.rope_inv_freq.shape, "float32", "rope_inv_freq").set(self.rope_inv_freq).keep()
-        x = m.embed_tokens(input_ids)
+        x = m.embed_tokens(input_ids).float()  # (float32 activations, also with bfloat16 / float16 weights)
         new_keys, new_values = [], []
         for layer, pk, pv in zip(m.layers, past_keys, past_values):
             x, k, v = layer(x, pk, pv, cache_len, positions, inv_freq)

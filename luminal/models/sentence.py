@@ -140,20 +140,23 @@ class SentenceEmbedder:
 
     @classmethod
     def from_pretrained(cls, folder, device: str = "cpu", max_seq_length: int | None = None,
-                        return_hidden: bool = False, search: str | None = None) -> "SentenceEmbedder":
+                        return_hidden: bool = False, search: str | None = None,
+                        weight_dtype=None) -> "SentenceEmbedder":
         """Load a Hugging Face / sentence-transformers folder: ``config.json`` + weights (see
         :meth:`BertModel.from_pretrained`), the tokenizer when present (``tokenizer.json`` or ``vocab.txt``),
         pooling and normalization from ``modules.json`` / ``1_Pooling/config.json`` (mean pooling + L2
         normalization when the folder has no ``modules.json``), ``max_seq_length`` from
         ``sentence_bert_config.json`` unless given. ``return_hidden`` also keeps ``last_hidden_state`` and
         ``pooler_output`` as outputs of :meth:`embed_ids`. ``search`` is passed to ``Graph.compile`` (GEMM
-        kernel search on ``device="cpu"``: ``"off"``/None, ``"quick"``, ``"full"``, ``"background"``)."""
+        kernel search on ``device="cpu"``: ``"off"``/None, ``"quick"``, ``"full"``, ``"background"``).
+        ``weight_dtype`` (e.g. ``"bfloat16"``) stores the encoder's parameters in that dtype
+        (:meth:`BertModel.from_pretrained`); the embeddings are computed in float32."""
         folder = os.fspath(folder)
         model_folder = folder
         for m in _read_modules(folder) or []:  # a sentence-transformers folder: the Transformer module's path
             if str(m.get("type", "")).endswith("Transformer") and m.get("path"):
                 model_folder = os.path.join(folder, m["path"])
-        model = BertModel.from_pretrained(model_folder)
+        model = BertModel.from_pretrained(model_folder, weight_dtype=weight_dtype)
         pooling, normalize = _pooling(folder)
         sb_path = os.path.join(folder, "sentence_bert_config.json")
         sb = read_json(sb_path) if os.path.isfile(sb_path) else {}
