@@ -17,6 +17,10 @@ Two ways in, one engine:
     [[5.0, 14.0], [14.0, 50.0]]
 """
 
+import builtins as _builtins
+
+import numpy as _np
+
 from . import ops
 from .dtype import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
                     uint64)
@@ -51,6 +55,26 @@ def _is_eager(values) -> "bool_":
     return False
 
 
+def _numpy_only(values) -> "bool_":
+    """True when ``values`` (nested in lists/tuples) hold a numpy array and no graph tensor: such a call has no
+    graph to join, so it runs eagerly (the arrays become eager tensors), as ``module(numpy_array)`` does."""
+    found = False
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if _builtins.any(isinstance(e, GraphTensor) for e in v):
+                return False
+            found = found or _builtins.any(isinstance(e, _np.ndarray) for e in v)
+        elif isinstance(v, GraphTensor):
+            return False
+        elif isinstance(v, _np.ndarray):
+            found = True
+    return found
+
+
+def _eager_call(values) -> "bool_":
+    return _is_eager(values) or _numpy_only(values)
+
+
 def arange(*args, **kwargs):
     """``lm.arange(cx, start, stop, step)`` adds an arange to the graph ``cx``; ``lm.arange(start, end, step)``
     (no graph) makes an eager tensor, as ``torch.arange``."""
@@ -62,7 +86,7 @@ def arange(*args, **kwargs):
 
 def where(cond, a, b):
     """``torch.where(cond, a, b)`` on graph tensors or eager tensors (numpy arrays and scalars accepted)."""
-    if _is_eager((cond, a, b)):
+    if _eager_call((cond, a, b)):
         from .eager import _core
         return _core.call_function(_graph_where, (cond, a, b), {}, name="where")
     return _graph_where(cond, a, b)
@@ -72,7 +96,7 @@ def _joiner(fn, name):
     def join(tensors, axis=0, *, dim=None):
         if dim is not None:
             axis = dim
-        if _is_eager(tensors):
+        if _eager_call(tensors):
             from .eager import _core
             return _core.call_function(fn, (list(tensors),), {"axis": axis}, name=name)
         return fn(tensors, axis)
@@ -96,7 +120,7 @@ def _dispatching(fn, name):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not (args and isinstance(args[0], Graph)) and _is_eager((*args, *kwargs.values())):
+        if not (args and isinstance(args[0], Graph)) and _eager_call((*args, *kwargs.values())):
             from .eager import _core
             return _core.call_function(fn, args, kwargs, name=name)
         return fn(*args, **kwargs)
@@ -117,6 +141,11 @@ def _tensor_function(name: str):
 
     @functools.wraps(method)
     def function(input, *args, **kwargs):  # noqa: A002 - PyTorch's argument name
+        if isinstance(input, (_np.ndarray, _np.generic, _builtins.int, _builtins.float)):  # (bool is an int)
+            if _builtins.any(isinstance(v, GraphTensor) for v in (*args, *kwargs.values())):
+                raise TypeError(f"lm.{name}(): the first argument is a {type(input).__name__} and another is a "
+                                "graph tensor; make the first one a graph tensor too (cx.constant / cx.tensor)")
+            input = tensor(input)  # numpy arrays and Python scalars become eager tensors  # noqa: A001
         if not isinstance(input, GraphTensor) and type(input).__module__ != "luminal.eager.tensor":
             raise TypeError(f"lm.{name}() expects a luminal tensor (lm.tensor(...) or a graph tensor) as its first "
                             f"argument, got {type(input).__name__}")

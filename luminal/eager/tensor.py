@@ -28,6 +28,13 @@ def _with_indices(t, axis, keepdim, largest):
     return MinResult(t.min(axis, keepdim), t.argmin(axis, keepdim))
 
 
+AminmaxResult = collections.namedtuple("aminmax", ["min", "max"])
+
+
+def _aminmax(t, dim, keepdim):
+    return AminmaxResult(t.min(dim, keepdim), t.max(dim, keepdim))
+
+
 def _identity(graph, gts):
     return gts[0]
 
@@ -304,6 +311,18 @@ class Tensor:
             return call_method("max" if largest else "min", self, (tuple(dim), keepdim), {})
         return call_function(_with_indices, (self, int(dim), bool(keepdim), largest), {},
                              name="max" if largest else "min")
+
+    def cummax(self, dim: int, *, axis=None):
+        """``torch.cummax``: the namedtuple ``(values, indices)`` of the running maximum along ``dim``."""
+        return call_method("cummax", self, (dim if axis is None else axis,), {"return_indices": True})
+
+    def cummin(self, dim: int, *, axis=None):
+        """``torch.cummin``: the namedtuple ``(values, indices)`` of the running minimum along ``dim``."""
+        return call_method("cummin", self, (dim if axis is None else axis,), {"return_indices": True})
+
+    def aminmax(self, *, dim=None, keepdim: bool = False):
+        """``torch.aminmax``: the namedtuple ``(min, max)`` over ``dim`` (all elements when None)."""
+        return call_function(_aminmax, (self, dim, bool(keepdim)), {}, name="aminmax")
 
     def to(self, *args, dtype=None, **kwargs) -> "Tensor":
         """``to(dtype)`` casts; ``to("cpu")`` / ``to(device=...)`` keeps the tensor (one device per process, see
