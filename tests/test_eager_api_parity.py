@@ -150,3 +150,42 @@ def test_summary_parameter_counts_match_torch():
     twice = nn.Sequential(shared, shared)
     tl = torch.nn.Linear(4, 4)
     assert nn.parameter_count(twice) == sum(p.numel() for p in torch.nn.Sequential(tl, tl).parameters())
+
+
+def test_nonzero_argwhere_masked_select_realize_eagerly():
+    """Data-dependent sizes: eager tensors realize at the call (values against torch, gradients of masked_select
+    through the selected entries); a graph tensor raises DataDependentShapeError, lm.jit a JitTraceError."""
+    a = np.round(data((3, 4), 6))
+    a[1] = 0.0
+    t = torch.from_numpy(a)
+    x = lm.tensor(a)
+    same(x.nonzero(), t.nonzero())
+    same(lm.argwhere(x), torch.argwhere(t))
+    for g, w in zip(x.nonzero(as_tuple=True), t.nonzero(as_tuple=True)):
+        same(g, w)
+    for v in (0.0, 2.0):  # 0-d: torch's (0, 0) / (1, 0) shapes
+        same(lm.tensor(v).nonzero(), torch.tensor(v).nonzero())
+        same(lm.tensor(v).nonzero(as_tuple=True)[0], torch.tensor(v).nonzero(as_tuple=True)[0])
+    m = np.array([True, False, True, True])  # broadcast over the rows
+    xg, tg = lm.tensor(a, requires_grad=True), t.clone().requires_grad_()
+    sel, tsel = lm.masked_select(xg, m), torch.masked_select(tg, torch.from_numpy(m))
+    same(sel, tsel)
+    w = data(tuple(tsel.shape), 7)
+    (sel * lm.tensor(w)).sum().backward()
+    (tsel * torch.from_numpy(w)).sum().backward()
+    same(xg.grad, tg.grad)
+    same(x.masked_select(x > 0), t.masked_select(t > 0))
+    with pytest.raises(TypeError, match="bool"):
+        x.masked_select(a)
+    g = lm.Graph().tensor((3, 4))
+    from luminal.hl_ops.subscript import DataDependentShapeError
+    for call in (g.nonzero, g.argwhere, lambda: g.masked_select(g > 0), lambda: lm.nonzero(g)):
+        with pytest.raises(DataDependentShapeError, match="data-dependent size"):
+            call()
+
+    @lm.jit
+    def traced(v):
+        return v.nonzero()
+
+    with pytest.raises(lm.JitTraceError, match="nonzero"):
+        traced(a)
