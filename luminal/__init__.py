@@ -105,6 +105,17 @@ def _joiner(fn, name):
     return join
 
 
+def _graph_or_eager(graph_fn, eager_fn):
+    """``graph_fn`` when the first argument is a ``Graph`` (``lm.eye(cx, 3)``, as ``lm.arange(cx, ...)``),
+    else the eager creation function ``eager_fn`` (``lm.eye(3)``)."""
+    import functools
+
+    @functools.wraps(eager_fn)
+    def create(*args, **kwargs):
+        return graph_fn(*args, **kwargs) if args and isinstance(args[0], Graph) else eager_fn(*args, **kwargs)
+    return create
+
+
 def tensor(data, dtype=None, requires_grad=False):
     """An eager tensor holding a copy of ``data`` (``torch.tensor``); see :func:`luminal.eager.tensor`.
 
@@ -158,7 +169,7 @@ concat = _joiner(_graph_concat, "concat")
 cat = _joiner(_graph_cat, "cat")
 stack = _joiner(_graph_stack, "stack")
 
-_EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "eye",
+_EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "logspace", "eye",
           "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
           "randn_like", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
           "set_default_device", "get_default_device", "JitTraceError", "randperm", "normal", "bernoulli"}
@@ -173,6 +184,8 @@ def __getattr__(name):
 
     if name in _EAGER:
         value = getattr(importlib.import_module(".eager", __name__), name)
+        if name in ("linspace", "logspace", "eye"):  # lm.eye(cx, 3): with a Graph first, the graph node
+            value = _graph_or_eager(getattr(importlib.import_module(".hl_ops", __name__), name), value)
     elif name in _RNG:  # lm.Generator, lm.get_rng_state... (luminal/rng.py)
         value = getattr(importlib.import_module(".rng", __name__), name)
     elif name == "jit":

@@ -189,3 +189,23 @@ def test_nonzero_argwhere_masked_select_realize_eagerly():
 
     with pytest.raises(lm.JitTraceError, match="nonzero"):
         traced(a)
+
+
+def test_logspace_and_graph_first_creation():
+    """lm.logspace (eager, as torch.logspace: float32 within 1 ulp of torch's, integer dtypes exact); lm.eye /
+    lm.linspace / lm.logspace with a Graph first build graph nodes, as lm.arange(cx, ...) does."""
+    for args, kw in [((0, 2, 5), {}), ((-2, 3, 11), {}), ((0, 3, 4), {"base": 2.0}), ((1, 4, 4), {"dtype": lm.int64}),
+                     ((0.5, 1.5, 3), {"dtype": lm.float64})]:
+        tkw = {k: (torch.int64 if v is lm.int64 else torch.float64 if v is lm.float64 else v) for k, v in kw.items()}
+        got, want = lm.logspace(*args, **kw).numpy(), torch.logspace(*args, **tkw).numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_max_ulp(got, want, maxulp=1) if got.dtype.kind == "f" else np.testing.assert_array_equal(
+            got, want)
+    with pytest.raises(ValueError, match="steps"):
+        lm.logspace(0, 1, -1)
+    cx = lm.Graph()
+    outs = [lm.eye(cx, 2, 3).retrieve(), lm.linspace(cx, 0.0, 1.0, 5).retrieve(), lm.logspace(cx, 0, 2, 3).retrieve()]
+    cx.execute()
+    for o, w in zip(outs, [torch.eye(2, 3), torch.linspace(0.0, 1.0, 5), torch.logspace(0, 2, 3)]):
+        assert isinstance(o, lm.GraphTensor)
+        np.testing.assert_array_max_ulp(o.data(), w.numpy(), maxulp=1)
