@@ -91,6 +91,20 @@ def test_data_dependent_control_flow_raises_naming_the_function():
         lm.jit(3)
 
 
+def test_print_inside_a_trace_shows_a_placeholder(capsys):
+    """print(t) while tracing prints the traced tensor's shape and dtype (no value exists yet); replays do not run
+    the body, so nothing is printed; the results still match numpy."""
+    @lm.jit
+    def f(t):
+        print(t)
+        return t * 2
+
+    a = np.arange(3, dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(a).numpy(), a * 2)
+    assert capsys.readouterr().out == "Tensor(shape=(3,), dtype=float32, traced)\n"
+
+
 @pytest.mark.parametrize("opt_name", ["AdamW", "SGD"])
 def test_training_step_matches_torch(device, opt_name):
     torch.manual_seed(1)
