@@ -17,6 +17,10 @@ Two ways in, one engine:
     [[5.0, 14.0], [14.0, 50.0]]
 """
 
+import builtins as _builtins
+
+import numpy as _np
+
 from . import ops
 from .dtype import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
                     uint64)
@@ -51,6 +55,26 @@ def _is_eager(values) -> "bool_":
     return False
 
 
+def _numpy_only(values) -> "bool_":
+    """True when ``values`` (nested in lists/tuples) hold a numpy array and no graph tensor: such a call has no
+    graph to join, so it runs eagerly (the arrays become eager tensors), as ``module(numpy_array)`` does."""
+    found = False
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if _builtins.any(isinstance(e, GraphTensor) for e in v):
+                return False
+            found = found or _builtins.any(isinstance(e, _np.ndarray) for e in v)
+        elif isinstance(v, GraphTensor):
+            return False
+        elif isinstance(v, _np.ndarray):
+            found = True
+    return found
+
+
+def _eager_call(values) -> "bool_":
+    return _is_eager(values) or _numpy_only(values)
+
+
 def arange(*args, **kwargs):
     """``lm.arange(cx, start, stop, step)`` adds an arange to the graph ``cx``; ``lm.arange(start, end, step)``
     (no graph) makes an eager tensor, as ``torch.arange``."""
@@ -62,7 +86,7 @@ def arange(*args, **kwargs):
 
 def where(cond, a, b):
     """``torch.where(cond, a, b)`` on graph tensors or eager tensors (numpy arrays and scalars accepted)."""
-    if _is_eager((cond, a, b)):
+    if _eager_call((cond, a, b)):
         from .eager import _core
         return _core.call_function(_graph_where, (cond, a, b), {}, name="where")
     return _graph_where(cond, a, b)
@@ -72,13 +96,24 @@ def _joiner(fn, name):
     def join(tensors, axis=0, *, dim=None):
         if dim is not None:
             axis = dim
-        if _is_eager(tensors):
+        if _eager_call(tensors):
             from .eager import _core
             return _core.call_function(fn, (list(tensors),), {"axis": axis}, name=name)
         return fn(tensors, axis)
     join.__name__ = name
     join.__doc__ = f"``torch.{name}`` of graph tensors or eager tensors along ``axis`` (or ``dim=``)."
     return join
+
+
+def _graph_or_eager(graph_fn, eager_fn):
+    """``graph_fn`` when the first argument is a ``Graph`` (``lm.eye(cx, 3)``, as ``lm.arange(cx, ...)``),
+    else the eager creation function ``eager_fn`` (``lm.eye(3)``)."""
+    import functools
+
+    @functools.wraps(eager_fn)
+    def create(*args, **kwargs):
+        return graph_fn(*args, **kwargs) if args and isinstance(args[0], Graph) else eager_fn(*args, **kwargs)
+    return create
 
 
 def tensor(data, dtype=None, requires_grad=False):
@@ -96,7 +131,7 @@ def _dispatching(fn, name):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not (args and isinstance(args[0], Graph)) and _is_eager((*args, *kwargs.values())):
+        if not (args and isinstance(args[0], Graph)) and _eager_call((*args, *kwargs.values())):
             from .eager import _core
             return _core.call_function(fn, args, kwargs, name=name)
         return fn(*args, **kwargs)
@@ -117,6 +152,11 @@ def _tensor_function(name: str):
 
     @functools.wraps(method)
     def function(input, *args, **kwargs):  # noqa: A002 - PyTorch's argument name
+        if isinstance(input, (_np.ndarray, _np.generic, _builtins.int, _builtins.float)):  # (bool is an int)
+            if _builtins.any(isinstance(v, GraphTensor) for v in (*args, *kwargs.values())):
+                raise TypeError(f"lm.{name}(): the first argument is a {type(input).__name__} and another is a "
+                                "graph tensor; make the first one a graph tensor too (cx.constant / cx.tensor)")
+            input = tensor(input)  # numpy arrays and Python scalars become eager tensors  # noqa: A001
         if not isinstance(input, GraphTensor) and type(input).__module__ != "luminal.eager.tensor":
             raise TypeError(f"lm.{name}() expects a luminal tensor (lm.tensor(...) or a graph tensor) as its first "
                             f"argument, got {type(input).__name__}")
@@ -129,7 +169,7 @@ concat = _joiner(_graph_concat, "concat")
 cat = _joiner(_graph_cat, "cat")
 stack = _joiner(_graph_stack, "stack")
 
-_EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "eye",
+_EAGER = {"Tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "linspace", "logspace", "eye",
           "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
           "randn_like", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
           "set_default_device", "get_default_device", "JitTraceError", "randperm", "normal", "bernoulli"}
@@ -144,6 +184,8 @@ def __getattr__(name):
 
     if name in _EAGER:
         value = getattr(importlib.import_module(".eager", __name__), name)
+        if name in ("linspace", "logspace", "eye"):  # lm.eye(cx, 3): with a Graph first, the graph node
+            value = _graph_or_eager(getattr(importlib.import_module(".hl_ops", __name__), name), value)
     elif name in _RNG:  # lm.Generator, lm.get_rng_state... (luminal/rng.py)
         value = getattr(importlib.import_module(".rng", __name__), name)
     elif name == "jit":

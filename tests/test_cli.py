@@ -46,6 +46,19 @@ def test_info_reports_version_devices_and_cpu_features(cache):
     for feat in ("avx2", "fma", "avx512f"):
         assert (f" {feat}" in line) == (feat in flags), (feat, line)
     assert f"cache: {cache} (0 compiled libraries" in text
+    # the C compiler's own --version banner and the installed OpenBLAS wheel's version (importlib.metadata)
+    import shutil
+    from importlib import metadata
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        banner = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0].strip()
+        assert f"C compiler: {banner}" in text, text
+    try:
+        blas = metadata.version("scipy-openblas32")
+    except metadata.PackageNotFoundError:
+        assert "BLAS: none" in text
+    else:
+        assert f"BLAS: OpenBLAS from scipy-openblas32 {blas}" in text, text
 
 
 def test_demo_matches_numpy(cache):
@@ -145,6 +158,7 @@ def test_run_onnx_random_inputs_and_errors(onnx_model, tmp_path, cache, capsys):
 def test_bench_prints_a_table_checked_against_numpy(cache):
     out = run_cli("bench", "--quick", "--sizes", "64", env={"LUMINAL_CACHE_DIR": str(cache)})
     assert out.returncode == 0, out.stderr
+    assert "gemm: 100%" in out.stderr  # the progress bar (tqdm, on stderr)
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith(("GEMM", "MLP"))]
     assert len(rows) == 2
     for row in rows:

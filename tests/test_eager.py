@@ -223,8 +223,7 @@ def _twins(seed=0):
 
 
 @pytest.mark.parametrize("opt_name", ["Adam", "SGD"])
-def test_eager_training_loop_compiles_once_and_matches_torch(opt_name):
-    lm.set_default_device("cpu")
+def test_eager_training_loop_compiles_once_and_matches_torch(opt_name, device):
     torch.manual_seed(0)
     model, tm = _twins()
     kw = {"lr": 0.01} if opt_name == "Adam" else {"lr": 0.05, "momentum": 0.9}

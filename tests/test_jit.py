@@ -49,6 +49,26 @@ def test_forward_traces_once_per_signature(device):
     assert f.__name__ == "f"
 
 
+def test_new_dtype_or_rank_is_a_new_signature(device):
+    """The signature holds dtypes and ranks: a float64 or int64 argument and a rank-3 argument each trace again
+    and compute in their own dtype (numpy oracle); repeating an earlier signature replays it."""
+    calls = []
+
+    @lm.jit
+    def f(x):
+        calls.append(1)
+        return (x * 3).sum(dim=-1)
+
+    a = np.arange(6).reshape(2, 3)
+    for arr in (a.astype(np.float32), a.astype(np.float64), a.astype(np.int64), a.reshape(2, 3, 1).astype(np.float32),
+                a.astype(np.float64)):
+        got = f(arr).numpy()
+        want = (arr * 3).sum(-1)
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape)
+        np.testing.assert_array_equal(got, want)  # small integers: exact in every dtype
+    assert len(calls) == 4 and f.traces == 4
+
+
 def test_data_dependent_control_flow_raises_naming_the_function():
     @lm.jit
     def branchy(t):
@@ -69,6 +89,20 @@ def test_data_dependent_control_flow_raises_naming_the_function():
     np.testing.assert_array_equal((lm.tensor([1.0, 2.0]) * 2).numpy(), np.array([2.0, 4.0], np.float32))
     with pytest.raises(TypeError, match="function"):
         lm.jit(3)
+
+
+def test_print_inside_a_trace_shows_a_placeholder(capsys):
+    """print(t) while tracing prints the traced tensor's shape and dtype (no value exists yet); replays do not run
+    the body, so nothing is printed; the results still match numpy."""
+    @lm.jit
+    def f(t):
+        print(t)
+        return t * 2
+
+    a = np.arange(3, dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(a).numpy(), a * 2)
+    assert capsys.readouterr().out == "Tensor(shape=(3,), dtype=float32, traced)\n"
 
 
 @pytest.mark.parametrize("opt_name", ["AdamW", "SGD"])

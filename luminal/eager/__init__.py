@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from ._core import (JitTraceError, clear_cache, enable_grad, get_default_device, is_grad_enabled, no_grad,
                     param_tensor, realize, set_default_device, set_grad_enabled, stats)
-from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace,
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, logspace,
                        manual_seed, bernoulli, normal, ones, ones_like, rand, rand_like, randint, randn, randn_like,
                        randperm, tensor, zeros, zeros_like)
 from .functional import eager_dispatch
 from .tensor import MaxResult, MinResult, Tensor
 
 
-__all__ = ["Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace",
+__all__ = ["Tensor", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace",
            "eye", "rand", "randn", "randint", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
            "randn_like", "manual_seed", "randperm", "normal", "bernoulli", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
            "set_default_device", "get_default_device", "stats", "clear_cache", "JitTraceError", "realize",

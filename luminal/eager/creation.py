@@ -164,6 +164,16 @@ def linspace(start, end, steps: int, dtype=None, requires_grad: bool = False) ->
     return _make(np.linspace(start, end, int(steps)).astype(_dtype_or(dtype, DType.float32).numpy), requires_grad)
 
 
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, requires_grad: bool = False) -> Tensor:
+    """``base ** linspace(start, end, steps)`` (``torch.logspace``), in float64 then rounded once to ``dtype``
+    (integer dtypes: rounded to the nearest integer)."""
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"logspace: steps must be a non-negative int, got {steps!r}")
+    out = np.power(np.float64(base), np.linspace(start, end, int(steps)))
+    dt = _dtype_or(dtype, DType.float32)
+    return _make((out if dt.is_float else np.round(out)).astype(dt.numpy), requires_grad)
+
+
 def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False) -> Tensor:
     """The identity matrix (``n`` x ``m``)."""
     return _make(np.eye(n, n if m is None else m, dtype=_dtype_or(dtype, DType.float32).numpy), requires_grad)

@@ -20,7 +20,8 @@ new arguments to that graph, run it and apply the recorded updates. A new signat
 Module parameters, optimizer state and hyperparameters (learning rate...) are read at every call, so they may
 change between calls (``load_state_dict``, a scheduler). Tensors made inside ``fn`` from Python data are
 constants of the trace. Reading a tensor's value inside ``fn`` (``if loss > 0:``, ``float(t)``, ``t.item()``,
-``print(t)``) raises :class:`luminal.eager.JitTraceError` naming the function: the trace cannot depend on data.
+``t.numpy()``) raises :class:`luminal.eager.JitTraceError` naming the function: the trace cannot depend on data
+(``print(t)`` prints ``Tensor(shape=..., dtype=..., traced)`` while tracing, and nothing on replays).
 Returned tensors carry no gradient history. ``lm.jit(fn, dynamic="batch")`` makes dims symbolic: calls that
 differ only in those sizes share one trace and one compiled graph (see :func:`jit`).
 """
@@ -68,7 +69,7 @@ class _Trace:
     def fail(self, what: str):
         raise JitTraceError(
             f"lm.jit({self.name}): the function reads a tensor's value while it is being traced ({what}). "
-            "Data-dependent Python control flow (`if t > 0:`, float(t), t.item(), print(t), np.asarray(t)) "
+            "Data-dependent Python control flow (`if t > 0:`, float(t), t.item(), t.numpy(), np.asarray(t)) "
             "cannot be compiled into one graph; use lm.where(cond, a, b) / tensor ops, or move the read out "
             "of the jitted function")
 

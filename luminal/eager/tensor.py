@@ -28,6 +28,13 @@ def _with_indices(t, axis, keepdim, largest):
     return MinResult(t.min(axis, keepdim), t.argmin(axis, keepdim))
 
 
+AminmaxResult = collections.namedtuple("aminmax", ["min", "max"])
+
+
+def _aminmax(t, dim, keepdim):
+    return AminmaxResult(t.min(dim, keepdim), t.max(dim, keepdim))
+
+
 def _identity(graph, gts):
     return gts[0]
 
@@ -304,6 +311,44 @@ class Tensor:
             return call_method("max" if largest else "min", self, (tuple(dim), keepdim), {})
         return call_function(_with_indices, (self, int(dim), bool(keepdim), largest), {},
                              name="max" if largest else "min")
+
+    def cummax(self, dim: int, *, axis=None):
+        """``torch.cummax``: the namedtuple ``(values, indices)`` of the running maximum along ``dim``."""
+        return call_method("cummax", self, (dim if axis is None else axis,), {"return_indices": True})
+
+    def cummin(self, dim: int, *, axis=None):
+        """``torch.cummin``: the namedtuple ``(values, indices)`` of the running minimum along ``dim``."""
+        return call_method("cummin", self, (dim if axis is None else axis,), {"return_indices": True})
+
+    def aminmax(self, *, dim=None, keepdim: bool = False):
+        """``torch.aminmax``: the namedtuple ``(min, max)`` over ``dim`` (all elements when None)."""
+        return call_function(_aminmax, (self, dim, bool(keepdim)), {}, name="aminmax")
+
+    def nonzero(self, *, as_tuple: bool = False):
+        """``torch.nonzero``: the (n, ndim) int64 indices of the nonzero entries (``as_tuple``: one index tensor per
+        dim). The result's size depends on the values, so the tensor is realized now (as torch synchronizes; inside
+        ``lm.jit`` that is a ``JitTraceError``); the indices are a new tensor without gradient history."""
+        arr = self._value("nonzero()")
+        if arr.ndim == 0:  # torch: a 0-d input has one "dim" of size 1 for as_tuple, zero index columns otherwise
+            hit = np.array([0] if arr else [], np.int64)
+            return (Tensor(hit),) if as_tuple else Tensor(np.zeros((hit.size, 0), np.int64))
+        nz = [i.astype(np.int64) for i in np.nonzero(arr)]
+        return tuple(Tensor(i) for i in nz) if as_tuple else Tensor(np.stack(nz, axis=1))
+
+    def argwhere(self):
+        """``torch.argwhere``: ``nonzero()``."""
+        return self.nonzero()
+
+    def masked_select(self, mask):
+        """``torch.masked_select``: the entries of ``self`` where ``mask`` (broadcast with ``self``) is True, as a
+        1-D tensor; ``x.expand(shape)[mask]``, so the mask is realized now (see ``nonzero``) and gradients flow
+        to ``self``."""
+        m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
+        if m.dtype != np.bool_:
+            raise TypeError(f"masked_select: mask must be a bool tensor, got {m.dtype}")
+        shape = np.broadcast_shapes(tuple(self.shape), m.shape)
+        x = self if tuple(self.shape) == shape else self.expand(*shape)
+        return x[np.broadcast_to(m, shape)]
 
     def to(self, *args, dtype=None, **kwargs) -> "Tensor":
         """``to(dtype)`` casts; ``to("cpu")`` / ``to(device=...)`` keeps the tensor (one device per process, see

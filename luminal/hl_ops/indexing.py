@@ -284,6 +284,20 @@ class IndexingOps:
         index = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
         return x.index_select(a, _const_input(x.graph, index))
 
+    def nonzero(self, *, as_tuple: bool = False):
+        """Not a graph op: its size depends on the values, and every shape in a lazy graph is known before it runs.
+        Raises :class:`DataDependentShapeError`; eager tensors have it (realized at the call), graphs use ``where``/
+        ``masked_fill``."""
+        raise DataDependentShapeError("nonzero() has a data-dependent size, which a lazy graph cannot hold: use an eager tensor "
+                         "(lm.tensor(...).nonzero()) or same-shape forms (lm.where, masked_fill, (x * mask).sum())")
+
+    argwhere = nonzero
+
+    def masked_select(self, mask):
+        """Not a graph op (a data-dependent size, see :meth:`nonzero`): raises :class:`DataDependentShapeError`."""
+        raise DataDependentShapeError("masked_select() has a data-dependent size, which a lazy graph cannot hold: use an eager "
+                         "tensor (x[mask] or x.masked_select(mask)) or same-shape forms (lm.where, masked_fill)")
+
     def one_hot(self, num_classes: int):
         """``torch.nn.functional.one_hot``: int64, a new last axis of ``num_classes`` (which a lazy graph needs
         up front: ``-1`` is refused)."""

@@ -376,6 +376,14 @@ class MovementOps:
             start += s
         return out
 
+    def unbind(self, axis: int = 0):
+        """``torch.unbind``: the views ``x[..., i, ...]`` along ``axis`` (that axis removed), as a tuple."""
+        axis = normalize_axis(axis, self.ndim)
+        n = self.dims[axis].to_int()
+        if n is None:
+            raise GraphError("unbind needs a concrete size along the axis")
+        return tuple(self.slice_axis(axis, i, i + 1).squeeze(axis) for i in range(n))
+
     # ------------------------------------------------------------------ indexing
     def gather(self, axis: int, index):
         """``out[i] = self[i with i[axis] = index[i]]`` (``torch.gather``; index is int32/int64, same rank)."""

@@ -159,6 +159,9 @@ from .losses import binary_cross_entropy, binary_cross_entropy_with_logits, cros
 
 
 
+from .. import _numpy_only  # noqa: E402
+
+
 def _is_eager_value(v) -> bool:
     if type(v).__module__ == "luminal.eager.tensor":
         return True
@@ -172,7 +175,8 @@ def _eager_aware(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if any(_is_eager_value(a) for a in args) or any(_is_eager_value(v) for v in kwargs.values()):
+        if (any(_is_eager_value(a) for a in args) or any(_is_eager_value(v) for v in kwargs.values())
+                or _numpy_only((*args, *kwargs.values()))):  # numpy arrays without a graph tensor: eager
             from ..eager._core import call_function
             return call_function(fn, args, kwargs)
         return fn(*args, **kwargs)
