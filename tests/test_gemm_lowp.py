@@ -200,3 +200,43 @@ def test_lowp_gemms_under_address_and_undefined_sanitizers(tmp_path):
     proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_lowp_gemms_built_for_avx2(tmp_path):
+    """The AVX2 / F16C conversion branches (32-byte vectors), built without -march=native, against the reference
+    interpreter (this machine may have AVX-512, so the program is rendered for 32-byte vectors explicitly)."""
+    import os
+    import subprocess
+    import sys
+
+    script = r'''
+import numpy as np, luminal as lm
+import luminal.codegen.gemm_config as gc, luminal.codegen.gemm_lowp as gl, luminal.codegen.gemm_small as gs
+import luminal.codegen.gemm as gm
+for mod in (gc, gl, gs, gm):
+    if hasattr(mod, "vector_bytes"):
+        mod.vector_bytes = lambda: 32
+rng = np.random.default_rng(0)
+for store in ("bfloat16", "float16"):
+    for a_shape, b_shape, tr in [((1, 300), (70, 300), True), ((1, 37), (37, 90), False),
+                                 ((20, 300), (96, 300), True), ((100, 65), (65, 33), False)]:
+        a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+        outs = []
+        for dev in ("reference", "cpu"):
+            cx = lm.Graph(); x, w = cx.tensor(a_shape, store), cx.tensor(b_shape, store)
+            y = (x @ (w.permute((1, 0)) if tr else w)).cast("float32").retrieve()
+            x.set(a.astype(np.float32)); w.set(b.astype(np.float32))
+            if dev == "cpu":
+                cx.compile(device="cpu")
+            cx.execute(); outs.append(y.data())
+        np.testing.assert_allclose(outs[1], outs[0], rtol=2e-2, atol=1e-2)
+print("AVX2-OK")
+'''
+    probe = subprocess.run([find_compiler(), "-mavx2", "-mfma", "-mf16c", "-x", "c", "-", "-fsyntax-only"],
+                           input="int main(void){return 0;}", capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("the C compiler cannot target AVX2")
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(tmp_path), LUMINAL_CFLAGS="-O2 -mavx2 -mfma -mf16c")
+    env.pop("LUMINAL_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0 and "AVX2-OK" in proc.stdout, proc.stderr[-3000:]

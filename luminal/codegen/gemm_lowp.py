@@ -41,6 +41,14 @@ def convert_expr(store: str, expr: str) -> str:
     return f"lm_cv_{store}({expr})"
 
 
+def convert_loop(store: str, dst: str, src: str, n: str) -> str:
+    """C statements converting ``n`` stored elements at ``src`` (type ``store``) to floats at ``dst``: whole
+    vectors with :func:`lowp_source`'s ``lm_lp_load_*`` (rendered before), then the tail one by one."""
+    load = f"lm_lp_load_{_SHORT[store]}"
+    return (f"{{ long long k = 0; for (; k + VB / 4 <= {n}; k += VB / 4) {{ lm_lp_v v = {load}({src} + k); "
+            f"memcpy({dst} + k, &v, VB); }} for (; k < {n}; k++) {dst}[k] = {convert_expr(store, f'{src}[k]')}; }}")
+
+
 def operand_stores(program: Program, kernel: GemmKernel) -> tuple[str, str] | None:
     """``(a, b)`` storage dtype names of a float32 GEMM's operands when one of them is bfloat16 / float16 (see
     :func:`narrow_operands`), else None."""
@@ -121,6 +129,7 @@ typedef float lm_lp_v __attribute__((vector_size(VB)));
 _STORED = r"""
 #ifndef LM_LP_STORED_SHORT
 #define LM_LP_STORED_SHORT
+#include <immintrin.h>
 typedef STYPE lm_lp_SHORT_h __attribute__((vector_size(VB / 2)));
 /* W consecutive stored elements at p as a float vector */
 static inline lm_lp_v lm_lp_load_SHORT(const STYPE *p) {
@@ -266,6 +275,16 @@ static int NAME_convert(long long M, long long N, long long K, const TA *A, long
 """
 
 
+def _vector_load(avx512: str, avx2: str, avx2_macro: str, generic: str) -> str:
+    """The body of ``lm_lp_load_*``: the AVX-512 or AVX2 intrinsic expression where the build targets it, else
+    ``generic`` statements (vector extensions)."""
+    out = []
+    for cond, expr in ((f"VB == 64 && defined(__AVX512F__)", avx512), (f"VB == 32 && defined({avx2_macro})", avx2)):
+        out += [f"#{'if' if not out else 'elif'} {cond}", f"    __typeof__({expr}) f = {expr};",
+                "    lm_lp_v r;", "    memcpy(&r, &f, VB);", "    return r;"]
+    return "\n".join(out + ["#else", "    " + generic, "#endif"])
+
+
 def lowp_source(a_store: str, b_store: str) -> str:
     """C source of :func:`lowp_name` ``(a_store, b_store)`` and the kernels it calls (see the module docstring);
     expects ``HELPERS`` and ``gemm_helpers()`` (``lm_gemm_f32``) before it."""
@@ -283,11 +302,16 @@ def lowp_source(a_store: str, b_store: str) -> str:
              f"#ifndef LM_AUTO_SMALL_M\n#define LM_AUTO_SMALL_M {AUTO_SMALL_M}\n#endif", _CONVERT.replace("VB", str(vb))]
     for store in sorted({a_store, b_store}):
         if store == "bfloat16":
-            load = ("    typedef unsigned int u32v __attribute__((vector_size(VB)));\n"
-                    "    u32v w = __builtin_convertvector(h, u32v) << 16;\n"
-                    "    lm_lp_v f;\n    memcpy(&f, &w, VB);\n    return f;")
+            # (gcc 12 widens a generic 16-half vector as two 8-lane halves plus shuffles, and scalarizes float16
+            # conversions: one vpmovzxwd / vcvtph2ps per vector where the instruction set has it)
+            load = _vector_load("_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16))",
+                                "_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32((__m128i)h), 16))",
+                                "__AVX2__", "typedef unsigned int u32v __attribute__((vector_size(VB)));\n"
+                                "    u32v w = __builtin_convertvector(h, u32v) << 16;\n"
+                                "    lm_lp_v f;\n    memcpy(&f, &w, VB);\n    return f;")
         elif store == "float16":
-            load = "    return __builtin_convertvector(h, lm_lp_v);"
+            load = _vector_load("_mm512_cvtph_ps((__m256i)h)", "_mm256_cvtph_ps((__m128i)h)", "__F16C__",
+                                "return __builtin_convertvector(h, lm_lp_v);")
         else:
             load = "    lm_lp_v f;\n    memcpy(&f, p, VB);\n    (void)h;\n    return f;"
         text = _STORED.replace("LOADV", load).replace("SHORT", _SHORT[store]).replace("STYPE", STORE_TYPES[store])

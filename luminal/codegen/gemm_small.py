@@ -23,7 +23,7 @@ is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tu
 from __future__ import annotations
 
 from .gemm import _COMMON, GEMV_ROWS
-from .gemm_lowp import STORE_TYPES, convert_expr
+from .gemm_lowp import STORE_TYPES, convert_loop
 from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
@@ -276,7 +276,7 @@ def dot_source(dtype: str, name: str, fallback: str, a_store: str | None = None,
         if store == copy_type:
             move = "memcpy(d, src + r * ld, (size_t)kb * sizeof(S));"
         else:
-            move = f"for (long long k = 0; k < kb; k++) d[k] = {convert_expr(store, 'src[r * ld + k]')};"
+            move = convert_loop(store, "d", "(src + r * ld)", "kb")
         copies.append(_COPY.replace("SIDE", side).replace("SRC", STORE_TYPES[store]).replace("MOVE", move))
     src = (_DOT.replace("COPIES", "".join(copies)).replace("DECLS", "\n".join(decls)).replace("BODY", "\n".join(body))
            .replace("REDUCE", "\n".join(reduce)))
