@@ -240,3 +240,38 @@ print("AVX2-OK")
     env.pop("LUMINAL_DEVICE", None)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0 and "AVX2-OK" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 512, 128), (200, 1000, 70)])
+def test_float32_activations_keep_float32_accuracy(m, k, n):
+    """A float32 activation times a bfloat16 weight at the accuracy of a float32 GEMM (on AMX machines the
+    activation is split into three bfloat16 parts that sum to it exactly): the error against the float64 product
+    is at most that of numpy's float32 matmul of the same operands (times 2, plus a few ulp of the magnitudes), and
+    special values (inf, NaN, values beyond bfloat16's range) behave as in float64."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    a[0, :] *= 1e-30  # tiny values stay accurate
+    a[1, 3] = 3.4e38 / k  # near bfloat16's largest value: rounding up would overflow
+    a[2, 5], a[3, 7], a[4, 1] = np.inf, -np.inf, np.nan
+    w = rng.standard_normal((n, k)) * 0.1
+    cx = lm.Graph()
+    x, W = cx.tensor((m, k)), cx.tensor((n, k), "bfloat16")
+    y = (x @ W.permute((1, 0))).retrieve()
+    x.set(a); W.set(w.astype(np.float32))
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("float32", "bfloat16")]
+    got = np.asarray(y.data(), np.float64)
+    w64 = _rounded(w, "bfloat16")
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = a.astype(np.float64) @ w64.T
+        np32 = (a @ w64.astype(np.float32).T).astype(np.float64)
+    special = ~np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(got[special & ~np.isnan(ref)], ref[special & ~np.isnan(ref)])
+    fin = ~special
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w64).T
+    err, err32 = np.abs(got - ref)[fin], np.abs(np32 - ref)[fin]
+    assert np.all(err <= 2 * err32.max() + 4 * 2.0 ** -24 * scale[fin]), (err.max(), err32.max())
+    row0 = np.abs(got[0] - ref[0]) <= 8 * 2.0 ** -24 * scale[0] + 1e-45
+    assert row0.all()

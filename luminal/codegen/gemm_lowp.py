@@ -27,6 +27,7 @@ import re
 from .. import ops
 from ..dtype import DType
 from .gemm import _COMMON
+from .gemm_amx import amx_name, amx_source
 from .gemm_config import _width, vector_bytes
 from .kernel import Compute, ElementwiseKernel, GemmKernel, Load, Program
 from .values import kernel_buffers
@@ -255,7 +256,7 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
         }
         return err;
     }
-    if (M <= LM_AUTO_SMALL_M && N >= 48 && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
+AMX_CALL    if (M <= LM_AUTO_SMALL_M && N >= 48 && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
         return NAME_dot(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return NAME_convert(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
@@ -329,6 +330,12 @@ def lowp_source(a_store: str, b_store: str) -> str:
         pairs = dot_source("float32", f"{name}_dot", f"{name}_convert", a_store, b_store, bf16_pairs=True)
         dot = f"#if defined(__AVX512BF16__)\n#include <immintrin.h>\n{pairs}\n#else\n{dot}\n#endif"
     parts.append(dot)
-    dispatch = re.sub(r"\b(TA|TB|ROWS_A|ROWS_B)\b", lambda m: subs[m.group(1)], _DISPATCH)
+    amx_call = ""
+    if b_store == "bfloat16" and a_store in ("bfloat16", "float32"):  # AMX tiles where the build has them
+        parts.append(amx_source(a_store))
+        amx_call = ("#ifdef LM_HAVE_AMX\n    if (M >= 2 && K > 0 && sak == 1 && sbk == 1) {\n"
+                    f"        int r = {amx_name(a_store)}(M, N, K, A, sam, B, sbn, C, epi, bufs, syms);\n"
+                    "        if (r != LM_AMX_UNUSABLE) return r;\n    }\n#endif\n")
+    dispatch = re.sub(r"\b(TA|TB|ROWS_A|ROWS_B)\b", lambda m: subs[m.group(1)], _DISPATCH.replace("AMX_CALL", amx_call))
     parts.append(dispatch.replace("NAME", name))
     return "\n".join(parts)

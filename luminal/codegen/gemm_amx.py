@@ -1,0 +1,188 @@
+"""AMX tile GEMMs for bfloat16 weights (Intel Sapphire Rapids and later: ``__AMX_BF16__``).
+
+``C = A . B^T`` with ``B`` an ``N x K`` bfloat16 matrix contiguous along K (a weight in PyTorch's layout) and
+``A`` ``M x K`` contiguous along K, stored as bfloat16 or float32. The tile product ``TDPBF16PS`` multiplies
+bfloat16 pairs exactly and adds them into float32 sums, like the float32 GEMM over the converted operands
+(PyTorch's CPU bfloat16 semantics: oneDNN uses the same instruction). A float32 ``A`` is split into three
+bfloat16 parts ``a1 + a2 + a3`` (each the top 16 bits of what is left of ``a``: 24
+significant bits, float32's; the parts are truncations, so they sum to ``a`` exactly) and the three
+products are summed, so a weight-only bfloat16 model keeps float32
+activations at float32 accuracy (the error of a float32 GEMM: a few ulp of ``sum |a||b|``).
+
+The weight is the tiles' first operand, read where it is stored (16 rows of 32 elements per tile, no packing);
+``A`` is packed once per call into the pair-interleaved layout of the second operand (16 tile rows of 16
+words ``(A[m][2p], A[m][2p + 1])`` per 16 rows and 32 elements of K, zero-padded). Each thread takes a share
+of the weight's rows (16 at a time), so a weight is streamed once per call at small M. Results are written
+transposed from the tiles into ``C``, and the epilogue runs on each thread's columns.
+
+The kernel needs the operating system's permission for the tile data (``arch_prctl(ARCH_REQ_XCOMP_PERM)``,
+asked once per process); without it, or with ``LUMINAL_AMX=0`` in the environment, :func:`amx_source`'s
+function returns ``LM_AMX_UNUSABLE`` and the caller takes its other path.
+"""
+
+from __future__ import annotations
+
+_COMMON = r"""
+#ifndef LM_AMX_COMMON
+#define LM_AMX_COMMON
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__x86_64__) && \
+    defined(__linux__)
+#define LM_HAVE_AMX 1
+#define LM_AMX_UNUSABLE (-1000)
+#ifndef LM_AMX_AHEAD
+#define LM_AMX_AHEAD 256  /* elements ahead along K that the weight rows are prefetched */
+#endif
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int lm_amx_state;  /* 0: not asked yet, 1: usable, -1: not */
+static int lm_amx_ok(void) {
+    int s = __atomic_load_n(&lm_amx_state, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        const char *env = getenv("LUMINAL_AMX");
+        /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+        s = (env && env[0] == '0') ? -1 : (syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1);
+        __atomic_store_n(&lm_amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s == 1;
+}
+typedef struct {
+    unsigned char palette, start_row, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+} lm_amx_cfg;
+/* eight tiles of 16 rows x 64 bytes */
+static void lm_amx_config(void) {
+    lm_amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) { c.rows[i] = 16; c.colsb[i] = 64; }
+    _tile_loadconfig(&c);
+}
+/* a float32 as the sum of three bfloat16s, each the top 16 bits of what is left (truncation: exact, never
+   overflows): a = p1 + p2 + p3 for normal numbers; NaN gives (NaN, 0, 0), +-inf (inf, 0, 0). Branch-free. */
+static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2, unsigned short *p3) {
+    uint32_t u, v, w;
+    memcpy(&u, &a, 4);
+    int finite = (u & 0x7f800000u) != 0x7f800000u, nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t h1 = nan ? (u & 0x80000000u) | 0x7fc00000u : u & 0xffff0000u;
+    float f1, f2;
+    memcpy(&f1, &h1, 4);
+    float r = finite ? a - f1 : 0.0f;
+    memcpy(&v, &r, 4);
+    uint32_t h2 = v & 0xffff0000u;
+    memcpy(&f2, &h2, 4);
+    float r2 = r - f2;
+    memcpy(&w, &r2, 4);
+    *p1 = (unsigned short)(h1 >> 16); *p2 = (unsigned short)(h2 >> 16); *p3 = (unsigned short)(w >> 16);
+}
+#endif
+#endif
+"""
+
+_KERNEL = r"""
+#ifdef LM_HAVE_AMX
+/* NAME: C (M x N, row-major) = A . B^T with B (N x K) bfloat16 and A (M x K) stored as TA, both contiguous along
+   K (rows sam / sbn elements apart): AMX tiles (luminal.codegen.gemm_amx). Returns LM_AMX_UNUSABLE without
+   touching C when AMX is not usable (the caller takes another path), else the epilogue's first nonzero code or 0. */
+static int NAME(long long M, long long N, long long K, const TA *A, long long sam, const unsigned short *B,
+                long long sbn, float *C, lm_epilogue epi, void **bufs, const long long *syms) {
+    if (!lm_amx_ok()) return LM_AMX_UNUSABLE;
+    long long mblocks = ((M + 15) / 16 + 1) / 2 * 2, kblocks = (K + 31) / 32, nblocks = (N + 15) / 16;
+    size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
+    long long kpad = kblocks * 32;
+    unsigned short *ap = (unsigned short *)lm_og_grow(&lm_lp_buf[0], &lm_lp_cap[0], PARTS * part * 2);
+    unsigned short *t = (unsigned short *)lm_og_grow(&lm_lp_buf[1], &lm_lp_cap[1], PARTS * (size_t)kpad * 2);
+    if (!ap || !t) return LM_AMX_UNUSABLE;
+    memset(ap, 0, PARTS * part * 2);
+    memset(t, 0, PARTS * (size_t)kpad * 2);
+    for (long long m = 0; m < M; m++) {  /* row m as PARTS bfloat16 rows, then its pairs into the tile layout */
+        const TA *src = A + m * sam;
+SPLIT
+        for (int q = 0; q < PARTS; q++) {
+            const uint32_t *tw = (const uint32_t *)(t + q * kpad);
+            uint32_t *dst = (uint32_t *)(ap + q * part) + (m >> 4) * kblocks * 256 + (m & 15);
+            for (long long pp = 0; pp < kpad / 2; pp++) dst[(pp >> 4) * 256 + (pp & 15) * 16] = tw[pp];
+        }
+    }
+    int err = 0;
+    #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long pairs = (nblocks + 1) / 2, lo = pairs * t / nt * 2, hi = pairs * (t + 1) / nt * 2;
+        if (hi > nblocks) hi = nblocks;
+        if (hi > lo) {
+            unsigned short edge[2][16 * 32] __attribute__((aligned(64)));
+            float out[4][16 * 16] __attribute__((aligned(64)));
+            lm_amx_config();
+            for (long long nb = lo; nb < hi; nb += 2) {
+                int two = nb + 1 < hi;
+                for (long long mb = 0; mb < mblocks; mb += 2) {
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    for (long long kb = 0; kb < kblocks; kb++) {
+                        for (int h = 0; h <= two; h++) {  /* weight rows (nb + h) * 16 ..., K block kb */
+                            long long n0 = (nb + h) * 16, k0 = kb * 32;
+                            const unsigned short *w = B + n0 * sbn + k0;
+                            long long stride = sbn * 2;
+                            if (n0 + 16 > N || k0 + 32 > K) {  /* an edge: a zero-padded copy */
+                                long long rows = N - n0 < 16 ? N - n0 : 16, cols = K - k0 < 32 ? K - k0 : 32;
+                                memset(edge[h], 0, sizeof edge[h]);
+                                for (long long r = 0; r < rows; r++) memcpy(edge[h] + r * 32, w + r * sbn, cols * 2);
+                                w = edge[h];
+                                stride = 64;
+                            }
+                            if (h == 0) _tile_loadd(4, w, stride); else _tile_loadd(5, w, stride);
+                            if (stride != 64 && k0 + LM_AMX_AHEAD < K)  /* 32 row streams: ask for them ahead */
+                                for (int r = 0; r < 16; r++) _mm_prefetch((const char *)(w + r * sbn + LM_AMX_AHEAD), _MM_HINT_T0);
+                        }
+                        for (int p = 0; p < PARTS; p++) {
+                            const unsigned short *x = ap + p * part + ((mb * kblocks + kb) * 16) * 32;
+                            _tile_loadd(6, x, 64);
+                            _tile_loadd(7, x + kblocks * 512, 64);
+                            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+                            if (two) { _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7); }
+                        }
+                    }
+                    _tile_stored(0, out[0], 64); _tile_stored(1, out[1], 64);
+                    if (two) { _tile_stored(2, out[2], 64); _tile_stored(3, out[3], 64); }
+                    for (int q = 0; q < (two ? 4 : 2); q++) {  /* tile q: rows n of block nb + q/2, columns m */
+                        long long n0 = (nb + q / 2) * 16, m0 = (mb + q % 2) * 16;
+                        long long nn = N - n0 < 16 ? N - n0 : 16, mm = M - m0 < 16 ? M - m0 : 16;
+                        for (long long j = 0; j < mm; j++)
+                            for (long long i = 0; i < nn; i++) C[(m0 + j) * N + n0 + i] = out[q][i * 16 + j];
+                    }
+                }
+            }
+            _tile_release();
+            long long c0 = lo * 16, c1 = hi * 16 < N ? hi * 16 : N;
+            int e = epi ? epi(bufs, syms, 0, M, c0, c1) : 0;
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
+        }
+    }
+    return err;
+}
+#endif
+"""
+
+_SPLIT_BF16 = "        memcpy(t, src, (size_t)K * 2);"
+_SPLIT_F32 = "        for (long long k = 0; k < K; k++) lm_amx_split(src[k], t + k, t + kpad + k, t + 2 * kpad + k);"
+
+
+def amx_name(a_store: str) -> str:
+    """The C name of the AMX GEMM for an ``A`` stored as ``a_store`` (``"bfloat16"`` or ``"float32"``)."""
+    return {"bfloat16": "lm_amx_bb", "float32": "lm_amx_fb"}[a_store]
+
+
+def amx_source(a_store: str) -> str:
+    """C source of :func:`amx_name` ``(a_store)``: ``int NAME(M, N, K, A, sam, B, sbn, C, epi, bufs, syms)``,
+    compiled only where the build targets AMX (``LM_HAVE_AMX``); expects the helpers of
+    :func:`luminal.codegen.gemm_lowp.lowp_source` (its scratch buffers) before it."""
+    if a_store not in ("bfloat16", "float32"):
+        raise ValueError(f"the AMX GEMM takes a bfloat16 or float32 A operand, not {a_store!r}")
+    body = _KERNEL.replace("SPLIT", _SPLIT_BF16 if a_store == "bfloat16" else _SPLIT_F32)
+    body = body.replace("PARTS", "1" if a_store == "bfloat16" else "3")
+    body = body.replace("TA", "unsigned short" if a_store == "bfloat16" else "float")
+    return _COMMON + body.replace("NAME", amx_name(a_store))
