@@ -153,7 +153,7 @@ def test_narrow_operands_is_identity_without_stored_operands():
 def test_lowp_source_rejects_bad_types():
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         lowp_source("float32", "float32")
-    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+    with pytest.raises(ValueError, match="float32, bfloat16, float16 or bf16r"):
         lowp_source("int8", "bfloat16")
 
 
@@ -177,6 +177,19 @@ for store in ("bfloat16", "float16"):
                 ref = y.data()
             else:
                 np.testing.assert_allclose(y.data(), ref, rtol=2e-2, atol=1e-2)
+for (a_shape, b_shape, tr) in cases:  # autocast: float32 operands read rounded to bfloat16
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    outs = []
+    for dev in ("reference", "cpu"):
+        cx = lm.Graph()
+        x, w = cx.tensor(a_shape).set(a), cx.tensor(b_shape).set(b)
+        with lm.autocast(lm.bfloat16):
+            y = (x @ (w.permute((1, 0)) if tr else w)).cast("float32").retrieve()
+        if dev == "cpu":
+            cx.compile(device="cpu")
+        cx.execute()
+        outs.append(y.data())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=2e-2, atol=1e-2)
 print("SANITIZED-OK")
 """
 
@@ -275,3 +288,26 @@ def test_float32_activations_keep_float32_accuracy(m, k, n):
     assert np.all(err <= 2 * err32.max() + 4 * 2.0 ** -24 * scale[fin]), (err.max(), err32.max())
     row0 = np.abs(got[0] - ref[0]) <= 8 * 2.0 ** -24 * scale[0] + 1e-45
     assert row0.all()
+
+
+def test_autocast_operands_are_read_as_bfloat16():
+    """Under ``lm.autocast(bfloat16)`` a GEMM operand that is only rounded for the GEMM is not copied: an input
+    is read rounded (``bf16r``), and a computed operand (a layer norm, rounded last) is stored as bfloat16. The
+    values equal torch's CPU autocast within one bfloat16 rounding of the output."""
+    rng = np.random.default_rng(2)
+    a, w = rng.standard_normal((48, 64)).astype(np.float32), (rng.standard_normal((40, 64)) * 0.2).astype(np.float32)
+    cx = lm.Graph()
+    x, W = cx.tensor(a.shape).set(a), cx.tensor(w.shape).set(w)
+    with lm.autocast(lm.bfloat16):
+        y1 = (x @ W.permute((1, 0))).retrieve()
+        y2 = (x.layer_norm(-1) @ W.permute((1, 0))).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    stores = sorted(_gemms(cx))
+    assert stores == [("bf16r", "bf16r"), ("bfloat16", "bf16r")], stores
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        r1 = torch.nn.functional.linear(ta, tw).float().numpy()
+        r2 = torch.nn.functional.linear(torch.nn.functional.layer_norm(ta, (64,)), tw).float().numpy()
+    for got, ref in ((y1, r1), (y2, r2)):
+        np.testing.assert_allclose(np.asarray(got.data(), np.float32), ref, rtol=2 ** -7, atol=2 ** -7 * np.abs(ref).max())

@@ -1,7 +1,8 @@
 """AMX tile GEMMs for bfloat16 weights (Intel Sapphire Rapids and later: ``__AMX_BF16__``).
 
 ``C = A . B^T`` with ``B`` an ``N x K`` bfloat16 matrix contiguous along K (a weight in PyTorch's layout) and
-``A`` ``M x K`` contiguous along K, stored as bfloat16 or float32. The tile product ``TDPBF16PS`` multiplies
+``A`` ``M x K``, stored as bfloat16 or float32 (any strides: ``A`` is packed; a ``B`` not contiguous along K
+is copied so that it is). The tile product ``TDPBF16PS`` multiplies
 bfloat16 pairs exactly and adds them into float32 sums, like the float32 GEMM over the converted operands
 (PyTorch's CPU bfloat16 semantics: oneDNN uses the same instruction). A float32 ``A`` is split into three
 bfloat16 parts ``a1 + a2 + a3`` (each the top 16 bits of what is left of ``a``: 24
@@ -29,6 +30,11 @@ _COMMON = r"""
     defined(__linux__)
 #define LM_HAVE_AMX 1
 #define LM_AMX_UNUSABLE (-1000)
+/* gcc 12's tile loads and stores are asm statements without a memory clobber: the optimizer may move or drop
+   stores into a buffer that a tile then loads, and reads of a buffer a tile stored; a compiler barrier between */
+#define LM_AMX_BARRIER __asm__ __volatile__("" ::: "memory")
+/* pairs of bfloat16s read and written as one word (may_alias: the same memory is written as unsigned short) */
+typedef uint32_t __attribute__((may_alias)) lm_amx_u32;
 #ifndef LM_AMX_AHEAD
 #define LM_AMX_AHEAD 256  /* elements ahead along K that the weight rows are prefetched */
 #endif
@@ -61,6 +67,8 @@ static void lm_amx_config(void) {
 }
 /* a float32 as the sum of three bfloat16s, each the top 16 bits of what is left (truncation: exact, never
    overflows): a = p1 + p2 + p3 for normal numbers; NaN gives (NaN, 0, 0), +-inf (inf, 0, 0). Branch-free. */
+static __thread void *lm_amx_bbuf;  /* a copy of B contiguous along K */
+static __thread size_t lm_amx_bcap;
 static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2, unsigned short *p3) {
     uint32_t u, v, w;
     memcpy(&u, &a, 4);
@@ -82,12 +90,29 @@ static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2,
 
 _KERNEL = r"""
 #ifdef LM_HAVE_AMX
-/* NAME: C (M x N, row-major) = A . B^T with B (N x K) bfloat16 and A (M x K) stored as TA, both contiguous along
-   K (rows sam / sbn elements apart): AMX tiles (luminal.codegen.gemm_amx). Returns LM_AMX_UNUSABLE without
-   touching C when AMX is not usable (the caller takes another path), else the epilogue's first nonzero code or 0. */
-static int NAME(long long M, long long N, long long K, const TA *A, long long sam, const unsigned short *B,
-                long long sbn, float *C, lm_epilogue epi, void **bufs, const long long *syms) {
+/* NAME: C (M x N, row-major) = A . B^T with B (N x K) bfloat16 and A (M x K) stored as TA, element (m, k) of A
+   at A[m*sam + k*sak], of B at B[n*sbn + k*sbk]: AMX tiles (luminal.codegen.gemm_amx). A B that is not
+   contiguous along K is first copied so that it is (a transposed weight, a gradient's operand). Returns
+   LM_AMX_UNUSABLE without touching C when AMX is not usable (the caller takes another path), else the epilogue's
+   first nonzero code or 0. */
+static int NAME(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
+                const TB *B_in, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
+                const long long *syms) {
     if (!lm_amx_ok()) return LM_AMX_UNUSABLE;
+    const unsigned short *B = (const unsigned short *)B_in;
+    if (sbk != 1 || BCOPY) {
+        unsigned short *bc = (unsigned short *)lm_og_grow(&lm_amx_bbuf, &lm_amx_bcap, (size_t)(N * K) * 2);
+        if (!bc) return LM_AMX_UNUSABLE;
+        /* in 32 x 32 blocks, so that a transposed B (sbn == 1) is read and written a cache line at a time */
+        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+        for (long long n0 = 0; n0 < N; n0 += 32)
+            for (long long k0 = 0; k0 < K; k0 += 32)
+                for (long long k = k0; k < (k0 + 32 < K ? k0 + 32 : K); k++)
+                    for (long long n = n0; n < (n0 + 32 < N ? n0 + 32 : N); n++)
+                        bc[n * K + k] = BCONV(B_in[n * sbn + k * sbk]);
+        B = bc;
+        sbn = K;
+    }
     long long mblocks = ((M + 15) / 16 + 1) / 2 * 2, kblocks = (K + 31) / 32, nblocks = (N + 15) / 16;
     size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
     long long kpad = kblocks * 32;
@@ -100,8 +125,8 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
         const TA *src = A + m * sam;
 SPLIT
         for (int q = 0; q < PARTS; q++) {
-            const uint32_t *tw = (const uint32_t *)(t + q * kpad);
-            uint32_t *dst = (uint32_t *)(ap + q * part) + (m >> 4) * kblocks * 256 + (m & 15);
+            const lm_amx_u32 *tw = (const lm_amx_u32 *)(t + q * kpad);
+            lm_amx_u32 *dst = (lm_amx_u32 *)(ap + q * part) + (m >> 4) * kblocks * 256 + (m & 15);
             for (long long pp = 0; pp < kpad / 2; pp++) dst[(pp >> 4) * 256 + (pp & 15) * 16] = tw[pp];
         }
     }
@@ -130,6 +155,7 @@ SPLIT
                                 for (long long r = 0; r < rows; r++) memcpy(edge[h] + r * 32, w + r * sbn, cols * 2);
                                 w = edge[h];
                                 stride = 64;
+                                LM_AMX_BARRIER;
                             }
                             if (h == 0) _tile_loadd(4, w, stride); else _tile_loadd(5, w, stride);
                             if (stride != 64 && k0 + LM_AMX_AHEAD < K)  /* 32 row streams: ask for them ahead */
@@ -145,6 +171,7 @@ SPLIT
                     }
                     _tile_stored(0, out[0], 64); _tile_stored(1, out[1], 64);
                     if (two) { _tile_stored(2, out[2], 64); _tile_stored(3, out[3], 64); }
+                    LM_AMX_BARRIER;
                     for (int q = 0; q < (two ? 4 : 2); q++) {  /* tile q: rows n of block nb + q/2, columns m */
                         long long n0 = (nb + q / 2) * 16, m0 = (mb + q % 2) * 16;
                         long long nn = N - n0 < 16 ? N - n0 : 16, mm = M - m0 < 16 ? M - m0 : 16;
@@ -167,22 +194,33 @@ SPLIT
 #endif
 """
 
-_SPLIT_BF16 = "        memcpy(t, src, (size_t)K * 2);"
-_SPLIT_F32 = "        for (long long k = 0; k < K; k++) lm_amx_split(src[k], t + k, t + kpad + k, t + 2 * kpad + k);"
+_SPLIT_BF16 = r"""        if (sak == 1) memcpy(t, src, (size_t)K * 2);
+        else for (long long k = 0; k < K; k++) t[k] = src[k * sak];"""
+_SPLIT_ROUND = "        for (long long k = 0; k < K; k++) t[k] = lm_f32_to_bf16(src[k * sak]);"
+_SPLIT_F32 = ("        for (long long k = 0; k < K; k++) lm_amx_split(src[k * sak], t + k, t + kpad + k, "
+              "t + 2 * kpad + k);")
 
 
-def amx_name(a_store: str) -> str:
-    """The C name of the AMX GEMM for an ``A`` stored as ``a_store`` (``"bfloat16"`` or ``"float32"``)."""
-    return {"bfloat16": "lm_amx_bb", "float32": "lm_amx_fb"}[a_store]
+_SHORT = {"bfloat16": "b", "float32": "f", "bf16r": "r"}
 
 
-def amx_source(a_store: str) -> str:
-    """C source of :func:`amx_name` ``(a_store)``: ``int NAME(M, N, K, A, sam, B, sbn, C, epi, bufs, syms)``,
+def amx_name(a_store: str, b_store: str = "bfloat16") -> str:
+    """The C name of the AMX GEMM for ``A`` stored as ``a_store`` (``"bfloat16"``, ``"float32"`` or ``"bf16r"``:
+    float32 read rounded to bfloat16) and ``B`` as ``b_store`` (``"bfloat16"`` or ``"bf16r"``)."""
+    return f"lm_amx_{_SHORT[a_store]}{_SHORT[b_store]}"
+
+
+def amx_source(a_store: str, b_store: str = "bfloat16") -> str:
+    """C source of :func:`amx_name` ``(a_store)`` (``lm_gemm_f32``'s signature with the stored operand types),
     compiled only where the build targets AMX (``LM_HAVE_AMX``); expects the helpers of
     :func:`luminal.codegen.gemm_lowp.lowp_source` (its scratch buffers) before it."""
-    if a_store not in ("bfloat16", "float32"):
-        raise ValueError(f"the AMX GEMM takes a bfloat16 or float32 A operand, not {a_store!r}")
-    body = _KERNEL.replace("SPLIT", _SPLIT_BF16 if a_store == "bfloat16" else _SPLIT_F32)
-    body = body.replace("PARTS", "1" if a_store == "bfloat16" else "3")
+    if a_store not in _SHORT or b_store not in ("bfloat16", "bf16r"):
+        raise ValueError(f"the AMX GEMM takes A stored as bfloat16, float32 or bf16r and B as bfloat16 or bf16r, "
+                         f"not {a_store!r} and {b_store!r}")
+    split = {"bfloat16": _SPLIT_BF16, "float32": _SPLIT_F32, "bf16r": _SPLIT_ROUND}[a_store]
+    body = _KERNEL.replace("SPLIT", split).replace("PARTS", "3" if a_store == "float32" else "1")
     body = body.replace("TA", "unsigned short" if a_store == "bfloat16" else "float")
-    return _COMMON + body.replace("NAME", amx_name(a_store))
+    rounded = b_store == "bf16r"  # a float32 B is copied, rounded to bfloat16
+    body = body.replace("TB", "float" if rounded else "unsigned short").replace("BCOPY", "1" if rounded else "0")
+    body = body.replace("BCONV", "lm_f32_to_bf16" if rounded else "")
+    return _COMMON + body.replace("NAME", amx_name(a_store, b_store))

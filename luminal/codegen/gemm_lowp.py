@@ -33,8 +33,10 @@ from .kernel import Compute, ElementwiseKernel, GemmKernel, Load, Program
 from .values import kernel_buffers
 
 LOWP = (DType.bfloat16, DType.float16)
-STORE_TYPES = {"float32": "float", "float64": "double", "bfloat16": "unsigned short", "float16": "_Float16"}
-_SHORT = {"float32": "f", "bfloat16": "b", "float16": "h"}
+# storage of a GEMM operand -> its C element type; "bf16r" is a float32 buffer read rounded to bfloat16
+STORE_TYPES = {"float32": "float", "float64": "double", "bfloat16": "unsigned short", "float16": "_Float16",
+               "bf16r": "float"}
+_SHORT = {"float32": "f", "bfloat16": "b", "float16": "h", "bf16r": "r"}
 
 
 def convert_expr(store: str, expr: str) -> str:
@@ -55,32 +57,50 @@ def operand_stores(program: Program, kernel: GemmKernel) -> tuple[str, str] | No
     :func:`narrow_operands`), else None."""
     if kernel.dtype != DType.float32 or kernel.a is None or kernel.b is None:
         return None
-    stores = tuple(program.buffers[x][1] for x in (kernel.a, kernel.b))
-    if not any(s in LOWP for s in stores):
+    stores = tuple("bf16r" if rnd is not None else program.buffers[x][1].value
+                   for x, rnd in ((kernel.a, kernel.a_round), (kernel.b, kernel.b_round)))
+    if stores == ("float32", "float32"):
         return None
-    return stores[0].value, stores[1].value
+    return stores
 
 
-def _conversion_source(kernel) -> int | None:
-    """The stored buffer an elementwise kernel converts to float32 whole and row-major, or None."""
+def _cast_of(value):
+    """The argument of a single-argument ``Cast`` value, or None."""
+    if isinstance(value, Compute) and isinstance(value.op, ops.Cast) and len(value.args) == 1:
+        return value.args[0]
+    return None
+
+
+def _conversion_source(kernel) -> tuple[int, bool] | None:
+    """``(buffer, rounded)`` when an elementwise kernel only converts a buffer to float32, whole and row-major:
+    a bfloat16 / float16 buffer widened (``rounded`` False), or a float32 buffer rounded to bfloat16 and widened
+    back (``rounded`` True: autocast's GEMM operands); else None."""
     if not isinstance(kernel, ElementwiseKernel) or kernel.dtype != DType.float32:
         return None
-    v = kernel.value
-    if not (isinstance(v, Compute) and isinstance(v.op, ops.Cast) and len(v.args) == 1):
-        return None
-    load = v.args[0]
-    if not isinstance(load, Load) or load.dtype not in LOWP:
+    load, rounded = _cast_of(kernel.value), False
+    inner = _cast_of(load) if load is not None and load.dtype == DType.bfloat16 else None
+    if inner is not None:
+        load, rounded = inner, True
+    if not isinstance(load, Load) or load.dtype != (DType.float32 if rounded else load.dtype) or \
+            (not rounded and load.dtype not in LOWP):
         return None
     view = load.view
     if not view.is_contiguous() or tuple(view.dims) != tuple(kernel.dims):
         return None
-    return load.buffer
+    return load.buffer, rounded
 
 
 def narrow_operands(program: Program) -> Program:
-    """``program`` with every float32 GEMM operand that is only a conversion of a bfloat16 / float16 buffer read
-    from that buffer (the conversion kernel and its buffer dropped; see the module docstring). Returns
-    ``program`` itself when nothing changes."""
+    """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
+    ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
+    GEMM operands is
+
+    * dropped when the kernel only widens a bfloat16 / float16 buffer (the GEMMs read that buffer), or only
+      rounds a float32 buffer to bfloat16 (the GEMMs read the float32 buffer and round it: ``a_round`` /
+      ``b_round``, autocast's operands);
+    * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
+      fused into the producer, e.g. a layer norm): half the bytes, and the GEMMs read it as bfloat16.
+    """
     writers: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     for i, k in enumerate(program.kernels):
@@ -88,25 +108,40 @@ def narrow_operands(program: Program) -> Program:
         for b in kernel_buffers(k) - {k.out}:
             readers.setdefault(b, []).append(i)
     pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
-    drop: dict[int, int] = {}  # converted buffer -> stored buffer
+    drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
+    narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
     for buf, w in writers.items():
-        src = _conversion_source(program.kernels[w])
-        if src is None or buf in pinned or not readers.get(buf):
+        kernel = program.kernels[w]
+        if buf in pinned or not readers.get(buf) or not all(
+                isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
+                and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]):
             continue
-        if all(isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
-               and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]):
+        src = _conversion_source(kernel)
+        if src is not None:
             drop[buf] = src
-    if not drop:
+        elif isinstance(kernel, ElementwiseKernel) and kernel.dtype == DType.float32:
+            inner = _cast_of(kernel.value)
+            if inner is not None and inner.dtype == DType.bfloat16:
+                narrow[buf] = inner
+    if not drop and not narrow:
         return program
     kernels = []
     for k in program.kernels:
         if k.out in drop:
             continue
+        if k.out in narrow:
+            k = dataclasses.replace(k, value=narrow[k.out], dtype=DType.bfloat16)
         if isinstance(k, GemmKernel) and (k.a in drop or k.b in drop):
-            k = dataclasses.replace(k, a=drop.get(k.a, k.a), b=drop.get(k.b, k.b))
+            change = {}
+            for side in ("a", "b"):
+                if getattr(k, side) in drop:
+                    buf, rounded = drop[getattr(k, side)]
+                    change[side] = buf
+                    change[side + "_round"] = DType.bfloat16 if rounded else None
+            k = dataclasses.replace(k, **change)
         kernels.append(k)
-    return Program(kernels, {b: v for b, v in program.buffers.items() if b not in drop}, list(program.inputs),
-                   list(program.outputs), dict(program.aliases))
+    buffers = {b: ((v[0], DType.bfloat16) if b in narrow else v) for b, v in program.buffers.items() if b not in drop}
+    return Program(kernels, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
 
 
 def lowp_name(a_store: str, b_store: str) -> str:
@@ -120,6 +155,7 @@ _CONVERT = r"""
 static inline float lm_cv_float32(float x) { return x; }
 static inline float lm_cv_bfloat16(unsigned short x) { return lm_bf16_to_f32(x); }
 static inline float lm_cv_float16(_Float16 x) { return (float)x; }
+static inline float lm_cv_bf16r(float x) { return lm_bf16r(x); }
 /* per-thread float32 scratch for converted operands (two: A and B), grown on demand, never freed */
 static __thread void *lm_lp_buf[2];
 static __thread size_t lm_lp_cap[2];
@@ -293,7 +329,8 @@ def lowp_source(a_store: str, b_store: str) -> str:
 
     for s in (a_store, b_store):
         if s not in _SHORT:
-            raise ValueError(f"stored GEMM operand type must be float32, bfloat16 or float16, not {s!r}")
+            raise ValueError(f"stored GEMM operand type must be float32, bfloat16, float16 or bf16r (float32 "
+                             f"rounded to bfloat16), not {s!r}")
     if a_store == b_store == "float32":
         raise ValueError("lowp_source: one operand must be stored as bfloat16 or float16")
     _width("float32")
@@ -313,6 +350,13 @@ def lowp_source(a_store: str, b_store: str) -> str:
         elif store == "float16":
             load = _vector_load("_mm512_cvtph_ps((__m256i)h)", "_mm256_cvtph_ps((__m128i)h)", "__F16C__",
                                 "return __builtin_convertvector(h, lm_lp_v);")
+        elif store == "bf16r":  # float32 rounded to bfloat16 (lm_bf16r on whole vectors)
+            load = ("    typedef unsigned int u32v __attribute__((vector_size(VB)));\n    (void)h;\n"
+                    "    u32v u, r;\n    memcpy(&u, p, VB);\n"
+                    "    r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;\n"
+                    "    u32v nan = (u32v)((u & 0x7fffffffu) > 0x7f800000u);\n"
+                    "    r = (r & ~nan) | (((u & 0x80000000u) | 0x7fc00000u) & nan);\n"
+                    "    lm_lp_v f;\n    memcpy(&f, &r, VB);\n    return f;")
         else:
             load = "    lm_lp_v f;\n    memcpy(&f, p, VB);\n    (void)h;\n    return f;"
         text = _STORED.replace("LOADV", load).replace("SHORT", _SHORT[store]).replace("STYPE", STORE_TYPES[store])
@@ -331,10 +375,10 @@ def lowp_source(a_store: str, b_store: str) -> str:
         dot = f"#if defined(__AVX512BF16__)\n#include <immintrin.h>\n{pairs}\n#else\n{dot}\n#endif"
     parts.append(dot)
     amx_call = ""
-    if b_store == "bfloat16" and a_store in ("bfloat16", "float32"):  # AMX tiles where the build has them
-        parts.append(amx_source(a_store))
-        amx_call = ("#ifdef LM_HAVE_AMX\n    if (M >= 2 && K > 0 && sak == 1 && sbk == 1) {\n"
-                    f"        int r = {amx_name(a_store)}(M, N, K, A, sam, B, sbn, C, epi, bufs, syms);\n"
+    if b_store in ("bfloat16", "bf16r") and a_store in ("bfloat16", "float32", "bf16r"):  # AMX where built
+        parts.append(amx_source(a_store, b_store))
+        amx_call = ("#ifdef LM_HAVE_AMX\n    if (M >= 2 && K > 0) {\n"
+                    f"        int r = {amx_name(a_store, b_store)}(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);\n"
                     "        if (r != LM_AMX_UNUSABLE) return r;\n    }\n#endif\n")
     dispatch = re.sub(r"\b(TA|TB|ROWS_A|ROWS_B)\b", lambda m: subs[m.group(1)], _DISPATCH.replace("AMX_CALL", amx_call))
     parts.append(dispatch.replace("NAME", name))

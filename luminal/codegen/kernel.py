@@ -113,6 +113,10 @@ class GemmKernel:
     # but computed while the own GEMM packs it; ``a``/``b`` are then None and the views give only sizes
     a_pro: object = None
     b_pro: object = None
+    # an operand read *rounded* to this dtype (bfloat16): a float32 buffer whose values the program rounds to
+    # bfloat16 only for this GEMM (autocast's operands; see luminal.codegen.gemm_lowp.narrow_operands)
+    a_round: object = None
+    b_round: object = None
 
 
 @dataclass
