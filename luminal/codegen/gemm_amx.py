@@ -67,8 +67,8 @@ static void lm_amx_config(void) {
 }
 /* a float32 as the sum of three bfloat16s, each the top 16 bits of what is left (truncation: exact, never
    overflows): a = p1 + p2 + p3 for normal numbers; NaN gives (NaN, 0, 0), +-inf (inf, 0, 0). Branch-free. */
-static __thread void *lm_amx_bbuf;  /* a copy of B contiguous along K */
-static __thread size_t lm_amx_bcap;
+static __thread void *lm_amx_abuf, *lm_amx_bbuf;  /* copies of A and B contiguous along K */
+static __thread size_t lm_amx_acap, lm_amx_bcap;
 static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2, unsigned short *p3) {
     uint32_t u, v, w;
     memcpy(&u, &a, 4);
@@ -112,6 +112,18 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
                         bc[n * K + k] = BCONV(B_in[n * sbn + k * sbk]);
         B = bc;
         sbn = K;
+    }
+    if (sak != 1) {  /* (a gradient's transposed operand) a copy contiguous along K, by 32 x 32 blocks */
+        TA *acopy = (TA *)lm_og_grow(&lm_amx_abuf, &lm_amx_acap, (size_t)(M * K) * sizeof(TA));
+        if (!acopy) return LM_AMX_UNUSABLE;
+        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)M * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+        for (long long m0 = 0; m0 < M; m0 += 32)
+            for (long long k0 = 0; k0 < K; k0 += 32)
+                for (long long k = k0; k < (k0 + 32 < K ? k0 + 32 : K); k++)
+                    for (long long m = m0; m < (m0 + 32 < M ? m0 + 32 : M); m++) acopy[m * K + k] = A[m * sam + k * sak];
+        A = acopy;
+        sam = K;
+        sak = 1;
     }
     long long mblocks = ((M + 15) / 16 + 1) / 2 * 2, kblocks = (K + 31) / 32, nblocks = (N + 15) / 16;
     size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
