@@ -6,6 +6,7 @@ of pending records into a key and a graph (:class:`_Plan`), and running it (:fun
 from __future__ import annotations
 
 import collections
+import operator
 import sys
 import weakref
 from typing import Any
@@ -143,7 +144,7 @@ class _Plan:
 
     def __init__(self, outputs: list[_Val]):
         hist = self._history_roots(outputs) if len(_with_history) else _NO_HIST
-        leaf_index: dict[int, int] = {}
+        leaf_index: dict[int, int] = {}  # id(value) -> its reference (-1 - i)
         op_index: dict[int, int] = {}
         leaves: list[_Val] = []
         op_list: list[_Op] = []
@@ -153,44 +154,50 @@ class _Plan:
         leaf_keys = []
         out_refs = []
         # A value is a leaf (a graph input) when it is read from the host or realized -- unless a pending backward
-        # differentiates through it (``hist``): then it is recomputed from its operation.
-        def leaf_ref(v) -> int:
-            # a value's reference as a leaf (numbered in order of first use)
-            i = leaf_index.get(id(v))
-            if i is None:
-                i = leaf_index[id(v)] = len(leaves)
-                leaves.append(v)
-                leaf_keys.append(_leaf_key(v))
-            return -1 - i
-
+        # differentiates through it (``hist``): then it is recomputed from its operation. Leaves are numbered in
+        # order of first reference. (This walk runs at every realization: the leaf test and numbering are
+        # inlined.)
         for out in outputs:
             if out.getter is not None or (out.value is not None and (out.op is None or id(out) not in hist)):
-                out_refs.append(leaf_ref(out))
+                r = leaf_index.get(id(out))
+                if r is None:
+                    r = leaf_index[id(out)] = -1 - len(leaves)
+                    leaves.append(out)
+                    leaf_keys.append(_leaf_key(out))
+                out_refs.append(r)
                 continue
             root = out.op
             if id(root) not in op_index:
-                # iterative post-order DFS over operations (an operation is emitted once the operations of its
-                # inputs are); leaves are numbered in order of first use
+                # iterative post-order DFS over operations: an operation is emitted once the operations of its
+                # inputs are (a visit that finds one missing pushes it and comes back later)
                 stack = [root]
                 while stack:
                     op = stack[-1]
                     if id(op) in op_index:
                         stack.pop()
                         continue
-                    depth = len(stack)
-                    for i in op.inputs:
-                        if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
-                                and id(i.op) not in op_index:
-                            stack.append(i.op)
-                    if len(stack) != depth:
-                        continue
-                    stack.pop()
                     refs = []
+                    missing = False
                     for i in op.inputs:
                         if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
-                            refs.append(leaf_ref(i))
+                            r = leaf_index.get(id(i))
+                            if r is None:
+                                r = leaf_index[id(i)] = -1 - len(leaves)
+                                leaves.append(i)
+                                lk = i.lkey  # (_leaf_key's cached case inlined)
+                                leaf_keys.append(lk[1] if lk is not None and lk[0] == i.requires_grad
+                                                 else _leaf_key(i))
+                            refs.append(r)
                         else:
-                            refs.append((op_index[id(i.op)], i.idx))
+                            j = op_index.get(id(i.op))
+                            if j is None:
+                                stack.append(i.op)
+                                missing = True
+                            else:
+                                refs.append((j, i.idx))
+                    if missing:
+                        continue
+                    stack.pop()
                     refs = tuple(refs)
                     op_refs.append(refs)
                     op_keys.append((op.kid, refs, op.out_rg))
@@ -294,8 +301,7 @@ def _pending_live():
     return alive, keep
 
 
-def _seq_of(v: _Val) -> int:
-    return v.seq
+_seq_of = operator.attrgetter("seq")  # (the sort key of realize: a value's sequence number)
 
 
 def realize(targets=(), what: str = "read a tensor's value"):
@@ -303,7 +309,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
     tracing = _tls.tracing
     if tracing is not None:
         tracing.fail(what)
-    vals = [v for v in targets if v.pending] if targets else []
+    vals = [v for v in targets if v.value is None and v.getter is None] if targets else []
     effects = _tls.effects
     if effects:
         _tls.effects = []
@@ -314,12 +320,14 @@ def realize(targets=(), what: str = "read a tensor's value"):
         return
     vals += live
     vals.sort(key=_seq_of)
-    position: dict = {}  # id(value) -> its index in outputs
+    # (sequence numbers are unique per value: a value listed twice sorts next to itself)
+    prev = None
     outputs = []
     for v in vals:
-        if id(v) not in position:
-            position[id(v)] = len(outputs)
+        if v is not prev:
             outputs.append(v)
+            prev = v
+    del prev
     try:
         values, entry = run_plan(outputs)
     except BaseException:
@@ -334,7 +342,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
         else:
             _with_history.add(v)
     if effects:
-        apply_effects(effects, position, values, entry)
+        apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
     pending = _tls.pending
     if pending is keep and len(pending) == len(live):
         _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)

@@ -99,7 +99,7 @@ def _walk(sources: Sequence[_Val]) -> list:
             continue
         seen.add(id(x))
         out.append(x)
-        if not _is_leaf(x):
+        if x.getter is None and x.op is not None:  # (not _is_leaf(x), inlined: a walk of every step)
             stack.extend(x.op.inputs)
     return out
 
@@ -121,10 +121,12 @@ def _reachable(sources: Sequence[_Val], cut: set) -> set:
 _SPECS: dict = {}
 
 
-def _stage(sources: list, targets: list, cut: list, create_graph: bool) -> list:
+def _stage(sources: list, targets: list, cut: list, create_graph: bool, reach: set | None = None) -> list:
     """Record the gradients of ``sum <source, seed>`` for ``targets`` (values), cutting off the consumers of
-    ``cut``; returns one Tensor (or None where unused) per target."""
-    reach = _reachable([s for s, _ in sources], {id(c) for c in cut})
+    ``cut``; returns one Tensor (or None where unused) per target. ``reach``: the ids of the values the sources
+    reach (:func:`_reachable`), when the caller has them."""
+    if reach is None:
+        reach = _reachable([s for s, _ in sources], {id(c) for c in cut})
     used = [t for t in targets if id(t) in reach]
     if not used:
         return [None] * len(targets)
@@ -176,9 +178,11 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
     if targets is None:
         targets = sorted((x for x in values if _is_leaf(x)), key=lambda x: x.seq)
     hooked: dict = {}  # group key -> the hooked non-leaf values of that group
+    grouped = len(groups) > 0  # (a membership test of the weak dictionary makes a weakref: skip it when empty)
     for x in values:
-        if not _is_leaf(x) and (x.hooks or x in groups):
-            hooked.setdefault(groups.get(x, id(x)), []).append(x)
+        if x.hooks or (grouped and x in groups):
+            if not _is_leaf(x):
+                hooked.setdefault(groups.get(x, id(x)), []).append(x)
     sources = list(zip(srcs, seeds))
     done: dict = {}  # id(value) -> its (hooked) gradient
     cut: list = []
@@ -196,7 +200,9 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
                 done[id(x)] = g
                 sources.append((x, g))
     rest = [t for t in targets if id(t) not in done]
-    grads = dict(zip(map(id, rest), _stage(sources, rest, cut, create_graph) if rest else []))
+    # no hooked stage: the last stage's sources reach exactly the values walked above
+    reach = {id(x) for x in values} if not cut else None
+    grads = dict(zip(map(id, rest), _stage(sources, rest, cut, create_graph, reach) if rest else []))
     grads.update(done)
     result = []
     for t in targets:
