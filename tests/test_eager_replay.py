@@ -291,3 +291,30 @@ def test_parameters_of_one_group_keep_their_own_step_counts(opt_name):
     for mod, tmod in ((a, ta), (b, tb)):
         for k, v in tmod.state_dict().items():
             np.testing.assert_allclose(mod.state_dict()[k], v.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_replay_check_tells_apart_records_that_differ_only_in_sharing():
+    """A realization is checked against the key last used for outputs like it (same count, same last operation)
+    instead of re-walking the records: records with that operation but another sharing of leaves or operations
+    (``x * x`` vs ``x * y``; one ``x + 1`` used twice vs two) get their own graph and their own values; the same
+    structure again replays (a cache hit, no compile)."""
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((4, 5)).astype(np.float32) for _ in range(2))
+    x, y = lm.tensor(a), lm.tensor(b)
+    cases = [(lambda: x * x, a * a), (lambda: x * y, a * b),
+             (lambda: (lambda s: s * s)(x + 1), (a + 1) * (a + 1)), (lambda: (x + 1) * (x + 1), (a + 1) * (a + 1)),
+             (lambda: (x + 1) * (y + 1), (a + 1) * (b + 1))]
+    compiles = lm.eager.stats()["compiles"]
+    for rep in range(3):
+        for fn, want in cases:
+            before = lm.eager.stats()
+            np.testing.assert_allclose(fn().numpy(), want, rtol=1e-6)
+            after = lm.eager.stats()
+            if rep:  # every structure was built in the first round: later rounds replay
+                assert after["compiles"] == before["compiles"]
+                assert after["cache_hits"] == before["cache_hits"] + 1
+    assert lm.eager.stats()["compiles"] - compiles == len(cases)
+    with lm.no_grad():  # same operation, another leaf shape: its own graph
+        z = lm.tensor(rng.standard_normal((2, 5)).astype(np.float32))
+        np.testing.assert_allclose((z * z).numpy(), z.numpy() ** 2, rtol=1e-6)
+    assert lm.eager.stats()["compiles"] - compiles == len(cases) + 1

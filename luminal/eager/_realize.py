@@ -25,8 +25,8 @@ from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, 
 class _Entry:
     """A compiled graph for one structural key: leaf inputs, read outputs."""
 
-    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_taken",
-                 "params", "hold_refs")
+    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_plain",
+                 "out_taken", "params", "hold_refs", "live")
 
     def __init__(self, graph, leaf_gts, out_gts, params):
         self.graph = graph
@@ -34,6 +34,7 @@ class _Entry:
         self.out_gts = out_gts
         self.params = params
         self.hold_refs: list = []
+        self.live = True  # (False once evicted from the compile cache)
         nodes = graph.nodes
         # inputs: (GraphTensor, key in graph.tensors, numpy dtype, shape) or None where a pass removed the input
         self.leaf_fast = []
@@ -52,6 +53,7 @@ class _Entry:
             plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
             self.out_fast.append(nid if plain else None)
         self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
+        self.out_plain = None not in self.out_fast  # every output read without a view
         # the outputs whose arrays are handed over by every run (the runtime writes a new array next time)
         self.out_taken = [(nid, None) for nid in dict.fromkeys(n for n in self.out_fast if n is not None)]
 
@@ -69,9 +71,10 @@ class _Entry:
         g.execute()
         _stats["runs"] += 1
         tensors = g.tensors
-        out = []
-        for t, key in zip(self.out_gts, self.out_keys):
-            out.append(t.data() if key is None else tensors[key])
+        if self.out_plain:
+            out = [tensors[key] for key in self.out_keys]
+        else:
+            out = [t.data() if key is None else tensors[key] for t, key in zip(self.out_gts, self.out_keys)]
         runtime = g.runtime
         if self.out_taken and runtime is not None:
             many = getattr(runtime, "recycle_many", None)
@@ -87,11 +90,10 @@ class _Entry:
     def internal_refs(self) -> dict:
         """``{id(array): references}`` the graph holds (its input slots; the runtime's caches hold none)."""
         counts: dict = {}
-        tensors = self.graph.tensors
+        get = self.graph.tensors.get
         for key in self.leaf_keys:
-            a = tensors.get(key)
-            if a is not None:
-                counts[id(a)] = counts.get(id(a), 0) + 1
+            i = id(get(key))  # (the id of None, an empty slot, is harmless: None is never freed)
+            counts[i] = counts.get(i, 0) + 1
         return counts
 
     def donate(self, k: int, arr) -> None:
@@ -113,6 +115,7 @@ class _Entry:
                     recycle(nid, arr)
 
     def release(self):
+        self.live = False
         for p in self.params:
             p._bound.pop(id(self.graph), None)
 
@@ -385,30 +388,134 @@ def _dedupe(vals):
 def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
     """Values of ``outputs`` (pending records) from the compile cache (building the graph on a miss); returns
     ``(values, entry)``."""
-    plan = _Plan(outputs)
-    entry = _cache.get(plan.key)
-    if entry is not None and not _same(entry.hold_refs, plan.holds):
-        entry = None  # a module (or function) the key names by id was freed and its id reused: build again
-    if entry is None:
-        with _lock:
-            entry = _cache.get(plan.key)
-            if entry is not None and not _same(entry.hold_refs, plan.holds):
-                _cache.pop(plan.key).release()
-                entry = None
-            if entry is None:
-                entry = plan.build()
-                _cache[plan.key] = entry
-                while len(_cache) > _CACHE_SIZE:
-                    _, old = _cache.popitem(last=False)
-                    old.release()
+    hint = _hint(outputs)
+    hit = _replay(outputs, hint)
+    if hit is not None:
+        entry, leaves = hit
     else:
-        _stats["cache_hits"] += 1
-        try:
-            _cache.move_to_end(plan.key)
-        except KeyError:
-            pass
+        plan = _Plan(outputs)
+        entry = _cache.get(plan.key)
+        if entry is not None and not _same(entry.hold_refs, plan.holds):
+            entry = None  # a module (or function) the key names by id was freed and its id reused: build again
+        if entry is None:
+            with _lock:
+                entry = _cache.get(plan.key)
+                if entry is not None and not _same(entry.hold_refs, plan.holds):
+                    _cache.pop(plan.key).release()
+                    entry = None
+                if entry is None:
+                    entry = plan.build()
+                    _cache[plan.key] = entry
+                    while len(_cache) > _CACHE_SIZE:
+                        _, old = _cache.popitem(last=False)
+                        old.release()
+                        for h in [h for h, (_, e) in _hints.items() if e is old]:
+                            del _hints[h]
+        else:
+            _stats["cache_hits"] += 1
+            try:
+                _cache.move_to_end(plan.key)
+            except KeyError:
+                pass
+        if len(_hints) >= 64:
+            _hints.clear()
+        _hints[hint] = (plan.key, entry)
+        leaves = plan.leaves
     if leaf_override:
-        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in plan.leaves]
+        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in leaves]
     else:
-        leaf_values = [v.getter() if v.getter is not None else v.value for v in plan.leaves]
+        leaf_values = [v.getter() if v.getter is not None else v.value for v in leaves]
     return entry.run(leaf_values), entry
+
+
+# ---------------------------------------------------------------------------------------------- replay check
+# A loop realizes records of the same structure again and again. Rather than walking them into their key
+# (_Plan) and looking that up, :func:`_replay` checks them against the key last used for outputs like these
+# (``_hints``: by the number of outputs and the operation of the last one), following the key's references.
+_hints: dict = {}
+
+
+def _hint(outputs) -> tuple:
+    last = outputs[-1].op if outputs else None
+    return (len(outputs), None if last is None else last.kid)
+
+
+def _replay(outputs, hint):
+    """``(entry, leaves)`` when the records behind ``outputs`` have the structure of the cached key last used for
+    this ``hint`` -- the key their canonical walk would give: a one-to-one map of their operations and leaves
+    onto the key's, with the same operation keys, result flags, edges and leaf keys -- else None."""
+    cand = _hints.get(hint)
+    if cand is None:
+        return None
+    key, entry = cand
+    device, leaf_keys, op_keys, out_refs = key
+    if not entry.live or device != _device["name"]:
+        return None
+    hist = _Plan._history_roots(outputs) if len(_with_history) else _NO_HIST
+    n_ops = len(op_keys)
+    ops: list = [None] * n_ops
+    leaves: list = [None] * len(leaf_keys)
+    # the outputs, then each operation's inputs from the last to the first (every reference of operation j is
+    # to an earlier one): assign the key's operations and leaves, or find the record differs
+    for v, r in zip(outputs, out_refs):
+        if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):  # a leaf
+            if type(r) is not int:
+                return None
+            k = -1 - r
+            if leaves[k] is None:
+                leaves[k] = v
+            elif leaves[k] is not v:
+                return None
+        else:
+            if type(r) is int or v.idx != r[1]:
+                return None
+            o = ops[r[0]]
+            if o is None:
+                ops[r[0]] = v.op
+            elif o is not v.op:
+                return None
+    for j in range(n_ops - 1, -1, -1):
+        op = ops[j]
+        if op is None:
+            return None
+        kid, refs, out_rg = op_keys[j]
+        inputs = op.inputs
+        if op.kid != kid or op.out_rg != out_rg or len(inputs) != len(refs):
+            return None
+        for i, r in zip(inputs, refs):
+            if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
+                if type(r) is not int:
+                    return None
+                k = -1 - r
+                leaf = leaves[k]
+                if leaf is None:
+                    leaves[k] = i
+                elif leaf is not i:
+                    return None
+            else:
+                if type(r) is int or i.idx != r[1]:
+                    return None
+                o = ops[r[0]]
+                if o is None:
+                    ops[r[0]] = i.op
+                elif o is not i.op:
+                    return None
+    # one to one: no record stands for two of the key's operations or leaves
+    if None in leaves or len(set(map(id, leaves))) != len(leaves) or len(set(map(id, ops))) != n_ops:
+        return None
+    for v, lk in zip(leaves, leaf_keys):
+        c = v.lkey
+        if (c[1] if c is not None and c[0] == v.requires_grad else _leaf_key(v)) != lk:
+            return None
+    holds = []
+    for op in ops:
+        if op.hold:
+            holds.extend(op.hold)
+    if not _same(entry.hold_refs, holds):
+        return None  # (an object the key names by id was freed and its id reused: the full path builds again)
+    _stats["cache_hits"] += 1
+    try:
+        _cache.move_to_end(key)
+    except KeyError:
+        return None
+    return entry, leaves

@@ -20,7 +20,8 @@ import weakref
 from typing import Callable, Sequence
 
 from . import _core
-from ._core import _Val
+from ._core import _Val, _seq_of
+from .tensor import Tensor
 
 __all__ = ["grad", "backward", "RemovableHandle"]
 
@@ -147,8 +148,14 @@ def _stage(sources: list, targets: list, cut: list, create_graph: bool, reach: s
     if spec is None:
         spec = _SPECS[nu] = (tuple, tuple(("T", i) for i in range(nu)))
     outs = [(t.shape, t.dtype) for t in used]
-    with _core.set_grad_enabled(create_graph):
-        grads = _core._record(("grad", start, len(srcs), has, nu, nc), build, inputs, spec_outs=(spec, outs))
+    key = ("grad", start, len(srcs), has, nu, nc)
+    if create_graph:
+        with _core.enable_grad():
+            grads = _core._record(key, build, inputs, spec_outs=(spec, outs))
+    else:  # (recorded without history: as under no_grad)
+        grads = _core._record(key, build, inputs, spec_outs=(spec, outs), grad=False)
+    if nu == len(targets):  # (used is targets)
+        return list(grads)
     by_id = {id(t): g for t, g in zip(used, grads)}
     return [by_id.get(id(t)) for t in targets]
 
@@ -163,7 +170,6 @@ def _run_hooks(v: _Val, g):
 
 
 def _as_grad(g, v: _Val, what: str):
-    from .tensor import Tensor
     if not isinstance(g, Tensor):
         g = Tensor(g, dtype=v.dtype)
     if g.shape != v.shape:
@@ -176,7 +182,8 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
     srcs = [o._v for o in outputs]
     values = _walk(srcs)
     if targets is None:
-        targets = sorted((x for x in values if _is_leaf(x)), key=lambda x: x.seq)
+        targets = [x for x in values if x.getter is not None or x.op is None]  # the leaves
+        targets.sort(key=_seq_of)
     hooked: dict = {}  # group key -> the hooked non-leaf values of that group
     grouped = len(groups) > 0  # (a membership test of the weak dictionary makes a weakref: skip it when empty)
     for x in values:
@@ -214,7 +221,6 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
 
 
 def _seeds(outputs, grad_outputs, what: str) -> list:
-    from .tensor import Tensor
     seeds = []
     for k, o in enumerate(outputs):
         go = grad_outputs[k] if grad_outputs is not None else None
@@ -280,7 +286,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         allow_unused: None for an input the outputs do not depend on instead of a RuntimeError.
         materialize_grads: zeros instead of None for unused inputs (implies ``allow_unused``).
     """
-    from .tensor import Tensor
     if is_grads_batched:
         raise NotImplementedError("autograd.grad(is_grads_batched=True) is not supported; loop over the seeds")
     outs = _as_list(outputs)

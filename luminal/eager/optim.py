@@ -16,6 +16,8 @@ betas...) and the step count are inputs of that graph, read at every step, so sc
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..training import optim as _optim
@@ -102,17 +104,24 @@ def _group_structure(group: dict) -> tuple:
     """What of a parameter group decides the update's graph (not its input values): flags and strings as they
     are, and for each number whether it is zero (``weight_decay``, ``momentum``, ``lr_decay``... switch terms of
     the update on or off). The learning rate and other per-step values are inputs, so changing them (a scheduler)
-    keeps the compiled update."""
+    keeps the compiled update. (Computed at every ``step()``: the common types are tested first.)"""
     out = []
-    for k in sorted(group):
-        if k in ("params", "lr", "initial_lr"):
+    for k, v in group.items():
+        if k in _NOT_STRUCTURE:
             continue
-        v = group[k]
-        if isinstance(v, (bool, str)) or v is None:
+        t = type(v)
+        if t is float or t is int:
+            out.append((k, v != 0, v > 0))
+        elif t is bool or t is str or v is None or isinstance(v, (bool, str)):
             out.append((k, v))
         elif isinstance(v, (int, float)):
             out.append((k, v != 0, v > 0))
+    out.sort(key=_first)  # (by option name, as the keys of every group are not in the same order)
     return tuple(out)
+
+
+_NOT_STRUCTURE = frozenset(("params", "lr", "initial_lr"))
+_first = operator.itemgetter(0)
 
 
 class _StepPlan:
