@@ -358,18 +358,19 @@ def apply_effects(effects, position: dict, values, entry) -> None:
     that nothing else holds) become the output buffers of the next run."""
     internal = None
     donated = []
+    getrefcount = sys.getrefcount
     for evals, callback in effects:
-        freed = callback([values[position[id(v)]] for v in evals]) or []
+        index = [position[id(v)] for v in evals]  # (the output index of each value)
+        freed = callback([values[k] for k in index]) or []
         del callback
         if freed and internal is None:
             internal = entry.internal_refs()
-        getrefcount = sys.getrefcount
         while freed:
             j, old = freed.pop()
             # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
             # anywhere (see luminal.runtime.cpu_plan.exclusively_held): reuse its memory
             if _own_memory(old) and getrefcount(old) - internal.get(id(old), 0) <= 2:
-                donated.append((position[id(evals[j])], old))
+                donated.append((index[j], old))
             del old
     if donated:
         entry.donate_many(donated)

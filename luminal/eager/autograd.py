@@ -191,6 +191,10 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
             if not _is_leaf(x):
                 hooked.setdefault(groups.get(x, id(x)), []).append(x)
     sources = list(zip(srcs, seeds))
+    if not hooked:  # one stage, whose sources reach exactly the values walked above
+        grads = _stage(sources, targets, [], create_graph, {id(x) for x in values}) if targets else []
+        return targets, [_run_hooks(t, g) if g is not None and t.hooks and _is_leaf(t) else g
+                         for t, g in zip(targets, grads)]
     done: dict = {}  # id(value) -> its (hooked) gradient
     cut: list = []
     for key, group in sorted(hooked.items(), key=lambda kv: -max(x.seq for x in kv[1])):
@@ -207,9 +211,7 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
                 done[id(x)] = g
                 sources.append((x, g))
     rest = [t for t in targets if id(t) not in done]
-    # no hooked stage: the last stage's sources reach exactly the values walked above
-    reach = {id(x) for x in values} if not cut else None
-    grads = dict(zip(map(id, rest), _stage(sources, rest, cut, create_graph, reach) if rest else []))
+    grads = dict(zip(map(id, rest), _stage(sources, rest, cut, create_graph) if rest else []))
     grads.update(done)
     result = []
     for t in targets:
