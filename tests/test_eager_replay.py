@@ -318,3 +318,25 @@ def test_replay_check_tells_apart_records_that_differ_only_in_sharing():
         z = lm.tensor(rng.standard_normal((2, 5)).astype(np.float32))
         np.testing.assert_allclose((z * z).numpy(), z.numpy() ** 2, rtol=1e-6)
     assert lm.eager.stats()["compiles"] - compiles == len(cases) + 1
+
+
+def test_internal_references_count_an_array_bound_to_two_inputs_twice():
+    """The donation check subtracts the references the graph's input slots hold: an array bound to two inputs
+    is held twice (so it is not taken for free while one is still bound)."""
+    from luminal.eager._realize import run_plan
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = a + 1
+    with lm.no_grad():
+        x, y, z = lm.from_numpy(a), lm.from_numpy(a), lm.from_numpy(b)
+        out = (x + y) * z
+    values, entry = run_plan([out._v])
+    np.testing.assert_allclose(values[0], (a + a) * b)
+    counts = entry.internal_refs()
+    assert counts[id(a)] == 2 and counts[id(b)] == 1
+    with lm.no_grad():
+        out = x * z  # an array of its own in every slot
+    values, entry = run_plan([out._v])
+    np.testing.assert_allclose(values[0], a * b)
+    counts = entry.internal_refs()
+    assert counts[id(a)] == 1 and counts[id(b)] == 1

@@ -89,9 +89,13 @@ class _Entry:
 
     def internal_refs(self) -> dict:
         """``{id(array): references}`` the graph holds (its input slots; the runtime's caches hold none)."""
-        counts: dict = {}
         get = self.graph.tensors.get
-        for key in self.leaf_keys:
+        keys = self.leaf_keys
+        counts = dict.fromkeys(map(id, map(get, keys)), 1)  # (in C: this runs at every optimizer step)
+        if len(counts) == len(keys):
+            return counts  # every slot holds an array of its own
+        counts = {}
+        for key in keys:
             i = id(get(key))  # (the id of None, an empty slot, is harmless: None is never freed)
             counts[i] = counts.get(i, 0) + 1
         return counts
@@ -297,9 +301,11 @@ def _pending_live():
     keep = []
     for w in _tls.pending:
         t = w()
-        if t is not None and t._v.pending:
-            alive.append(t._v)
-            keep.append(w)
+        if t is not None:
+            v = t._v
+            if v.value is None and v.getter is None:  # (pending)
+                alive.append(v)
+                keep.append(w)
     _tls.pending = keep
     return alive, keep
 
