@@ -536,13 +536,12 @@ def call_module(module, args, kwargs):
     if n_args == 0:
         raise TypeError(f"{type(module).__name__} called without a tensor argument")
     modules = _submodules(module)
-    seen = set()
-    for attr in ("_parameters", "_buffers"):  # (named_parameters() then named_buffers(): the same order)
-        for m in modules:
-            for p in getattr(m, attr).values():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    vals.append(param_tensor(p)._v)
+    # (named_parameters() then named_buffers(): the same order; a tensor shared by two modules once)
+    params = [p for m in modules for p in m._parameters.values()]
+    params += [b for m in modules for b in m._buffers.values()]
+    if len(set(map(id, params))) != len(params):
+        params = list({id(p): p for p in params}.values())
+    vals += [param_tensor(p)._v for p in params]
 
     def build(graph, gts):
         from ..module_hooks import building

@@ -5,6 +5,7 @@ of pending records into a key and a graph (:class:`_Plan`), and running it (:fun
 
 from __future__ import annotations
 
+import bisect
 import collections
 import operator
 import sys
@@ -351,7 +352,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
         else:
             _with_history.add(v)
     if effects:
-        apply_effects(effects, {id(v): k for k, v in enumerate(outputs)}, values, entry)
+        apply_effects(effects, None, values, entry, outputs)
     pending = _tls.pending
     if pending is keep and len(pending) == len(live):
         _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)
@@ -359,14 +360,24 @@ def realize(targets=(), what: str = "read a tensor's value"):
         _tls.pending = [w for w in pending if (w() is not None and w()._v.pending)]
 
 
-def apply_effects(effects, position: dict, values, entry) -> None:
+def apply_effects(effects, position: dict | None, values, entry, outputs: list | None = None) -> None:
     """Run the effect callbacks (host-state writes) with their values; arrays they free (an old parameter value
-    that nothing else holds) become the output buffers of the next run."""
+    that nothing else holds) become the output buffers of the next run. ``position``: ``{id(value): output
+    index}``; or None, and ``outputs`` the run's outputs in order of creation (realize)."""
     internal = None
     donated = []
     getrefcount = sys.getrefcount
     for evals, callback in effects:
-        index = [position[id(v)] for v in evals]  # (the output index of each value)
+        index = None  # the output index of each value
+        if outputs is not None and evals:
+            # an effect's values were made together: usually one run of the outputs (sorted by creation)
+            s = bisect.bisect_left(outputs, evals[0].seq, key=_seq_of)
+            if outputs[s:s + len(evals)] == evals:  # (compared by identity)
+                index = range(s, s + len(evals))
+        if index is None:
+            if position is None:
+                position = {id(v): k for k, v in enumerate(outputs)}
+            index = [position[id(v)] for v in evals]
         freed = callback([values[k] for k in index]) or []
         del callback
         if freed and internal is None:

@@ -91,9 +91,12 @@ def _is_leaf(v: _Val) -> bool:
     return v.getter is not None or v.op is None
 
 
-def _walk(sources: Sequence[_Val]) -> list:
-    """Every value requiring grad that the ``sources`` depend on through recorded operations (sources included)."""
-    out, seen, stack = [], set(), list(sources)
+def _walk(sources: Sequence[_Val], seen: set | None = None) -> list:
+    """Every value requiring grad that the ``sources`` depend on through recorded operations (sources included);
+    their ids are added to ``seen``."""
+    out, stack = [], list(sources)
+    if seen is None:
+        seen = set()
     while stack:
         x = stack.pop()
         if id(x) in seen or not x.requires_grad:
@@ -133,7 +136,7 @@ def _stage(sources: list, targets: list, cut: list, create_graph: bool, reach: s
         return [None] * len(targets)
     srcs = [s for s, _ in sources]
     seeds = [g._v for _, g in sources if g is not None]
-    has = tuple(g is not None for _, g in sources)
+    has = tuple([g is not None for _, g in sources])
     inputs = srcs + seeds + used + list(cut)
     start, nu, nc = len(srcs) + len(seeds), len(used), len(cut)
 
@@ -180,7 +183,8 @@ def _as_grad(g, v: _Val, what: str):
 def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool) -> tuple[list, list]:
     """The staged backward pass. ``targets`` None: every leaf. Returns (targets, their gradients or None)."""
     srcs = [o._v for o in outputs]
-    values = _walk(srcs)
+    reach: set = set()
+    values = _walk(srcs, reach)
     if targets is None:
         targets = [x for x in values if x.getter is not None or x.op is None]  # the leaves
         targets.sort(key=_seq_of)
@@ -192,7 +196,7 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
                 hooked.setdefault(groups.get(x, id(x)), []).append(x)
     sources = list(zip(srcs, seeds))
     if not hooked:  # one stage, whose sources reach exactly the values walked above
-        grads = _stage(sources, targets, [], create_graph, {id(x) for x in values}) if targets else []
+        grads = _stage(sources, targets, [], create_graph, reach) if targets else []
         return targets, [_run_hooks(t, g) if g is not None and t.hooks and _is_leaf(t) else g
                          for t, g in zip(targets, grads)]
     done: dict = {}  # id(value) -> its (hooked) gradient
