@@ -419,16 +419,13 @@ def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
             with _lock:
                 entry = _cache.get(plan.key)
                 if entry is not None and not _same(entry.hold_refs, plan.holds):
-                    _cache.pop(plan.key).release()
+                    _evict(_cache.pop(plan.key))
                     entry = None
                 if entry is None:
                     entry = plan.build()
                     _cache[plan.key] = entry
                     while len(_cache) > _CACHE_SIZE:
-                        _, old = _cache.popitem(last=False)
-                        old.release()
-                        for h in [h for h, (_, e) in _hints.items() if e is old]:
-                            del _hints[h]
+                        _evict(_cache.popitem(last=False)[1])
         else:
             _stats["cache_hits"] += 1
             try:
@@ -451,6 +448,14 @@ def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
 # (_Plan) and looking that up, :func:`_replay` checks them against the key last used for outputs like these
 # (``_hints``: by the number of outputs and the operation of the last one), following the key's references.
 _hints: dict = {}
+
+
+def _evict(entry: _Entry) -> None:
+    """Release a graph dropped from the compile cache, and the hints that name it."""
+    entry.release()
+    for h, (_, e) in list(_hints.items()):  # (a copy: other threads may add hints meanwhile)
+        if e is entry:
+            _hints.pop(h, None)
 
 
 def _hint(outputs) -> tuple:
