@@ -587,6 +587,6 @@ def _stop_gradient(t: GraphTensor) -> GraphTensor:
 
 
 # Realization (the compile cache, the canonical walk, running a plan) lives in _realize.py.
-from ._realize import (_CACHE_SIZE, _NO_HIST, _Entry, _Plan, _cache, _dedupe, _hints, _leaf_key,  # noqa: E402,F401
-                       _pending_live, _seq_of, _with_history, apply_effects, realize, run_plan)
+from ._realize import (_CACHE_SIZE, _Entry, _Plan, _cache, _dedupe, _hints, _leaf_key,  # noqa: E402,F401
+                       _pending_live, _seq_of, apply_effects, realize, run_plan)
 from .tensor import Tensor  # noqa: E402  (the handle class uses the engine above)

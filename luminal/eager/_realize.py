@@ -9,7 +9,6 @@ import bisect
 import collections
 import operator
 import sys
-import weakref
 from typing import Any
 
 import numpy as np
@@ -125,10 +124,8 @@ class _Entry:
             p._bound.pop(id(self.graph), None)
 
 
-_with_history = weakref.WeakSet()  # realized values that keep their operation (they require grad)
 _cache: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
 _CACHE_SIZE = 256
-_NO_HIST: frozenset = frozenset()
 
 
 def _leaf_key(v: _Val) -> int:
@@ -142,6 +139,23 @@ def _leaf_key(v: _Val) -> int:
     return lk[1]
 
 
+class _History:
+    """The ids of the realized values that must be recomputed for some outputs: those a pending backward
+    operation differentiates through (a loss printed before ``backward()``). Found on first use: only a realized
+    value that kept its operation (it requires grad) is looked up."""
+
+    __slots__ = ("outputs", "ids")
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+        self.ids = None
+
+    def __contains__(self, i: int) -> bool:
+        if self.ids is None:
+            self.ids = _Plan._history_roots(self.outputs)
+        return i in self.ids
+
+
 class _Plan:
     """The canonical walk of the records behind some outputs: leaves, operations, key.
 
@@ -151,7 +165,7 @@ class _Plan:
     __slots__ = ("leaves", "ops", "op_refs", "holds", "out_refs", "key")
 
     def __init__(self, outputs: list[_Val]):
-        hist = self._history_roots(outputs) if len(_with_history) else _NO_HIST
+        hist = _History(outputs)
         leaf_index: dict[int, int] = {}  # id(value) -> its reference (-1 - i)
         op_index: dict[int, int] = {}
         leaves: list[_Val] = []
@@ -348,9 +362,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
     for v, arr in zip(outputs, values):
         v.value = arr
         if not v.requires_grad:
-            v.op = None
-        else:
-            _with_history.add(v)
+            v.op = None  # (a value that requires grad keeps its operation: see _History)
     if effects:
         apply_effects(effects, None, values, entry, outputs)
     pending = _tls.pending
@@ -474,7 +486,7 @@ def _replay(outputs, hint):
     device, leaf_keys, op_keys, out_refs = key
     if not entry.live or device != _device["name"]:
         return None
-    hist = _Plan._history_roots(outputs) if len(_with_history) else _NO_HIST
+    hist = _History(outputs)
     n_ops = len(op_keys)
     ops: list = [None] * n_ops
     leaves: list = [None] * len(leaf_keys)
