@@ -340,3 +340,38 @@ def test_internal_references_count_an_array_bound_to_two_inputs_twice():
     np.testing.assert_allclose(values[0], a * b)
     counts = entry.internal_refs()
     assert counts[id(a)] == 1 and counts[id(b)] == 1
+
+
+def test_update_results_are_recorded_again_only_when_nothing_holds_them():
+    """An optimizer step records its update's result values again from the last step when nothing else holds
+    them; a traced step (its trace holds its values) called between eager steps of the same optimizer still
+    follows torch: the eager steps never take the traced values over."""
+    model, tm = _twins(seed=2)
+    opt = lm.optim.Adam(model.parameters(), lr=0.01)
+    topt = torch.optim.Adam(tm.parameters(), lr=0.01)
+
+    @lm.jit
+    def traced_step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    for i, (xb, yb) in enumerate(_batches(12)):
+        if i % 3 == 1:
+            loss = traced_step(xb, yb).item()
+        else:
+            loss = F.cross_entropy(model(lm.from_numpy(xb)), lm.from_numpy(yb))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            loss = loss.item()
+        tl = torch.nn.functional.cross_entropy(tm(torch.from_numpy(xb)), torch.from_numpy(yb))
+        tl.backward()
+        topt.step()
+        topt.zero_grad()
+        assert loss == pytest.approx(tl.item(), rel=1e-4, abs=1e-5), i
+    for (k, a), b in zip(model.state_dict().items(), tm.state_dict().values()):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+    assert opt.state[model[0].weight]["step"] == 12

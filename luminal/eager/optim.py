@@ -17,6 +17,7 @@ betas...) and the step count are inputs of that graph, read at every step, so sc
 from __future__ import annotations
 
 import operator
+import sys
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class _EagerStep:
         inputs = list(plan.inputs)
         for slot, v in zip(plan.grad_slots, grads):
             inputs[slot] = v
-        results = _core._record_effect(plan.key, plan.build, inputs, plan.hold, plan.spec_outs, plan.kid)
+        results = plan.record(inputs)
         _core._tls.effects.append((results, plan.apply))
         if _core._tls.tracing is None:
             _core.realize((), "optimizer step()")
@@ -194,6 +195,28 @@ class _StepPlan:
         self.key = ("optim", type(opt).__qualname__, id(opt), structure, tuple(entry[4] for entry in sig))
         self.kid = _core._intern(self.key)
         self.hold = [opt]
+        self.out_rg = (False,) * len(shapes)
+        self.last = None  # the result values of the last step (see record)
+
+    def record(self, inputs: list) -> list:
+        """Record the update over ``inputs``: its result values (read by :meth:`apply` only). The last step's
+        values are recorded again when nothing else holds them any more (else new ones are made)."""
+        last = self.last
+        if last is not None and _core._tls.tracing is None and sys.getrefcount(last) <= 3:  # (self.last, last, arg)
+            for v in last:
+                if sys.getrefcount(v) > 3:  # (the list, v, the argument): held elsewhere
+                    break
+            else:
+                op = _core._Op(self.key, self.build, tuple(inputs), self.spec_outs[0], self.out_rg, self.hold,
+                               self.kid)
+                seq = _core._seq
+                for v in last:  # (shape, dtype, index... are the same; no Tensor handle ever saw them)
+                    v.value = None
+                    v.op = op
+                    v.seq = next(seq)
+                return last
+        self.last = _core._record_effect(self.key, self.build, inputs, self.hold, self.spec_outs, self.kid)
+        return self.last
 
     def init_state(self) -> None:
         """Create the state buffers that do not exist yet (a new parameter, a cleared or loaded state)."""
