@@ -246,6 +246,9 @@ class _StepPlan:
                 st[name] = values[k]
                 k += 1
             st["step"] += 1
+        if self.last is not None:
+            for v in self.last:  # (the records kept for the next step must not keep these arrays alive)
+                v.value = None
         return freed
 
 
