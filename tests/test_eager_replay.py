@@ -291,3 +291,87 @@ def test_parameters_of_one_group_keep_their_own_step_counts(opt_name):
     for mod, tmod in ((a, ta), (b, tb)):
         for k, v in tmod.state_dict().items():
             np.testing.assert_allclose(mod.state_dict()[k], v.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_replay_check_tells_apart_records_that_differ_only_in_sharing():
+    """A realization is checked against the key last used for outputs like it (same count, same last operation)
+    instead of re-walking the records: records with that operation but another sharing of leaves or operations
+    (``x * x`` vs ``x * y``; one ``x + 1`` used twice vs two) get their own graph and their own values; the same
+    structure again replays (a cache hit, no compile)."""
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((4, 5)).astype(np.float32) for _ in range(2))
+    x, y = lm.tensor(a), lm.tensor(b)
+    cases = [(lambda: x * x, a * a), (lambda: x * y, a * b),
+             (lambda: (lambda s: s * s)(x + 1), (a + 1) * (a + 1)), (lambda: (x + 1) * (x + 1), (a + 1) * (a + 1)),
+             (lambda: (x + 1) * (y + 1), (a + 1) * (b + 1))]
+    compiles = lm.eager.stats()["compiles"]
+    for rep in range(3):
+        for fn, want in cases:
+            before = lm.eager.stats()
+            np.testing.assert_allclose(fn().numpy(), want, rtol=1e-6)
+            after = lm.eager.stats()
+            if rep:  # every structure was built in the first round: later rounds replay
+                assert after["compiles"] == before["compiles"]
+                assert after["cache_hits"] == before["cache_hits"] + 1
+    assert lm.eager.stats()["compiles"] - compiles == len(cases)
+    with lm.no_grad():  # same operation, another leaf shape: its own graph
+        z = lm.tensor(rng.standard_normal((2, 5)).astype(np.float32))
+        np.testing.assert_allclose((z * z).numpy(), z.numpy() ** 2, rtol=1e-6)
+    assert lm.eager.stats()["compiles"] - compiles == len(cases) + 1
+
+
+def test_internal_references_count_an_array_bound_to_two_inputs_twice():
+    """The donation check subtracts the references the graph's input slots hold: an array bound to two inputs
+    is held twice (so it is not taken for free while one is still bound)."""
+    from luminal.eager._realize import run_plan
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = a + 1
+    with lm.no_grad():
+        x, y, z = lm.from_numpy(a), lm.from_numpy(a), lm.from_numpy(b)
+        out = (x + y) * z
+    values, entry = run_plan([out._v])
+    np.testing.assert_allclose(values[0], (a + a) * b)
+    counts = entry.internal_refs()
+    assert counts[id(a)] == 2 and counts[id(b)] == 1
+    with lm.no_grad():
+        out = x * z  # an array of its own in every slot
+    values, entry = run_plan([out._v])
+    np.testing.assert_allclose(values[0], a * b)
+    counts = entry.internal_refs()
+    assert counts[id(a)] == 1 and counts[id(b)] == 1
+
+
+def test_update_results_are_recorded_again_only_when_nothing_holds_them():
+    """An optimizer step records its update's result values again from the last step when nothing else holds
+    them; a traced step (its trace holds its values) called between eager steps of the same optimizer still
+    follows torch: the eager steps never take the traced values over."""
+    model, tm = _twins(seed=2)
+    opt = lm.optim.Adam(model.parameters(), lr=0.01)
+    topt = torch.optim.Adam(tm.parameters(), lr=0.01)
+
+    @lm.jit
+    def traced_step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    for i, (xb, yb) in enumerate(_batches(12)):
+        if i % 3 == 1:
+            loss = traced_step(xb, yb).item()
+        else:
+            loss = F.cross_entropy(model(lm.from_numpy(xb)), lm.from_numpy(yb))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            loss = loss.item()
+        tl = torch.nn.functional.cross_entropy(tm(torch.from_numpy(xb)), torch.from_numpy(yb))
+        tl.backward()
+        topt.step()
+        topt.zero_grad()
+        assert loss == pytest.approx(tl.item(), rel=1e-4, abs=1e-5), i
+    for (k, a), b in zip(model.state_dict().items(), tm.state_dict().values()):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+    assert opt.state[model[0].weight]["step"] == 12

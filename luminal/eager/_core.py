@@ -79,6 +79,7 @@ def clear_cache() -> None:
         for entry in _cache.values():
             entry.release()
         _cache.clear()
+        _hints.clear()
         _infer_cache.clear()
         _stats.clear()
 
@@ -456,7 +457,7 @@ def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True
     make, ref = Tensor._make, weakref.ref
     k = 0
     for (shape, dt), r in zip(outs, out_rg):
-        t = make(_Val(shape, dt, op=op, idx=k, requires_grad=r))
+        t = make(_Val(shape, dt, None, None, op, k, r))  # (positional: this runs for every recorded result)
         pending.append(ref(t))
         tensors.append(t)
         k += 1
@@ -497,7 +498,7 @@ def _record_effect(key, build, inputs: list[_Val], hold, spec_outs, kid=None) ->
     Tensor handles (the effect's values are realized with the next realization in any case)."""
     _, outs = spec_outs
     op = _Op(key, build, tuple(inputs), spec_outs[0], (False,) * len(outs), hold, kid)
-    return [_Val(shape, dt, op=op, idx=k) for k, (shape, dt) in enumerate(outs)]
+    return [_Val(shape, dt, None, None, op, k) for k, (shape, dt) in enumerate(outs)]
 
 
 def _method_build(name, tpl, kw_tpl):
@@ -535,13 +536,12 @@ def call_module(module, args, kwargs):
     if n_args == 0:
         raise TypeError(f"{type(module).__name__} called without a tensor argument")
     modules = _submodules(module)
-    seen = set()
-    for attr in ("_parameters", "_buffers"):  # (named_parameters() then named_buffers(): the same order)
-        for m in modules:
-            for p in getattr(m, attr).values():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    vals.append(param_tensor(p)._v)
+    # (named_parameters() then named_buffers(): the same order; a tensor shared by two modules once)
+    params = [p for m in modules for p in m._parameters.values()]
+    params += [b for m in modules for b in m._buffers.values()]
+    if len(set(map(id, params))) != len(params):
+        params = list({id(p): p for p in params}.values())
+    vals += [param_tensor(p)._v for p in params]
 
     def build(graph, gts):
         from ..module_hooks import building
@@ -587,6 +587,6 @@ def _stop_gradient(t: GraphTensor) -> GraphTensor:
 
 
 # Realization (the compile cache, the canonical walk, running a plan) lives in _realize.py.
-from ._realize import (_CACHE_SIZE, _NO_HIST, _Entry, _Plan, _cache, _dedupe, _leaf_key,  # noqa: E402,F401
-                       _pending_live, _seq_of, _with_history, apply_effects, realize, run_plan)
+from ._realize import (_CACHE_SIZE, _Entry, _Plan, _cache, _dedupe, _hints, _leaf_key,  # noqa: E402,F401
+                       _pending_live, _seq_of, apply_effects, realize, run_plan)
 from .tensor import Tensor  # noqa: E402  (the handle class uses the engine above)

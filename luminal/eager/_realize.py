@@ -5,9 +5,10 @@ of pending records into a key and a graph (:class:`_Plan`), and running it (:fun
 
 from __future__ import annotations
 
+import bisect
 import collections
+import operator
 import sys
-import weakref
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,8 @@ from ._core import (_Op, _Val, _device, _flatten, _intern, _lock, _refs, _same, 
 class _Entry:
     """A compiled graph for one structural key: leaf inputs, read outputs."""
 
-    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_taken",
-                 "params", "hold_refs")
+    __slots__ = ("graph", "leaf_gts", "leaf_fast", "leaf_keys", "out_gts", "out_fast", "out_keys", "out_plain",
+                 "out_taken", "params", "hold_refs", "live")
 
     def __init__(self, graph, leaf_gts, out_gts, params):
         self.graph = graph
@@ -33,6 +34,7 @@ class _Entry:
         self.out_gts = out_gts
         self.params = params
         self.hold_refs: list = []
+        self.live = True  # (False once evicted from the compile cache)
         nodes = graph.nodes
         # inputs: (GraphTensor, key in graph.tensors, numpy dtype, shape) or None where a pass removed the input
         self.leaf_fast = []
@@ -51,6 +53,7 @@ class _Entry:
             plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
             self.out_fast.append(nid if plain else None)
         self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
+        self.out_plain = None not in self.out_fast  # every output read without a view
         # the outputs whose arrays are handed over by every run (the runtime writes a new array next time)
         self.out_taken = [(nid, None) for nid in dict.fromkeys(n for n in self.out_fast if n is not None)]
 
@@ -68,9 +71,10 @@ class _Entry:
         g.execute()
         _stats["runs"] += 1
         tensors = g.tensors
-        out = []
-        for t, key in zip(self.out_gts, self.out_keys):
-            out.append(t.data() if key is None else tensors[key])
+        if self.out_plain:
+            out = [tensors[key] for key in self.out_keys]
+        else:
+            out = [t.data() if key is None else tensors[key] for t, key in zip(self.out_gts, self.out_keys)]
         runtime = g.runtime
         if self.out_taken and runtime is not None:
             many = getattr(runtime, "recycle_many", None)
@@ -85,12 +89,15 @@ class _Entry:
 
     def internal_refs(self) -> dict:
         """``{id(array): references}`` the graph holds (its input slots; the runtime's caches hold none)."""
-        counts: dict = {}
-        tensors = self.graph.tensors
-        for key in self.leaf_keys:
-            a = tensors.get(key)
-            if a is not None:
-                counts[id(a)] = counts.get(id(a), 0) + 1
+        get = self.graph.tensors.get
+        keys = self.leaf_keys
+        counts = dict.fromkeys(map(id, map(get, keys)), 1)  # (in C: this runs at every optimizer step)
+        if len(counts) == len(keys):
+            return counts  # every slot holds an array of its own
+        counts = {}
+        for key in keys:
+            i = id(get(key))  # (the id of None, an empty slot, is harmless: None is never freed)
+            counts[i] = counts.get(i, 0) + 1
         return counts
 
     def donate(self, k: int, arr) -> None:
@@ -112,14 +119,13 @@ class _Entry:
                     recycle(nid, arr)
 
     def release(self):
+        self.live = False
         for p in self.params:
             p._bound.pop(id(self.graph), None)
 
 
-_with_history = weakref.WeakSet()  # realized values that keep their operation (they require grad)
 _cache: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
 _CACHE_SIZE = 256
-_NO_HIST: frozenset = frozenset()
 
 
 def _leaf_key(v: _Val) -> int:
@@ -133,6 +139,23 @@ def _leaf_key(v: _Val) -> int:
     return lk[1]
 
 
+class _History:
+    """The ids of the realized values that must be recomputed for some outputs: those a pending backward
+    operation differentiates through (a loss printed before ``backward()``). Found on first use: only a realized
+    value that kept its operation (it requires grad) is looked up."""
+
+    __slots__ = ("outputs", "ids")
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+        self.ids = None
+
+    def __contains__(self, i: int) -> bool:
+        if self.ids is None:
+            self.ids = _Plan._history_roots(self.outputs)
+        return i in self.ids
+
+
 class _Plan:
     """The canonical walk of the records behind some outputs: leaves, operations, key.
 
@@ -142,8 +165,8 @@ class _Plan:
     __slots__ = ("leaves", "ops", "op_refs", "holds", "out_refs", "key")
 
     def __init__(self, outputs: list[_Val]):
-        hist = self._history_roots(outputs) if len(_with_history) else _NO_HIST
-        leaf_index: dict[int, int] = {}
+        hist = _History(outputs)
+        leaf_index: dict[int, int] = {}  # id(value) -> its reference (-1 - i)
         op_index: dict[int, int] = {}
         leaves: list[_Val] = []
         op_list: list[_Op] = []
@@ -153,44 +176,50 @@ class _Plan:
         leaf_keys = []
         out_refs = []
         # A value is a leaf (a graph input) when it is read from the host or realized -- unless a pending backward
-        # differentiates through it (``hist``): then it is recomputed from its operation.
-        def leaf_ref(v) -> int:
-            # a value's reference as a leaf (numbered in order of first use)
-            i = leaf_index.get(id(v))
-            if i is None:
-                i = leaf_index[id(v)] = len(leaves)
-                leaves.append(v)
-                leaf_keys.append(_leaf_key(v))
-            return -1 - i
-
+        # differentiates through it (``hist``): then it is recomputed from its operation. Leaves are numbered in
+        # order of first reference. (This walk runs at every realization: the leaf test and numbering are
+        # inlined.)
         for out in outputs:
             if out.getter is not None or (out.value is not None and (out.op is None or id(out) not in hist)):
-                out_refs.append(leaf_ref(out))
+                r = leaf_index.get(id(out))
+                if r is None:
+                    r = leaf_index[id(out)] = -1 - len(leaves)
+                    leaves.append(out)
+                    leaf_keys.append(_leaf_key(out))
+                out_refs.append(r)
                 continue
             root = out.op
             if id(root) not in op_index:
-                # iterative post-order DFS over operations (an operation is emitted once the operations of its
-                # inputs are); leaves are numbered in order of first use
+                # iterative post-order DFS over operations: an operation is emitted once the operations of its
+                # inputs are (a visit that finds one missing pushes it and comes back later)
                 stack = [root]
                 while stack:
                     op = stack[-1]
                     if id(op) in op_index:
                         stack.pop()
                         continue
-                    depth = len(stack)
-                    for i in op.inputs:
-                        if i.getter is None and (i.value is None or (i.op is not None and id(i) in hist)) \
-                                and id(i.op) not in op_index:
-                            stack.append(i.op)
-                    if len(stack) != depth:
-                        continue
-                    stack.pop()
                     refs = []
+                    missing = False
                     for i in op.inputs:
                         if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
-                            refs.append(leaf_ref(i))
+                            r = leaf_index.get(id(i))
+                            if r is None:
+                                r = leaf_index[id(i)] = -1 - len(leaves)
+                                leaves.append(i)
+                                lk = i.lkey  # (_leaf_key's cached case inlined)
+                                leaf_keys.append(lk[1] if lk is not None and lk[0] == i.requires_grad
+                                                 else _leaf_key(i))
+                            refs.append(r)
                         else:
-                            refs.append((op_index[id(i.op)], i.idx))
+                            j = op_index.get(id(i.op))
+                            if j is None:
+                                stack.append(i.op)
+                                missing = True
+                            else:
+                                refs.append((j, i.idx))
+                    if missing:
+                        continue
+                    stack.pop()
                     refs = tuple(refs)
                     op_refs.append(refs)
                     op_keys.append((op.kid, refs, op.out_rg))
@@ -287,15 +316,16 @@ def _pending_live():
     keep = []
     for w in _tls.pending:
         t = w()
-        if t is not None and t._v.pending:
-            alive.append(t._v)
-            keep.append(w)
+        if t is not None:
+            v = t._v
+            if v.value is None and v.getter is None:  # (pending)
+                alive.append(v)
+                keep.append(w)
     _tls.pending = keep
     return alive, keep
 
 
-def _seq_of(v: _Val) -> int:
-    return v.seq
+_seq_of = operator.attrgetter("seq")  # (the sort key of realize: a value's sequence number)
 
 
 def realize(targets=(), what: str = "read a tensor's value"):
@@ -303,7 +333,7 @@ def realize(targets=(), what: str = "read a tensor's value"):
     tracing = _tls.tracing
     if tracing is not None:
         tracing.fail(what)
-    vals = [v for v in targets if v.pending] if targets else []
+    vals = [v for v in targets if v.value is None and v.getter is None] if targets else []
     effects = _tls.effects
     if effects:
         _tls.effects = []
@@ -314,12 +344,14 @@ def realize(targets=(), what: str = "read a tensor's value"):
         return
     vals += live
     vals.sort(key=_seq_of)
-    position: dict = {}  # id(value) -> its index in outputs
+    # (sequence numbers are unique per value: a value listed twice sorts next to itself)
+    prev = None
     outputs = []
     for v in vals:
-        if id(v) not in position:
-            position[id(v)] = len(outputs)
+        if v is not prev:
             outputs.append(v)
+            prev = v
+    del prev
     try:
         values, entry = run_plan(outputs)
     except BaseException:
@@ -330,11 +362,9 @@ def realize(targets=(), what: str = "read a tensor's value"):
     for v, arr in zip(outputs, values):
         v.value = arr
         if not v.requires_grad:
-            v.op = None
-        else:
-            _with_history.add(v)
+            v.op = None  # (a value that requires grad keeps its operation: see _History)
     if effects:
-        apply_effects(effects, position, values, entry)
+        apply_effects(effects, None, values, entry, outputs)
     pending = _tls.pending
     if pending is keep and len(pending) == len(live):
         _tls.pending = []  # every value it held was an output of this run (nothing was recorded meanwhile)
@@ -342,23 +372,34 @@ def realize(targets=(), what: str = "read a tensor's value"):
         _tls.pending = [w for w in pending if (w() is not None and w()._v.pending)]
 
 
-def apply_effects(effects, position: dict, values, entry) -> None:
+def apply_effects(effects, position: dict | None, values, entry, outputs: list | None = None) -> None:
     """Run the effect callbacks (host-state writes) with their values; arrays they free (an old parameter value
-    that nothing else holds) become the output buffers of the next run."""
+    that nothing else holds) become the output buffers of the next run. ``position``: ``{id(value): output
+    index}``; or None, and ``outputs`` the run's outputs in order of creation (realize)."""
     internal = None
     donated = []
+    getrefcount = sys.getrefcount
     for evals, callback in effects:
-        freed = callback([values[position[id(v)]] for v in evals]) or []
+        index = None  # the output index of each value
+        if outputs is not None and evals:
+            # an effect's values were made together: usually one run of the outputs (sorted by creation)
+            s = bisect.bisect_left(outputs, evals[0].seq, key=_seq_of)
+            if outputs[s:s + len(evals)] == evals:  # (compared by identity)
+                index = range(s, s + len(evals))
+        if index is None:
+            if position is None:
+                position = {id(v): k for k, v in enumerate(outputs)}
+            index = [position[id(v)] for v in evals]
+        freed = callback([values[k] for k in index]) or []
         del callback
         if freed and internal is None:
             internal = entry.internal_refs()
-        getrefcount = sys.getrefcount
         while freed:
             j, old = freed.pop()
             # held only here (this name and getrefcount's argument) and inside the graph, and no view of it
             # anywhere (see luminal.runtime.cpu_plan.exclusively_held): reuse its memory
             if _own_memory(old) and getrefcount(old) - internal.get(id(old), 0) <= 2:
-                donated.append((position[id(evals[j])], old))
+                donated.append((index[j], old))
             del old
     if donated:
         entry.donate_many(donated)
@@ -377,30 +418,139 @@ def _dedupe(vals):
 def run_plan(outputs: list[_Val], leaf_override: dict | None = None):
     """Values of ``outputs`` (pending records) from the compile cache (building the graph on a miss); returns
     ``(values, entry)``."""
-    plan = _Plan(outputs)
-    entry = _cache.get(plan.key)
-    if entry is not None and not _same(entry.hold_refs, plan.holds):
-        entry = None  # a module (or function) the key names by id was freed and its id reused: build again
-    if entry is None:
-        with _lock:
-            entry = _cache.get(plan.key)
-            if entry is not None and not _same(entry.hold_refs, plan.holds):
-                _cache.pop(plan.key).release()
-                entry = None
-            if entry is None:
-                entry = plan.build()
-                _cache[plan.key] = entry
-                while len(_cache) > _CACHE_SIZE:
-                    _, old = _cache.popitem(last=False)
-                    old.release()
+    hint = _hint(outputs)
+    hit = _replay(outputs, hint)
+    if hit is not None:
+        entry, leaves = hit
     else:
-        _stats["cache_hits"] += 1
-        try:
-            _cache.move_to_end(plan.key)
-        except KeyError:
-            pass
+        plan = _Plan(outputs)
+        entry = _cache.get(plan.key)
+        if entry is not None and not _same(entry.hold_refs, plan.holds):
+            entry = None  # a module (or function) the key names by id was freed and its id reused: build again
+        if entry is None:
+            with _lock:
+                entry = _cache.get(plan.key)
+                if entry is not None and not _same(entry.hold_refs, plan.holds):
+                    _evict(_cache.pop(plan.key))
+                    entry = None
+                if entry is None:
+                    entry = plan.build()
+                    _cache[plan.key] = entry
+                    while len(_cache) > _CACHE_SIZE:
+                        _evict(_cache.popitem(last=False)[1])
+        else:
+            _stats["cache_hits"] += 1
+            try:
+                _cache.move_to_end(plan.key)
+            except KeyError:
+                pass
+        if len(_hints) >= 64:
+            _hints.clear()
+        _hints[hint] = (plan.key, entry)
+        leaves = plan.leaves
     if leaf_override:
-        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in plan.leaves]
+        leaf_values = [leaf_override[id(v)] if id(v) in leaf_override else v.host() for v in leaves]
     else:
-        leaf_values = [v.getter() if v.getter is not None else v.value for v in plan.leaves]
+        leaf_values = [v.getter() if v.getter is not None else v.value for v in leaves]
     return entry.run(leaf_values), entry
+
+
+# ---------------------------------------------------------------------------------------------- replay check
+# A loop realizes records of the same structure again and again. Rather than walking them into their key
+# (_Plan) and looking that up, :func:`_replay` checks them against the key last used for outputs like these
+# (``_hints``: by the number of outputs and the operation of the last one), following the key's references.
+_hints: dict = {}
+
+
+def _evict(entry: _Entry) -> None:
+    """Release a graph dropped from the compile cache, and the hints that name it."""
+    entry.release()
+    for h, (_, e) in list(_hints.items()):  # (a copy: other threads may add hints meanwhile)
+        if e is entry:
+            _hints.pop(h, None)
+
+
+def _hint(outputs) -> tuple:
+    last = outputs[-1].op if outputs else None
+    return (len(outputs), None if last is None else last.kid)
+
+
+def _replay(outputs, hint):
+    """``(entry, leaves)`` when the records behind ``outputs`` have the structure of the cached key last used for
+    this ``hint`` -- the key their canonical walk would give: a one-to-one map of their operations and leaves
+    onto the key's, with the same operation keys, result flags, edges and leaf keys -- else None."""
+    cand = _hints.get(hint)
+    if cand is None:
+        return None
+    key, entry = cand
+    device, leaf_keys, op_keys, out_refs = key
+    if not entry.live or device != _device["name"]:
+        return None
+    hist = _History(outputs)
+    n_ops = len(op_keys)
+    ops: list = [None] * n_ops
+    leaves: list = [None] * len(leaf_keys)
+    # the outputs, then each operation's inputs from the last to the first (every reference of operation j is
+    # to an earlier one): assign the key's operations and leaves, or find the record differs
+    for v, r in zip(outputs, out_refs):
+        if v.getter is not None or (v.value is not None and (v.op is None or id(v) not in hist)):  # a leaf
+            if type(r) is not int:
+                return None
+            k = -1 - r
+            if leaves[k] is None:
+                leaves[k] = v
+            elif leaves[k] is not v:
+                return None
+        else:
+            if type(r) is int or v.idx != r[1]:
+                return None
+            o = ops[r[0]]
+            if o is None:
+                ops[r[0]] = v.op
+            elif o is not v.op:
+                return None
+    for j in range(n_ops - 1, -1, -1):
+        op = ops[j]
+        if op is None:
+            return None
+        kid, refs, out_rg = op_keys[j]
+        inputs = op.inputs
+        if op.kid != kid or op.out_rg != out_rg or len(inputs) != len(refs):
+            return None
+        for i, r in zip(inputs, refs):
+            if i.getter is not None or (i.value is not None and (i.op is None or id(i) not in hist)):
+                if type(r) is not int:
+                    return None
+                k = -1 - r
+                leaf = leaves[k]
+                if leaf is None:
+                    leaves[k] = i
+                elif leaf is not i:
+                    return None
+            else:
+                if type(r) is int or i.idx != r[1]:
+                    return None
+                o = ops[r[0]]
+                if o is None:
+                    ops[r[0]] = i.op
+                elif o is not i.op:
+                    return None
+    # one to one: no record stands for two of the key's operations or leaves
+    if None in leaves or len(set(map(id, leaves))) != len(leaves) or len(set(map(id, ops))) != n_ops:
+        return None
+    for v, lk in zip(leaves, leaf_keys):
+        c = v.lkey
+        if (c[1] if c is not None and c[0] == v.requires_grad else _leaf_key(v)) != lk:
+            return None
+    holds = []
+    for op in ops:
+        if op.hold:
+            holds.extend(op.hold)
+    if not _same(entry.hold_refs, holds):
+        return None  # (an object the key names by id was freed and its id reused: the full path builds again)
+    _stats["cache_hits"] += 1
+    try:
+        _cache.move_to_end(key)
+    except KeyError:
+        return None
+    return entry, leaves

@@ -20,7 +20,8 @@ import weakref
 from typing import Callable, Sequence
 
 from . import _core
-from ._core import _Val
+from ._core import _Val, _seq_of
+from .tensor import Tensor
 
 __all__ = ["grad", "backward", "RemovableHandle"]
 
@@ -90,16 +91,19 @@ def _is_leaf(v: _Val) -> bool:
     return v.getter is not None or v.op is None
 
 
-def _walk(sources: Sequence[_Val]) -> list:
-    """Every value requiring grad that the ``sources`` depend on through recorded operations (sources included)."""
-    out, seen, stack = [], set(), list(sources)
+def _walk(sources: Sequence[_Val], seen: set | None = None) -> list:
+    """Every value requiring grad that the ``sources`` depend on through recorded operations (sources included);
+    their ids are added to ``seen``."""
+    out, stack = [], list(sources)
+    if seen is None:
+        seen = set()
     while stack:
         x = stack.pop()
         if id(x) in seen or not x.requires_grad:
             continue
         seen.add(id(x))
         out.append(x)
-        if not _is_leaf(x):
+        if x.getter is None and x.op is not None:  # (not _is_leaf(x), inlined: a walk of every step)
             stack.extend(x.op.inputs)
     return out
 
@@ -121,16 +125,18 @@ def _reachable(sources: Sequence[_Val], cut: set) -> set:
 _SPECS: dict = {}
 
 
-def _stage(sources: list, targets: list, cut: list, create_graph: bool) -> list:
+def _stage(sources: list, targets: list, cut: list, create_graph: bool, reach: set | None = None) -> list:
     """Record the gradients of ``sum <source, seed>`` for ``targets`` (values), cutting off the consumers of
-    ``cut``; returns one Tensor (or None where unused) per target."""
-    reach = _reachable([s for s, _ in sources], {id(c) for c in cut})
+    ``cut``; returns one Tensor (or None where unused) per target. ``reach``: the ids of the values the sources
+    reach (:func:`_reachable`), when the caller has them."""
+    if reach is None:
+        reach = _reachable([s for s, _ in sources], {id(c) for c in cut})
     used = [t for t in targets if id(t) in reach]
     if not used:
         return [None] * len(targets)
     srcs = [s for s, _ in sources]
     seeds = [g._v for _, g in sources if g is not None]
-    has = tuple(g is not None for _, g in sources)
+    has = tuple([g is not None for _, g in sources])
     inputs = srcs + seeds + used + list(cut)
     start, nu, nc = len(srcs) + len(seeds), len(used), len(cut)
 
@@ -145,8 +151,14 @@ def _stage(sources: list, targets: list, cut: list, create_graph: bool) -> list:
     if spec is None:
         spec = _SPECS[nu] = (tuple, tuple(("T", i) for i in range(nu)))
     outs = [(t.shape, t.dtype) for t in used]
-    with _core.set_grad_enabled(create_graph):
-        grads = _core._record(("grad", start, len(srcs), has, nu, nc), build, inputs, spec_outs=(spec, outs))
+    key = ("grad", start, len(srcs), has, nu, nc)
+    if create_graph:
+        with _core.enable_grad():
+            grads = _core._record(key, build, inputs, spec_outs=(spec, outs))
+    else:  # (recorded without history: as under no_grad)
+        grads = _core._record(key, build, inputs, spec_outs=(spec, outs), grad=False)
+    if nu == len(targets):  # (used is targets)
+        return list(grads)
     by_id = {id(t): g for t, g in zip(used, grads)}
     return [by_id.get(id(t)) for t in targets]
 
@@ -161,7 +173,6 @@ def _run_hooks(v: _Val, g):
 
 
 def _as_grad(g, v: _Val, what: str):
-    from .tensor import Tensor
     if not isinstance(g, Tensor):
         g = Tensor(g, dtype=v.dtype)
     if g.shape != v.shape:
@@ -172,14 +183,22 @@ def _as_grad(g, v: _Val, what: str):
 def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool) -> tuple[list, list]:
     """The staged backward pass. ``targets`` None: every leaf. Returns (targets, their gradients or None)."""
     srcs = [o._v for o in outputs]
-    values = _walk(srcs)
+    reach: set = set()
+    values = _walk(srcs, reach)
     if targets is None:
-        targets = sorted((x for x in values if _is_leaf(x)), key=lambda x: x.seq)
+        targets = [x for x in values if x.getter is not None or x.op is None]  # the leaves
+        targets.sort(key=_seq_of)
     hooked: dict = {}  # group key -> the hooked non-leaf values of that group
+    grouped = len(groups) > 0  # (a membership test of the weak dictionary makes a weakref: skip it when empty)
     for x in values:
-        if not _is_leaf(x) and (x.hooks or x in groups):
-            hooked.setdefault(groups.get(x, id(x)), []).append(x)
+        if x.hooks or (grouped and x in groups):
+            if not _is_leaf(x):
+                hooked.setdefault(groups.get(x, id(x)), []).append(x)
     sources = list(zip(srcs, seeds))
+    if not hooked:  # one stage, whose sources reach exactly the values walked above
+        grads = _stage(sources, targets, [], create_graph, reach) if targets else []
+        return targets, [_run_hooks(t, g) if g is not None and t.hooks and _is_leaf(t) else g
+                         for t, g in zip(targets, grads)]
     done: dict = {}  # id(value) -> its (hooked) gradient
     cut: list = []
     for key, group in sorted(hooked.items(), key=lambda kv: -max(x.seq for x in kv[1])):
@@ -208,7 +227,6 @@ def _engine(outputs: list, seeds: list, targets: list | None, create_graph: bool
 
 
 def _seeds(outputs, grad_outputs, what: str) -> list:
-    from .tensor import Tensor
     seeds = []
     for k, o in enumerate(outputs):
         go = grad_outputs[k] if grad_outputs is not None else None
@@ -274,7 +292,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         allow_unused: None for an input the outputs do not depend on instead of a RuntimeError.
         materialize_grads: zeros instead of None for unused inputs (implies ``allow_unused``).
     """
-    from .tensor import Tensor
     if is_grads_batched:
         raise NotImplementedError("autograd.grad(is_grads_batched=True) is not supported; loop over the seeds")
     outs = _as_list(outputs)

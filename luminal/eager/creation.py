@@ -96,13 +96,13 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
     try:
-        _core._np_dtype(array.dtype)
+        dt = _core._np_dtype(array.dtype)
     except TypeError:
         raise TypeError(f"from_numpy: unsupported dtype {array.dtype}; expected bool, int32, int64, float16, "
                         "float32 or float64") from None
     if not array.flags.c_contiguous:
         raise ValueError("from_numpy needs a C-contiguous array (use np.ascontiguousarray)")
-    return _make(array)
+    return Tensor._make(_core._Val(array.shape, dt, array))
 
 
 def _shape(size) -> tuple[int, ...]:

@@ -16,6 +16,9 @@ betas...) and the step count are inputs of that graph, read at every step, so sc
 
 from __future__ import annotations
 
+import operator
+import sys
+
 import numpy as np
 
 from ..training import optim as _optim
@@ -91,7 +94,7 @@ class _EagerStep:
         inputs = list(plan.inputs)
         for slot, v in zip(plan.grad_slots, grads):
             inputs[slot] = v
-        results = _core._record_effect(plan.key, plan.build, inputs, plan.hold, plan.spec_outs, plan.kid)
+        results = plan.record(inputs)
         _core._tls.effects.append((results, plan.apply))
         if _core._tls.tracing is None:
             _core.realize((), "optimizer step()")
@@ -102,17 +105,24 @@ def _group_structure(group: dict) -> tuple:
     """What of a parameter group decides the update's graph (not its input values): flags and strings as they
     are, and for each number whether it is zero (``weight_decay``, ``momentum``, ``lr_decay``... switch terms of
     the update on or off). The learning rate and other per-step values are inputs, so changing them (a scheduler)
-    keeps the compiled update."""
+    keeps the compiled update. (Computed at every ``step()``: the common types are tested first.)"""
     out = []
-    for k in sorted(group):
-        if k in ("params", "lr", "initial_lr"):
+    for k, v in group.items():
+        if k in _NOT_STRUCTURE:
             continue
-        v = group[k]
-        if isinstance(v, (bool, str)) or v is None:
+        t = type(v)
+        if t is float or t is int:
+            out.append((k, v != 0, v > 0))
+        elif t is bool or t is str or v is None or isinstance(v, (bool, str)):
             out.append((k, v))
         elif isinstance(v, (int, float)):
             out.append((k, v != 0, v > 0))
+    out.sort(key=_first)  # (by option name, as the keys of every group are not in the same order)
     return tuple(out)
+
+
+_NOT_STRUCTURE = frozenset(("params", "lr", "initial_lr"))
+_first = operator.itemgetter(0)
 
 
 class _StepPlan:
@@ -185,6 +195,28 @@ class _StepPlan:
         self.key = ("optim", type(opt).__qualname__, id(opt), structure, tuple(entry[4] for entry in sig))
         self.kid = _core._intern(self.key)
         self.hold = [opt]
+        self.out_rg = (False,) * len(shapes)
+        self.last = None  # the result values of the last step (see record)
+
+    def record(self, inputs: list) -> list:
+        """Record the update over ``inputs``: its result values (read by :meth:`apply` only). The last step's
+        values are recorded again when nothing else holds them any more (else new ones are made)."""
+        last = self.last
+        if last is not None and _core._tls.tracing is None and sys.getrefcount(last) <= 3:  # (self.last, last, arg)
+            for v in last:
+                if sys.getrefcount(v) > 3:  # (the list, v, the argument): held elsewhere
+                    break
+            else:
+                op = _core._Op(self.key, self.build, tuple(inputs), self.spec_outs[0], self.out_rg, self.hold,
+                               self.kid)
+                seq = _core._seq
+                for v in last:  # (shape, dtype, index... are the same; no Tensor handle ever saw them)
+                    v.value = None
+                    v.op = op
+                    v.seq = next(seq)
+                return last
+        self.last = _core._record_effect(self.key, self.build, inputs, self.hold, self.spec_outs, self.kid)
+        return self.last
 
     def init_state(self) -> None:
         """Create the state buffers that do not exist yet (a new parameter, a cleared or loaded state)."""
@@ -214,6 +246,9 @@ class _StepPlan:
                 st[name] = values[k]
                 k += 1
             st["step"] += 1
+        if self.last is not None:
+            for v in self.last:  # (the records kept for the next step must not keep these arrays alive)
+                v.value = None
         return freed
 
 

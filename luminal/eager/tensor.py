@@ -185,8 +185,7 @@ class Tensor:
         if not self._v.requires_grad:
             raise RuntimeError("backward(): this tensor does not require grad and has no recorded operation "
                                "(create leaves with requires_grad=True, and do not compute it under no_grad())")
-        from .autograd import backward
-        backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs)
+        _autograd.backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs)
 
     def register_hook(self, hook):
         """``hook(grad)`` runs (eagerly, on an eager tensor) when this tensor's gradient is computed by a backward
@@ -538,3 +537,6 @@ def _install():
 
 
 _install()
+
+
+from . import autograd as _autograd  # noqa: E402  (it uses Tensor)
