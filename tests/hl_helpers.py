@@ -74,3 +74,28 @@ def optimizer_matches_torch(m, tm, opt_cls, torch_cls, kw, device, seed, steps=1
         np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-4, err_msg=f"step {step}")
     for name, value in tm.state_dict().items():
         np.testing.assert_allclose(m.state_dict()[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def run_sanitized(script: str, cache_dir, marker: str, extra_cflags: str = "", timeout: int = 600) -> None:
+    """Run ``script`` in a fresh Python whose compiled programs are built with AddressSanitizer and UBSan
+    (``LUMINAL_CFLAGS``; libasan preloaded) and cached under ``cache_dir``; asserts it exits 0 and prints
+    ``marker``. Skips when the compiler has no libasan."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    from luminal.runtime.cpu import find_compiler
+
+    cc = find_compiler()
+    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(libasan) or not os.path.exists(libasan):
+        pytest.skip("libasan is not available for this compiler")
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache_dir), LD_PRELOAD=libasan,
+               LUMINAL_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined "
+                              "-fno-omit-frame-pointer " + extra_cflags,
+               ASAN_OPTIONS="detect_leaks=0", OMP_NUM_THREADS="2")
+    env.pop("LUMINAL_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+    assert proc.returncode == 0 and marker in proc.stdout, proc.stderr[-3000:]

@@ -5,9 +5,6 @@ Oracle: the reference interpreter on the same graph. Tolerance: rtol=atol=1e-5 f
 sums with vectorized reassociation and calls libm), exact for integer results.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -225,18 +222,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 
 
 def test_generated_kernels_under_address_and_undefined_sanitizers(tmp_path):
-    cc = find_compiler()
-    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-    if not os.path.isabs(libasan) or not os.path.exists(libasan):
-        pytest.skip("libasan is not available for this compiler")
-    env = dict(os.environ, LUMINAL_CACHE_DIR=str(tmp_path), LD_PRELOAD=libasan,
-               LUMINAL_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined "
-                              "-fno-omit-frame-pointer",
-               ASAN_OPTIONS="detect_leaks=0", OMP_NUM_THREADS="2")
-    env.pop("LUMINAL_DEVICE", None)
-    proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
+    from hl_helpers import run_sanitized
+    run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", timeout=300)
 
 
 # ---------------------------------------------------------------------------- row groups and split GEMMs

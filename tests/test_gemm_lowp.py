@@ -197,22 +197,8 @@ print("SANITIZED-OK")
 def test_lowp_gemms_under_address_and_undefined_sanitizers(tmp_path):
     """Every branch of the dispatch in a build with AddressSanitizer and UBSan (exact-size scratch buffers), its
     results against the reference interpreter."""
-    import os
-    import subprocess
-    import sys
-
-    cc = find_compiler()
-    libasan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-    if not os.path.isabs(libasan) or not os.path.exists(libasan):
-        pytest.skip("libasan is not available for this compiler")
-    env = dict(os.environ, LUMINAL_CACHE_DIR=str(tmp_path), LD_PRELOAD=libasan,
-               LUMINAL_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined "
-                              "-fno-omit-frame-pointer -DLM_OWN_GEMM_EXACT_BUFFERS",
-               ASAN_OPTIONS="detect_leaks=0", OMP_NUM_THREADS="2")
-    env.pop("LUMINAL_DEVICE", None)
-    proc = subprocess.run([sys.executable, "-c", SANITIZER_SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert proc.returncode == 0 and "SANITIZED-OK" in proc.stdout, proc.stderr[-3000:]
+    from hl_helpers import run_sanitized
+    run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", extra_cflags="-DLM_OWN_GEMM_EXACT_BUFFERS")
 
 
 def test_lowp_gemms_built_for_avx2(tmp_path):

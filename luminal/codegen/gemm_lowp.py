@@ -30,7 +30,7 @@ from .gemm import _COMMON
 from .gemm_amx import amx_name, amx_source
 from .gemm_config import _width, vector_bytes
 from .kernel import Compute, ElementwiseKernel, GemmKernel, Load, Program
-from .values import kernel_buffers
+from .values import buffer_uses
 
 LOWP = (DType.bfloat16, DType.float16)
 # storage of a GEMM operand -> its C element type; "bf16r" is a float32 buffer read rounded to bfloat16
@@ -101,13 +101,7 @@ def narrow_operands(program: Program) -> Program:
     * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
       fused into the producer, e.g. a layer norm): half the bytes, and the GEMMs read it as bfloat16.
     """
-    writers: dict[int, int] = {}
-    readers: dict[int, list[int]] = {}
-    for i, k in enumerate(program.kernels):
-        writers.setdefault(k.out, i)
-        for b in kernel_buffers(k) - {k.out}:
-            readers.setdefault(b, []).append(i)
-    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    writers, readers, pinned = buffer_uses(program)
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
     narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
     for buf, w in writers.items():
@@ -316,7 +310,7 @@ def _vector_load(avx512: str, avx2: str, avx2_macro: str, generic: str) -> str:
     """The body of ``lm_lp_load_*``: the AVX-512 or AVX2 intrinsic expression where the build targets it, else
     ``generic`` statements (vector extensions)."""
     out = []
-    for cond, expr in ((f"VB == 64 && defined(__AVX512F__)", avx512), (f"VB == 32 && defined({avx2_macro})", avx2)):
+    for cond, expr in (("VB == 64 && defined(__AVX512F__)", avx512), (f"VB == 32 && defined({avx2_macro})", avx2)):
         out += [f"#{'if' if not out else 'elif'} {cond}", f"    __typeof__({expr}) f = {expr};",
                 "    lm_lp_v r;", "    memcpy(&r, &f, VB);", "    return r;"]
     return "\n".join(out + ["#else", "    " + generic, "#endif"])

@@ -39,7 +39,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Program
-from .values import kernel_buffers, walk, work_per_element
+from .values import buffer_uses, kernel_buffers, walk, work_per_element
 
 MAX_OPS = 8  # a prologue value costing more per element than this stays materialized (it would run per pack)
 
@@ -109,13 +109,7 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
     """Buffer -> ``[(GEMM kernel index, side), ...]`` for every buffer that :func:`fuse_prologues` can remove:
     written by one elementwise kernel, read only as GEMM operands (float32/float64, through views that
     :func:`split_axes` takes apart), not a program input, output or alias, its value cheap and gather-free."""
-    writers: dict[int, int] = {}
-    readers: dict[int, list[int]] = {}
-    for i, k in enumerate(program.kernels):
-        writers.setdefault(k.out, i)
-        for b in kernel_buffers(k) - {k.out}:
-            readers.setdefault(b, []).append(i)
-    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    writers, readers, pinned = buffer_uses(program)
     out: dict[int, list[tuple[int, str]]] = {}
     for buf, w in writers.items():
         kernel = program.kernels[w]

@@ -169,6 +169,20 @@ def kernel_buffers(kernel) -> set:
     return out
 
 
+def buffer_uses(program) -> tuple[dict, dict, set]:
+    """``(writers, readers, pinned)`` of a lowered program: buffer -> index of the first kernel writing it,
+    buffer -> indices of the kernels reading it, and the buffers no rewrite may remove or retype (inputs,
+    outputs, aliases)."""
+    writers: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    for i, k in enumerate(program.kernels):
+        writers.setdefault(k.out, i)
+        for b in kernel_buffers(k) - {k.out}:
+            readers.setdefault(b, []).append(i)
+    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    return writers, readers, pinned
+
+
 def merge_value(value, axis: int):
     """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None."""
     if isinstance(value, Load):
