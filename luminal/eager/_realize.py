@@ -48,7 +48,7 @@ class _Entry:
         for t in out_gts:
             nid = t.id
             node = nodes[nid]
-            plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
+            plain = not isinstance(node.op, ops.Input) and t.tracker == ShapeTracker.contiguous_of(node.dims)
             self.out_fast.append(nid if plain else None)
         self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
         # the outputs whose arrays are handed over by every run (the runtime writes a new array next time)
