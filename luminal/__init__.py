@@ -30,7 +30,7 @@ from .hl_ops import cat as _graph_cat
 from .hl_ops import concat as _graph_concat
 from .hl_ops import stack as _graph_stack
 from .hl_ops import where as _graph_where
-from .shape import Expression, ShapeTracker, UnboundSymbolError, sym
+from .shape import Expression, ShapeTracker, Size, UnboundSymbolError, sym
 from .tensor import GraphTensor
 from .amp import GradScaler, autocast  # mixed precision (docs/mixed_precision.md)
 
@@ -208,7 +208,7 @@ def __getattr__(name):
     return value
 
 
-__all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker",
+__all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker", "Size",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
            "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), *sorted(_RNG), "jit", "optim", "autograd", "from_torch",
            "autocast", "GradScaler"]

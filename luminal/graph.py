@@ -171,6 +171,9 @@ class Graph:
         dtype = as_dtype(dtype)
         edges = []
         for k, (src, shape) in enumerate(inputs):
+            if not isinstance(shape, ShapeTracker):
+                raise TypeError(f"{op.name}: input {k}'s view must be a ShapeTracker (a tensor's .tracker; its .shape "
+                                f"is the Size of its dims), got {type(shape).__name__}")
             if src not in self.nodes and src in self.redirects:  # a handle of a node a compiler pass replaced
                 src, shape = self.resolve(src, shape)
             if src not in self.nodes:
@@ -411,7 +414,7 @@ class Graph:
                 continue
             seen.add(id(obj))
             if getattr(obj, "graph", None) is self and isinstance(getattr(obj, "id", None), int):
-                obj.id, obj.shape = self.resolve(obj.id, obj.shape)
+                obj.id, obj.tracker = self.resolve(obj.id, obj.tracker)
                 continue
             if isinstance(obj, dict):
                 stack.extend(obj.values())

@@ -1,7 +1,8 @@
 """``GraphTensor``: the lazy, user-facing tensor handle.
 
 A ``GraphTensor`` names a node of a :class:`~luminal.graph.Graph` plus the
-:class:`~luminal.shape.ShapeTracker` view through which it is read. Arithmetic
+:class:`~luminal.shape.ShapeTracker` view (``tensor.tracker``) through which it is read; ``tensor.shape`` is the
+logical shape, a tuple (:class:`~luminal.shape.Size`) of ints and symbolic dims. Arithmetic
 and the high-level ops (``luminal/hl_ops``) add primitive nodes to the graph;
 nothing runs until ``graph.execute()``. View ops (``permute``, ``expand``,
 slicing, ``pad``...) only change the tracker — no node, no copy.
@@ -37,7 +38,7 @@ from .hl_ops.scan import ScanOps
 from .hl_ops.sorting import SortingOps
 from .hl_ops.trig import TrigOps
 from .hl_ops.unary import UnaryOps
-from .shape import Expression, ShapeTracker
+from .shape import Expression, ShapeTracker, Size
 
 
 class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, NormOps, ScanOps, DebugOps, TrigOps,
@@ -47,24 +48,28 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
     Attributes:
         graph: the owning :class:`Graph`.
         id: the node id (passes may remap it).
-        shape: the :class:`ShapeTracker` view.
+        tracker: the :class:`ShapeTracker` view.
+        shape: the logical shape, a :class:`~luminal.shape.Size` tuple (ints and symbolic ``Expression``s).
         dtype: the element :class:`DType`.
     """
 
-    __slots__ = ("graph", "_id", "_shape", "dtype")
+    __slots__ = ("graph", "_id", "_tracker", "dtype")
     __array_priority__ = 1000  # numpy scalars/arrays defer to our reflected operators
 
-    def __init__(self, graph: Graph, node_id: int, shape: ShapeTracker, dtype: DType):
+    def __init__(self, graph: Graph, node_id: int, tracker: ShapeTracker, dtype: DType):
         self.graph = graph
         self._id = node_id
-        self._shape = shape
+        if not isinstance(tracker, ShapeTracker):
+            raise TypeError(f"GraphTensor: the view must be a ShapeTracker (a tensor's .tracker; its .shape is the "
+                            f"Size of its dims), got {type(tracker).__name__}")
+        self._tracker = tracker
         self.dtype = dtype
 
     # A compiler pass may replace the node a handle points at (Graph.redirects); the handle follows the
     # replacement on its next use, so handles need not be passed to compile() to stay valid.
     def _follow(self) -> None:
         if self._id not in self.graph.nodes and self._id in self.graph.redirects:
-            self._id, self._shape = self.graph.resolve(self._id, self._shape)
+            self._id, self._tracker = self.graph.resolve(self._id, self._tracker)
 
     @property
     def id(self) -> int:
@@ -77,28 +82,39 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         self._id = value
 
     @property
-    def shape(self) -> ShapeTracker:
-        """The view through which this tensor reads its node's output."""
+    def tracker(self) -> ShapeTracker:
+        """The :class:`ShapeTracker` view through which this tensor reads its node's output."""
         self._follow()
-        return self._shape
+        return self._tracker
+
+    @tracker.setter
+    def tracker(self, value: ShapeTracker) -> None:
+        self._tracker = value
+
+    @property
+    def shape(self) -> Size:
+        """The logical shape as a :class:`~luminal.shape.Size` (a tuple, as ``torch.Size``): an ``int`` per constant
+        dim, the symbolic :class:`Expression` per symbolic dim. The view itself is :attr:`tracker`."""
+        return Size(self.tracker.dims)
 
     @shape.setter
-    def shape(self, value: ShapeTracker) -> None:
-        self._shape = value
+    def shape(self, value) -> None:
+        raise AttributeError("GraphTensor.shape is the logical shape (a Size) and cannot be set; the view is "
+                             "GraphTensor.tracker (set a ShapeTracker there)")
 
     # ------------------------------------------------------------------ construction helpers
     def _new(self, node_id: int, dims, dtype: DType) -> "GraphTensor":
         return GraphTensor(self.graph, node_id, ShapeTracker.contiguous_of(dims), dtype)
 
-    def _view(self, shape: ShapeTracker) -> "GraphTensor":
-        return GraphTensor(self.graph, self.id, shape, self.dtype)
+    def _view(self, tracker: ShapeTracker) -> "GraphTensor":
+        return GraphTensor(self.graph, self.id, tracker, self.dtype)
 
     def _apply(self, op: ops.Op, *others: "GraphTensor", dims=None, dtype: DType | None = None,
                name: str = "") -> "GraphTensor":
         """Add ``op`` over ``self`` (and ``others``) reading through their views; returns the result tensor."""
-        dims = self.shape.dims if dims is None else dims
+        dims = self.tracker.dims if dims is None else dims
         dtype = self.dtype if dtype is None else dtype
-        inputs = [(self.id, self.shape)] + [(o.id, o.shape) for o in others]
+        inputs = [(self.id, self.tracker)] + [(o.id, o.tracker) for o in others]
         node = self.graph.add_op(op, inputs, dims, dtype, name)
         return self._new(node, dims, dtype)
 
@@ -106,23 +122,24 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
     @property
     def dims(self) -> tuple[Expression, ...]:
         """Symbolic logical dims."""
-        return self.shape.dims
+        return self.tracker.dims
 
     @property
     def ndim(self) -> int:
-        return self.shape.ndim
+        return self.tracker.ndim
 
     def size(self, axis: int | None = None):
-        """Logical dims (``Expression``s, ints where constant); one axis if ``axis`` is given."""
-        dims = tuple(d.to_int() if d.is_constant() else d for d in self.shape.dims)
-        return dims if axis is None else dims[self.shape._axis(axis)]
+        """:attr:`shape` (a :class:`~luminal.shape.Size`: ints, ``Expression``s where symbolic); one dim if ``axis``
+        is given."""
+        dims = self.shape
+        return dims if axis is None else dims[self.tracker._axis(axis)]
 
     def concrete_shape(self) -> tuple[int, ...]:
         """Logical shape evaluated with the graph's bound symbols."""
-        return self.shape.shape(self.graph.dyn_map)
+        return self.tracker.shape(self.graph.dyn_map)
 
     def numel(self) -> Expression:
-        return self.shape.n_elements()
+        return self.tracker.n_elements()
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -169,7 +186,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         node = self.graph.nodes[self.id]
         if not isinstance(node.op, ops.Input):
             raise GraphError(f"set() needs an input tensor (made by Graph.tensor); node {self.id} is a {node.op.name}")
-        if not self.shape.is_contiguous() or self.shape.dims != node.dims:
+        if not self.tracker.is_contiguous() or self.tracker.dims != node.dims:
             raise GraphError("set() must be called on the input tensor itself, not on a view of it")
         return node
 
@@ -272,7 +289,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
                 raise GraphError(f"tensor {self.id} '{label}' was not marked with retrieve() (or keep()) before "
                                  "execute(), so its value was not kept")
             raise GraphError(f"tensor {self.id} '{label}' has no value yet; call graph.execute() first")
-        view = self.shape.gather_numpy(buf, self.graph.dyn_map)
+        view = self.tracker.gather_numpy(buf, self.graph.dyn_map)
         if copy:
             return np.array(view)
         recycle = getattr(self.graph.runtime, "recycle", None)
@@ -286,11 +303,11 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
             raise RuntimeError(f"data(device=True) needs a graph compiled for device='cuda' (this one runs on "
                                f"{self.graph.device or 'reference'!r}); use data() for a numpy array")
         node_id = self.id
-        if node_id in self.graph.nodes and self.shape.is_contiguous() and all(
-                a == b for a, b in zip(self.shape.dims, self.graph.nodes[node_id].dims)):
+        if node_id in self.graph.nodes and self.tracker.is_contiguous() and all(
+                a == b for a, b in zip(self.tracker.dims, self.graph.nodes[node_id].dims)):
             flat = runtime.device_array(node_id)
             if flat is not None:
-                return flat.reshape(tuple(d.evaluate(self.graph.dyn_map) for d in self.shape.dims))
+                return flat.reshape(tuple(d.evaluate(self.graph.dyn_map) for d in self.tracker.dims))
         import cupy  # a view or an input: through the host (correct, slower)
 
         return cupy.asarray(self.data())
@@ -313,13 +330,13 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
         if dtype == self.dtype:
             return self
         src_dims = self.graph.nodes[self.id].dims
-        if not self.shape.is_contiguous() and self.shape.covers(src_dims):
+        if not self.tracker.is_contiguous() and self.tracker.covers(src_dims):
             # a permuted / broadcast view of the whole source: convert the source in its own layout and read the
             # result through the same view (exact: a cast is elementwise). A transposed weight then reaches a GEMM
             # as a strided operand instead of through a transposing copy (a 4096x4096 bfloat16 matvec: 98 -> 3 ms),
             # and a broadcast converts each source element once.
             whole = GraphTensor(self.graph, self.id, ShapeTracker.contiguous_of(src_dims), self.dtype)
-            return whole._apply(ops.Cast(dtype), dtype=dtype)._view(self.shape)
+            return whole._apply(ops.Cast(dtype), dtype=dtype)._view(self.tracker)
         return self._apply(ops.Cast(dtype), dtype=dtype)
 
     to = cast
@@ -348,7 +365,7 @@ class GraphTensor(BinaryOps, UnaryOps, ReductionOps, MovementOps, MatmulOps, Nor
 
     def contiguous(self) -> "GraphTensor":
         """Materialize the view into a row-major buffer (no-op if it already is one)."""
-        if self.shape.is_contiguous():
+        if self.tracker.is_contiguous():
             return self
         return self._apply(ops.Contiguous())
 

@@ -175,7 +175,7 @@ def test_lazy_graph_api_unchanged():
     cx.execute()
     np.testing.assert_array_equal(y.data(), np.array([0.0, 2.0, 3.0], np.float32))
     np.testing.assert_array_equal(r.data(), np.arange(3))
-    assert type(a.shape).__name__ == "ShapeTracker"
+    assert type(a.tracker).__name__ == "ShapeTracker" and type(a.shape).__name__ == "Size" and a.shape == (3,)
 
 
 # ---------------------------------------------------------------------------------------------- autograd

@@ -214,7 +214,7 @@ def test_an_op_outside_the_schema_is_kept_with_rewritten_operands():
     def build(cx):
         x = cx.tensor((3,)).set(np.array([1.0, -2.0, 3.0], np.float32))
         y = (x + 0).exp2()
-        z = GraphTensor(cx, cx.add_op(Twice(), [(y.id, y.shape)], y.dims, y.dtype), y.shape, y.dtype)
+        z = GraphTensor(cx, cx.add_op(Twice(), [(y.id, y.tracker)], y.dims, y.dtype), y.tracker, y.dtype)
         return ((z * 1).retrieve(),)
 
     cx, (out,) = run_both(build, EqualitySaturation())
@@ -258,7 +258,7 @@ def test_extract_k_candidates_are_distinct_sorted_and_correct():
     for cand in cands:
         g = copy.deepcopy(cx)
         (h,) = build(lm.Graph())  # a fresh handle object, pointed at the copy
-        h.graph, h.id, h.shape = g, y.id, y.shape
+        h.graph, h.id, h.tracker = g, y.id, y.tracker
         p.apply(g, cand, h)
         g.execute()
         np.testing.assert_array_equal(h.data(), ref)

@@ -125,7 +125,7 @@ def test_graph_break_is_identity():
 def _run_primitive(op, arrays, views=None, dims=None, dtype=None):
     cx = lm.Graph()
     tensors = [_input(cx, a, f"in{i}") for i, a in enumerate(arrays)]
-    views = views or [t.shape for t in tensors]
+    views = views or [t.tracker for t in tensors]
     dims = views[0].dims if dims is None else dims
     dtype = tensors[0].dtype if dtype is None else dtype
     node = cx.add_op(op, [(t.id, v) for t, v in zip(tensors, views)], dims, dtype)
@@ -154,7 +154,7 @@ def test_unary_primitive_rejects_ints():
     cx = lm.Graph()
     a = cx.tensor(3, lm.int32)
     with pytest.raises(TypeError, match="floating-point"):
-        cx.add_op(ops.Log2(), [(a.id, a.shape)], a.dims, lm.int32)
+        cx.add_op(ops.Log2(), [(a.id, a.tracker)], a.dims, lm.int32)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_])
@@ -189,9 +189,9 @@ def test_binary_primitive_dtype_and_shape_checks():
     cx = lm.Graph()
     a, b, c = cx.tensor(3, lm.float32), cx.tensor(3, lm.float64), cx.tensor(4, lm.float32)
     with pytest.raises(TypeError, match="dtypes differ"):
-        cx.add_op(ops.Add(), [(a.id, a.shape), (b.id, b.shape)], a.dims, lm.float32)
+        cx.add_op(ops.Add(), [(a.id, a.tracker), (b.id, b.tracker)], a.dims, lm.float32)
     with pytest.raises(GraphError, match=r"\[3\] vs \[4\]"):
-        cx.add_op(ops.Add(), [(a.id, a.shape), (c.id, c.shape)], a.dims, lm.float32)
+        cx.add_op(ops.Add(), [(a.id, a.tracker), (c.id, c.tracker)], a.dims, lm.float32)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64])
@@ -218,7 +218,7 @@ def test_maxreduce_propagates_nan_and_reduces_through_views():
     x[2, 3] = np.nan
     cx = lm.Graph()
     t = _input(cx, x)
-    view = t.shape.permute((1, 0))  # reduce the original axis 0 through a transposed view
+    view = t.tracker.permute((1, 0))  # reduce the original axis 0 through a transposed view
     node = cx.add_op(ops.MaxReduce(1), [(t.id, view)], (6,), lm.float32)
     out = lm.GraphTensor(cx, node, ShapeTracker.contiguous_of((6,)), lm.float32).retrieve()
     cx.execute()
@@ -229,7 +229,7 @@ def test_padded_and_masked_reads_are_zero():
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     cx = lm.Graph()
     t = _input(cx, x)
-    view = t.shape.pad(0, 1, 2).pad(1, 0, 3)
+    view = t.tracker.pad(0, 1, 2).pad(1, 0, 3)
     node = cx.add_op(ops.Contiguous(), [(t.id, view)], view.dims, lm.float32)
     out = lm.GraphTensor(cx, node, ShapeTracker.contiguous_of(view.dims), lm.float32).retrieve()
     cx.execute()

@@ -50,7 +50,7 @@ class _Entry:
         for t in out_gts:
             nid = t.id
             node = nodes[nid]
-            plain = not isinstance(node.op, ops.Input) and t.shape == ShapeTracker.contiguous_of(node.dims)
+            plain = not isinstance(node.op, ops.Input) and t.tracker == ShapeTracker.contiguous_of(node.dims)
             self.out_fast.append(nid if plain else None)
         self.out_keys = [(nid, 0) if nid is not None else None for nid in self.out_fast]
         self.out_plain = None not in self.out_fast  # every output read without a view

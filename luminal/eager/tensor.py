@@ -497,9 +497,9 @@ def _eager_key(t, key, realize_masks: bool):
 
 
 # ---------------------------------------------------------------------------------------------- method wrappers
-_SKIP = {"graph", "id", "shape", "dims", "ndim", "size", "concrete_shape", "numel", "set", "set_dyn", "set_deferred",
-         "keep", "retrieve", "drop", "data", "numpy", "item", "set_name", "compare_file", "print", "dtype", "max", "min",
-         "graph_break", "detach"}
+_SKIP = {"graph", "id", "shape", "tracker", "dims", "ndim", "size", "concrete_shape", "numel", "set", "set_dyn",
+         "set_deferred", "keep", "retrieve", "drop", "data", "numpy", "item", "set_name", "compare_file", "print",
+         "dtype", "max", "min", "graph_break", "detach"}
 _DUNDERS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
             "__abs__", "__lt__", "__gt__", "__le__", "__ge__", "__eq__", "__ne__", "__invert__", "__and__", "__or__",

@@ -131,7 +131,7 @@ def binary_operands(a: "GraphTensor", b, dtype: DType | None = None):
     b = as_tensor(a, b, dtype)
     a = a.cast(dtype)
     dims = broadcast_dims(a.dims, b.dims)
-    return a._view(broadcast_view(a.shape, dims)), b._view(broadcast_view(b.shape, dims)), dims, dtype
+    return a._view(broadcast_view(a.tracker, dims)), b._view(broadcast_view(b.tracker, dims)), dims, dtype
 
 
 def check_index_dtype(dtype: DType, what: str, error=TypeError) -> None:

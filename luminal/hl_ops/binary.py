@@ -429,9 +429,9 @@ def _grad_rule(result, name: str, operands, param=None):
     graph = result.graph
     node = graph.nodes[result.id]
     # (result may be its node read through a reshape, such as where()'s squeeze of the gathered axis)
-    if result.dtype.is_float and result.shape.is_contiguous() and result.numel() == _node_numel(node) and \
+    if result.dtype.is_float and result.tracker.is_contiguous() and result.numel() == _node_numel(node) and \
             all(o.id != result.id for o in operands):
-        graph.grad_rules[result.id] = (name, tuple((o.id, o.shape) for o in operands), param, result.dims)
+        graph.grad_rules[result.id] = (name, tuple((o.id, o.tracker) for o in operands), param, result.dims)
     return result
 
 
@@ -476,8 +476,8 @@ def where(cond, a, b):
                                        DType.bool if isinstance(a, bool) else DType.int64), b)
     a, b = as_tensor(like, a, dtype), as_tensor(like, b, dtype)
     dims = broadcast_dims(cond.dims, a.dims, b.dims)
-    a = a._view(broadcast_view(a.shape, dims)).unsqueeze(-1)
-    b = b._view(broadcast_view(b.shape, dims)).unsqueeze(-1)
+    a = a._view(broadcast_view(a.tracker, dims)).unsqueeze(-1)
+    b = b._view(broadcast_view(b.tracker, dims)).unsqueeze(-1)
     stacked = b.pad_axis(-1, 0, 1).add(a.pad_axis(-1, 1, 0))
-    index = cond._view(broadcast_view(cond.shape, dims)).cast(DType.int32).unsqueeze(-1)
+    index = cond._view(broadcast_view(cond.tracker, dims)).cast(DType.int32).unsqueeze(-1)
     return stacked.gather(-1, index).squeeze(-1)

@@ -34,7 +34,7 @@ class DebugOps:
         def hook(graph):
             values = tensor.data()
             print(f"{message} (node {tensor.id}) shape={list(values.shape)} dtype={tensor.dtype.value} "
-                  f"n={values.size}\n  {_sample(values)}\n  view: {tensor.shape}")
+                  f"n={values.size}\n  {_sample(values)}\n  view: {tensor.tracker}")
 
         self.graph.post_execute_hooks.append(hook)
         return self

@@ -327,7 +327,7 @@ class IndexingOps:
         positions it wrote (with repeated indices only the winning write, where torch gives every write its
         target's gradient)."""
         new = setitem(self, key, value)
-        self._id, self._shape = new.id, new.shape
+        self._id, self._tracker = new.id, new.tracker
 
 
 def _repeat_axis(x, dim):

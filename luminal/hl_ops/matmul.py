@@ -57,8 +57,8 @@ class MatmulOps:
             raise GraphError(f"matmul: inner dims differ: {[str(d) for d in self.dims]} @ "
                              f"{[str(d) for d in other.dims]} ({k} vs {k2})")
         batch = broadcast_dims(a.dims[:-2], b.dims[:-2])
-        a_view = broadcast_view(a.shape, batch + (m, k)).expand_dim(len(batch) + 1, n)      # (..., M, N, K)
-        b_t = b.shape.permute(tuple(range(b.ndim - 2)) + (b.ndim - 1, b.ndim - 2))          # (..., N, K)
+        a_view = broadcast_view(a.tracker, batch + (m, k)).expand_dim(len(batch) + 1, n)      # (..., M, N, K)
+        b_t = b.tracker.permute(tuple(range(b.ndim - 2)) + (b.ndim - 1, b.ndim - 2))          # (..., N, K)
         b_view = broadcast_view(b_t, batch + (n, k)).expand_dim(len(batch), m)              # (..., M, N, K)
         prod = a._view(a_view)._apply(ops.Mul(), b._view(b_view), dims=batch + (m, n, k))
         out = prod._apply(ops.SumReduce(prod.ndim - 1), dims=batch + (m, n))

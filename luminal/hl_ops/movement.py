@@ -29,7 +29,7 @@ class MovementOps:
             axes = tuple(axes[0])
         if len(axes) != self.ndim:
             raise ValueError(f"permute: got {len(axes)} axes {axes} for a tensor with {self.ndim} dims")
-        return self._view(self.shape.permute([normalize_axis(a, self.ndim) for a in axes]))
+        return self._view(self.tracker.permute([normalize_axis(a, self.ndim) for a in axes]))
 
     def transpose(self, dim0: int = -2, dim1: int = -1):
         """Swap two axes (a view)."""
@@ -56,7 +56,7 @@ class MovementOps:
         n = self.ndim + 1
         if not -n <= axis < n:
             raise IndexError(f"unsqueeze: axis {axis} out of range for a result with {n} dims")
-        return self._view(self.shape.unsqueeze(axis % n))
+        return self._view(self.tracker.unsqueeze(axis % n))
 
     def squeeze(self, axis=None):
         """Remove size-1 axes (all of them, or the given ones; non-size-1 given axes are left, as in PyTorch).
@@ -70,7 +70,7 @@ class MovementOps:
         else:
             axes = [normalize_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, (int, np.integer)) else axis)]
             axes = [a for a in axes if self.dims[a] == 1]
-        st = self.shape
+        st = self.tracker
         for a in sorted(axes, reverse=True):
             st = st.squeeze(a)
         return self._view(st)
@@ -101,7 +101,7 @@ class MovementOps:
         if total.is_constant() and new_total.is_constant() and total != new_total:
             raise GraphError(f"reshape: cannot view shape {[str(d) for d in self.dims]} ({total} elements) as "
                              f"{[str(d) for d in dims]} ({new_total} elements)")
-        st = self.shape.reshape(dims)
+        st = self.tracker.reshape(dims)
         if st is None:
             return self.contiguous().reshape(dims)
         return self._view(st)
@@ -131,14 +131,14 @@ class MovementOps:
         a, b = normalize_axis(axis1, self.ndim), normalize_axis(axis2, self.ndim)
         if b != a + 1:
             raise ValueError(f"merge_dims: axes {axis1} and {axis2} must be adjacent (axis2 = axis1 + 1)")
-        st = self.shape.merge_dims(a)
+        st = self.tracker.merge_dims(a)
         if st is None:
             return self.contiguous().merge_dims(a, b)
         return self._view(st)
 
     def split_dims(self, axis: int, inner_size):
         """Split ``axis`` into ``(size // inner_size, inner_size)`` (a view)."""
-        return self._view(self.shape.split_dims(normalize_axis(axis, self.ndim), inner_size))
+        return self._view(self.tracker.split_dims(normalize_axis(axis, self.ndim), inner_size))
 
     # ------------------------------------------------------------------ broadcasting
     def expand_dim(self, axis: int, size):
@@ -146,7 +146,7 @@ class MovementOps:
         n = self.ndim + 1
         if not -n <= axis < n:
             raise IndexError(f"expand_dim: axis {axis} out of range for a result with {n} dims")
-        return self._view(self.shape.expand_dim(axis % n, size))
+        return self._view(self.tracker.expand_dim(axis % n, size))
 
     def expand(self, *shape):
         """Broadcast to ``shape`` (PyTorch rules: new leading axes, size-1 axes grow, -1 keeps a size)."""
@@ -155,7 +155,7 @@ class MovementOps:
         if len(shape) < self.ndim:
             raise GraphError(f"expand: target {shape} has fewer dims than the tensor's {[str(d) for d in self.dims]}")
         lead = len(shape) - self.ndim
-        st = self.shape
+        st = self.tracker
         for _ in range(lead):
             st = st.expand_dim(0, 1)
         for k, d in enumerate(shape):
@@ -185,9 +185,9 @@ class MovementOps:
             raise ValueError("slice step cannot be zero")
         if n.to_int() is None and all(v is None or isinstance(v, (int, np.integer)) for v in (start, stop)):
             start, stop, length = _nonempty_slice(start, stop, step, n)
-            return self._view(self.shape.slice(axis, start, stop, step, length=length))
+            return self._view(self.tracker.slice(axis, start, stop, step, length=length))
         start, stop = _normalize_slice(start, stop, step, n)
-        return self._view(self.shape.slice(axis, start, stop, step))
+        return self._view(self.tracker.slice(axis, start, stop, step))
 
     def narrow(self, axis: int, start, length):
         """``torch.narrow``: ``length`` entries of ``axis`` from ``start`` (negative counts from the end); a view.
@@ -232,7 +232,7 @@ class MovementOps:
         if after.is_constant() and after.to_int() < 0:
             x = x.slice_axis(axis, 0, x.dims[axis] + after)
             after = to_expr(0)
-        return x._view(x.shape.pad(axis, before, after))
+        return x._view(x.tracker.pad(axis, before, after))
 
     def pad(self, padding, value=0.0):
         """Pad with ``value``: ``padding`` is one ``(before, after)`` pair per leading axis, from axis 0.
@@ -265,7 +265,7 @@ class MovementOps:
         axes = [normalize_axis(a, self.ndim) for a in axes]
         if len(set(axes)) != len(axes):
             raise ValueError(f"flip: dim {max(axes, key=axes.count)} appears multiple times in the list of dims")
-        st = self.shape
+        st = self.tracker
         for a in axes:
             st = st.flip(a)
         return self._view(st)
@@ -300,7 +300,7 @@ class MovementOps:
 
     def pool(self, axis: int, kernel, stride=1, dilation=1):
         """Sliding windows over ``axis``: it becomes ``(n_windows, kernel)`` (a view)."""
-        return self._view(self.shape.pool(normalize_axis(axis, self.ndim), kernel, stride, dilation))
+        return self._view(self.tracker.pool(normalize_axis(axis, self.ndim), kernel, stride, dilation))
 
     def unfold(self, axis: int, size: int, step: int):
         """``torch.Tensor.unfold``: every slice of ``size`` entries along ``axis``, ``step`` apart; the slices

@@ -87,7 +87,7 @@ def known_value(t):
             args = [e.shape.gather_numpy(values[e.src], {}) for e in node.inputs]
             out_shape = tuple(d.to_int() for d in node.dims)
             values[i] = np.asarray(node.op.reference(args, {}, out_shape), dtype=node.dtype.numpy).reshape(out_shape)
-        return np.array(t.shape.gather_numpy(values[t.id], {}))
+        return np.array(t.tracker.gather_numpy(values[t.id], {}))
     except Exception:  # noqa: BLE001 - an op without a reference implementation: leave it to run time
         return None
 
@@ -176,7 +176,7 @@ def _parse(x, key):
             if n.is_constant() and not -n.to_int() <= k < n.to_int():
                 raise IndexError(f"index {k} is out of bounds for dimension {axis} with size {n}")
             start = k if k >= 0 else n + k
-            cur = cur._view(cur.shape.slice(axis, start, to_expr(start) + 1)).squeeze(axis)
+            cur = cur._view(cur.tracker.slice(axis, start, to_expr(start) + 1)).squeeze(axis)
             steps.append(("int", axis, n, start))
         elif isinstance(k, np.ndarray) and k.dtype == np.bool_:
             _check_mask(cur, axis, k.shape, "")

@@ -160,7 +160,7 @@ def _as_target(graph: Graph, x, k: int) -> GraphTensor:
     if not x.dtype.is_float:
         raise TypeError(f"grad: input {k} ('{node.label}') has dtype {x.dtype}; only floating-point tensors "
                         "have gradients (integer and bool tensors are not differentiable)")
-    if x.shape != ShapeTracker.contiguous_of(node.dims):
+    if x.tracker != ShapeTracker.contiguous_of(node.dims):
         raise GraphError(f"grad: input {k} is a view of node {x.id} '{node.label}'; pass the tensor itself "
                          "(differentiate with respect to the node, then apply the view to its gradient)")
     return x
@@ -214,7 +214,7 @@ def _backprop(graph: Graph, seeds: list, wanted: set[int], cut: frozenset = froz
     pending: dict[int, list[GraphTensor]] = {}
     for output, seed in seeds:
         if output.id in seeded:
-            pending.setdefault(output.id, []).append(unview(seed, output.shape, graph.nodes[output.id].dims))
+            pending.setdefault(output.id, []).append(unview(seed, output.tracker, graph.nodes[output.id].dims))
     if cut:
         class _Pending(dict):  # contributions from consumers of a cut node are dropped
             def setdefault(self, key, default=None):

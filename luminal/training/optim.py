@@ -332,7 +332,7 @@ def _node_value(t: GraphTensor, avoid: int) -> int:
     from ..shape import ShapeTracker
 
     node = t.graph.nodes[t.id]
-    if t.id != avoid and t.shape == ShapeTracker.contiguous_of(node.dims):
+    if t.id != avoid and t.tracker == ShapeTracker.contiguous_of(node.dims):
         return t.id
     return t._apply(ops.Contiguous()).id
 

@@ -108,7 +108,7 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
     #    unmasked ones are merged first so one reduction (one GEMM for a weight gradient) covers them
     for j in range(st.ndim - 2, -1, -1):
         if st.strides[j] == 0 and st.strides[j + 1] == 0 and all(c[j] == 0 and c[j + 1] == 0 for c, _, _ in st.masks):
-            gm, sm = g.shape.merge_dims(j), st.merge_dims(j)
+            gm, sm = g.tracker.merge_dims(j), st.merge_dims(j)
             if gm is not None and sm is not None and _factors_merge(g, j):
                 g, st = g._view(gm), sm
     for j in range(st.ndim - 1, -1, -1):
@@ -209,7 +209,7 @@ def _factors_merge(g: GraphTensor, j: int) -> bool:
     only pays if both factors can be addressed through the merged axis too (then the sum is one GEMM);
     otherwise summing the axes one at a time keeps each step a (batched) GEMM."""
     node = g.graph.nodes[g.id]
-    if not isinstance(node.op, ops.Mul) or g.shape != ShapeTracker.contiguous_of(node.dims):
+    if not isinstance(node.op, ops.Mul) or g.tracker != ShapeTracker.contiguous_of(node.dims):
         return True
     return all(e.shape.merge_dims(j) is not None for e in node.inputs)
 

@@ -194,7 +194,7 @@ def _squeeze(ctx):
         if not is_symbolic(dims[a]) and dims[a] != 1:
             raise OnnxImportError(f"Squeeze: axis {a} has size {dims[a]}, not 1")
     x = ctx.t(0)
-    st = x.shape
+    st = x.tracker
     for a in sorted(axes, reverse=True):
         st = st.squeeze(a)
     return [x._view(st)]
@@ -348,7 +348,7 @@ def _slice_args(ctx, dims):
 @register("Slice")
 def _slice(ctx):
     x = ctx.t(0)
-    st = x.shape
+    st = x.tracker
     for a, b, e, step in _slice_args(ctx, ctx.dims(0)):
         st = st.slice(a, b, e, step)
     return [x._view(st)]

@@ -174,7 +174,7 @@ def _crop(x, dim, start, end):
     """``x[start:end]`` along ``dim`` with exactly ``end - start`` entries (``0 <= start <= end <= n`` assumed,
     as torch proved at export): a view with negative pads, no ``min``/``max`` clamping of symbolic sizes."""
     n = x.dims[dim]
-    return x._view(x.shape.pad(dim, -to_expr(start), to_expr(end) - to_expr(n)))
+    return x._view(x.tracker.pad(dim, -to_expr(start), to_expr(end) - to_expr(n)))
 
 
 @_reg("aten.select.int", "aten.select_copy.int")
