@@ -129,19 +129,32 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
     size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
     long long kpad = kblocks * 32;
     unsigned short *ap = (unsigned short *)lm_og_grow(&lm_lp_buf[0], &lm_lp_cap[0], PARTS * part * 2);
-    unsigned short *t = (unsigned short *)lm_og_grow(&lm_lp_buf[1], &lm_lp_cap[1], PARTS * (size_t)kpad * 2);
-    if (!ap || !t) return LM_AMX_UNUSABLE;
-    memset(ap, 0, PARTS * part * 2);
-    memset(t, 0, PARTS * (size_t)kpad * 2);
-    for (long long m = 0; m < M; m++) {  /* row m as PARTS bfloat16 rows, then its pairs into the tile layout */
-        const TA *src = A + m * sam;
+    if (!ap) return LM_AMX_UNUSABLE;
+    int failed = 0;
+    /* 16 rows at a time over the threads, each with its own row buffer t (rows past M are zero) */
+    #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)M * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+    for (long long mb = 0; mb < mblocks; mb++) {
+        unsigned short *t = (unsigned short *)lm_og_grow(&lm_lp_buf[1], &lm_lp_cap[1], PARTS * (size_t)kpad * 2);
+        if (!t) {
+            __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        for (long long m = mb * 16; m < mb * 16 + 16; m++) {  /* row m as PARTS bfloat16 rows, then its pairs */
+            if (m < M) {
+                const TA *src = A + m * sam;
 SPLIT
-        for (int q = 0; q < PARTS; q++) {
-            const lm_amx_u32 *tw = (const lm_amx_u32 *)(t + q * kpad);
-            lm_amx_u32 *dst = (lm_amx_u32 *)(ap + q * part) + (m >> 4) * kblocks * 256 + (m & 15);
-            for (long long pp = 0; pp < kpad / 2; pp++) dst[(pp >> 4) * 256 + (pp & 15) * 16] = tw[pp];
+                for (int q = 0; q < PARTS; q++) memset(t + q * kpad + K, 0, (size_t)(kpad - K) * 2);
+            } else {
+                memset(t, 0, PARTS * (size_t)kpad * 2);
+            }
+            for (int q = 0; q < PARTS; q++) {
+                const lm_amx_u32 *tw = (const lm_amx_u32 *)(t + q * kpad);
+                lm_amx_u32 *dst = (lm_amx_u32 *)(ap + q * part) + (m >> 4) * kblocks * 256 + (m & 15);
+                for (long long pp = 0; pp < kpad / 2; pp++) dst[(pp >> 4) * 256 + (pp & 15) * 16] = tw[pp];
+            }
         }
     }
+    if (failed) return LM_AMX_UNUSABLE;
     int err = 0;
     #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
@@ -152,9 +165,10 @@ SPLIT
             unsigned short edge[2][16 * 32] __attribute__((aligned(64)));
             float out[4][16 * 16] __attribute__((aligned(64)));
             lm_amx_config();
-            for (long long nb = lo; nb < hi; nb += 2) {
-                int two = nb + 1 < hi;
-                for (long long mb = 0; mb < mblocks; mb += 2) {
+            /* (m outer: the packed rows stay in L1/L2 while this thread's share of the weight passes) */
+            for (long long mb = 0; mb < mblocks; mb += 2) {
+                for (long long nb = lo; nb < hi; nb += 2) {
+                    int two = nb + 1 < hi;
                     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                     for (long long kb = 0; kb < kblocks; kb++) {
                         for (int h = 0; h <= two; h++) {  /* weight rows (nb + h) * 16 ..., K block kb */
@@ -206,10 +220,9 @@ SPLIT
 #endif
 """
 
-_SPLIT_BF16 = r"""        if (sak == 1) memcpy(t, src, (size_t)K * 2);
-        else for (long long k = 0; k < K; k++) t[k] = src[k * sak];"""
-_SPLIT_ROUND = "        for (long long k = 0; k < K; k++) t[k] = lm_f32_to_bf16(src[k * sak]);"
-_SPLIT_F32 = ("        for (long long k = 0; k < K; k++) lm_amx_split(src[k * sak], t + k, t + kpad + k, "
+_SPLIT_BF16 = "                memcpy(t, src, (size_t)K * 2);"
+_SPLIT_ROUND = "                for (long long k = 0; k < K; k++) t[k] = lm_f32_to_bf16(src[k]);"
+_SPLIT_F32 = ("                for (long long k = 0; k < K; k++) lm_amx_split(src[k], t + k, t + kpad + k, "
               "t + 2 * kpad + k);")
 
 
