@@ -25,8 +25,6 @@ Example::
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -35,9 +33,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import ops
-from .dtype import BFLOAT16_NUMPY, DType, as_dtype, to_host
+from .dtype import DType, as_dtype
+from .graph_creation import GraphCreation
+from .host_data import coerce_data
 from .ops import GraphError, Op
 from .shape import Expression, ShapeTracker, UnboundSymbolError, to_expr  # noqa: F401  (UnboundSymbolError: re-export)
+from .thread_overlay import Overlay
 
 if TYPE_CHECKING:  # runtimes sit above the graph layer: imported where they are used, never at import time
     from .runtime.reference import OpTiming
@@ -71,7 +72,7 @@ class Node:
 _MAX_DIM = 2 ** 63 - 1  # symbols are 64-bit signed ints in compiled code
 
 
-class Graph:
+class Graph(GraphCreation):
     """A lazy computation graph and its run-time state (see the module docstring).
 
     Attributes:
@@ -126,7 +127,7 @@ class Graph:
             return getattr(self, name)
         local = self._local.__dict__
         if name not in local:
-            local[name] = _Overlay(getattr(self, name))
+            local[name] = Overlay(getattr(self, name))
         return local[name]
 
     @property
@@ -185,66 +186,6 @@ class Graph:
         self.nodes[node_id] = Node(node_id, op, edges, tuple(to_expr(d) for d in dims), dtype, name)
         self._invalidate()
         return node_id
-
-    def tensor(self, shape=(), dtype: DType | str = DType.float32, name: str = "input"):
-        """A new input tensor. ``shape`` is an int, a symbol name, or a tuple of them: ``cx.tensor(("batch", 784))``."""
-        from .tensor import GraphTensor  # the tensor layer sits above the graph
-
-        dims = _normalize_shape(shape)
-        node = self.add_op(ops.Input(name, self._next_id), (), dims, dtype, name)
-        return GraphTensor(self, node, ShapeTracker.contiguous_of(dims), as_dtype(dtype))
-
-    def named_tensor(self, name: str, shape=(), dtype: DType | str = DType.float32):
-        """:meth:`tensor` with the name first (the seed's spelling)."""
-        return self.tensor(shape, dtype, name)
-
-    # Tensors made inside the graph (implemented by the tensor layer, luminal/hl_ops/creation.py).
-    def constant(self, value, dtype=None, shape=()):
-        """A scalar constant (number or symbolic expression), optionally broadcast to ``shape``."""
-        from .hl_ops import creation
-        return creation.constant(self, value, dtype, shape)
-
-    def iota(self, expr, shape, dtype=DType.int32):
-        """Evaluate ``expr`` of the flat index ``z`` over ``shape``."""
-        from .hl_ops import creation
-        return creation.iota(self, expr, shape, dtype)
-
-    def arange(self, start, stop=None, step=1, dtype=None):
-        """``torch.arange`` (int64 for integer arguments, float32 otherwise; ``stop`` may be symbolic)."""
-        from .hl_ops import creation
-        return creation.arange(self, start, stop, step, dtype)
-
-    def full(self, shape, value, dtype=None):
-        from .hl_ops import creation
-        return creation.full(self, shape, value, dtype)
-
-    def zeros(self, shape, dtype=DType.float32):
-        from .hl_ops import creation
-        return creation.zeros(self, shape, dtype)
-
-    def ones(self, shape, dtype=DType.float32):
-        from .hl_ops import creation
-        return creation.ones(self, shape, dtype)
-
-    def rand(self, shape, seed: int = 0, low: float = 0.0, high: float = 1.0, dtype=DType.float32):
-        """Seeded uniform random input of ``shape``."""
-        from .hl_ops import creation
-        return creation.rand(self, shape, seed, low, high, dtype)
-
-    def randn(self, shape, seed: int = 0, mean: float = 0.0, std: float = 1.0, dtype=DType.float32):
-        """Seeded normal random input of ``shape``."""
-        from .hl_ops import creation
-        return creation.randn(self, shape, seed, mean, std, dtype)
-
-    def tril(self, rows, cols=None, diagonal: int = 0, dtype=DType.float32):
-        """Lower-triangular mask of ones (``col - row <= diagonal``)."""
-        from .hl_ops import creation
-        return creation.tril_mask(self, rows, cols, diagonal, dtype)
-
-    def triu(self, rows, cols=None, diagonal: int = 0, dtype=DType.float32):
-        """Upper-triangular mask of ones (``col - row >= diagonal``)."""
-        from .hl_ops import creation
-        return creation.triu_mask(self, rows, cols, diagonal, dtype)
 
     def add_check(self, tensors, check: Callable[..., str | None], exc: type = ValueError) -> None:
         """Validate computed values at run time, on every device.
@@ -636,191 +577,18 @@ class Graph:
     # ------------------------------------------------------------------ export
     def to_dot(self, show_shapes: bool = True) -> str:
         """Graphviz DOT source of the graph (nodes labelled with op, dtype and shape)."""
-        lines = ["digraph luminal {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
-        for n in self.nodes.values():
-            color = "lightblue" if isinstance(n.op, ops.Input) else "white"
-            label = f"{n.id}: {n.label}"
-            if n.name and n.name != str(n.op):
-                label += f"\\n{n.op}"
-            if show_shapes:
-                label += f"\\n{[str(d) for d in n.dims]} {n.dtype.value}"
-            if n.id in self.to_retrieve:
-                color = "palegreen"
-            lines.append(f'  n{n.id} [label="{_dot_escape(label)}", style=filled, fillcolor={color}];')
-        for n in self.nodes.values():
-            for k, e in enumerate(n.inputs):
-                attrs = f'label="{k}' + (f': {_dot_escape(str([str(d) for d in e.shape.dims]))}' if show_shapes else "")
-                attrs += '"'
-                lines.append(f"  n{e.src} -> n{n.id} [{attrs}];")
-        for before, after in sorted(self.schedule):
-            lines.append(f"  n{before} -> n{after} [style=dashed, color=gray];")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        from .graph_export import to_dot
+        return to_dot(self, show_shapes)
 
     def export_dot(self, path: str | os.PathLike, render: str | None = "svg", show_shapes: bool = True) -> str | None:
         """Write DOT to ``path``; when Graphviz's ``dot`` exists also render ``path`` + ``.svg``/``.png``.
 
         Returns the rendered file's path, or ``None`` when nothing was rendered.
         """
-        path = os.fspath(path)
-        _atomic_write_text(path, self.to_dot(show_shapes))
-        if render and shutil.which("dot"):
-            out = f"{os.path.splitext(path)[0]}.{render}"
-            subprocess.run(["dot", f"-T{render}", path, "-o", out], check=True, capture_output=True)
-            return out
-        return None
+        from .graph_export import export_dot
+        return export_dot(self, path, render, show_shapes)
 
     display = export_dot
-
-
-def _dot_escape(text: str) -> str:
-    return text.replace("\\n", "\x00").replace("\\", "\\\\").replace('"', '\\"').replace("\x00", "\\n")
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    from .io.atomic import atomic_save  # (temporary + fsync + rename; symlinks, umask and read-only files honoured)
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            f.write(text)
-
-    atomic_save(path, write)
-
-
-def _normalize_shape(shape) -> tuple[Expression, ...]:
-    if isinstance(shape, (int, np.integer, str, Expression)):
-        shape = (shape,)
-    try:
-        dims = tuple(to_expr(d) for d in shape)
-    except TypeError as err:
-        raise TypeError(f"a shape must be an int, a symbol name or a tuple of them; got {shape!r} ({err})") from None
-    for d in dims:
-        if d.is_constant() and d.to_int() < 0:
-            raise ValueError(f"negative dimension in shape {shape!r}")
-    return dims
-
-
-def coerce_data(data, dtype: DType, label: str) -> np.ndarray:
-    """Convert host data to a contiguous array of ``dtype``; refuses lossy kind changes (float -> int...).
-
-    Integer data must fit the tensor's integer type: a value outside its range (``2**40`` for an int32
-    tensor, from an array or a Python list) raises ``OverflowError`` naming the tensor, the value and the range
-    instead of wrapping. Float data into a narrower float type is an ordinary cast (as in PyTorch)."""
-    arr = np.asarray(data)
-    if arr.dtype.kind == "f" and dtype.is_int and not isinstance(data, np.ndarray) and not np.isscalar(data):
-        # numpy turns a list mixing ints beyond int64 (uint64 values) with others into float64: keep the ints
-        obj = np.asarray(data, dtype=object)
-        if obj.size and all(isinstance(v, (int, np.integer)) for v in obj.flat):
-            arr = obj
-    if arr.dtype == object and arr.size and all(isinstance(v, (int, np.integer)) for v in arr.flat):
-        if dtype.is_float:  # Python ints beyond int64 are still numbers for a float tensor
-            arr = np.array(arr.tolist(), dtype=dtype.numpy)
-        elif dtype == DType.bool:
-            arr = np.asarray(arr != 0, dtype=bool)
-        else:
-            _check_int_range(arr, dtype, label)
-            arr = np.array(arr.tolist(), dtype=dtype.numpy)
-    if arr.dtype == BFLOAT16_NUMPY or (dtype == DType.bfloat16 and arr.dtype != object and arr.dtype.kind in "biuf"):
-        # ml_dtypes.bfloat16 data, or numeric data for a bfloat16 tensor: through float32, rounded to nearest even
-        if arr.dtype == BFLOAT16_NUMPY and not dtype.is_float:
-            raise TypeError(f"data for '{label}' has dtype bfloat16 but the tensor is {dtype}; bfloat16 -> "
-                            f"{dtype.numpy} would lose information (cast explicitly)")
-        arr = to_host(arr, dtype)
-        return arr if arr.flags.c_contiguous else arr.copy()
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
-        raise TypeError(f"data for '{label}' must be numeric, got an array of {arr.dtype}")
-    target = dtype.numpy
-    if arr.dtype != target:
-        from_python = not isinstance(data, np.ndarray) and not np.isscalar(data) or isinstance(data, (int, float, bool))
-        if not from_python and not np.can_cast(arr.dtype, target, casting="same_kind"):
-            raise TypeError(f"data for '{label}' has dtype {arr.dtype} but the tensor is {dtype}; "
-                            f"{arr.dtype} -> {target} would lose information (cast explicitly)")
-        if from_python and arr.dtype.kind == "f" and target.kind in "biu":
-            bad = arr[~np.isfinite(arr) | (arr != np.round(arr))] if arr.size else arr
-            if bad.size:
-                raise TypeError(f"data for '{label}' has the non-integer value {bad.flat[0]!r} but the tensor is "
-                                f"{dtype} (expected whole numbers)")
-        if target.kind in "iu" and arr.dtype.kind in "iuf":
-            _check_int_range(arr, dtype, label)
-        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in PyTorch
-            arr = arr.astype(target)
-    return arr if arr.flags.c_contiguous else arr.copy()
-
-
-def _check_int_range(arr: np.ndarray, dtype: DType, label: str) -> None:
-    """Raise ``OverflowError`` when ``arr`` holds a value outside the range of the integer ``dtype``."""
-    info = np.iinfo(dtype.numpy)
-    if arr.dtype.kind in "iu" and np.iinfo(arr.dtype).min >= info.min and np.iinfo(arr.dtype).max <= info.max:
-        return  # every value of arr's type fits
-    if arr.dtype == object:
-        bad = [int(v) for v in arr.flat if not info.min <= v <= info.max]
-    elif arr.dtype.kind == "f":  # against 2**bits exactly: float(2**63 - 1) rounds up to 2**63, which must fail
-        top = float(info.max + 1)
-        bad = arr[(arr < info.min) | (arr >= top)].tolist() if arr.size and (
-            arr.min() < info.min or arr.max() >= top) else []
-    elif arr.size and (arr.min() < info.min or arr.max() > info.max):  # (two passes, no temporaries)
-        bad = arr[(arr < info.min) | (arr > info.max)].tolist()
-    else:
-        bad = []
-    if bad:
-        value = bad[0] if arr.dtype.kind != "f" else int(bad[0])
-        raise OverflowError(f"data for '{label}' holds the value {value}, outside the range of {dtype} "
-                            f"[{info.min}, {info.max}]; it would wrap around (use a wider dtype or fix the data)")
-
-
-class _Overlay(MutableMapping):
-    """A thread's view of a shared mapping: its own writes and deletions on top of the shared values."""
-
-    __slots__ = ("own", "base", "hidden")
-
-    def __init__(self, base: Mapping):
-        self.own: dict = {}
-        self.base = base
-        self.hidden: set = set()  # shared keys this thread deleted
-
-    def __getitem__(self, key):
-        own = self.own
-        if key in own:
-            return own[key]
-        if key in self.hidden:
-            raise KeyError(key)
-        return self.base[key]
-
-    def get(self, key, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key) -> bool:
-        return key in self.own or (key not in self.hidden and key in self.base)
-
-    def __setitem__(self, key, value) -> None:
-        self.own[key] = value
-        self.hidden.discard(key)
-
-    def __delitem__(self, key) -> None:
-        found = self.own.pop(key, _MISSING) is not _MISSING
-        if key in self.base and key not in self.hidden:
-            self.hidden.add(key)
-            found = True
-        if not found:
-            raise KeyError(key)
-
-    def __iter__(self):
-        yield from list(self.own)
-        for key in list(self.base):
-            if key not in self.own and key not in self.hidden:
-                yield key
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
-
-
-_MISSING = object()
 
 
 def __getattr__(name: str):

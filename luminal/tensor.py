@@ -25,7 +25,8 @@ import numpy as np
 
 from . import ops
 from .dtype import DType, as_dtype
-from .graph import Graph, GraphError, coerce_data
+from .graph import Graph, GraphError
+from .host_data import coerce_data
 from .hl_ops.binary import BinaryOps
 from .hl_ops.debug import DebugOps
 from .hl_ops.indexing import IndexingOps

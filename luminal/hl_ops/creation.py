@@ -21,8 +21,8 @@ def _tensor(graph, node, dims, dtype):
 
 
 def _shape(shape):
-    from ..graph import _normalize_shape
-    return _normalize_shape(shape)
+    from ..host_data import normalize_shape
+    return normalize_shape(shape)
 
 
 def _infer_dtype(value) -> DType:
