@@ -297,3 +297,24 @@ def test_autocast_operands_are_read_as_bfloat16():
         r2 = torch.nn.functional.linear(torch.nn.functional.layer_norm(ta, (64,)), tw).float().numpy()
     for got, ref in ((y1, r1), (y2, r2)):
         np.testing.assert_allclose(np.asarray(got.data(), np.float32), ref, rtol=2 ** -7, atol=2 ** -7 * np.abs(ref).max())
+
+
+def test_no_prologue_fusion_into_a_gemm_with_a_stored_operand(monkeypatch):
+    """A float32 operand that prologue fusion could compute while packing stays materialized when the GEMM's
+    other operand is stored as bfloat16 (that GEMM runs lm_gemm_lp_*, which has no packing hook), even with
+    ``LUMINAL_PROLOGUE=fused``; the product equals the float64 oracle."""
+    from luminal.codegen.gemm_prologue import prologue_candidates
+
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((64, 96)), rng.standard_normal((96, 80))
+    cx = lm.Graph()
+    x, w = cx.tensor((64, 96)), cx.tensor((96, 80), "bfloat16")
+    y = ((x * 2.0 + 1.0) @ w).retrieve()  # the left operand is an elementwise kernel read only by the GEMM
+    x.set(a.astype(np.float32)); w.set(b.astype(np.float32))
+    cx.compile(device="cpu")
+    cx.execute()
+    prog = cx.runtime.program
+    assert _gemms(cx) == [("float32", "bfloat16")] and not prologue_candidates(prog)
+    a64 = 2.0 * a.astype(np.float32).astype(np.float64) + 1.0
+    _check(np.asarray(y.data(), np.float64), a64, _rounded(b, "bfloat16"), "float32")

@@ -39,6 +39,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Program
+from .gemm_lowp import operand_stores
 from .values import buffer_uses, kernel_buffers, walk, work_per_element
 
 MAX_OPS = 8  # a prologue value costing more per element than this stays materialized (it would run per pack)
@@ -124,7 +125,9 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
         uses, ok = [], True
         for r in readers[buf]:
             g = program.kernels[r]
-            if not isinstance(g, GemmKernel) or g.dtype != kernel.dtype or r < w:
+            # (a GEMM with an operand stored as bfloat16 / float16 runs codegen.gemm_lowp, which has no packing hook)
+            if not isinstance(g, GemmKernel) or g.dtype != kernel.dtype or r < w or \
+                    operand_stores(program, g) is not None:
                 ok = False
                 break
             for side in ("a", "b"):
