@@ -114,6 +114,13 @@ class CRenderer:
             return f"lm_f32_to_bf16({text})"
         return text
 
+    def _emit_stored(self, w, buffer: int, value, vars_) -> str:
+        """``w.emit(value)`` for the value stored into ``buffer`` (rounded once, by the store, when the buffer is
+        bfloat16: :meth:`KernelWriter.emit_stored`)."""
+        if self.program.buffers[buffer][1] == DType.bfloat16:
+            return w.emit_stored(value, vars_)
+        return w.emit(value, vars_)
+
     def constant(self, value, dtype: DType) -> str:
         """The C text of a constant in the kernel being rendered. float32/float64 numbers are locals read from a
         ``volatile`` at the kernel's top: GCC (12) turns ``(x < c) ? c : x`` into one IEEE ``max``/``min``
@@ -265,8 +272,8 @@ class CRenderer:
 
         def body(vars_, flat):
             w = KernelWriter(self)
-            for kernel, value in zip(kernels, values):
-                result = w.emit(value, vars_)
+            for i, (kernel, value) in enumerate(zip(kernels, values)):  # (nothing after the last reads its value)
+                result = self._emit_stored(w, kernel.out, value, vars_) if i == len(kernels) - 1 else w.emit(value, vars_)
                 w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self.store(kernel.out, result)};")
             return w.lines
 
@@ -314,7 +321,7 @@ class CRenderer:
 
         def body(vars_, flat):
             w = KernelWriter(self)
-            result = w.emit(value, vars_)
+            result = self._emit_stored(w, kernel.out, value, vars_)
             return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self.store(kernel.out, result)};"]
 
         self._loops(dims, lines, body, simd_inner=True, work=work_per_element(value))
@@ -501,7 +508,7 @@ class CRenderer:
         self._prologue([kernel], lines)
         self.constants, at = {}, len(lines)
         w = KernelWriter(self, loop_var="i1")
-        v = w.emit(value, vars_)
+        v = self._emit_stored(w, kernel.out, value, vars_)
         lines.append("    for (long long i0 = m0; i0 < m1; i0++) {")
         lines += ["        " + x for x in w.hoisted]
         lines += ["        #pragma omp simd", "        for (long long i1 = n0; i1 < n1; i1++) {"]

@@ -97,6 +97,17 @@ class KernelWriter:
         self.memo[key] = (value, out)  # keep value alive so id() stays unique
         return out
 
+    def emit_stored(self, value, vars_: tuple) -> str:
+        """:meth:`emit` for a value that only a store into a bfloat16 buffer reads (the store narrows with
+        ``lm_f32_to_bf16``, which rounds): a bfloat16 compute is left unrounded, so it is rounded once instead of
+        twice. The bits are the same (rounding to nearest even is idempotent); not memoized, so a value that
+        something else in the kernel reads is still emitted rounded there."""
+        if (isinstance(value, Compute) and value.dtype == DType.bfloat16 and (id(value), vars_) not in self.memo
+                and not isinstance(value.op, ops.Add)):
+            args = [self.emit(a, vars_) for a in value.args]
+            return self.temp(value.dtype, self._compute(value, args))
+        return self.emit(value, vars_)
+
     def _in_bounds(self, buffer: int, off: Expression) -> bool:
         """Whether ``off`` lies inside ``buffer`` for every value of the loop variables (constant sizes only)."""
         entry = self.r.program.buffers.get(buffer)

@@ -1,20 +1,28 @@
-"""AMX tile GEMMs for bfloat16 weights (Intel Sapphire Rapids and later: ``__AMX_BF16__``).
+"""AMX tile GEMMs for bfloat16 weights and autocast products (Intel Sapphire Rapids and later: ``__AMX_BF16__``).
 
-``C = A . B^T`` with ``B`` an ``N x K`` bfloat16 matrix contiguous along K (a weight in PyTorch's layout) and
-``A`` ``M x K``, stored as bfloat16 or float32 (any strides: ``A`` is packed; a ``B`` not contiguous along K
-is copied so that it is). The tile product ``TDPBF16PS`` multiplies
-bfloat16 pairs exactly and adds them into float32 sums, like the float32 GEMM over the converted operands
-(PyTorch's CPU bfloat16 semantics: oneDNN uses the same instruction). A float32 ``A`` is split into three
-bfloat16 parts ``a1 + a2 + a3`` (each the top 16 bits of what is left of ``a``: 24
+``C = A . B^T`` with ``B`` ``N x K`` stored as bfloat16 (or float32 read rounded to bfloat16: autocast) and
+``A`` ``M x K`` stored as bfloat16, float32 or float32 read rounded, any strides. The tile product
+``TDPBF16PS`` multiplies bfloat16 pairs exactly and adds them into float32 sums, like the float32 GEMM over the
+converted operands (PyTorch's CPU bfloat16 semantics: oneDNN uses the same instruction). A float32 ``A`` is
+split into three bfloat16 parts ``a1 + a2 + a3`` (each the top 16 bits of what is left of ``a``: 24
 significant bits, float32's; the parts are truncations, so they sum to ``a`` exactly) and the three
 products are summed, so a weight-only bfloat16 model keeps float32
 activations at float32 accuracy (the error of a float32 GEMM: a few ulp of ``sum |a||b|``).
 
-The weight is the tiles' first operand, read where it is stored (16 rows of 32 elements per tile, no packing);
-``A`` is packed once per call into the pair-interleaved layout of the second operand (16 tile rows of 16
-words ``(A[m][2p], A[m][2p + 1])`` per 16 rows and 32 elements of K, zero-padded). Each thread takes a share
-of the weight's rows (16 at a time), so a weight is streamed once per call at small M. Results are written
-transposed from the tiles into ``C``, and the epilogue runs on each thread's columns.
+Two formulations, chosen per call:
+
+* **Few rows** (``M`` < ``LM_AMX_ROWS_M``, a bfloat16 ``B`` and ``A`` both contiguous along K: inference with
+  stored weights). The weight is the tiles' first operand, read where it is stored (16 rows of 32 elements per
+  tile, no packing); ``A`` is packed once per call into the pair-interleaved layout of the second operand (16
+  tile rows of 16 words ``(A[m][2p], A[m][2p + 1])``). Each thread takes a share of the weight's rows, so a
+  weight is streamed once per call; results are written transposed from the tiles into ``C``.
+* **Rows** (everything else: many rows, a ``B`` to convert, operands not contiguous along K such as the
+  gradient products of training). ``A``'s rows are the first operand (read where they are when ``A`` is
+  bfloat16 contiguous along K, else converted once into a bfloat16 copy); ``B`` is packed pair-interleaved
+  once per call, read along whichever of its strides is 1 (vectorized: rows through a 16 x 16 transpose of
+  pairs in registers, columns by interleaving two rows of K); a transposed ``A`` goes through 32 x 32 register
+  transposes. Each result tile is stored straight into ``C``; threads split the rows of ``A``, and the epilogue
+  runs on each 32-row block while it is in the cache.
 
 The kernel needs the operating system's permission for the tile data (``arch_prctl(ARCH_REQ_XCOMP_PERM)``,
 asked once per process); without it, or with ``LUMINAL_AMX=0`` in the environment, :func:`amx_source`'s
@@ -26,7 +34,8 @@ from __future__ import annotations
 _COMMON = r"""
 #ifndef LM_AMX_COMMON
 #define LM_AMX_COMMON
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__x86_64__) && \
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__x86_64__) && \
     defined(__linux__)
 #define LM_HAVE_AMX 1
 #define LM_AMX_UNUSABLE (-1000)
@@ -67,8 +76,6 @@ static void lm_amx_config(void) {
 }
 /* a float32 as the sum of three bfloat16s, each the top 16 bits of what is left (truncation: exact, never
    overflows): a = p1 + p2 + p3 for normal numbers; NaN gives (NaN, 0, 0), +-inf (inf, 0, 0). Branch-free. */
-static __thread void *lm_amx_abuf, *lm_amx_bbuf;  /* copies of A and B contiguous along K */
-static __thread size_t lm_amx_acap, lm_amx_bcap;
 static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2, unsigned short *p3) {
     uint32_t u, v, w;
     memcpy(&u, &a, 4);
@@ -84,47 +91,76 @@ static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2,
     memcpy(&w, &r2, 4);
     *p1 = (unsigned short)(h1 >> 16); *p2 = (unsigned short)(h2 >> 16); *p3 = (unsigned short)(w >> 16);
 }
+/* transposes in registers, row r in v[r]: butterfly stages that swap the off-diagonal b x b blocks of every 2b x 2b
+   block (b = half the size, ..., 1) with two-source permutes; lm_amx_tr16 a 32 x 32 matrix of 16-bit elements,
+   lm_amx_tr32 a 16 x 16 matrix of 32-bit elements (bfloat16 pairs). The index tables: (generated) for stage s,
+   row [2s] the upper row's new elements, [2s + 1] the lower row's. */
+static const unsigned short lm_amx_ix16[10][32] __attribute__((aligned(64))) = {
+    {0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47},
+    {16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63},
+    {0,1,2,3,4,5,6,7,32,33,34,35,36,37,38,39,16,17,18,19,20,21,22,23,48,49,50,51,52,53,54,55},
+    {8,9,10,11,12,13,14,15,40,41,42,43,44,45,46,47,24,25,26,27,28,29,30,31,56,57,58,59,60,61,62,63},
+    {0,1,2,3,32,33,34,35,8,9,10,11,40,41,42,43,16,17,18,19,48,49,50,51,24,25,26,27,56,57,58,59},
+    {4,5,6,7,36,37,38,39,12,13,14,15,44,45,46,47,20,21,22,23,52,53,54,55,28,29,30,31,60,61,62,63},
+    {0,1,32,33,4,5,36,37,8,9,40,41,12,13,44,45,16,17,48,49,20,21,52,53,24,25,56,57,28,29,60,61},
+    {2,3,34,35,6,7,38,39,10,11,42,43,14,15,46,47,18,19,50,51,22,23,54,55,26,27,58,59,30,31,62,63},
+    {0,32,2,34,4,36,6,38,8,40,10,42,12,44,14,46,16,48,18,50,20,52,22,54,24,56,26,58,28,60,30,62},
+    {1,33,3,35,5,37,7,39,9,41,11,43,13,45,15,47,17,49,19,51,21,53,23,55,25,57,27,59,29,61,31,63}};
+static const unsigned int lm_amx_ix32[8][16] __attribute__((aligned(64))) = {
+    {0,1,2,3,4,5,6,7,16,17,18,19,20,21,22,23},
+    {8,9,10,11,12,13,14,15,24,25,26,27,28,29,30,31},
+    {0,1,2,3,16,17,18,19,8,9,10,11,24,25,26,27},
+    {4,5,6,7,20,21,22,23,12,13,14,15,28,29,30,31},
+    {0,1,16,17,4,5,20,21,8,9,24,25,12,13,28,29},
+    {2,3,18,19,6,7,22,23,10,11,26,27,14,15,30,31},
+    {0,16,2,18,4,20,6,22,8,24,10,26,12,28,14,30},
+    {1,17,3,19,5,21,7,23,9,25,11,27,13,29,15,31}};
+static inline void lm_amx_tr16(__m512i *v) {
+    for (int s = 0, b = 16; s < 5; s++, b >>= 1) {
+        __m512i il = _mm512_load_si512((const void *)lm_amx_ix16[2 * s]), ih = _mm512_load_si512((const void *)lm_amx_ix16[2 * s + 1]);
+        for (int r = 0; r < 32; r++)
+            if (!(r & b)) {
+                __m512i x = v[r], y = v[r + b];
+                v[r] = _mm512_permutex2var_epi16(x, il, y);
+                v[r + b] = _mm512_permutex2var_epi16(x, ih, y);
+            }
+    }
+}
+static inline void lm_amx_tr32(__m512i *v) {
+    for (int s = 0, b = 8; s < 4; s++, b >>= 1) {
+        __m512i il = _mm512_load_si512((const void *)lm_amx_ix32[2 * s]), ih = _mm512_load_si512((const void *)lm_amx_ix32[2 * s + 1]);
+        for (int r = 0; r < 16; r++)
+            if (!(r & b)) {
+                __m512i x = v[r], y = v[r + b];
+                v[r] = _mm512_permutex2var_epi32(x, il, y);
+                v[r + b] = _mm512_permutex2var_epi32(x, ih, y);
+            }
+    }
+}
+/* element i of A's bfloat16 copy (PARTS parts of `part` elements) from a stored element v */
+static inline void lm_amx_store_b(unsigned short v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = v; }
+static inline void lm_amx_store_r(float v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = lm_f32_to_bf16(v); }
+static inline void lm_amx_store_f(float v, unsigned short *ac, long long i, size_t part) {
+    lm_amx_split(v, ac + i, ac + part + i, ac + 2 * part + i);
+}
 #endif
 #endif
 """
 
 _KERNEL = r"""
 #ifdef LM_HAVE_AMX
-/* NAME: C (M x N, row-major) = A . B^T with B (N x K) bfloat16 and A (M x K) stored as TA, element (m, k) of A
-   at A[m*sam + k*sak], of B at B[n*sbn + k*sbk]: AMX tiles (luminal.codegen.gemm_amx). A B that is not
-   contiguous along K is first copied so that it is (a transposed weight, a gradient's operand). Returns
+/* NAME: C (M x N, row-major) = A . B^T with B (N x K) stored as TB and A (M x K) stored as TA, element (m, k) of
+   A at A[m*sam + k*sak], of B at B[n*sbn + k*sbk]: AMX tiles (luminal.codegen.gemm_amx). Few rows of A times a
+   bfloat16 B contiguous along K run here, everything else in NAME_rows. Returns
    LM_AMX_UNUSABLE without touching C when AMX is not usable (the caller takes another path), else the epilogue's
    first nonzero code or 0. */
 static int NAME(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
                 const TB *B_in, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
     if (!lm_amx_ok()) return LM_AMX_UNUSABLE;
+    /* operands that must be copied anyway (B converted, either not contiguous along K) are packed by NAME_rows */
+    if (M >= LM_AMX_ROWS_M || sbk != 1 || sak != 1 || BCOPY) return NAME_rows(M, N, K, A, sam, sak, B_in, sbn, sbk, C, epi, bufs, syms);
     const unsigned short *B = (const unsigned short *)B_in;
-    if (sbk != 1 || BCOPY) {
-        unsigned short *bc = (unsigned short *)lm_og_grow(&lm_amx_bbuf, &lm_amx_bcap, (size_t)(N * K) * 2);
-        if (!bc) return LM_AMX_UNUSABLE;
-        /* in 32 x 32 blocks, so that a transposed B (sbn == 1) is read and written a cache line at a time */
-        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
-        for (long long n0 = 0; n0 < N; n0 += 32)
-            for (long long k0 = 0; k0 < K; k0 += 32)
-                for (long long k = k0; k < (k0 + 32 < K ? k0 + 32 : K); k++)
-                    for (long long n = n0; n < (n0 + 32 < N ? n0 + 32 : N); n++)
-                        bc[n * K + k] = BCONV(B_in[n * sbn + k * sbk]);
-        B = bc;
-        sbn = K;
-    }
-    if (sak != 1) {  /* (a gradient's transposed operand) a copy contiguous along K, by 32 x 32 blocks */
-        TA *acopy = (TA *)lm_og_grow(&lm_amx_abuf, &lm_amx_acap, (size_t)(M * K) * sizeof(TA));
-        if (!acopy) return LM_AMX_UNUSABLE;
-        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)M * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
-        for (long long m0 = 0; m0 < M; m0 += 32)
-            for (long long k0 = 0; k0 < K; k0 += 32)
-                for (long long k = k0; k < (k0 + 32 < K ? k0 + 32 : K); k++)
-                    for (long long m = m0; m < (m0 + 32 < M ? m0 + 32 : M); m++) acopy[m * K + k] = A[m * sam + k * sak];
-        A = acopy;
-        sam = K;
-        sak = 1;
-    }
     long long mblocks = ((M + 15) / 16 + 1) / 2 * 2, kblocks = (K + 31) / 32, nblocks = (N + 15) / 16;
     size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
     long long kpad = kblocks * 32;
@@ -220,6 +256,167 @@ SPLIT
 #endif
 """
 
+_KERNEL_ROWS = r"""
+#ifdef LM_HAVE_AMX
+#ifndef LM_AMX_ROWS_M
+#define LM_AMX_ROWS_M 192  /* from this many rows of A on, NAME takes NAME_rows when B is read where it is stored */
+#endif
+#ifndef LM_AMX_ROWS_THREADS
+#define LM_AMX_ROWS_THREADS 0  /* threads of the tile loop (0: all) */
+#endif
+/* NAME_rows: NAME for many rows of A (the mirror formulation). A's rows are the tiles' first operand (read where
+   they are stored when A is bfloat16 contiguous along K, else converted once into a zero-padded bfloat16 copy,
+   PARTS parts); B is packed once per call pair-interleaved, tile (nb, kb) holding (B[n][k], B[n][k + 1]) for 16
+   columns n and 16 pairs k, read along whichever of its strides is 1; each 16 x 16 result tile is stored
+   straight into C, and the epilogue runs on each block of rows while it is in the cache. */
+static int NAME_rows(long long M, long long N, long long K, const TA *A, long long sam, long long sak,
+                     const TB *B, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
+                     const long long *syms) {
+    long long kblocks = (K + 31) / 32, kpad = kblocks * 32, nblocks = (N + 15) / 16, mpad = (M + 31) / 32 * 32;
+    lm_amx_u32 *bp = (lm_amx_u32 *)lm_og_grow(&lm_lp_buf[2], &lm_lp_cap[2], (size_t)(nblocks * kblocks) * 1024);
+    if (!bp) return LM_AMX_UNUSABLE;
+    #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+    for (long long nb = 0; nb < nblocks; nb++) {
+        for (long long kb = 0; kb < kblocks; kb++) {
+            lm_amx_u32 *tile = bp + (nb * kblocks + kb) * 256;
+            long long n0 = nb * 16, k0 = kb * 32;
+            int full = n0 + 16 <= N && k0 + 32 <= K;
+            if (full && sbk == 1) {  /* rows of B: 16 rows of 16 pairs converted, then a 16 x 16 pair transpose */
+                unsigned short rows[16][32] __attribute__((aligned(64)));
+                for (int j = 0; j < 16; j++) {
+                    const TB *src = B + (n0 + j) * sbn + k0;
+                    for (int k = 0; k < 32; k++) rows[j][k] = BCONV(src[k]);
+                }
+                __m512i v[16];
+                for (int j = 0; j < 16; j++) v[j] = _mm512_load_si512((const void *)rows[j]);
+                lm_amx_tr32(v);
+                for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(tile + q * 16), v[q]);
+            } else if (full && sbn == 1) {  /* columns of B (a transposed B): 16 contiguous n per k */
+                for (int q = 0; q < 16; q++) {
+                    const TB *s0 = B + n0 + (k0 + 2 * q) * sbk, *s1 = s0 + sbk;
+                    for (int j = 0; j < 16; j++)
+                        tile[q * 16 + j] = (lm_amx_u32)BCONV(s0[j]) | ((lm_amx_u32)BCONV(s1[j]) << 16);
+                }
+            } else if (full) {
+                for (int q = 0; q < 16; q++) {
+                    const TB *s0 = B + n0 * sbn + (k0 + 2 * q) * sbk, *s1 = s0 + sbk;
+                    for (int j = 0; j < 16; j++)
+                        tile[q * 16 + j] = (lm_amx_u32)BCONV(s0[j * sbn]) | ((lm_amx_u32)BCONV(s1[j * sbn]) << 16);
+                }
+            } else {  /* an edge: zero past N and K */
+                for (int p = 0; p < 16; p++)
+                    for (int j = 0; j < 16; j++) {
+                        long long n = n0 + j, k = k0 + 2 * p;
+                        lm_amx_u32 lo = n < N && k < K ? BCONV(B[n * sbn + k * sbk]) : 0;
+                        lm_amx_u32 hi = n < N && k + 1 < K ? BCONV(B[n * sbn + (k + 1) * sbk]) : 0;
+                        tile[p * 16 + j] = lo | (hi << 16);
+                    }
+            }
+        }
+    }
+    /* A as PARTS bfloat16 copies of mpad x kpad (zero-padded), unless it can be read where it is */
+    const unsigned short *ar = (const unsigned short *)A;
+    long long lda = sam;
+    if (!ADIRECT || sak != 1 || M % 32 || K % 32) {
+        unsigned short *ac = (unsigned short *)lm_og_grow(&lm_lp_buf[3], &lm_lp_cap[3], PARTS * (size_t)(mpad * kpad) * 2);
+        if (!ac) return LM_AMX_UNUSABLE;
+        size_t part = (size_t)(mpad * kpad);
+        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)M * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+        for (long long m0 = 0; m0 < mpad; m0 += 32) {
+            for (long long k0 = 0; k0 < kpad; k0 += 32) {
+                if (m0 + 32 > M || k0 + 32 > K)
+                    for (int q = 0; q < PARTS; q++)
+                        for (long long m = m0; m < m0 + 32; m++) memset(ac + q * part + m * kpad + k0, 0, 64);
+                long long m1 = m0 + 32 < M ? m0 + 32 : M, k1 = k0 + 32 < K ? k0 + 32 : K;
+                if (sam == 1 && sak != 1) {  /* A^T stored row-major: rows of k converted, then 32 x 32 transposes */
+                    unsigned short tmp[PARTS][32][32] __attribute__((aligned(64)));
+                    if (m1 - m0 < 32 || k1 - k0 < 32) memset(tmp, 0, sizeof tmp);
+                    for (long long k = k0; k < k1; k++) {
+                        const TA *src = A + k * sak;
+                        for (long long m = m0; m < m1; m++) ASTORE(src[m], tmp[0][k - k0], m - m0, 1024);
+                    }
+                    for (int q = 0; q < PARTS; q++) {
+                        __m512i v[32];
+                        for (int r = 0; r < 32; r++) v[r] = _mm512_load_si512((const void *)tmp[q][r]);
+                        lm_amx_tr16(v);
+                        for (int r = 0; r < 32; r++)
+                            if (m0 + r < M) _mm512_store_si512((void *)(ac + q * part + (m0 + r) * kpad + k0), v[r]);
+                    }
+                } else if (sak == 1) {
+                    for (long long m = m0; m < m1; m++) {
+                        const TA *src = A + m * sam;
+                        for (long long k = k0; k < k1; k++) ASTORE(src[k], ac, m * kpad + k, part);
+                    }
+                } else {
+                    for (long long m = m0; m < m1; m++)
+                        for (long long k = k0; k < k1; k++) ASTORE(A[m * sam + k * sak], ac, m * kpad + k, part);
+                }
+            }
+        }
+        ar = ac;
+        lda = kpad;
+    }
+    size_t apart = (size_t)(mpad * kpad);
+    long long mpairs = mpad / 32, nchunk = ((1LL << 20) / (kpad * 32)) & ~1LL;  /* B's 16-column blocks per 1 MB */
+    if (nchunk < 2) nchunk = 2;
+    int err = 0;
+    int nthreads = LM_AMX_ROWS_THREADS > 0 ? LM_AMX_ROWS_THREADS : omp_get_max_threads();
+    #pragma omp parallel num_threads(nthreads) if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+    {
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long long lo = mpairs * t / nt, hi = mpairs * (t + 1) / nt;
+        float out[4][16 * 16] __attribute__((aligned(64)));
+        if (hi > lo) lm_amx_config();
+        for (long long c0 = 0; c0 < nblocks && hi > lo; c0 += nchunk) {
+            long long c1 = c0 + nchunk < nblocks ? c0 + nchunk : nblocks;
+            for (long long mp = lo; mp < hi; mp++) {
+                long long m0 = mp * 32;
+                for (long long nb = c0; nb < c1; nb += 2) {
+                    int two = nb + 1 < c1;
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    for (long long kb = 0; kb < kblocks; kb++) {
+                        const lm_amx_u32 *w = bp + (nb * kblocks + kb) * 256;
+                        _tile_loadd(6, w, 64);
+                        if (two) _tile_loadd(7, w + kblocks * 256, 64);
+                        for (int q = 0; q < PARTS; q++) {
+                            const unsigned short *x = ar + q * apart + m0 * lda + kb * 32;
+                            _tile_loadd(4, x, lda * 2);
+                            _tile_loadd(5, x + 16 * lda, lda * 2);
+                            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6);
+                            if (two) { _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 5, 7); }
+                        }
+                    }
+                    long long n0 = nb * 16;
+                    if (m0 + 32 <= M && n0 + (two ? 32 : 16) <= N) {  /* tiles straight into C */
+                        _tile_stored(0, C + m0 * N + n0, N * 4); _tile_stored(2, C + (m0 + 16) * N + n0, N * 4);
+                        if (two) { _tile_stored(1, C + m0 * N + n0 + 16, N * 4); _tile_stored(3, C + (m0 + 16) * N + n0 + 16, N * 4); }
+                        LM_AMX_BARRIER;
+                    } else {
+                        _tile_stored(0, out[0], 64); _tile_stored(2, out[2], 64);
+                        if (two) { _tile_stored(1, out[1], 64); _tile_stored(3, out[3], 64); }
+                        LM_AMX_BARRIER;
+                        for (int q = 0; q < 4; q += two ? 1 : 2) {  /* tile q: rows of block q / 2, columns of nb + q % 2 */
+                            long long r0 = m0 + (q / 2) * 16, cc = n0 + (q % 2) * 16;
+                            long long mm = M - r0 < 16 ? M - r0 : 16, nn = N - cc < 16 ? N - cc : 16;
+                            for (long long i = 0; i < mm; i++) memcpy(C + (r0 + i) * N + cc, out[q] + i * 16, (size_t)(nn > 0 ? nn : 0) * 4);
+                        }
+                    }
+                }
+                long long m1 = m0 + 32 < M ? m0 + 32 : M, e1 = c1 * 16 < N ? c1 * 16 : N;
+                int e = epi && m1 > m0 ? epi(bufs, syms, m0, m1, c0 * 16, e1) : 0;
+                if (e) {
+                    #pragma omp critical(lm_own_gemm_err)
+                    { if (!err) err = e; }
+                }
+            }
+        }
+        if (hi > lo) _tile_release();
+    }
+    return err;
+}
+#endif
+"""
+
 _SPLIT_BF16 = "                memcpy(t, src, (size_t)K * 2);"
 _SPLIT_ROUND = "                for (long long k = 0; k < K; k++) t[k] = lm_f32_to_bf16(src[k]);"
 _SPLIT_F32 = ("                for (long long k = 0; k < K; k++) lm_amx_split(src[k], t + k, t + kpad + k, "
@@ -243,7 +440,8 @@ def amx_source(a_store: str, b_store: str = "bfloat16") -> str:
         raise ValueError(f"the AMX GEMM takes A stored as bfloat16, float32 or bf16r and B as bfloat16 or bf16r, "
                          f"not {a_store!r} and {b_store!r}")
     split = {"bfloat16": _SPLIT_BF16, "float32": _SPLIT_F32, "bf16r": _SPLIT_ROUND}[a_store]
-    body = _KERNEL.replace("SPLIT", split).replace("PARTS", "3" if a_store == "float32" else "1")
+    body = (_KERNEL_ROWS + _KERNEL).replace("SPLIT", split).replace("PARTS", "3" if a_store == "float32" else "1")
+    body = body.replace("ASTORE(", f"lm_amx_store_{_SHORT[a_store]}(").replace("ADIRECT", "1" if a_store == "bfloat16" else "0")
     body = body.replace("TA", "unsigned short" if a_store == "bfloat16" else "float")
     rounded = b_store == "bf16r"  # a float32 B is copied, rounded to bfloat16
     body = body.replace("TB", "float" if rounded else "unsigned short").replace("BCOPY", "1" if rounded else "0")

@@ -150,9 +150,10 @@ static inline float lm_cv_float32(float x) { return x; }
 static inline float lm_cv_bfloat16(unsigned short x) { return lm_bf16_to_f32(x); }
 static inline float lm_cv_float16(_Float16 x) { return (float)x; }
 static inline float lm_cv_bf16r(float x) { return lm_bf16r(x); }
-/* per-thread float32 scratch for converted operands (two: A and B), grown on demand, never freed */
-static __thread void *lm_lp_buf[2];
-static __thread size_t lm_lp_cap[2];
+/* per-thread scratch, grown on demand, never freed: 0 and 1 A and B converted to float32 (or the AMX kernel's
+   packed A and row buffer), 2 and 3 the AMX row kernel's packed B and bfloat16 copy of A */
+static __thread void *lm_lp_buf[4];
+static __thread size_t lm_lp_cap[4];
 typedef float lm_lp_v __attribute__((vector_size(VB)));
 #endif
 """

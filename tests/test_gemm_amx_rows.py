@@ -1,0 +1,162 @@
+"""The AMX row kernel (``NAME_rows`` in luminal/codegen/gemm_amx.py): many rows of A, a B to convert or pack,
+operands not contiguous along K (training's gradient products), against a float64 numpy oracle of the rounded
+operands (``test_gemm_lowp._check``: one rounding of the output dtype plus float32 accumulation error) and
+against torch's CPU autocast.
+
+Every layout the kernel reads differently gets a case: A read where it is (bfloat16, contiguous along K, rows
+and K multiples of 32), A copied row by row, A transposed (32 x 32 register transposes, with and without
+edges), A with no unit stride; B rows (16 x 16 pair transposes), B columns (interleaved rows of K), B with no
+unit stride; M, N and K edges; float32 A split in three parts; the epilogue on 32-row blocks. On a CPU without
+AMX the same products run on luminal's other kernels and must meet the same oracle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.runtime.cpu import find_compiler
+from test_gemm_lowp import _check, _gemms, _rounded
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler")
+
+
+def _operand(cx, arr, dtype, layout):
+    """A graph tensor holding ``arr`` (2-D, the operand as the product reads it) in ``layout``: ``"rows"``
+    (row-major), ``"cols"`` (stored transposed, read through a permute) or ``"strided"`` (every other column
+    of a wider matrix: no unit stride in either axis after the permute)."""
+    r, c = arr.shape
+    if layout == "rows":
+        t = cx.tensor((r, c), dtype)
+        t.set(arr.astype(np.float32))
+        return t
+    if layout == "cols":
+        t = cx.tensor((c, r), dtype)
+        t.set(np.ascontiguousarray(arr.T).astype(np.float32))
+        return t.permute((1, 0))
+    wide = np.zeros((c, 2 * r), np.float32)
+    wide[:, ::2] = arr.T
+    t = cx.tensor((c, 2 * r), dtype)
+    t.set(wide)
+    return t[:, ::2].permute((1, 0))
+
+
+CASES = [  # (M, K, N, A layout, B layout (of the K x N operand))
+    (256, 128, 96, "rows", "cols"),     # A read where it is; B (N x K) rows: pair transposes
+    (256, 128, 96, "rows", "rows"),     # B (K x N) row-major: columns of the N x K operand
+    (200, 70, 50, "rows", "cols"),      # edges in M, K, N; A copied
+    (256, 64, 64, "cols", "rows"),      # A transposed, multiples of 32 (the weight-gradient layout)
+    (200, 100, 33, "cols", "rows"),     # A transposed with edges
+    (70, 96, 130, "cols", "cols"),      # few rows but a transposed A: still the row kernel
+    (192, 64, 40, "strided", "strided"),  # no unit stride anywhere
+    (40, 300, 48, "rows", "rows"),      # few rows, B to pack
+]
+
+
+@pytest.mark.parametrize("m,k,n,a_layout,b_layout", CASES)
+def test_bfloat16_operands(m, k, n, a_layout, b_layout):
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n)) * 0.5
+    cx = lm.Graph()
+    x, w = _operand(cx, a, "bfloat16", a_layout), _operand(cx, b, "bfloat16", b_layout)
+    y = (x @ w).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("bfloat16", "bfloat16")]
+    _check(np.asarray(y.data(), np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "bfloat16")
+
+
+@pytest.mark.parametrize("m,k,n,a_layout", [(256, 512, 96, "rows"), (224, 200, 70, "cols")])
+def test_float32_activations_many_rows(m, k, n, a_layout):
+    """float32 A (split in three bfloat16 parts) times a bfloat16 weight through the row kernel: float32
+    accuracy, at most twice numpy's float32 matmul error plus a few ulp of the magnitudes, and special values
+    as in float64."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    a[0, :] *= 1e-30
+    a[1, 3], a[2, 5], a[3, 7], a[4, 1] = 3.4e38 / k, np.inf, -np.inf, np.nan
+    w = rng.standard_normal((n, k)) * 0.1
+    cx = lm.Graph()
+    x = _operand(cx, a, "float32", a_layout)
+    W = cx.tensor((n, k), "bfloat16")
+    W.set(w.astype(np.float32))
+    y = (x @ W.permute((1, 0))).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("float32", "bfloat16")]
+    got = np.asarray(y.data(), np.float64)
+    w64 = _rounded(w, "bfloat16")
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = a.astype(np.float64) @ w64.T
+        np32 = (a @ w64.astype(np.float32).T).astype(np.float64)
+    special = ~np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(got[special & ~np.isnan(ref)], ref[special & ~np.isnan(ref)])
+    fin = ~special
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w64).T
+    err, err32 = np.abs(got - ref)[fin], np.abs(np32 - ref)[fin]
+    assert np.all(err <= 2 * err32.max() + 4 * 2.0 ** -24 * scale[fin]), (err.max(), err32.max())
+    assert np.all(np.abs(got[0] - ref[0]) <= 8 * 2.0 ** -24 * scale[0] + 1e-45)
+
+
+@pytest.mark.parametrize("m,k,n", [(256, 96, 130), (130, 64, 48)])
+def test_autocast_linear_and_its_gradients_match_torch(m, k, n):
+    """An autocast Linear (bias in the epilogue) and the gradients of its weight and input, the products of a
+    training step (transposed operands, float32 buffers read rounded), against torch's CPU autocast within one
+    bfloat16 rounding of the outputs."""
+    from luminal.training import grad
+
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal((m, n)).astype(np.float32)
+    cx = lm.Graph()
+    x, W, B, G = (cx.tensor(v.shape).set(v) for v in (a, w, bias, g))
+    with lm.autocast(lm.bfloat16):
+        y = x @ W.permute((1, 0)) + B
+        loss = (y.cast("float32") * G).sum()
+        dx, dw = grad(loss, [x, W])
+    for t in (y, dx, dw):
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    ta, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (a, w, bias))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = torch.nn.functional.linear(ta, tw, tb)
+    (ty.float() * torch.from_numpy(g)).sum().backward()
+    for got, ref in ((y, ty.detach()), (dx, ta.grad), (dw, tw.grad)):
+        ref = ref.float().numpy().astype(np.float64)
+        got = np.asarray(got.data(), np.float64)
+        np.testing.assert_allclose(got, ref, rtol=2 * 2.0 ** -7, atol=2 * 2.0 ** -7 * np.abs(ref).max())
+
+
+def test_row_kernel_threads_agree(tmp_path):
+    """The row kernel splits A's rows over the threads; one thread and two give the same bits (each output
+    element is summed in the same order whatever the split)."""
+    import os
+    import subprocess
+    import sys
+
+    script = r'''
+import numpy as np, luminal as lm
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((300, 160)), rng.standard_normal((160, 90))
+cx = lm.Graph()
+x, w = cx.tensor((300, 160), "bfloat16"), cx.tensor((90, 160), "bfloat16")
+y = (x @ w.permute((1, 0))).cast("float32").retrieve()
+x.set(a.astype(np.float32)); w.set(np.ascontiguousarray(b.T).astype(np.float32))
+cx.compile(device="cpu"); cx.execute()
+np.save(OUT, y.data())
+'''
+    outs = []
+    for threads in ("1", "2"):
+        path = str(tmp_path / f"out{threads}.npy")
+        env = dict(os.environ, OMP_NUM_THREADS=threads, LUMINAL_CACHE_DIR=str(tmp_path / threads))
+        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(np.load(path))
+    np.testing.assert_array_equal(outs[0], outs[1])
