@@ -151,10 +151,23 @@ _ALIASES = {"bool": DType.bool, "int32": DType.int32, "int": DType.int32, "int64
             "bfloat16": DType.bfloat16, "bf16": DType.bfloat16}
 
 
+def _torch_dtype_name(value):
+    """``"float32"`` for ``torch.float32`` (any ``torch.dtype``), None for anything else (torch not imported)."""
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        return str(value).removeprefix("torch.")
+    return None
+
+
 def as_dtype(value) -> DType:
-    """Coerce a ``DType``, a name (``"float32"``, ``"f64"``...) or a numpy dtype to a :class:`DType`."""
+    """Coerce a ``DType``, a name (``"float32"``, ``"f64"``...), a numpy dtype or a ``torch.dtype`` to a
+    :class:`DType`."""
     if isinstance(value, DType):
         return value
+    torch_name = _torch_dtype_name(value)
+    if torch_name is not None:
+        if torch_name in _ALIASES:
+            return _ALIASES[torch_name]
+        raise TypeError(f"unsupported dtype {value!r}; expected one of {[d.value for d in _ORDER]}")
     if isinstance(value, str) and value in _ALIASES:
         return _ALIASES[value]
     if value is bool:
@@ -170,6 +183,21 @@ def as_dtype(value) -> DType:
     if name in _ALIASES:
         return _ALIASES[name]
     raise TypeError(f"unsupported dtype {value!r}; expected one of {[d.value for d in _ORDER]}")
+
+
+def view_dtype(value) -> DType | None:
+    """The :class:`DType` ``value`` names when it is a dtype (a ``DType``, a numpy dtype or scalar type, a
+    ``torch.dtype``, a dtype name such as ``"int32"``), else None (a shape argument: ``view(*shape)``)."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        return _ALIASES.get(value)
+    if isinstance(value, (int, np.integer)) or value is None:
+        return None
+    if _torch_dtype_name(value) is not None or isinstance(value, np.dtype) or \
+            (isinstance(value, type) and issubclass(value, np.generic)):
+        return as_dtype(value)
+    return None
 
 
 def promote_types(a: DType, b: DType) -> DType:

@@ -25,6 +25,7 @@ Constant       (scalar: number or symbolic expr)      its dtype
 Iota           (expression of the flat index ``z``)   its dtype (int32/int64/float*)
 Gather         data any, index int32/int64            data dtype (``torch.gather`` semantics)
 Cast           any                                    target dtype (float->int truncates; ints wrap)
+BitCast        any but bool                           target dtype of the same width (the bits reinterpreted)
 Input          (set from the host)                    its dtype
 GraphBreak     any                                    same (identity; a fusion barrier)
 =============  =====================================  =========================
@@ -442,5 +443,35 @@ class Cast(Op):
         return f"Cast({self.dtype.value})"
 
 
+@dataclass(frozen=True)
+class BitCast(Op):
+    """Reinterpret each element's bits as ``dtype``, which has the same width as the input's (numpy's
+    ``arr.view(dtype)``, ``torch.Tensor.view(dtype)``): e.g. float32 <-> int32 <-> uint32, float64 <-> int64 <->
+    uint64, bfloat16 <-> float16 <-> int16 <-> uint16, int8 <-> uint8. Bit-exact: NaN payloads and signs, -0.0 and
+    denormals are kept. bool is not a bit pattern and is refused. No gradient."""
+
+    dtype: DType
+    arity: ClassVar[int] = 1
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        check_bitcast(dtypes[0], self.dtype)
+
+    def reference(self, inputs, bindings, out_shape):
+        return np.asarray(inputs[0]).view(self.dtype.numpy).reshape(out_shape)
+
+    def __str__(self) -> str:
+        return f"BitCast({self.dtype.value})"
+
+
+def check_bitcast(src: DType, dst: DType) -> None:
+    """Raise ``TypeError`` unless ``src`` bits can be reinterpreted as ``dst`` (same width, neither bool)."""
+    if DType.bool in (src, dst):
+        raise TypeError(f"cannot reinterpret the bits of {src} as {dst}: bool is not a bit pattern (cast instead)")
+    if src.bits != dst.bits:
+        raise TypeError(f"cannot reinterpret {src} ({src.bits} bits) as {dst} ({dst.bits} bits): only same-width "
+                        "bit casts are supported")
+
+
 PRIMITIVES = (Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, Bitwise, SumReduce, MaxReduce, Contiguous,
-              Constant, Iota, Gather, Cast, Input, GraphBreak)
+              Constant, Iota, Gather, Cast, BitCast, Input, GraphBreak)

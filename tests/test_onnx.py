@@ -671,9 +671,9 @@ def test_bfloat16_model_matches_torch_bf16(device):
 
 
 def test_bitcast_integer_types_and_float_bits_at_import_time():
-    """BitCast between integer types of one width is a wrapping cast at run time (oracle: numpy's ``view``); a
-    float BitCast folds at import time when its input is a constant and is refused, naming the node and the
-    types, on a run-time value."""
+    """BitCast between integer types of one width at run time (oracle: numpy's ``view``); a float BitCast folds
+    at import time when its input is a constant, and reinterprets a run-time value's bits exactly (NaN payloads,
+    -0.0)."""
     c = np.array([1.0, -2.5, np.inf, 0.1], np.float32)
     nodes = [helper.make_node("BitCast", ["a"], ["a_u8"], to=TP.UINT8),
              helper.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(c)),
@@ -687,10 +687,15 @@ def test_bitcast_integer_types_and_float_bits_at_import_time():
     got_u8, got_i32 = model(a)
     np.testing.assert_array_equal(got_u8, a.view(np.uint8))
     np.testing.assert_array_equal(got_i32, c.view(np.int32) + 1)
-    graph = helper.make_graph([helper.make_node("BitCast", ["x"], ["y"], to=TP.INT32, name="bits")], "bc2",
-                              [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.INT32, [3])])
-    with pytest.raises(OnnxImportError, match=r"'bits' \(BitCast.*from FLOAT to INT32.*floating-point bits"):
-        lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]))
+    graph = helper.make_graph([helper.make_node("BitCast", ["x"], ["y"], to=TP.INT32, name="bits"),
+                               helper.make_node("BitCast", ["y"], ["z"], to=TP.FLOAT, name="back")], "bc2",
+                              [_vi("x", TP.FLOAT, [4])], [_vi("y", TP.INT32, [4]), _vi("z", TP.FLOAT, [4])])
+    model = lo.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]))
+    x = np.array([-0.0, np.nan, 1.5, -np.inf], np.float32)
+    x.view(np.uint32)[1] = 0xFFA00001  # a negative signalling NaN with a payload
+    y, z = model(x)
+    np.testing.assert_array_equal(y, x.view(np.int32))
+    np.testing.assert_array_equal(z.view(np.uint32), x.view(np.uint32))
 
 
 @pytest.mark.parametrize("device", DEVICES)

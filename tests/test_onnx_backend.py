@@ -43,11 +43,7 @@ EXCLUDED = {
     r"^test_(bernoulli|randomuniformlike|randomnormallike|random_)": "random number generation (onnx's RNG)",
 }
 # By name: variants of implemented operators that luminal cannot compute (counted as "op not implemented").
-NOT_IMPLEMENTED_VARIANTS = {
-    r"^test_bitcast_(2d_|scalar_)?(float\d+_to_int\d+|int\d+_to_float\d+)$":
-        "BitCast between floating-point and integer types of a run-time value: luminal has no primitive that "
-        "reinterprets floating-point bits (integer/bool BitCasts and import-time values are supported)",
-}
+NOT_IMPLEMENTED_VARIANTS: dict[str, str] = {}  # (float BitCasts at run time were here: BitCast is a primitive now)
 # Known failures (expected failures: an unexpected pass is reported).
 KNOWN_FAILURES = {
     r"^test_dft_inverse(_opset19)?$": "the expected output holds float32 rounding noise (~2e-7) above the "
@@ -76,7 +72,7 @@ CPU_SAMPLE = [
     "test_rms_normalization_2d_axis1", "test_resize_upsample_scales_linear", "test_gridsample",
     "test_attention_4d", "test_lstm_defaults", "test_quantizelinear", "test_sce_mean",
     # narrow integers and bfloat16 in their own dtypes
-    "test_add_uint8", "test_div_int8", "test_bitshift_left_int8_overflow", "test_bitcast_int8_to_uint8",
+    "test_add_uint8", "test_div_int8", "test_bitshift_left_int8_overflow", "test_bitcast_int8_to_uint8", "test_bitcast_float32_to_int32",
     "test_quantizelinear_int16", "test_cast_FLOAT_to_BFLOAT16", "test_einsum_batch_matmul_bfloat16",
 ]
 

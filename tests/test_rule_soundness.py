@@ -9,7 +9,7 @@ bits up to NaN payload, NaN positions equal, signed zeros equal). For an analysi
 Inputs mix special values (0, -0.0, +-inf, NaN, denormals, the largest and smallest normals; integer
 minimum/maximum) with random ones, over several shapes (rank 0 to 2) including a symbolic dimension bound at
 execute time. ``Sum``/``Max`` reduce a drawn axis of a drawn extent (0, 1, small, symbolic) of their operand;
-``Cast`` operands get any dtype of DTYPES; ``Gather`` indices are int32/int64 in range of the gathered axis.
+``Cast`` operands get any dtype of DTYPES, ``BitCast`` operands any of the target's width; ``Gather`` indices are int32/int64 in range of the gathered axis.
 ``:when`` conditions are honoured (Contig/NoMask pick the views, NonNeg the inputs, Extent facts and comparisons
 are satisfied by rejection sampling); ``;; domain:`` restricts the inputs of approximate rules. A rule the
 harness cannot instantiate at least a few times fails.
@@ -295,13 +295,21 @@ class Instance:
         for side in (pattern, rhs):
             self._collect(side, wants)
         for var, ws in wants.items():
-            fixed = {w for w in ws if w not in (None, "index")}
-            if len(fixed) > 1:
-                raise Reject(f"{var} would need dtypes {sorted(fixed)}")
+            widths = {w[1] for w in ws if isinstance(w, tuple)}  # ("bits", n): a BitCast operand
+            fixed = {w for w in ws if w not in (None, "index") and not isinstance(w, tuple)}
+            if len(fixed) > 1 or len(widths) > 1:
+                raise Reject(f"{var} would need dtypes {sorted(fixed)} / widths {sorted(widths)}")
             if fixed:
                 dt = DType(fixed.pop())
                 if "index" in ws and dt not in (DType.int32, DType.int64):
                     raise Reject(f"{var} is a Gather index of dtype {dt}")
+                if widths and dt.bits not in widths:
+                    raise Reject(f"{var} is a BitCast operand of {dt.bits} bits, not {widths}")
+            elif widths:
+                same = [d for d in DTYPES if d.bits in widths and d != DType.bool]
+                if not same:
+                    raise CannotInstantiate(f"no dtype of {widths} bits to bit cast")
+                dt = same[int(self.rng.integers(0, len(same)))]
             elif "index" in ws:
                 dt = (DType.int32, DType.int64)[int(self.rng.integers(0, 2))]
             else:
@@ -323,6 +331,8 @@ class Instance:
         head = pat[0]
         if head == "Cast":
             return None
+        if head == "BitCast":  # any dtype of the target's width
+            return ("bits", DType(self.literal(pat[1], "dtype")).bits)
         if head == "Gather" and slot == 4:
             return "index"
         return self.literal(pat[1], "dtype")
@@ -418,7 +428,7 @@ class Instance:
         head = pat[0]
         if head == "Num":
             return
-        if head in UNARY or head in BINARY or head == "Cast":
+        if head in UNARY or head in BINARY or head in ("Cast", "BitCast"):
             for slot in CHILD_SLOTS[head]:
                 self.operand(pat, slot, want)
             if head == "Mod":  # an integer divisor must not be 0 (the reference raises; padding still reads 0)
@@ -458,7 +468,10 @@ class Instance:
         child, var = pat[slot + 1], pat[slot + 2]
         const = isinstance(child, list) and child[0] == "Num"
         need = self.operand_dtype(pat, slot)
-        if isinstance(child, list) and need not in (None, "index") and self.dtype_of(child).value != need:
+        if isinstance(child, list) and isinstance(need, tuple):  # a BitCast operand: any dtype of that width
+            if self.dtype_of(child).bits != need[1] or self.dtype_of(child) == DType.bool:
+                raise Reject(f"{to_text(child)} is not of {need[1]} bits")
+        elif isinstance(child, list) and need not in (None, "index") and self.dtype_of(child).value != need:
             raise Reject(f"{to_text(child)} is not {need}")
         view = self.views.get(var)
         if view is None:
@@ -508,7 +521,7 @@ class Instance:
             if not representable(value, dtype):
                 raise CannotInstantiate(f"{value} is not a {dtype} constant")
             return g.add_op(ops.Constant(constant_value(value, dtype), dtype), (), (), dtype), (), True
-        if head not in UNARY and head not in BINARY and head not in REDUCE and head not in ("Cast", "Gather"):
+        if head not in UNARY and head not in BINARY and head not in REDUCE and head not in ("Cast", "BitCast", "Gather"):
             raise CannotInstantiate(f"the harness does not know how to instantiate {head}")
         inputs = []
         for slot in CHILD_SLOTS[head]:
@@ -533,6 +546,8 @@ class Instance:
             op, dims = REDUCE[head](a), first[:a] + first[a + 1:]
         elif head == "Cast":
             op, dims = ops.Cast(dtype), first
+        elif head == "BitCast":
+            op, dims = ops.BitCast(dtype), first
         else:
             op, dims = ops.Gather(self.literal(pat[2], "axis")), inputs[1][1].dims
         try:
@@ -806,6 +821,24 @@ def test_harness_rejects_unsound_cast_rules(tmp_path):
         ";; cast-cast-same: casting twice to the same dtype == casting once\n"
         "(rewrite (Cast ?d (Cast ?d ?x ?vx) ?w) (Cast ?d ?x ?vx) :when ((Contig ?w)) :ruleset algebra)\n"))
     test_rule_is_sound(good["cast-cast-same"])
+
+
+def test_harness_rejects_unsound_bitcast_rules(tmp_path):
+    """BitCast operands get every dtype of the target's width: reading bits as a conversion is caught, the
+    round trip through another type of the same width passes."""
+    bad = _rules_from(tmp_path, "bad_bitcasts", (
+        ";; bitcast-is-cast: a bit cast is a conversion (false: the bits of 1.0 are 0x3f800000)\n"
+        "(rewrite (BitCast ?t ?x ?v) (Cast ?t ?x ?v) :ruleset algebra)\n"
+        "\n"
+        ";; nonneg-bitcast: a bit cast of non-negative values is non-negative (false: uint32 0xffffffff -> NaN / -1)\n"
+        "(rule ((= ?e (BitCast ?t ?x ?v)) (NonNeg ?x)) ((NonNeg ?e)) :ruleset analysis)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|negative element"):
+            test_rule_is_sound(rule)
+    good = _rules_from(tmp_path, "good_bitcasts", (
+        ";; bitcast-roundtrip: reinterpreting the bits as t and back is the identity\n"
+        "(rewrite (BitCast ?d (BitCast ?t ?x ?vx) ?w) (Copy ?d ?x ?vx) :when ((Contig ?w)) :ruleset algebra)\n"))
+    test_rule_is_sound(good["bitcast-roundtrip"])
 
 
 def test_harness_rejects_unsound_gather_rules(tmp_path):

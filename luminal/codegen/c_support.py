@@ -28,8 +28,22 @@ static inline uint32_t lm_bf16_round_bits(float x) {
     return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
 }
 static inline float lm_bf16r(float x) { uint32_t u = lm_bf16_round_bits(x); float y; memcpy(&y, &u, 4); return y; }
-static inline unsigned short lm_f32_to_bf16(float x) { return (unsigned short)(lm_bf16_round_bits(x) >> 16); }
+static inline unsigned short lm_f32_to_bf16(float x) {
+    uint32_t u; memcpy(&u, &x, 4);  /* a value that is a bfloat16 already keeps its bits (a NaN's payload too) */
+    return (unsigned short)(((u & 0xffffu) == 0 ? u : lm_bf16_round_bits(x)) >> 16);
+}
 static inline float lm_bf16_to_f32(unsigned short b) { uint32_t u = (uint32_t)b << 16; float y; memcpy(&y, &u, 4); return y; }
+/* BitCast: the bits of a float as an unsigned integer of its width and back (memcpy: no aliasing UB; GCC turns it
+   into a register move and, without -ffast-math, never touches a NaN's payload). A bfloat16 value is computed as a
+   float whose low 16 bits are zero: its bits are the top half. */
+static inline uint16_t lm_bits_f16(_Float16 x) { uint16_t u; memcpy(&u, &x, 2); return u; }
+static inline _Float16 lm_f16_of(uint16_t u) { _Float16 x; memcpy(&x, &u, 2); return x; }
+static inline uint32_t lm_bits_f32(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float lm_f32_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static inline uint64_t lm_bits_f64(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+static inline double lm_f64_of(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+static inline uint16_t lm_bits_bf16(float x) { return (uint16_t)(lm_bits_f32(x) >> 16); }
+static inline float lm_bf16_of(uint16_t u) { return lm_f32_of((uint32_t)u << 16); }
 /* Branch-free float32 exp2/log2 the compiler can vectorize (libm calls block vectorization without
    -ffast-math, which we do not use). exp2: round-to-nearest range reduction, degree-7 Taylor on [-0.5, 0.5]
    (relative error ~1e-7); log2: mantissa in [sqrt(1/2), sqrt(2)), atanh series in t=(m-1)/(m+1).

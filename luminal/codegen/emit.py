@@ -164,6 +164,8 @@ class KernelWriter:
                 # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
                 # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
                 return args[1] if args[0] == _zero(value.dtype) else args[0]
+            if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
+                return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
             return self.temp(value.dtype, _round(value.dtype, self._compute(value, args)))
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
@@ -255,6 +257,19 @@ class KernelWriter:
             # to bfloat16: through float32 (a double or a 64-bit integer rounds to float first, as the reference)
             return f"({dtype.c_compute})({args[0]})"
         raise NotImplementedError(str(op))
+
+
+_BITS = {DType.float16: ("lm_bits_f16", "lm_f16_of"), DType.bfloat16: ("lm_bits_bf16", "lm_bf16_of"),
+         DType.float32: ("lm_bits_f32", "lm_f32_of"), DType.float64: ("lm_bits_f64", "lm_f64_of")}
+
+
+def _bitcast(src: DType, dst: DType, x: str) -> str:
+    """C text of a ``BitCast`` of the computed value ``x`` (bfloat16: a float holding a bfloat16) from ``src`` to
+    ``dst`` (same width): through the unsigned integer of that width (integer conversions between the signed and
+    unsigned types of one width keep the bits in GCC)."""
+    u = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}[src.bits]
+    bits = f"{_BITS[src][0]}({x})" if src.is_float else f"(({u})({x}))"
+    return f"{_BITS[dst][1]}({bits})" if dst.is_float else f"(({dst.c_type})({bits}))"
 
 
 def _round(dtype: DType, text: str) -> str:

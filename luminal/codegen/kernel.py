@@ -192,7 +192,7 @@ MAX_RECOMPUTE = 6  # a node read by several kernels is recomputed in each when i
 TRANSCENDENTAL_RECOMPUTE = 4  # exp2/log2/sin count as this many ops there (a softmax's exp is stored, not redone)
 
 _ELEMENTWISE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Bitwise,
-                ops.Cast)
+                ops.Cast, ops.BitCast)
 
 
 def find_gemm(graph: Graph, node) -> tuple | None:

@@ -196,6 +196,8 @@ class BodyWriter:
         return self.emit(value.data, gvars)
 
     def _compute(self, value: Compute, args) -> str:
+        if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
+            return self._bitcast(value.args[0].dtype, value.dtype, args[0])
         if value.dtype != DType.bfloat16:
             return self._compute_raw(value, args)
         # bfloat16: computed in float32, rounded to bfloat16 once (a cast from float64 or a 64-bit integer rounds
@@ -259,6 +261,16 @@ class BodyWriter:
                 return self.temp(f"{a} != 0")
             return self.temp(f"{a}.to({tt})")
         raise NotImplementedError(f"Triton backend: no rendering for primitive {op}")
+
+    def _bitcast(self, src: DType, dst: DType, a: str) -> str:
+        """A ``BitCast`` (same width; a bfloat16 value is a float32 whose low 16 bits are zero: its bits are the top
+        half)."""
+        if DType.bfloat16 not in (src, dst):
+            return self.temp(f"{a}.to({TL_TYPE[dst]}, bitcast=True)")
+        bits = f"_lm_bf16_bits({a})" if src == DType.bfloat16 else f"{a}.to(tl.uint16, bitcast=True)"
+        if dst == DType.bfloat16:
+            return self.temp(f"_lm_bf16_load({bits})")
+        return self.temp(f"{bits}.to({TL_TYPE[dst]}, bitcast=True)")
 
     def _bitwise(self, kind: str, dtype: DType, a: str, b: str) -> str:
         """A ``Bitwise`` primitive (shift amounts out of range give PyTorch's CPU results, as in the C backend)."""
@@ -378,7 +390,7 @@ class TritonRenderer:
         if kernel.dtype == DType.bool:
             value_text = f"{value_text}.to(tl.uint8)"
         elif kernel.dtype == DType.bfloat16:  # (a float32 sum rounds here, once; other values are bfloat16 already)
-            value_text = f"_lm_bf16_bits(_lm_bf16r({value_text}))"
+            value_text = f"_lm_bf16_store({value_text})"
         return f"{indent}tl.store({ptr} + {offs}, {value_text}, mask={mask})"
 
     # -- kernels

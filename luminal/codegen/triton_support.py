@@ -59,6 +59,15 @@ def _lm_bf16_bits(x):
 
 
 @triton.jit
+def _lm_bf16_store(x):
+    # a float32 -> its stored bfloat16 bits: rounded (_lm_bf16r), but a value that is a bfloat16 already keeps its
+    # bits, a NaN's payload included (lm_f32_to_bf16 of the C backend)
+    u = x.to(tl.uint32, bitcast=True)
+    r = _lm_bf16r(x).to(tl.uint32, bitcast=True)
+    return (tl.where((u & 0xFFFF) == 0, u, r) >> 16).to(tl.uint16)
+
+
+@triton.jit
 def _lm_max(a, b):
     # max that propagates NaN (the reference's np.max)
     return tl.where((a > b) | (a != a), a, b)

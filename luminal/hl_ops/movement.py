@@ -13,9 +13,10 @@ from typing import Sequence
 import numpy as np
 
 from .. import ops
-from ..dtype import DType
+from ..dtype import DType, as_dtype, view_dtype
 from ..graph import GraphError
-from ..shape import Expression, to_expr
+from ..ops import check_bitcast
+from ..shape import Expression, ShapeTracker, to_expr
 from ._util import check_index_dtype, normalize_axis
 
 
@@ -106,7 +107,36 @@ class MovementOps:
             return self.contiguous().reshape(dims)
         return self._view(st)
 
-    view = reshape
+    def view(self, *shape):
+        """``view(*shape)``: :meth:`reshape`. ``view(dtype)``: the same bits reinterpreted as ``dtype``
+        (``torch.Tensor.view(dtype)``, numpy's ``arr.view(dtype)``; a ``BitCast`` node): ``dtype`` is a luminal
+        dtype, a numpy dtype, a name (``"int32"``) or a ``torch.dtype``, of the same width as this tensor's --
+        float32 / int32 / uint32, float64 / int64 / uint64, bfloat16 / float16 / int16 / uint16, int8 / uint8.
+        Bit-exact (NaN payloads and signs, -0.0, denormals kept) on every backend; no gradient flows through it.
+        ``x.view(lm.int32) >> 31`` is the sign bit of a float32 ``x``, NaNs included.
+
+        Raises ``TypeError`` for a dtype of another width (torch would resize the last dim; luminal supports only
+        same-width views) and for bool (not a bit pattern; use :meth:`cast`)."""
+        if len(shape) == 1:
+            dtype = view_dtype(shape[0])
+            if dtype is not None:
+                return self.bitcast(dtype)
+        return self.reshape(*shape)
+
+    def bitcast(self, dtype):
+        """The same bits reinterpreted as ``dtype`` (same width as this tensor's dtype): ``view(dtype)``."""
+        dtype = as_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        check_bitcast(self.dtype, dtype)
+        src_dims = self.graph.nodes[self.id].dims
+        if not self.tracker.is_contiguous() and self.tracker.covers(src_dims):
+            # a permuted / broadcast view of the whole source: reinterpret the source in its own layout and read
+            # the result through the same view (exact: elementwise, and a padded slot's 0 is all-zero bits,
+            # the 0 of every dtype), as cast() does
+            whole = type(self)(self.graph, self.id, ShapeTracker.contiguous_of(src_dims), self.dtype)
+            return whole._apply(ops.BitCast(dtype), dtype=dtype)._view(self.tracker)
+        return self._apply(ops.BitCast(dtype), dtype=dtype)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         """Merge axes ``start_dim..end_dim`` into one."""

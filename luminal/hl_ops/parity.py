@@ -260,11 +260,11 @@ class ParityOps:
         return self.sign()
 
     def signbit(self):
-        """``torch.signbit``: True for negative values and -0.0 (False for NaN: the sign bit of a NaN is not
-        read)."""
+        """``torch.signbit``: the sign bit -- True for negative values, -0.0 and NaNs with the sign bit set (read
+        through ``view`` as the signed integer of the float's width)."""
         if not self.dtype.is_float:
             return self < 0
-        return (self < 0).logical_or(self.eq(0.0).logical_and(self.recip() < 0))
+        return self.view({16: DType.int16, 32: DType.int32, 64: DType.int64}[self.dtype.bits]) < 0
 
     def deg2rad(self):
         """``torch.deg2rad``."""

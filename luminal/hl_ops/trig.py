@@ -61,12 +61,12 @@ def _back(y, dtype):
 
 
 def _signbit(x):
-    """True where ``x`` is negative, including ``-0.0`` (``1 / -0.0 = -inf``); False for NaN."""
-    return (x < 0).logical_or(x.eq(0).logical_and(x.recip() < 0))
+    """True where ``x``'s sign bit is set: negative values, ``-0.0`` and negative NaNs (``signbit``)."""
+    return x.signbit()
 
 
 def _sign_of(x):
-    """``copysign(1, x)`` as a float tensor of ``x``'s dtype (``-0.0`` gives -1, NaN +1)."""
+    """``copysign(1, x)`` as a float tensor of ``x``'s dtype (``-0.0`` gives -1, a NaN its sign bit's)."""
     return _where(_signbit(x), _c(x, -1.0), _c(x, 1.0))
 
 
@@ -222,13 +222,16 @@ class TrigOps:
     arctanh = atanh
 
     def copysign(self, other):
-        """``|self|`` with the sign of ``other`` (``torch.copysign``; ``-0.0`` counts as negative; a NaN ``other``
-        counts as positive, since luminal cannot read a NaN's sign bit). Ints promote to float32."""
+        """``|self|`` with the sign bit of ``other`` (``torch.copysign``): the magnitude bits of ``self`` and the
+        sign bit of ``other`` (read through ``view`` as integers), so ``-0.0`` and NaNs carry their sign both ways
+        and NaN payloads are kept. Ints promote to float32."""
         a, b, _, dtype = binary_operands(self, other)
         if not dtype.is_float:
             a, b = a.cast(DType.float32), b.cast(DType.float32)
-        mag = a * _sign_of(a)
-        return _rule(mag * _sign_of(b), "copysign", (a, b))
+        bits = {16: DType.int16, 32: DType.int32, 64: DType.int64}[a.dtype.bits]
+        sign = -(1 << (a.dtype.bits - 1))  # the sign bit alone (the most negative integer)
+        out = ((a.view(bits) & ~sign) | (b.view(bits) & sign)).view(a.dtype)
+        return _rule(out, "copysign", (a, b))
 
     def logaddexp(self, other):
         """``log(exp(self) + exp(other))`` without overflow: ``max + log1p(exp(-|a - b|))`` (float64 inside, so

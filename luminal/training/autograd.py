@@ -327,7 +327,7 @@ def _local_rules(graph: Graph, node, g: GraphTensor):
         # a - floor(a / b) * b: d/da = 1, d/db = -floor(a / b) = -(a - y) / b  (torch.remainder)
         a, b = x(0), x(1)
         return [(0, lambda: g), (1, lambda: -(g * ((a - y) / b)))]
-    if isinstance(op, (ops.LessThan, ops.Bitwise)):  # bool / integer results: no gradient
+    if isinstance(op, (ops.LessThan, ops.Bitwise, ops.BitCast)):  # bool / integer results, reinterpreted bits: no gradient
         return []
     if isinstance(op, ops.Log2):
         return [(0, lambda: g / (x(0) * _LN2))]

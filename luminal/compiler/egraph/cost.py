@@ -3,7 +3,7 @@
 The e-graph's constructors carry their view keys, and the loader's table maps each key to its ``ShapeTracker``,
 so every e-node knows how many elements it touches:
 
-* elementwise ops (and ``Cast``/``Copy``/``Break``) work over their output, whose dims are their first operand
+* elementwise ops (and ``Cast``/``BitCast``/``Copy``/``Break``) work over their output, whose dims are their first operand
   view's dims; ``Sum``/``Max`` over their operand (the reduced axis included); ``Gather`` over its index view;
 * every operand is read through its view: a whole row-major read streams memory (``read_contiguous``), a
   strided, permuted or padded read costs more (``read_strided``), a broadcast constant (all strides 0) is free;
@@ -41,7 +41,7 @@ class BackendCosts:
     materialized: frozenset  # ops that write their own buffer
 
 
-_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "Sum": 1.0, "Max": 1.0,
+_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0, "Sum": 1.0, "Max": 1.0,
             "Gather": 1.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
 
 BACKENDS = {

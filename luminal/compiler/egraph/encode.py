@@ -24,7 +24,7 @@ UNARY = {ops.Log2: "Log2", ops.Exp2: "Exp2", ops.Sin: "Sin", ops.Sqrt: "Sqrt", o
 BINARY = {ops.Add: "Add", ops.Mul: "Mul", ops.Mod: "Mod", ops.LessThan: "Less"}
 REDUCE = {ops.SumReduce: "Sum", ops.MaxReduce: "Max"}
 _FOLDABLE = (ops.Log2, ops.Exp2, ops.Sin, ops.Sqrt, ops.Recip, ops.Add, ops.Mul, ops.Mod, ops.LessThan, ops.Bitwise,
-             ops.Cast)
+             ops.Cast, ops.BitCast)
 _EGGLOG_FOLDS = {(ops.Add, "float64"), (ops.Mul, "float64"), (ops.Add, "int32"), (ops.Mul, "int32"),
                  (ops.Add, "int64"), (ops.Mul, "int64")}
 
@@ -175,6 +175,8 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 term = ("Bit", d, op.kind, *args[0], *args[1])
             elif t is ops.Cast:
                 term = ("Cast", op.dtype.value, *args[0])
+            elif t is ops.BitCast:
+                term = ("BitCast", op.dtype.value, *args[0])
             elif t is ops.Gather:
                 term = ("Gather", d, op.axis, *args[0], *args[1])
             else:  # Input, Iota, symbolic or special constants, anything unknown: an opaque leaf
@@ -196,7 +198,7 @@ def _fold(op, values, dtype: DType):
 
 # positions of child (node id) arguments per constructor; the others are literals
 CHILD_SLOTS = {"Log2": (1,), "Exp2": (1,), "Sin": (1,), "Sqrt": (1,), "Recip": (1,), "Copy": (1,), "Break": (1,),
-               "Cast": (1,), "Add": (1, 3), "Mul": (1, 3), "Mod": (1, 3), "Less": (1, 3), "Bit": (2, 4), "Sum": (2,), "Max": (2,),
+               "Cast": (1,), "BitCast": (1,), "Add": (1, 3), "Mul": (1, 3), "Mod": (1, 3), "Less": (1, 3), "Bit": (2, 4), "Sum": (2,), "Max": (2,),
                "Gather": (2, 4), "Num": (), "Leaf": (), "Node": ()}
 # positions of view-key arguments (the slot right after each child)
 VIEW_SLOTS = {name: tuple(s + 1 for s in slots) for name, slots in CHILD_SLOTS.items()}

@@ -285,6 +285,8 @@ def rebuild(graph: Graph, enc: Encoding, eg: EGraphData, ext: Extraction) -> lis
                 op, dims = ops.Bitwise(e.args[1]), v0.dims
             elif e.op == "Cast":
                 op, dims = ops.Cast(dtype), v0.dims
+            elif e.op == "BitCast":
+                op, dims = ops.BitCast(dtype), v0.dims
             elif e.op == "Gather":
                 op, dims = ops.Gather(e.args[1]), inputs[1][1].dims
             else:  # pragma: no cover - the schema and this table go together

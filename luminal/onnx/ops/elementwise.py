@@ -311,9 +311,9 @@ def _castlike(ctx):
 
 @register("BitCast", min_version=26)
 def _bitcast(ctx):
-    """Reinterpret the bits as another type of the same width. Between integer (and bool) types of one width this
-    is a wrapping Cast (two's complement); floating-point bits cannot be reinterpreted at run time (no luminal
-    primitive does that), only at import time (the numpy fold)."""
+    """Reinterpret the bits as another type of the same width: the ``BitCast`` primitive (``x.view(dtype)``),
+    bit-exact for floats (NaN payloads, -0.0); to or from bool (one byte, 0 or 1) a wrapping Cast. A value known
+    at import time folds with numpy."""
     src, to = ctx.type(0), ctx.attr("to")
     if to not in dtypes.SUPPORTED:
         raise TypeError(f"BitCast to {dtypes.name(to)} is not supported (supported: {dtypes.supported_names()})")
@@ -321,12 +321,9 @@ def _bitcast(ctx):
     if a.bits != b.bits:
         raise TypeError(f"BitCast needs types of one width, got {dtypes.name(src)} ({a.bits} bits) and "
                         f"{dtypes.name(to)} ({b.bits} bits)")
-    if a.is_float or b.is_float:
-        raise TypeError(f"BitCast from {dtypes.name(src)} to {dtypes.name(to)} of a value computed at run time is "
-                        "not supported: luminal has no primitive that reinterprets floating-point bits (BitCast "
-                        "between integer/bool types of one width is, and any BitCast of a value known at import "
-                        "time)")
-    return [typed(ctx.t_raw(0).cast(b), to)]
+    if DType.bool in (a, b):
+        return [typed(ctx.t_raw(0).cast(b), to)]
+    return [typed(ctx.t_raw(0).view(b), to)]
 
 
 @set_fold("BitCast")
