@@ -103,7 +103,7 @@ class KernelWriter:
         twice. The bits are the same (rounding to nearest even is idempotent); not memoized, so a value that
         something else in the kernel reads is still emitted rounded there."""
         if (isinstance(value, Compute) and value.dtype == DType.bfloat16 and (id(value), vars_) not in self.memo
-                and not isinstance(value.op, ops.Add)):
+                and not isinstance(value.op, (ops.Add, ops.BitCast))):
             args = [self.emit(a, vars_) for a in value.args]
             return self.temp(value.dtype, self._compute(value, args))
         return self.emit(value, vars_)
