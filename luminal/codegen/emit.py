@@ -102,11 +102,22 @@ class KernelWriter:
         ``lm_f32_to_bf16``, which rounds): a bfloat16 compute is left unrounded, so it is rounded once instead of
         twice. The bits are the same (rounding to nearest even is idempotent); not memoized, so a value that
         something else in the kernel reads is still emitted rounded there."""
-        if (isinstance(value, Compute) and value.dtype == DType.bfloat16 and (id(value), vars_) not in self.memo
-                and not isinstance(value.op, (ops.Add, ops.BitCast))):
-            args = [self.emit(a, vars_) for a in value.args]
-            return self.temp(value.dtype, self._compute(value, args))
+        if isinstance(value, Compute) and (id(value), vars_) not in self.memo:
+            return self._emit_compute(value, vars_, rounded=False)
         return self.emit(value, vars_)
+
+    def _emit_compute(self, value: Compute, vars_, rounded: bool) -> str:
+        """A primitive's value from its arguments' (``rounded``: a bfloat16 result rounded, else left to the
+        store)."""
+        args = [self.emit(a, vars_) for a in value.args]
+        if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
+            # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
+            # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
+            return args[1] if args[0] == _zero(value.dtype) else args[0]
+        if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
+            return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
+        text = self._compute(value, args)
+        return self.temp(value.dtype, _round(value.dtype, text) if rounded else text)
 
     def _in_bounds(self, buffer: int, off: Expression) -> bool:
         """Whether ``off`` lies inside ``buffer`` for every value of the loop variables (constant sizes only)."""
@@ -159,14 +170,7 @@ class KernelWriter:
             text = _round(value.dtype, f"({value.dtype.c_compute})({self.index(expr)})")
             return self._masked(value.view, vars_, text, value.dtype)
         if isinstance(value, Compute):
-            args = [self.emit(a, vars_) for a in value.args]
-            if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
-                # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
-                # keeps a -0.0 branch -0.0 (torch.where's result); the graph's sum would give +0.0
-                return args[1] if args[0] == _zero(value.dtype) else args[0]
-            if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
-                return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
-            return self.temp(value.dtype, _round(value.dtype, self._compute(value, args)))
+            return self._emit_compute(value, vars_, rounded=True)
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
             slots = gather_slots(value)
