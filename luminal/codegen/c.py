@@ -26,7 +26,8 @@ from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
 from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
-from .gemm_lowp import lowp_name, lowp_source, operand_stores
+from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
+from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 from .shared import _dispatch, _shared_body
 
@@ -77,6 +78,7 @@ class CProgram:
     symbols: list
     uses_blas: bool
     groups: list = None  # kernel indices rendered together (one C function each)
+    parts: tuple = ()    # routines compiled into libraries of their own and linked at load (codegen.library)
 
 
 def _c_name(symbol: str) -> str:
@@ -87,15 +89,17 @@ class CRenderer:
     """Turns a :class:`Program` into a :class:`CProgram`."""
 
     def __init__(self, program: Program, blas: bool, profile: bool = False, gemm_impl: dict | None = None,
-                 gemm_sources: str = ""):
+                 gemm_sources: str = "", gemm_parts: tuple = ()):
         """``gemm_impl`` maps a GEMM kernel's index in ``program.kernels`` to the C function that runs it
-        (``lm_gemm_f32``/``lm_gemm_f64``, the OpenBLAS wrappers, by default) and ``gemm_sources`` holds the C
-        of functions not in the helpers (luminal's own GEMMs; see :mod:`luminal.runtime.search`)."""
+        (``lm_gemm_f32``/``lm_gemm_f64``, the OpenBLAS wrappers, by default); the functions not in the helpers
+        are either C in ``gemm_sources`` (rendered into the program) or ``gemm_parts`` (library parts: luminal's
+        own GEMMs, see :mod:`luminal.runtime.search` and :mod:`luminal.codegen.library`)."""
         self.program = program
         self.blas = blas
         self.profile = profile
         self.gemm_impl = dict(gemm_impl or {})
         self.gemm_sources = gemm_sources
+        self.gemm_parts = tuple(gemm_parts)
         self.buffer_order = list(program.buffers)
         self.slot = {b: k for k, b in enumerate(self.buffer_order)}
         self.symbols = program_symbols(program)
@@ -149,13 +153,19 @@ class CRenderer:
 
     def render(self) -> CProgram:
         parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + HELPERS, C_PRELUDE]
+        libs = ()
         if any(isinstance(k, GemmKernel) for k in self.program.kernels):
             parts.append(gemm_helpers())
-            if self.gemm_sources:
-                parts.append(self.gemm_sources)
             stored = sorted({st for k in self.program.kernels if isinstance(k, GemmKernel)
                              for st in [operand_stores(self.program, k)] if st})
-            parts += [lowp_source(*st) for st in stored]  # bfloat16 / float16 operands (codegen.gemm_lowp)
+            # bfloat16 / float16 operands (codegen.gemm_lowp), compiled once per machine (codegen.library)
+            libs = self.gemm_parts + tuple(
+                gemm_part(f"lowp:{a}:{b}", lowp_source(a, b),
+                          ((lowp_name(a, b), STORE_TYPES[a], STORE_TYPES[b], "float"),), self.blas) for a, b in stored)
+            if libs:
+                parts.append(declarations(libs))
+            if self.gemm_sources:
+                parts.append(self.gemm_sources)
         calls = []
         groups = kernel_groups(self.program)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
@@ -190,7 +200,9 @@ class CRenderer:
             calls.append((name, pointers))
         init = "lm_blas_init();" if any(isinstance(k, GemmKernel) for k in self.program.kernels) else ""
         parts.append(_dispatch(calls, self.profile, init))
-        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups)
+        if libs:
+            parts.append(link_function(libs))
+        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs)
 
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):

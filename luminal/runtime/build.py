@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
 import subprocess
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from .._fs import cache_dir, fsync_dir as _fsync_dir, remove_stale  # noqa: F401  (cache_dir: re-exported)
 from ..codegen.c import CProgram
@@ -67,6 +70,40 @@ def clean_stale_temporaries(folder: str | None = None) -> int:
     return remove_stale(folder or cache_dir(), _TEMP)
 
 
+_KEY_LOCKS: dict = {}
+_KEY_LOCKS_GUARD = threading.Lock()
+
+
+def build_program(cprogram: CProgram) -> tuple[str, list[str]]:
+    """Build ``cprogram`` and the libraries of its parts (:mod:`luminal.codegen.library`), concurrently, each
+    cached and verified by :func:`build_library`; returns ``(program path, [part paths])``."""
+    if not cprogram.parts:
+        return build_library(cprogram), []
+    units = [cprogram, *(CProgram(p.source, [], [], cprogram.uses_blas) for p in cprogram.parts)]
+    with ThreadPoolExecutor(max_workers=min(len(units), max(1, _cores()))) as pool:
+        paths = list(pool.map(build_library, units))
+    return paths[0], paths[1:]
+
+
+def load_program(cprogram: CProgram, path: str, part_paths: list[str]):
+    """Load a built program (``ctypes.CDLL``) and link its parts' entry points into it (``luminal_link``);
+    returns ``(library, [part libraries])`` (keep the parts referenced as long as the program)."""
+    lib = ctypes.CDLL(path)
+    parts = [ctypes.CDLL(p) for p in part_paths]
+    if cprogram.parts:
+        fns = []
+        for part, plib in zip(cprogram.parts, parts):
+            table = (ctypes.c_void_p * len(part.functions)).in_dll(plib, "luminal_functions")
+            fns += list(table)
+        if len(parts) != len(cprogram.parts) or not all(fns):
+            raise RuntimeError(f"{path}: its libraries ({[p.key for p in cprogram.parts]}) did not load")
+        link = lib.luminal_link
+        link.restype = None
+        link.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        link((ctypes.c_void_p * len(fns))(*fns))
+    return lib, parts
+
+
 def build_library(cprogram: CProgram) -> str:
     """Compile ``cprogram`` to a shared object (or reuse the cached one); returns its path.
 
@@ -89,6 +126,13 @@ def build_library(cprogram: CProgram) -> str:
     link.append("-lm")
     source_hash = hashlib.sha256("\0".join([cprogram.source, cc, *flags, *link]).encode()).hexdigest()
     key = source_hash[:24]
+    with _KEY_LOCKS_GUARD:  # one build of a key at a time in this process (the temporaries are named by pid)
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        return _build(cprogram, cc, flags, link, source_hash, key)
+
+
+def _build(cprogram: CProgram, cc: str, flags: list, link: list, source_hash: str, key: str) -> str:
     folder = cache_dir()
     path = os.path.join(folder, f"luminal_{key}.so")
     if os.path.exists(path):
@@ -97,7 +141,7 @@ def build_library(cprogram: CProgram) -> str:
             return path
         if os.path.exists(path + ".sig"):  # (no record at all: a library of an older luminal, rebuilt quietly)
             warnings.warn(f"cached library {path} does not match its record (truncated, replaced or from another "
-                          "graph); rebuilding it", stacklevel=3)
+                          "graph); rebuilding it", stacklevel=4)
     clean_stale_temporaries(folder)
     pid = os.getpid()
     src = os.path.join(folder, f"luminal_{key}.{pid}.c")

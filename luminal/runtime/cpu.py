@@ -33,7 +33,8 @@ from ..codegen.kernel import Program, lower
 from ..codegen.toolchain import find_compiler
 from ..graph import Graph
 from .cpu_plan import _Binding, _Layout, _Plan, _aligned_empty, exclusively_held  # noqa: F401
-from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library,  # noqa: F401
+from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library, build_program,  # noqa: F401
+                    load_program,
                     cache_dir, clean_stale_temporaries)
 
 # GCC's OpenMP workers spin ~300k iterations after each parallel region by default; between our many short
@@ -191,7 +192,7 @@ class CPURuntime:
     def _build(self, table):
         """Render and compile the program with the GEMM dispatch ``table``; returns (cprogram, library path)."""
         from .prologue_search import fused_gemms
-        from .search import function_name, own_sources
+        from .search import function_name, own_parts
         impl, pairs = {}, set()
         for i, entries in table.items():
             dtype = self.program.kernels[i].dtype.value
@@ -202,12 +203,12 @@ class CPURuntime:
         fused_impl, fused_src = fused_gemms(self.program)
         impl.update(fused_impl)
         cprogram = CRenderer(self.program, self.blas, self.profiling, gemm_impl=impl,
-                             gemm_sources="\n\n".join(x for x in (own_sources(pairs), fused_src) if x)).render()
-        return cprogram, build_library(cprogram)
+                             gemm_sources=fused_src, gemm_parts=own_parts(pairs, self.blas)).render()
+        return cprogram, build_program(cprogram)
 
     def _install(self, table, built) -> None:
-        cprogram, path = built
-        lib = ctypes.CDLL(path)
+        cprogram, (path, part_paths) = built
+        lib, self._parts = load_program(cprogram, path, part_paths)
         run = lib.luminal_run
         run.restype = ctypes.c_int
         run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong)]

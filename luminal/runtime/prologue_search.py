@@ -106,7 +106,7 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
-    from .build import build_library
+    from .build import build_program, load_program
     from .search import function_name, own_sources
 
     mini, variants = _mini_program(program, buf, uses, blas)
@@ -131,7 +131,7 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     if len(kernel_groups(mini)) != len(mini.kernels):
         return None  # (never expected: each kernel must have its own timer)
     cprog = CRenderer(mini, blas, profile=True, gemm_impl=impl, gemm_sources="\n\n".join(sources)).render()
-    lib = ctypes.CDLL(build_library(cprog))
+    lib, _parts = load_program(cprog, *build_program(cprog))
     rng = np.random.default_rng(0)
     arrays = []
     for b in cprog.buffer_order:

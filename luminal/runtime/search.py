@@ -230,6 +230,29 @@ def own_sources(choices: set[tuple[str, str]]) -> str:
     return "\n\n".join(parts)
 
 
+def own_parts(choices: set[tuple[str, str]], blas: bool) -> tuple:
+    """The routines of :func:`own_sources` as :class:`~luminal.codegen.library.LibraryPart` s, one per ``(choice,
+    dtype)`` (OpenBLAS needs none): compiled once per machine and linked into every program that uses them."""
+    from ..codegen.gemm import own_gemm_source
+    from ..codegen.gemm_small import auto_source, dot_source
+    from ..codegen.library import gemm_part
+
+    parts = []
+    for choice, dtype in sorted(choices):
+        name = function_name(choice, dtype)
+        if choice == "blas":
+            continue
+        if choice.startswith("own:"):
+            body = own_gemm_source(dtype, own_config(choice), name)
+        elif choice == "dot":
+            body = dot_source(dtype, name, function_name("blas", dtype))
+        else:
+            body = auto_source(dtype)
+        ctype = "float" if dtype == "float32" else "double"
+        parts.append(gemm_part(f"{choice}:{dtype}", body, ((name, ctype, ctype, ctype),), blas))
+    return tuple(parts)
+
+
 _BENCH = r"""
 typedef int (*lm_gemm_fn_T)(long long, long long, long long, const T *, long long, long long, const T *, long long,
                             long long, T *, lm_epilogue, void **, const long long *);
