@@ -277,10 +277,12 @@ class UnaryOps:
         x = self._floating()
         if x.dtype == DType.bfloat16:  # in float32, rounded once (PyTorch's CPU kernel)
             return x.cast(DType.float32).sigmoid().cast(DType.bfloat16)
+        from .trig import _rule
         limit = {DType.float16: 11.0, DType.float64: 709.0}.get(x.dtype, 88.0)
         nx = -x
         big = nx > limit
-        return where(big, 0.0, (where(big, limit, nx).exp() + 1.0).recip())
+        # differentiated as PyTorch does (sigmoid_backward: g * (1 - y) * y, from the output alone)
+        return _rule(where(big, 0.0, (where(big, limit, nx).exp() + 1.0).recip()), "sigmoid", (x,))
 
     def logsigmoid(self):
         """``log(sigmoid(x)) = -softplus(-x)`` (stable)."""
@@ -311,28 +313,11 @@ class UnaryOps:
         +-1 for large ``|x|``, NaN propagates. float64: ``sign(x) (2 sigmoid(2|x|) - 1)``, and for ``|x| < 0.05``
         (where that cancels) the Taylor series to ``x^9``; at most 4e-15 relative error everywhere, exactly odd.
         """
-        from .binary import where
+        from .trig import _rule
         x = self._floating()
-        if x.dtype == DType.float64:
-            s = x * x
-            series = x + x * s * (s * (s * (s * TANH64_SERIES[3] + TANH64_SERIES[2]) + TANH64_SERIES[1])
-                                  + TANH64_SERIES[0])
-            a = x.abs()
-            t = (a * 2.0).sigmoid() * 2.0 - 1.0  # tanh(|x|): exactly odd, and no tiny sigmoid for x < 0
-            return where(a < TANH64_SMALL, series, where(x < 0.0, -t, t))
-        work = x if x.dtype == DType.float32 else x.cast(DType.float32)
-        xc = _clamp(work, -TANH_CLAMP, TANH_CLAMP)
-        s = xc * xc
-
-        def horner(coef):
-            acc = s * coef[-1] + coef[-2]
-            for c in coef[-3::-1]:
-                acc = acc * s + c
-            return acc
-
-        t = xc * horner(TANH_P) / horner(TANH_Q)
-        t = _clamp(t, -1.0, 1.0)
-        return t if x.dtype == DType.float32 else t.cast(x.dtype)
+        # differentiated as PyTorch does (tanh_backward: g * (1 - y^2), from the output alone: one saved buffer
+        # instead of the rational function's intermediates)
+        return _rule(_tanh_value(x), "tanh", (x,))
 
     def silu(self):
         """``x * sigmoid(x)`` (a.k.a. swish)."""
@@ -400,3 +385,28 @@ def _clamp(x, lo: float, hi: float):
     from .binary import where
     x = where(hi < x, hi, x)
     return where(x < lo, lo, x)
+
+
+def _tanh_value(x):
+    """:meth:`UnaryOps.tanh`'s value (``x`` floating)."""
+    from .binary import where
+    if x.dtype == DType.float64:
+        s = x * x
+        series = x + x * s * (s * (s * (s * TANH64_SERIES[3] + TANH64_SERIES[2]) + TANH64_SERIES[1])
+                              + TANH64_SERIES[0])
+        a = x.abs()
+        t = (a * 2.0).sigmoid() * 2.0 - 1.0  # tanh(|x|): exactly odd, and no tiny sigmoid for x < 0
+        return where(a < TANH64_SMALL, series, where(x < 0.0, -t, t))
+    work = x if x.dtype == DType.float32 else x.cast(DType.float32)
+    xc = _clamp(work, -TANH_CLAMP, TANH_CLAMP)
+    s = xc * xc
+
+    def horner(coef):
+        acc = s * coef[-1] + coef[-2]
+        for c in coef[-3::-1]:
+            acc = acc * s + c
+        return acc
+
+    t = xc * horner(TANH_P) / horner(TANH_Q)
+    t = _clamp(t, -1.0, 1.0)
+    return t if x.dtype == DType.float32 else t.cast(x.dtype)

@@ -1,0 +1,74 @@
+"""``tanh`` and ``sigmoid`` are differentiated from their outputs, as PyTorch does (``tanh_backward``: ``g (1 -
+y^2)``; ``sigmoid_backward``: ``g (1 - y) y``), not by the chain rule through the primitives that compute them
+(tanh's rational function, sigmoid's exp and reciprocal).
+
+Oracles: the formula evaluated by numpy on luminal's own outputs (within one float32 rounding; the chain rule
+through tanh's rational function is up to 3 ulp off and fails it), and torch's autograd.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.training import grad
+
+XS = np.concatenate([np.linspace(-12, 12, 4001), [0.0, -0.0, 1e-30, -1e-30, 88.5, -88.5, 100.0, -100.0]])
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("fn", ["tanh", "sigmoid"])
+def test_gradient_is_the_output_formula(fn, device):
+    xs = XS.astype(np.float32)
+    gs = np.random.default_rng(0).standard_normal(xs.shape).astype(np.float32)
+    cx = lm.Graph()
+    x, g = cx.tensor(xs.shape).set(xs), cx.tensor(xs.shape).set(gs)
+    y = getattr(x, fn)().retrieve()
+    (dx,) = grad((y * g).sum(), [x])
+    dx.retrieve()
+    if device == "cpu":
+        cx.compile(device="cpu")
+    cx.execute()
+    yv = y.data().astype(np.float64)
+    local = 1.0 - yv * yv if fn == "tanh" else (1.0 - yv) * yv
+    _close(dx.data(), gs * local, 2.0 ** -22, 2.0 ** -23 * np.abs(gs))
+    tx = torch.from_numpy(xs).requires_grad_()
+    (getattr(torch, fn)(tx) * torch.from_numpy(gs)).sum().backward()
+    _close(dx.data(), tx.grad.numpy(), 1e-6, 1e-6 * np.abs(gs))
+
+
+def _close(got, ref, rtol, atol):
+    err = np.abs(got.astype(np.float64) - ref)
+    bad = err > rtol * np.abs(ref) + atol
+    assert not bad.any(), f"{bad.sum()} values off, worst {err.max():.3g}"
+
+
+@pytest.mark.parametrize("fn", ["tanh", "sigmoid"])
+def test_special_values(fn):
+    xs = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(xs.shape).set(xs)
+    (dx,) = grad(getattr(x, fn)().sum(), [x])
+    dx.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    tx = torch.from_numpy(xs).requires_grad_()
+    getattr(torch, fn)(tx).sum().backward()
+    np.testing.assert_array_equal(dx.data(), tx.grad.numpy())
+
+
+def test_tanh_gelu_gradient_matches_torch():
+    rng = np.random.default_rng(1)
+    xs = (rng.standard_normal((64, 128)) * 3).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(xs.shape).set(xs)
+    (dx,) = grad(x.gelu("tanh").sum(), [x])
+    dx.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    tx = torch.from_numpy(xs).requires_grad_()
+    torch.nn.functional.gelu(tx, approximate="tanh").sum().backward()
+    # (1 - y^2) cancels where |y| is near 1: an ulp of y moves it by up to 2^-22, times 0.5 |x| u' (|x| <= 15 here)
+    np.testing.assert_allclose(dx.data(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
