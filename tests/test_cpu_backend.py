@@ -457,3 +457,24 @@ def test_gather_read_through_a_padded_view_is_not_evaluated_out_of_range():
     want[0:3, [1, 3], ::2] = vv
     np.testing.assert_array_equal(got["reference"], want)
     np.testing.assert_array_equal(got["cpu"], want)
+
+
+def test_large_column_sum_runs_on_the_threads():
+    """A sum over the leading axis (a bias gradient) with a large total work is split over the threads: the
+    rendered condition compares the whole loop's work (rows x outputs), not one output's, with the threshold;
+    the sums equal numpy's float64 ones within float32 accumulation error."""
+    import re
+
+    from luminal.codegen.c import PARALLEL_WORK
+
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((2048, 768)).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(xs.shape).set(xs)
+    y = x.sum(0).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    np.testing.assert_allclose(y.data(), xs.astype(np.float64).sum(0), rtol=0,
+                               atol=2048 * 2.0 ** -23 * np.abs(xs).sum(0).max())
+    conds = [int(v) for v in re.findall(r"omp parallel if\(\((\d+)\) >= \d+\)", cx.runtime.source)]
+    assert conds and max(conds) >= PARALLEL_WORK, conds

@@ -487,7 +487,10 @@ class CRenderer:
         out = self.pointer(kernel.out)
         n_row = self.index(row)
         del nin
-        lines.append(f"    #pragma omp parallel if(({self.index(work)}) >= {PARALLEL_WORK})")
+        total = work * row  # (work is per output element: the whole row and the outer axes are the loop's)
+        for d in outer:
+            total = total * d
+        lines.append(f"    #pragma omp parallel if(({self.index(total)}) >= {PARALLEL_WORK})")
         lines.append("    {")
         lines.append("        long long nt = omp_get_num_threads(), t = omp_get_thread_num();")
         lines.append(f"        long long lo = ({n_row} * t) / nt, hi = ({n_row} * (t + 1)) / nt;")
