@@ -7,11 +7,12 @@ with the cache it filled (cached). Phases: ``build`` (graph construction), ``pas
 given to ``compile``, e.g. ``GenericCompiler`` / equality saturation), ``lower`` (kernel partitioning and C
 rendering), ``cc`` (the C compiler; 0 on a cache hit) -- ``compile`` is passes + lower + cc; the modules that
 ``compile`` imports lazily are imported before the clock starts (import time is not compile time). Medians over
-``--repeats`` runs. Targets (issue 14): W6 <= 1 s, W5 <= 2 s, the symbolic BERT encoder <= 3 s, a 24-layer
+``--repeats`` runs. ``newprog`` (W5 cases): another batch size compiled into the cache the cold run filled: a
+new program whose GEMM routines (library parts, luminal/codegen/library.py) are cached. Targets (issue 14): W6 <= 1 s, W5 <= 2 s, the symbolic BERT encoder <= 3 s, a 24-layer
 encoder <= 10 s, with compile time growing at most linearly in the layer count.
 
 Workloads: W6 (transformer layer inference, batch 1, ``GenericCompiler``), W5 (the same layer's forward +
-backward, batch 8), ``bert-L`` (``luminal.nn.TransformerEncoder`` of L MiniLM-shaped layers: d 384, 12 heads,
+backward, batch 8), ``W5-bf16`` (W5 built under ``lm.autocast(bfloat16)``; not in the default list), ``bert-L`` (``luminal.nn.TransformerEncoder`` of L MiniLM-shaped layers: d 384, 12 heads,
 FFN 1536, erf GELU, bool padding mask, over symbolic ``("batch", "seq")``).
 """
 
@@ -28,7 +29,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, {here!r})
 import luminal.runtime.cpu as cpu
 import luminal.compiler.base as cbase
@@ -37,8 +38,8 @@ import luminal.compiler.base as cbase
 import luminal.compiler.egraph.saturate, luminal.compiler.generic, luminal.runtime.search, luminal.codegen.c  # noqa
 import luminal.runtime.tuning  # noqa
 phase = {{"cc": 0.0, "passes": 0.0}}
-_build, _run = cpu.build_library, cbase.run
-def build_library(p):
+_build, _run = cpu.build_program, cbase.run
+def build_program(p):  # (the program and its library parts, built concurrently)
     t = time.perf_counter(); out = _build(p); phase["cc"] += time.perf_counter() - t; return out
 depth = [0]
 def run_passes(*a, **k):  # run() recurses into sequences: time the outermost call only
@@ -50,18 +51,23 @@ def run_passes(*a, **k):  # run() recurses into sequences: time the outermost ca
         depth[0] -= 1
         if depth[0] == 0:
             phase["passes"] += time.perf_counter() - t
-cpu.build_library, cbase.run = build_library, run_passes
+cpu.build_program, cbase.run = build_program, run_passes
 case = {case!r}
 t0 = time.perf_counter()
 compiler = None
-if case in ("W6", "W5"):
+if case in ("W6", "W5", "W5-bf16"):
+    import contextlib
+    import luminal as lm
     from workloads import transformer_layer
     from luminal.compiler import GenericCompiler
-    cx, x, y, params = transformer_layer(batch=1 if case == "W6" else 8)
+    batch = int(os.environ.get("LUMINAL_CT_BATCH", "1" if case == "W6" else "8"))
+    with lm.autocast(lm.bfloat16) if case == "W5-bf16" else contextlib.nullcontext():
+        cx, x, y, params = transformer_layer(batch=batch)
     remap = y
-    if case == "W5":
+    if case in ("W5", "W5-bf16"):
         from luminal.training import grad
-        grads = grad(y.mean(), list(params.values()))
+        with lm.autocast(lm.bfloat16) if case == "W5-bf16" else contextlib.nullcontext():
+            grads = grad(y.mean(), list(params.values()))
         for g in grads:
             g.retrieve()
         remap = grads
@@ -87,8 +93,10 @@ print(json.dumps({{"build": t1 - t0, "compile": t2 - t1, "passes": phase["passes
 """
 
 
-def run(case: str, cache: str) -> dict:
+def run(case: str, cache: str, batch: int | None = None) -> dict:
     env = dict(os.environ, LUMINAL_CACHE_DIR=cache)
+    if batch is not None:
+        env["LUMINAL_CT_BATCH"] = str(batch)
     out = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, case=case)], env=env,
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -109,12 +117,16 @@ def main() -> None:
     print(f"{'case':<10}{'kind':<8}{'build':>8}{'passes':>8}{'lower':>8}{'cc':>8}{'compile':>9}")
     curve = []
     for case in cases:
-        cold, cached = [], []
+        cold, cached, new = [], [], []
         for _ in range(args.repeats):
             cache = tempfile.mkdtemp(prefix="luminal_ct_")
             cold.append(run(case, cache))
             cached.append(run(case, cache))
-        for kind, rows in (("cold", cold), ("cached", cached)):
+            if case.startswith("W5"):  # another batch size: a new program, its GEMM library parts cached
+                new.append(run(case, cache, batch=4))
+        for kind, rows in (("cold", cold), ("cached", cached), ("newprog", new)):
+            if not rows:
+                continue
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
             print(f"{case:<10}{kind:<8}{med['build']:>8.2f}{med['passes']:>8.2f}{med['lower']:>8.2f}"
                   f"{med['cc']:>8.2f}{med['compile']:>9.2f}", flush=True)
