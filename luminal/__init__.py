@@ -33,6 +33,7 @@ from .hl_ops import where as _graph_where
 from .shape import Expression, ShapeTracker, Size, UnboundSymbolError, sym
 from .tensor import GraphTensor
 from .amp import GradScaler, autocast  # mixed precision (docs/mixed_precision.md)
+from .precision import get_float32_matmul_precision, set_float32_matmul_precision  # (docs/mixed_precision.md)
 
 __version__ = "0.1.0"
 
@@ -211,4 +212,4 @@ def __getattr__(name):
 __all__ = ["Graph", "GraphTensor", "GraphError", "Node", "Edge", "DType", "Expression", "ShapeTracker", "Size",
            "UnboundSymbolError", "sym", "ops", "where", "concat", "cat", "stack", "arange", "bool_", "int32",
            "int64", "float16", "bfloat16", "float32", "float64", "tensor", *sorted(_EAGER), *sorted(_RNG), "jit", "optim", "autograd", "from_torch",
-           "autocast", "GradScaler"]
+           "autocast", "GradScaler", "set_float32_matmul_precision", "get_float32_matmul_precision"]

@@ -6,6 +6,8 @@ a 1-D left operand is a row vector and a 1-D right operand a column vector
 
 Inside :class:`luminal.autocast` (float operands, no float64) the operands are rounded to the autocast dtype,
 multiplied and summed in float32, and the result is rounded once to the autocast dtype (torch's CPU autocast).
+With :func:`luminal.set_float32_matmul_precision` ``("medium")`` float32 operands are rounded to bfloat16 and the
+result stays float32 (:mod:`luminal.precision`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from .. import ops
 from ..dtype import DType, promote_types
 from ..amp import autocast_off, lower_precision_dtype, round_to
 from ..graph import GraphError
+from ..precision import matmul_precision, rounds_float32_products
 from ._util import as_tensor, broadcast_dims, broadcast_view
 
 
@@ -46,6 +49,11 @@ class MatmulOps:
         a, b = self.cast(dtype), other.cast(dtype)
         if a.ndim == 1 and b.ndim == 1:
             return a.dot(b)
+        if dtype == DType.float32 and a.ndim >= 2 and b.ndim >= 2 and rounds_float32_products():
+            # set_float32_matmul_precision("medium"): bfloat16 operands, float32 sums and result (luminal.precision;
+            # a 1-D operand is a matrix-vector product, which torch leaves in float32)
+            with matmul_precision("highest"):
+                return round_to(a, DType.bfloat16).matmul(round_to(b, DType.bfloat16))
         squeeze_m, squeeze_n = a.ndim == 1, b.ndim == 1
         if squeeze_m:
             a = a.unsqueeze(0)
