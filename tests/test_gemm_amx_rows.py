@@ -160,3 +160,34 @@ np.save(OUT, y.data())
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs.append(np.load(path))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("inexact_at", [None, (255, 511), (0, 0)])
+def test_float32_activations_that_are_bfloat16_values(inexact_at):
+    """A float32 A whose values are all bfloat16 values runs one tile product instead of three (its lower parts
+    are zero); a single value that is not (first or last element) brings the three parts back: that element's
+    row keeps float32 accuracy."""
+    rng = np.random.default_rng(9)
+    m, k, n = 256, 512, 64
+    a = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).bfloat16().float().numpy()
+    if inexact_at is not None:  # that row: one value that is not a bfloat16 value (parts 2 and 3 nonzero)
+        a[inexact_at[0]] = 0.0
+        a[inexact_at] = np.float32(1.0 + 2.0 ** -9 + 2.0 ** -17)
+    w = rng.standard_normal((n, k)) * 0.1
+    cx = lm.Graph()
+    x = cx.tensor((m, k)).set(a)
+    W = cx.tensor((n, k), "bfloat16")
+    W.set(w.astype(np.float32))
+    y = (x @ W.permute((1, 0))).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _gemms(cx) == [("float32", "bfloat16")]
+    w64 = _rounded(w, "bfloat16")
+    ref = a.astype(np.float64) @ w64.T
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w64).T
+    np.testing.assert_array_less(np.abs(np.asarray(y.data(), np.float64) - ref), (k + 2) * 2.0 ** -24 * scale + 1e-30)
+    if inexact_at is not None:  # one part alone would lose (2^-9 + 2^-17) w, far above this tolerance
+        r = inexact_at[0]
+        exact_row = (a[r].astype(np.float64) @ w64.T)
+        np.testing.assert_allclose(np.asarray(y.data(), np.float64)[r], exact_row, rtol=0,
+                                   atol=8 * 2.0 ** -24 * scale[r].max())

@@ -357,6 +357,16 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
         lda = kpad;
     }
     size_t apart = (size_t)(mpad * kpad);
+    int parts = PARTS;
+    if (parts > 1) {  /* a float32 A whose values are all bfloat16 already (data from bfloat16, constants, one-hot
+                         rows): its lower parts are zero, and one product is the whole product */
+        const uint64_t *low = (const uint64_t *)(ar + apart);
+        size_t words = (size_t)(parts - 1) * apart / 4;
+        uint64_t any = 0;
+        #pragma omp parallel for simd reduction(|:any) if(!omp_in_parallel() && words >= (1u << 18))
+        for (size_t i = 0; i < words; i++) any |= low[i];
+        if (!any) parts = 1;
+    }
     long long mpairs = mpad / 32, nchunk = ((1LL << 20) / (kpad * 32)) & ~1LL;  /* B's 16-column blocks per 1 MB */
     if (nchunk < 2) nchunk = 2;
     int err = 0;
@@ -378,7 +388,7 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                         const lm_amx_u32 *w = bp + (nb * kblocks + kb) * 256;
                         _tile_loadd(6, w, 64);
                         if (two) _tile_loadd(7, w + kblocks * 256, 64);
-                        for (int q = 0; q < PARTS; q++) {
+                        for (int q = 0; q < parts; q++) {
                             const unsigned short *x = ar + q * apart + m0 * lda + kb * 32;
                             _tile_loadd(4, x, lda * 2);
                             _tile_loadd(5, x + 16 * lda, lda * 2);
