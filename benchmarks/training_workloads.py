@@ -17,7 +17,9 @@ three steps (W3, W4) or its gradient of ``ffn1.weight`` (W5) with PyTorch eager'
 
 Frameworks ``luminal+bf16`` and ``torch+bf16`` (not in the default list) run the same steps under bfloat16
 autocast (``lm.autocast`` / ``torch.autocast("cpu")``): matrix products on bfloat16 operands, on AMX tiles
-where the CPU has them; their check allows 5e-2 (bfloat16 rounding) against float32 torch.
+where the CPU has them; their check allows 5e-2 (bfloat16 rounding) against float32 torch. ``luminal+medium``
+and ``torch+medium`` run the float32 steps with ``set_float32_matmul_precision("medium")`` (matrix products on
+bfloat16 operands, float32 elsewhere; torch's convolutions stay float32), with the same check.
 """
 
 from __future__ import annotations
@@ -281,6 +283,14 @@ def run_case(case: str, framework: str, seconds: float, out_path: str, budget: f
         step, result = build_luminal(case, data, "full", budget)
     elif framework == "luminal+bf16":
         step, result = build_luminal(case, data, amp=True)
+    elif framework == "luminal+medium":  # float32 products on bfloat16 operands (set_float32_matmul_precision)
+        import luminal as lm
+        lm.set_float32_matmul_precision("medium")
+        step, result = build_luminal(case, data)
+    elif framework == "torch+medium":
+        import torch
+        torch.set_float32_matmul_precision("medium")
+        step, result = build_torch(case, data, compiled=False)
     elif framework == "torch+bf16":
         import torch
         inner, result = build_torch(case, data, compiled=False)
@@ -366,7 +376,7 @@ def main() -> None:
                 reference, check = result, "ref"
             else:
                 err = np.max(np.abs(result - reference) / (np.abs(reference).max() + 1e-12))
-                tol = 5e-2 if fw.endswith("+bf16") else 1e-3  # (bfloat16 autocast: about 2^-8 per rounding)
+                tol = 5e-2 if fw.endswith(("+bf16", "+medium")) else 1e-3  # (bfloat16 autocast: about 2^-8 per rounding)
                 check = f"ok ({err:.1e})" if err < tol else f"MISMATCH ({err:.1e})"
             print(f"{case:<6}{fw:<15}{r['median'] * 1e3:>9.2f}{r['min'] * 1e3:>9.2f}{r['max'] * 1e3:>9.2f}{'ms':>5}"
                   f"{r['first_s']:>14.2f}{r['rss_mb']:>9.0f}  {check}")
