@@ -65,15 +65,8 @@ def special(name: str, n_random: int = 24, seed: int = 0) -> np.ndarray:
 
 def _run(build, *arrays):
     """``build(*graph inputs)`` -> tensor or list; executed, returns numpy result(s)."""
-    cx = lm.Graph()
-    ins = [cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]
-    out = build(*ins)
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
-        o.retrieve()
-    cx.execute()
-    res = [o.data() for o in outs]
-    return res if isinstance(out, (list, tuple)) else res[0]
+    from hl_helpers import evaluate
+    return evaluate(lambda cx: build(*[cx.tensor(a.shape, dtype=lm.DType(a.dtype.name)).set(a) for a in arrays]))
 
 
 @pytest.mark.parametrize("src,dst", PAIRS)

@@ -1,0 +1,173 @@
+"""Reductions in the C renderer (:class:`luminal.codegen.c.CRenderer` inherits :class:`ReduceRendering`): one
+output element's loop, whole rows of outputs accumulated at once (column sums: bias gradients), full reductions
+split over the threads, and the types sums accumulate in."""
+
+from __future__ import annotations
+
+from ..dtype import DType
+from ..shape import Expression, ShapeTracker, to_expr
+from .emit import KernelWriter, _literal
+from .kernel import ReduceKernel
+from .values import merge_value, work_per_element
+
+PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
+
+
+def _acc_type(dtype: DType, kind: str) -> str:
+    """The C type a reduction accumulates in: float for float16 and bfloat16 (rounded once at the end), an
+    unsigned type for integer sums (wrap-around without signed overflow; converted back to the dtype at the end),
+    else the dtype's own type."""
+    if dtype in (DType.float16, DType.bfloat16):
+        return "float"
+    if kind == "sum" and dtype.is_int:
+        return "unsigned long long" if dtype.bits == 64 else "unsigned int"
+    return dtype.c_type
+
+
+
+class ReduceRendering:
+    """The reduction methods of :class:`~luminal.codegen.c.CRenderer` (which provides ``index``, ``pointer``,
+    ``store``, ``_loops``)."""
+
+    def _reduce_body(self, kernel: ReduceKernel, vars_, flat) -> list[str]:
+        """Statements reducing one output element (at index ``vars_``, flat offset ``flat``) of ``kernel``."""
+        dtype = kernel.dtype
+        acc_type = _acc_type(dtype, kernel.kind)
+        init, combine, simd, track_nan = self._reduce_parts(kernel)
+        reduce_var = Expression.symbol("r", kernel.extent - 1)
+        w = KernelWriter(self, loop_var="r")
+        in_vars = vars_[:kernel.axis] + (reduce_var,) + vars_[kernel.axis:]
+        v = w.emit(kernel.value, in_vars)
+        out = w.hoisted + [f"{acc_type} acc = {init};"] + (["int nanf = 0;"] if track_nan else [])
+        if simd:
+            out.append(simd)
+        out.append(f"for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
+        out += ["    " + x for x in w.lines] + ["    " + combine("acc", v), "}"]
+        if track_nan:
+            out.append("if (nanf) acc = NAN;")
+        out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self._result(kernel)};")
+        return out
+
+    def _result(self, kernel: ReduceKernel) -> str:
+        """The stored value of a reduction's accumulator ``acc`` (bfloat16: the float sum rounded once)."""
+        if kernel.dtype == DType.bfloat16:
+            return self.store(kernel.out, "acc")
+        return f"({kernel.dtype.c_type})acc"
+
+    @staticmethod
+    def _reduce_parts(kernel: ReduceKernel):
+        """``(init, combine(acc, v), simd pragma, track_nan)`` of a sum or max reduction."""
+        dtype = kernel.dtype
+        if kernel.kind == "sum":
+            init = "0"
+            if dtype.is_int:  # an unsigned accumulator: wraps around (signed overflow is undefined in C)
+                combine = lambda acc, v: f"{acc} += ({_acc_type(dtype, 'sum')}){v};"  # noqa: E731
+            else:
+                combine = lambda acc, v: f"{acc} += {v};"  # noqa: E731
+        else:
+            init = "-INFINITY" if dtype.is_float else _literal(dtype.min, dtype)
+            # vectorizable max; NaN is tracked in a flag so it still propagates
+            if dtype.is_float:
+                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc}; nanf |= ({v} != {v});"  # noqa: E731
+            else:
+                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc};"  # noqa: E731
+        track_nan = kernel.kind == "max" and dtype.is_float
+        if kernel.kind == "sum":
+            simd = "#pragma omp simd reduction(+:acc)" if dtype.is_float else ""
+        else:
+            simd = "#pragma omp simd reduction(max:acc)" + (" reduction(|:nanf)" if track_nan else "")
+        return init, combine, simd, track_nan
+
+    def _reduce(self, kernel: ReduceKernel, lines):
+        dtype = kernel.dtype
+        acc_type = _acc_type(dtype, kernel.kind)
+        init, combine, _, track_nan = self._reduce_parts(kernel)
+        reduce_var = Expression.symbol("r", kernel.extent - 1)
+        work = work_per_element(kernel.value) * kernel.extent
+
+        def body(vars_, flat):
+            return self._reduce_body(kernel, vars_, flat)
+
+        if self._column_reduce(kernel, lines, reduce_var, work):
+            return
+        if not kernel.dims:
+            # a full reduction: parallelize the reduced loop itself
+            w = KernelWriter(self)
+            v = w.emit(kernel.value, (reduce_var,))
+            lines.append(f"    {acc_type} acc = {init};" + (" int nanf = 0;" if track_nan else ""))
+            op = "+" if kernel.kind == "sum" else "max"
+            reds = f"reduction({op}:acc)" + (" reduction(|:nanf)" if track_nan else "")
+            # each thread a contiguous share, vectorized (not `parallel for simd`: see _loops)
+            extent = self.index(kernel.extent)
+            lines.append(f"    #pragma omp parallel {reds} if(({self.index(work)}) >= {PARALLEL_WORK})")
+            lines.append("    {")
+            lines.append("        long long nt = omp_get_num_threads(), t = omp_get_thread_num();")
+            lines.append(f"        long long lo = ({extent}) * t / nt, hi = ({extent}) * (t + 1) / nt;")
+            lines.append(f"        #pragma omp simd {reds}")
+            lines.append("        for (long long r = lo; r < hi; r++) {")
+            lines += ["            " + x for x in w.lines] + ["            " + combine("acc", v), "        }", "    }"]
+            if track_nan:
+                lines.append("    if (nanf) acc = NAN;")
+            lines.append(f"    {self.pointer(kernel.out)}[0] = {self._result(kernel)};")
+            return
+        self._loops(kernel.dims, lines, body, work=work)
+
+    def _column_reduce(self, kernel: ReduceKernel, lines, reduce_var, work) -> bool:
+        """A float sum over a non-innermost axis with a long contiguous run of outputs after it (bias gradients:
+        sums over the batch): accumulate whole output rows, reduced axis outside, the row inside (vectorized;
+        threads split the row). The per-output loop would walk the reduced axis with a large stride."""
+        if kernel.kind != "sum" or kernel.dtype not in (DType.float32, DType.float64):
+            return False
+        a = kernel.axis
+        inner_dims = kernel.dims[a:]
+        if not inner_dims:
+            return False
+        value = kernel.value
+        nin = len(kernel.dims) + 1
+        # merge the trailing (input) axes a+1.. into one
+        for _ in range(len(inner_dims) - 1):
+            value = merge_value(value, a + 1)
+            if value is None:
+                return False
+        row = to_expr(1)
+        for d in inner_dims:
+            row = row * d
+        if not row.is_constant() or row.to_int() < 16:
+            return False
+        outer = kernel.dims[:a]
+        outer_vars = tuple(Expression.symbol(f"i{j}", d - 1)
+                           for j, d in enumerate(outer))
+        jvar = Expression.symbol("j", row.to_int() - 1)
+        w = KernelWriter(self)
+        v = w.emit(value, outer_vars + (reduce_var, jvar))
+        base = to_expr(0)
+        for var, st in zip(outer_vars, ShapeTracker.contiguous_of(tuple(outer) + (row,)).strides[:-1]):
+            base = base + var * st
+        out = self.pointer(kernel.out)
+        n_row = self.index(row)
+        del nin
+        total = work * row  # (work is per output element: the whole row and the outer axes are the loop's)
+        for d in outer:
+            total = total * d
+        lines.append(f"    #pragma omp parallel if(({self.index(total)}) >= {PARALLEL_WORK})")
+        lines.append("    {")
+        lines.append("        long long nt = omp_get_num_threads(), t = omp_get_thread_num();")
+        lines.append(f"        long long lo = ({n_row} * t) / nt, hi = ({n_row} * (t + 1)) / nt;")
+        ind = "        "
+        for j, d in enumerate(outer):
+            lines.append(f"{ind}for (long long i{j} = 0; i{j} < {self.index(d)}; i{j}++) {{")
+            ind += "    "
+        lines.append(f"{ind}{kernel.dtype.c_type} *restrict row = {out} + {self.index(base)};")
+        lines.append(f"{ind}for (long long j = lo; j < hi; j++) row[j] = 0;")
+        lines.append(f"{ind}for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
+        lines.append(f"{ind}    #pragma omp simd")
+        lines.append(f"{ind}    for (long long j = lo; j < hi; j++) {{")
+        lines += [f"{ind}        " + x for x in w.lines]
+        lines.append(f"{ind}        row[j] += {v};")
+        lines.append(f"{ind}    }}")
+        lines.append(f"{ind}}}")
+        for j in range(len(outer) - 1, -1, -1):
+            ind = ind[:-4]
+            lines.append(f"{ind}}}")
+        lines.append("    }")
+        return True
