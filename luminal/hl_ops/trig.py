@@ -306,6 +306,7 @@ def _d_logaddexp(ts, y):
 DERIVATIVES = {
     "tanh": lambda ts, y: [1.0 - y * y],         # (luminal.hl_ops.unary: PyTorch's tanh_backward)
     "sigmoid": lambda ts, y: [(1.0 - y) * y],    # (PyTorch's sigmoid_backward)
+    "erf": lambda ts, y: [(-(ts[0] * ts[0])).exp() * (2.0 / math.sqrt(math.pi))],  # (PyTorch's erf derivative)
     "atan": lambda ts, y: [(ts[0] * ts[0] + 1.0).recip()],
     "asin": lambda ts, y: [(1.0 - ts[0] * ts[0]).rsqrt()],
     "acos": lambda ts, y: [-((1.0 - ts[0] * ts[0]).rsqrt())],

@@ -232,7 +232,8 @@ class UnaryOps:
         ab = _clamp(a, 1.0, clamp)
         big = 1.0 - (_horner(ab * (1.0 / half) - mid / half, l_coef) - ab * ab).exp()
         y = where(near, small, big)
-        return where(x < 0, -y, y)
+        from .trig import _rule  # differentiated as PyTorch does: 2 / sqrt(pi) exp(-x^2), from the input alone
+        return _rule(where(x < 0, -y, y), "erf", (x,))
 
     # ------------------------------------------------------------------ activations
     def relu(self):

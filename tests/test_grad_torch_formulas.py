@@ -1,6 +1,6 @@
-"""``tanh`` and ``sigmoid`` are differentiated from their outputs, as PyTorch does (``tanh_backward``: ``g (1 -
-y^2)``; ``sigmoid_backward``: ``g (1 - y) y``), not by the chain rule through the primitives that compute them
-(tanh's rational function, sigmoid's exp and reciprocal).
+"""``tanh``, ``sigmoid`` and ``erf`` are differentiated by PyTorch's formulas (``tanh_backward``: ``g (1 - y^2)``;
+``sigmoid_backward``: ``g (1 - y) y``; erf: ``g 2/sqrt(pi) exp(-x^2)``), not by the chain rule through the
+primitives that compute them (tanh's rational function, sigmoid's exp and reciprocal, erf's polynomials).
 
 Oracles: the formula evaluated by numpy on luminal's own outputs (within one float32 rounding; the chain rule
 through tanh's rational function is up to 3 ulp off and fails it), and torch's autograd.
@@ -45,7 +45,29 @@ def _close(got, ref, rtol, atol):
     assert not bad.any(), f"{bad.sum()} values off, worst {err.max():.3g}"
 
 
-@pytest.mark.parametrize("fn", ["tanh", "sigmoid"])
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_erf_gradient_is_the_gaussian(device, dtype):
+    xs = XS.astype(dtype)
+    cx = lm.Graph()
+    x = cx.tensor(xs.shape, dtype).set(xs)
+    (dx,) = grad(x.erf().sum(), [x])
+    dx.retrieve()
+    if device == "cpu":
+        cx.compile(device="cpu")
+    cx.execute()
+    x64 = xs.astype(np.float64)
+    ref = 2.0 / np.sqrt(np.pi) * np.exp(-x64 * x64)
+    eps, tiny = (2.0 ** -52, 2.0 ** -1022) if dtype == "float64" else (2.0 ** -23, 2.0 ** -126)
+    # exp's error (a few ulp) plus the rounding of x^2, amplified by x^2; results below the normal range may flush
+    rtol = (4 + 2 * x64 * x64) * eps
+    _close(dx.data(), ref, rtol, tiny)
+    tx = torch.from_numpy(xs).requires_grad_()
+    torch.erf(tx).sum().backward()
+    _close(dx.data(), tx.grad.numpy().astype(np.float64), 2 * rtol, tiny)
+
+
+@pytest.mark.parametrize("fn", ["tanh", "sigmoid", "erf"])
 def test_special_values(fn):
     xs = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
     cx = lm.Graph()
@@ -57,6 +79,20 @@ def test_special_values(fn):
     tx = torch.from_numpy(xs).requires_grad_()
     getattr(torch, fn)(tx).sum().backward()
     np.testing.assert_array_equal(dx.data(), tx.grad.numpy())
+
+
+def test_erf_gelu_gradient_matches_torch():
+    rng = np.random.default_rng(2)
+    xs = (rng.standard_normal((64, 128)) * 3).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(xs.shape).set(xs)
+    (dx,) = grad(x.gelu().sum(), [x])
+    dx.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    tx = torch.from_numpy(xs).requires_grad_()
+    torch.nn.functional.gelu(tx).sum().backward()
+    np.testing.assert_allclose(dx.data(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_tanh_gelu_gradient_matches_torch():
