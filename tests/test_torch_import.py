@@ -245,6 +245,22 @@ def test_sorting_scatter_and_inverse_trig():
         np.testing.assert_allclose(g, _np(w), rtol=RTOL, atol=ATOL, err_msg=f"output {k}")
 
 
+def test_bit_views_signbit_copysign_sinh_bit_for_bit():
+    """``x.view(torch.int32)`` (aten.view.dtype: the BitCast primitive), ``signbit``, ``copysign`` and ``sinh``
+    against torch bit for bit, special values included (-0.0, NaNs of both signs, inf)."""
+    class Bits(nn.Module):
+        def forward(self, x, y):
+            flipped = (x.view(torch.int32) ^ 0x7fffffff).view(torch.float32)
+            return flipped, torch.signbit(x), torch.copysign(x, y), torch.copysign(x, -2.0), torch.sinh(x)
+
+    x = torch.tensor([1.0, -2.0, 0.0, -0.0, float("nan"), -float("nan"), float("inf"), 3e-39, 0.5])
+    y = torch.tensor([-1.0, 2.0, -0.0, 0.0, -1.0, 1.0, -3.0, -1.0, float("nan")])
+    model = from_torch(Bits(), (x, y))
+    for k, (g, w) in enumerate(zip(model(x.numpy(), y.numpy()), Bits()(x, y))):
+        g, w = np.asarray(g), w.numpy()
+        assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8)), (k, g, w)
+
+
 # ---------------------------------------------------------------------------------------------------- CNNs
 class BasicBlock(nn.Module):
     """torchvision's ResNet BasicBlock, written in plain torch."""

@@ -309,9 +309,9 @@ _UNARY = {
     "hardsigmoid": lambda x: x.hardsigmoid(), "hardswish": lambda x: x.hardswish(), "mish": lambda x: x.mish(),
     "relu6": lambda x: x.relu6(), "selu": lambda x: x.selu(), "square": lambda x: x * x,
     "isnan": lambda x: x.isnan(), "isinf": lambda x: x.isinf(), "isfinite": lambda x: x.isfinite(),
-    "sinh": lambda x: (_float_in(x).exp() - (-_float_in(x)).exp()) * 0.5,
-    "cosh": lambda x: (_float_in(x).exp() + (-_float_in(x)).exp()) * 0.5,
+    "sinh": lambda x: _float_in(x).sinh(), "cosh": lambda x: _float_in(x).cosh(),
     "positive": lambda x: x, "log_sigmoid": lambda x: x.logsigmoid(),
+    "signbit": lambda x: x.signbit(),  # (the sign bit: True for -0.0 and negative NaNs, as torch)
 }
 
 
@@ -321,6 +321,11 @@ def _unary(fn):
 
 for _n, _f in _UNARY.items():
     _reg(f"aten.{_n}.default")(_unary(_f))
+
+
+@_reg("aten.copysign.Tensor", "aten.copysign.Scalar")
+def _copysign(cv, node, x, other):
+    return _float_in(x).copysign(other)
 
 
 @_reg("aten.gelu.default")

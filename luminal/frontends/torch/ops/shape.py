@@ -70,6 +70,12 @@ def _view(cv, node, x, size, *a):
     return x.reshape(size)
 
 
+@_reg("aten.view.dtype")
+def _view_dtype(cv, node, x, dtype):
+    """``x.view(torch.int32)``: the bits reinterpreted (``GraphTensor.view(dtype)``; same width only)."""
+    return x.view(dtype)
+
+
 @_reg("aten.view_as.default", "aten.reshape_as.default")
 def _view_as(cv, node, x, other):
     return x.reshape(other.dims)
