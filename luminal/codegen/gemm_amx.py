@@ -237,8 +237,12 @@ SPLIT
                     for (int q = 0; q < (two ? 4 : 2); q++) {  /* tile q: rows n of block nb + q/2, columns m */
                         long long n0 = (nb + q / 2) * 16, m0 = (mb + q % 2) * 16;
                         long long nn = N - n0 < 16 ? N - n0 : 16, mm = M - m0 < 16 ? M - m0 : 16;
-                        for (long long j = 0; j < mm; j++)
-                            for (long long i = 0; i < nn; i++) C[(m0 + j) * N + n0 + i] = out[q][i * 16 + j];
+                        if (mm <= 0) continue;
+                        __m512i v[16];  /* transposed in registers, then a row of C per vector store */
+                        for (int r = 0; r < 16; r++) v[r] = _mm512_load_si512((const void *)(out[q] + r * 16));
+                        lm_amx_tr32(v);
+                        __mmask16 keep = (__mmask16)((1u << nn) - 1u);
+                        for (long long j = 0; j < mm; j++) _mm512_mask_storeu_epi32(C + (m0 + j) * N + n0, keep, v[j]);
                     }
                 }
             }
