@@ -209,3 +209,20 @@ def test_logspace_and_graph_first_creation():
     for o, w in zip(outs, [torch.eye(2, 3), torch.linspace(0.0, 1.0, 5), torch.logspace(0, 2, 3)]):
         assert isinstance(o, lm.GraphTensor)
         np.testing.assert_array_max_ulp(o.data(), w.numpy(), maxulp=1)
+
+
+def test_tensor_from_bfloat16_numpy_and_torch_data():
+    """``lm.tensor`` of an ``ml_dtypes.bfloat16`` array or a torch bfloat16 tensor keeps bfloat16 (as
+    ``torch.tensor`` of a bfloat16 tensor does); the values and arithmetic equal torch's."""
+    import ml_dtypes
+
+    vals = [1.5, -2.25, 3.0, 1e-3, -0.0, float("inf")]
+    tt = torch.tensor(vals, dtype=torch.bfloat16)
+    for data in (np.array(vals, dtype=ml_dtypes.bfloat16), tt):
+        t = lm.tensor(data)
+        assert t.dtype == lm.bfloat16
+        np.testing.assert_array_equal(t.numpy().astype(np.float32), tt.float().numpy())
+        np.testing.assert_array_equal((t * 3.0 + 1.0).numpy().astype(np.float32), (tt * 3.0 + 1.0).float().numpy())
+    assert lm.tensor(np.array(vals, dtype=ml_dtypes.bfloat16), dtype=lm.float32).dtype == lm.float32
+    with pytest.raises(TypeError, match="data must be numbers"):
+        lm.tensor(np.array(["a", "b"]))

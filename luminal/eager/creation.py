@@ -30,7 +30,12 @@ def _as_array(data, dtype=None) -> np.ndarray:
     if isinstance(data, Tensor):
         arr = np.array(data.numpy())
     elif hasattr(data, "detach") and hasattr(data, "cpu") and hasattr(data, "numpy"):  # a torch tensor
-        arr = np.array(data.detach().cpu().numpy())
+        t = data.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":  # (numpy has no bfloat16: the bits, seen as ml_dtypes' bfloat16)
+            import torch
+            arr = np.array(t.view(torch.int16).numpy().view(DType.bfloat16.numpy))
+        else:
+            arr = np.array(t.numpy())
     else:
         if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _walk(data)):
             data = _nested_numpy(data)
@@ -40,7 +45,7 @@ def _as_array(data, dtype=None) -> np.ndarray:
         except ValueError as err:
             raise ValueError(f"lm.tensor: could not make an array of the data ({err}); nested lists must be "
                              "rectangular") from None
-        if arr.dtype == object or arr.dtype.kind not in "biuf":
+        if arr.dtype == object or arr.dtype.kind not in "biuf" and arr.dtype != DType.bfloat16.numpy:
             raise TypeError(f"lm.tensor: data must be numbers (or nested lists of them), got {arr.dtype} data")
         if python and dtype is None:
             arr = arr.astype({"f": np.float32, "i": np.int64, "u": np.int64, "b": np.bool_}[arr.dtype.kind])
