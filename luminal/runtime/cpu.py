@@ -190,7 +190,8 @@ class CPURuntime:
         return self._merge(table, bindings, result.choices)
 
     def _build(self, table):
-        """Render and compile the program with the GEMM dispatch ``table``; returns (cprogram, library path)."""
+        """Render and compile the program with the GEMM dispatch ``table``; returns (cprogram, (library path, its
+        library parts' paths))."""
         from .prologue_search import fused_gemms
         from .search import function_name, own_parts
         impl, pairs = {}, set()
