@@ -198,3 +198,64 @@ def test_symbolic_dims_share_one_trace(device):
         step(np.ones((4, 5), np.float32), np.zeros(3, np.int64))
     with pytest.raises(ValueError, match="out of range"):
         lm.jit(lambda x: x, dynamic={0: {2: "n"}})(np.ones(3, np.float32))
+
+
+def _one_weight_model():
+    lin = nn.Linear(3, 1, bias=False)
+    lin.load_state_dict({"weight": np.array([[1.0, -2.0, 0.5]], np.float32)})
+    return lin, lm.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+
+
+X_STEP = np.array([[0.3, 0.7, -1.1]], np.float32)
+
+
+def test_parameters_read_after_a_step_in_the_same_call_raise():
+    """A traced call sees parameters as they were when it started: a second ``opt.step()`` in one call, or using
+    the model after its step, would silently miss the update, so the trace raises naming the function."""
+    lin, opt = _one_weight_model()
+
+    @lm.jit
+    def two_steps(x):
+        for _ in range(2):
+            opt.zero_grad()
+            (lin(x) ** 2).sum().backward()
+            opt.step()
+
+    with pytest.raises(lm.JitTraceError, match=r"lm\.jit\(.*two_steps\).*after an optimizer step\(\)"):
+        two_steps(X_STEP)
+
+    @lm.jit
+    def step_then_predict(x):
+        opt.zero_grad()
+        (lin(x) ** 2).sum().backward()
+        opt.step()
+        return lin(x)
+
+    with pytest.raises(lm.JitTraceError, match=r"reads parameter weight after an optimizer step\(\)"):
+        step_then_predict(X_STEP)
+
+
+def test_one_step_per_call_matches_torch_over_calls():
+    """The supported form (step, then zero_grad, the loss returned) over several calls equals torch's SGD with
+    momentum step by step."""
+    lin, opt = _one_weight_model()
+
+    @lm.jit
+    def step(x):
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    tw = torch.tensor([[1.0, -2.0, 0.5]], requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1, momentum=0.9)
+    for _ in range(4):
+        got = step(X_STEP).numpy()
+        tloss = ((torch.from_numpy(X_STEP) @ tw.T) ** 2).sum()
+        tloss.backward()
+        topt.step()
+        topt.zero_grad()
+        np.testing.assert_allclose(got, tloss.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(lin.weight.data), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert step.traces == 1

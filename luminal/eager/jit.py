@@ -65,6 +65,16 @@ class _Trace:
     def __init__(self, fn, name):
         self.fn = fn
         self.name = name
+        self.stepped: set = set()  # ids of the parameter values an optimizer step() of this trace updates
+
+    def stale(self, what: str):
+        """A parameter updated by an optimizer ``step()`` earlier in this trace is read again (``what``): the
+        trace sees parameters as of the call's start, so the read would silently miss the update."""
+        raise JitTraceError(
+            f"lm.jit({self.name}): {what} after an optimizer step() in the same traced call. A jitted function "
+            "reads every parameter as it was when the call started, so this would not see the step's update (the "
+            "result would be silently wrong). Make one optimizer step per call of the jitted function (loop "
+            "outside it), and compute values of the updated model in the next call")
 
     def fail(self, what: str):
         raise JitTraceError(
