@@ -95,49 +95,7 @@ static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2,
    block (b = half the size, ..., 1) with two-source permutes; lm_amx_tr16 a 32 x 32 matrix of 16-bit elements,
    lm_amx_tr32 a 16 x 16 matrix of 32-bit elements (bfloat16 pairs). The index tables: (generated) for stage s,
    row [2s] the upper row's new elements, [2s + 1] the lower row's. */
-static const unsigned short lm_amx_ix16[10][32] __attribute__((aligned(64))) = {
-    {0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47},
-    {16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63},
-    {0,1,2,3,4,5,6,7,32,33,34,35,36,37,38,39,16,17,18,19,20,21,22,23,48,49,50,51,52,53,54,55},
-    {8,9,10,11,12,13,14,15,40,41,42,43,44,45,46,47,24,25,26,27,28,29,30,31,56,57,58,59,60,61,62,63},
-    {0,1,2,3,32,33,34,35,8,9,10,11,40,41,42,43,16,17,18,19,48,49,50,51,24,25,26,27,56,57,58,59},
-    {4,5,6,7,36,37,38,39,12,13,14,15,44,45,46,47,20,21,22,23,52,53,54,55,28,29,30,31,60,61,62,63},
-    {0,1,32,33,4,5,36,37,8,9,40,41,12,13,44,45,16,17,48,49,20,21,52,53,24,25,56,57,28,29,60,61},
-    {2,3,34,35,6,7,38,39,10,11,42,43,14,15,46,47,18,19,50,51,22,23,54,55,26,27,58,59,30,31,62,63},
-    {0,32,2,34,4,36,6,38,8,40,10,42,12,44,14,46,16,48,18,50,20,52,22,54,24,56,26,58,28,60,30,62},
-    {1,33,3,35,5,37,7,39,9,41,11,43,13,45,15,47,17,49,19,51,21,53,23,55,25,57,27,59,29,61,31,63}};
-static const unsigned int lm_amx_ix32[8][16] __attribute__((aligned(64))) = {
-    {0,1,2,3,4,5,6,7,16,17,18,19,20,21,22,23},
-    {8,9,10,11,12,13,14,15,24,25,26,27,28,29,30,31},
-    {0,1,2,3,16,17,18,19,8,9,10,11,24,25,26,27},
-    {4,5,6,7,20,21,22,23,12,13,14,15,28,29,30,31},
-    {0,1,16,17,4,5,20,21,8,9,24,25,12,13,28,29},
-    {2,3,18,19,6,7,22,23,10,11,26,27,14,15,30,31},
-    {0,16,2,18,4,20,6,22,8,24,10,26,12,28,14,30},
-    {1,17,3,19,5,21,7,23,9,25,11,27,13,29,15,31}};
-static inline void lm_amx_tr16(__m512i *v) {
-    for (int s = 0, b = 16; s < 5; s++, b >>= 1) {
-        __m512i il = _mm512_load_si512((const void *)lm_amx_ix16[2 * s]), ih = _mm512_load_si512((const void *)lm_amx_ix16[2 * s + 1]);
-        for (int r = 0; r < 32; r++)
-            if (!(r & b)) {
-                __m512i x = v[r], y = v[r + b];
-                v[r] = _mm512_permutex2var_epi16(x, il, y);
-                v[r + b] = _mm512_permutex2var_epi16(x, ih, y);
-            }
-    }
-}
-static inline void lm_amx_tr32(__m512i *v) {
-    for (int s = 0, b = 8; s < 4; s++, b >>= 1) {
-        __m512i il = _mm512_load_si512((const void *)lm_amx_ix32[2 * s]), ih = _mm512_load_si512((const void *)lm_amx_ix32[2 * s + 1]);
-        for (int r = 0; r < 16; r++)
-            if (!(r & b)) {
-                __m512i x = v[r], y = v[r + b];
-                v[r] = _mm512_permutex2var_epi32(x, il, y);
-                v[r + b] = _mm512_permutex2var_epi32(x, ih, y);
-            }
-    }
-}
-/* element i of A's bfloat16 copy (PARTS parts of `part` elements) from a stored element v */
+TRANSPOSES/* element i of A's bfloat16 copy (PARTS parts of `part` elements) from a stored element v */
 static inline void lm_amx_store_b(unsigned short v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = v; }
 static inline void lm_amx_store_r(float v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = lm_f32_to_bf16(v); }
 static inline void lm_amx_store_f(float v, unsigned short *ac, long long i, size_t part) {
@@ -146,6 +104,34 @@ static inline void lm_amx_store_f(float v, unsigned short *ac, long long i, size
 #endif
 #endif
 """
+
+
+def _transpose(bits: int) -> str:
+    """C of ``lm_amx_tr<bits>`` and its index table (see the comment above it in ``_COMMON``): an n x n matrix of
+    ``bits``-bit elements in n registers, ``n = 512 / bits``; stage s swaps the off-diagonal b x b blocks
+    (b = n/2, ..., 1) with ``_mm512_permutex2var_epi<bits>``."""
+    n, ctype = 512 // bits, {16: "unsigned short", 32: "unsigned int"}[bits]
+    rows, blocks, b = [], [], n // 2
+    while b >= 1:
+        blocks.append(b)
+        rows.append([(n + c - b) if c & b else c for c in range(n)])  # the upper row's new elements
+        rows.append([(n + c) if c & b else c + b for c in range(n)])  # the lower row's
+        b //= 2
+    table = ",\n    ".join("{" + ",".join(map(str, r)) + "}" for r in rows)
+    return (f"static const {ctype} lm_amx_ix{bits}[{len(rows)}][{n}] __attribute__((aligned(64))) = {{\n    {table}}};\n"
+            f"static inline void lm_amx_tr{bits}(__m512i *v) {{\n"
+            f"    for (int s = 0, b = {n // 2}; s < {len(blocks)}; s++, b >>= 1) {{\n"
+            f"        __m512i il = _mm512_load_si512((const void *)lm_amx_ix{bits}[2 * s]), "
+            f"ih = _mm512_load_si512((const void *)lm_amx_ix{bits}[2 * s + 1]);\n"
+            f"        for (int r = 0; r < {n}; r++)\n"
+            "            if (!(r & b)) {\n"
+            "                __m512i x = v[r], y = v[r + b];\n"
+            f"                v[r] = _mm512_permutex2var_epi{bits}(x, il, y);\n"
+            f"                v[r + b] = _mm512_permutex2var_epi{bits}(x, ih, y);\n"
+            "            }\n    }\n}\n")
+
+
+_COMMON = _COMMON.replace("TRANSPOSES", _transpose(16) + _transpose(32))
 
 _KERNEL = r"""
 #ifdef LM_HAVE_AMX

@@ -20,7 +20,7 @@ from .layers_extra import (GLU, ChannelShuffle, CircularPad1d, CircularPad2d, Ci
                            ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
                            ReplicationPad3d, RReLU, Softmax2d, Softmin, Softshrink, SoftMarginLoss, Tanhshrink,
                            Threshold, TripletMarginLoss, Unflatten, Unfold, ZeroPad1d, ZeroPad2d, ZeroPad3d)
-from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
+from .loss_modules import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
 from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
                             InstanceNorm3d, LayerNorm, RMSNorm)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
