@@ -30,7 +30,7 @@ from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
 from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
 from .shared import _dispatch, _shared_body
-from .c_reduce import PARALLEL_WORK, ReduceRendering  # noqa: F401  (PARALLEL_WORK: re-exported)
+from .c_reduce import PARALLEL_WORK, ReduceRendering, small_extent  # noqa: F401  (PARALLEL_WORK: re-exported)
 
 STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
 
@@ -350,12 +350,24 @@ class CRenderer(ReduceRendering):
             inner = isinstance(kernel, ReduceKernel) or len(kernel.dims) > n and kernel.dims[n] != 1
             work = work + (extent * per if inner else to_expr(per))
 
+        # a short row (a pooling window): every member straight-line, the loop over the rows vectorized
+        short = small_extent(extent)
+
         def body(vars_, flat):
             out = []
             for kernel in kernels:
                 out.append("{")
-                if isinstance(kernel, ReduceKernel):
+                if isinstance(kernel, ReduceKernel) and short:
+                    out += ["    " + x for x in self._unrolled_body(kernel, kernel.value, kernel.axis, vars_, flat)]
+                elif isinstance(kernel, ReduceKernel):
                     out += ["    " + x for x in self._reduce_body(kernel, vars_, flat)]
+                elif len(kernel.dims) > n and kernel.dims[n] != 1 and short:
+                    w = KernelWriter(self)
+                    for jj in range(short):
+                        v = w.emit(kernel.value, vars_ + (to_expr(jj),))
+                        w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat * extent + jj)}] = "
+                                       f"{self.store(kernel.out, v)};")
+                    out += ["    " + x for x in w.lines]
                 elif len(kernel.dims) > n and kernel.dims[n] != 1:  # over the row's inner axis
                     w = KernelWriter(self, loop_var="j")
                     v = w.emit(kernel.value, vars_ + (jvar,))
@@ -373,7 +385,7 @@ class CRenderer(ReduceRendering):
                 out.append("}")
             return out
 
-        self._loops(rows, lines, body, work=work)
+        self._loops(rows, lines, body, work=work, simd_inner=bool(short))
 
     def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and

@@ -11,6 +11,15 @@ from .kernel import ReduceKernel
 from .values import merge_value, work_per_element
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
+# reductions over at most this many (constant) elements are unrolled in the body, and the loop over the outputs
+# is the vector loop (a pooling window: a 2-trip `omp simd` reduction loop does not vectorize)
+SMALL_EXTENT = 8
+
+
+def small_extent(extent) -> int | None:
+    """The constant extent of a reduction short enough to unroll (see ``SMALL_EXTENT``), else None."""
+    e = to_expr(extent).to_int()
+    return e if e is not None and 1 <= e <= SMALL_EXTENT else None
 
 
 def _acc_type(dtype: DType, kind: str) -> str:
@@ -48,6 +57,47 @@ class ReduceRendering:
         out.append(f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self._result(kernel)};")
         return out
 
+    def _unrolled_body(self, kernel: ReduceKernel, value, axis: int, vars_, flat) -> list[str]:
+        """Statements reducing one output element of a short reduction (``small_extent``) without a loop: the
+        ``extent`` terms in order, straight-line, so that the loop around them vectorizes. ``value`` / ``axis``:
+        the kernel's, or those of its iteration space with output axes merged."""
+        acc_type = _acc_type(kernel.dtype, kernel.kind)
+        init, combine, _, track_nan = self._reduce_parts(kernel)
+        w = KernelWriter(self)
+        w.lines += [f"{acc_type} acc = {init};"] + (["int nanf = 0;"] if track_nan else [])
+        for r in range(small_extent(kernel.extent)):
+            v = w.emit(value, vars_[:axis] + (to_expr(r),) + vars_[axis:])
+            w.lines.append(combine("acc", v))
+        if track_nan:
+            w.lines.append("acc = nanf ? NAN : acc;")
+        return w.lines + [f"{self.pointer(kernel.out)}[{self.index(flat)}] = {self._result(kernel)};"]
+
+    def _unrolled_reduce(self, kernel: ReduceKernel, lines, work) -> bool:
+        """A short reduction (``small_extent``) with output axes: adjacent output axes merged while every view
+        stays affine, the terms unrolled, the loop over the outputs vectorized. False when it does not apply."""
+        if small_extent(kernel.extent) is None or not kernel.dims:
+            return False
+        dims, value, axis = tuple(kernel.dims), kernel.value, kernel.axis
+        j = 0
+        while j < len(dims) - 1:
+            if j == axis - 1:  # (the reduced axis lies between these two output axes)
+                j += 1
+                continue
+            merged = merge_value(value, j if j < axis else j + 1)
+            if merged is None:
+                j += 1
+                continue
+            value = merged
+            dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
+            if j < axis:
+                axis -= 1
+
+        def body(vars_, flat):
+            return self._unrolled_body(kernel, value, axis, vars_, flat)
+
+        self._loops(dims, lines, body, simd_inner=True, work=work)
+        return True
+
     def _result(self, kernel: ReduceKernel) -> str:
         """The stored value of a reduction's accumulator ``acc`` (bfloat16: the float sum rounded once)."""
         if kernel.dtype == DType.bfloat16:
@@ -66,9 +116,10 @@ class ReduceRendering:
                 combine = lambda acc, v: f"{acc} += {v};"  # noqa: E731
         else:
             init = "-INFINITY" if dtype.is_float else _literal(dtype.min, dtype)
-            # vectorizable max; NaN is tracked in a flag so it still propagates
+            # vectorizable max; NaN is tracked in a flag so it still propagates. (__builtin_isnan, not `v != v`:
+            # GCC 12 does not vectorize `v != v` of a value loaded with a stride, e.g. a 2-wide pooling window)
             if dtype.is_float:
-                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc}; nanf |= ({v} != {v});"  # noqa: E731
+                combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc}; nanf |= __builtin_isnan({v});"  # noqa: E731
             else:
                 combine = lambda acc, v: f"{acc} = {v} > {acc} ? {v} : {acc};"  # noqa: E731
         track_nan = kernel.kind == "max" and dtype.is_float
@@ -88,7 +139,7 @@ class ReduceRendering:
         def body(vars_, flat):
             return self._reduce_body(kernel, vars_, flat)
 
-        if self._column_reduce(kernel, lines, reduce_var, work):
+        if self._column_reduce(kernel, lines, reduce_var, work) or self._unrolled_reduce(kernel, lines, work):
             return
         if not kernel.dims:
             # a full reduction: parallelize the reduced loop itself

@@ -1,0 +1,122 @@
+"""Short reductions on the CPU backend (a pooling window, a softmax over 3 classes): the terms unrolled and the
+loop over the outputs vectorized (luminal.codegen.c_reduce.small_extent). Oracles: numpy and torch; sums within
+rtol 1e-6 (float32), max/min exact, NaN propagating as numpy's max does.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.codegen.c_reduce import SMALL_EXTENT
+
+
+def _compiled(build, *arrays, dtypes=None):
+    cx = lm.Graph()
+    xs = [cx.tensor(a.shape, dtype=(dtypes[i] if dtypes else lm.DType(a.dtype.name))).set(a)
+          for i, a in enumerate(arrays)]
+    y = build(*xs).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    return y.data(), cx.runtime.source
+
+
+def _with_specials(shape, seed):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    flat = a.reshape(-1)
+    flat[3::11] = np.nan
+    flat[5::13] = -np.inf
+    flat[7::17] = np.inf
+    return a
+
+
+@pytest.mark.parametrize("extent", range(1, SMALL_EXTENT + 1))
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_max_sum_over_short_axis(extent, axis):
+    shape = [6, 5, 7]
+    shape[axis] = extent
+    a = _with_specials(tuple(shape), extent + 10 * axis)
+    got, _ = _compiled(lambda x: x.max(axis), a)
+    np.testing.assert_array_equal(got, a.max(axis))  # NaN positions equal too
+    b = np.random.default_rng(axis).standard_normal(tuple(shape)).astype(np.float32)
+    got, _ = _compiled(lambda x: (x * 2.0).sum(axis), b)
+    np.testing.assert_allclose(got, (b * 2.0).sum(axis), rtol=1e-6, atol=1e-6)
+
+
+def test_short_sum_is_unrolled_in_the_source():
+    a = np.random.default_rng(0).standard_normal((64, 48, 3)).astype(np.float32)
+    got, src = _compiled(lambda x: x.sum(2), a)
+    np.testing.assert_allclose(got, a.sum(2), rtol=1e-6, atol=1e-6)
+    assert "for (long long r" not in src  # no reduction loop: the 3 terms are straight-line code
+    got, src = _compiled(lambda x: x.sum(2), np.ones((4, 4, SMALL_EXTENT + 1), np.float32))
+    np.testing.assert_array_equal(got, np.full((4, 4), SMALL_EXTENT + 1, np.float32))
+    assert "for (long long r" in src
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_short_integer_max_and_sum(dtype):
+    info = np.iinfo(dtype)
+    a = np.random.default_rng(1).integers(info.min, info.max, (9, 4, 5), dtype=dtype, endpoint=True)
+    got, _ = _compiled(lambda x: x.max(1), a)
+    np.testing.assert_array_equal(got, a.max(1))
+    got, _ = _compiled(lambda x: x.min(2), a)
+    np.testing.assert_array_equal(got, a.min(2))
+    got, _ = _compiled(lambda x: x.sum(1), a)
+    exp = torch.from_numpy(a).sum(1).numpy()  # (torch: integer sums in int64, wrapping)
+    assert got.dtype == exp.dtype
+    np.testing.assert_array_equal(got, exp)
+
+
+def test_short_bfloat16_sum_rounds_once():
+    a = np.random.default_rng(2).standard_normal((32, 4)).astype(np.float32)
+    got, _ = _compiled(lambda x: x.sum(1), a, dtypes=[lm.bfloat16])
+    t = torch.from_numpy(a).to(torch.bfloat16)
+    exp = t.float().sum(1).to(torch.bfloat16).float().numpy()  # torch on CPU: f32 accumulation, one rounding
+    np.testing.assert_array_equal(np.asarray(got, np.float32), exp)
+
+
+def _pool_step(arr, w_arr, window, device):
+    import luminal.nn as nn
+    from luminal.training import grad
+    cx = lm.Graph()
+    x = cx.tensor(arr.shape).set(arr)
+    y = nn.MaxPool2d(window)(x.relu())
+    w = cx.tensor(w_arr.shape).set(w_arr)
+    (gx,) = grad((y * w).sum(), [x])
+    y.retrieve(), gx.retrieve()
+    if device == "cpu":
+        cx.compile(device="cpu")
+    cx.execute()
+    return y.data(), gx.data()
+
+
+@pytest.mark.parametrize("window", [2, 3])
+def test_relu_maxpool_backward_matches_torch_and_the_interpreter(window):
+    """The pooling window of W4 (relu fused into the window's reads, strided loads), forward and backward:
+    against torch on finite data; with a NaN in a window, exactly as the reference interpreter."""
+    rng = np.random.default_rng(window)
+    arr = rng.standard_normal((4, 3, 6 * window, 6 * window)).astype(np.float32)
+    w_arr = rng.standard_normal((4, 3, 6, 6)).astype(np.float32)
+    y, g = _pool_step(arr, w_arr, window, "cpu")
+    tx = torch.from_numpy(arr).requires_grad_()
+    ty = torch.nn.functional.max_pool2d(tx.relu(), window)
+    (ty * torch.from_numpy(w_arr)).sum().backward()
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-6, atol=1e-7)
+    arr[0, 0, 0, 1] = np.nan
+    arr[1, 2, 3, 3] = -np.inf
+    for got, exp in zip(_pool_step(arr, w_arr, window, "cpu"), _pool_step(arr, w_arr, window, "reference")):
+        np.testing.assert_array_equal(got, exp)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_softmax_and_layer_norm_over_a_short_row(n):
+    """A row group (max, exp, sum, divide; mean, variance) whose row is short: every member unrolled."""
+    a = np.random.default_rng(n).standard_normal((37, 5, n)).astype(np.float32) * 4
+    a[0, 0, 0] = -np.inf
+    got, _ = _compiled(lambda x: x.softmax(-1), a)
+    exp = torch.softmax(torch.from_numpy(a), -1).numpy()
+    np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-7)
+    got, _ = _compiled(lambda x: x.layer_norm(-1), a[1:])
+    exp = torch.nn.functional.layer_norm(torch.from_numpy(a[1:]), (n,)).numpy()
+    np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-5)
