@@ -3,6 +3,8 @@ loop over the outputs vectorized (luminal.codegen.c_reduce.small_extent). Oracle
 rtol 1e-6 (float32), max/min exact, NaN propagating as numpy's max does.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +88,9 @@ def _pool_step(arr, w_arr, window, device):
     y.retrieve(), gx.retrieve()
     if device == "cpu":
         cx.compile(device="cpu")
+        # the window's gradient, upsampled to the input grid, is read without dividing a loop index by the window
+        # (the loop space is split to the window grid: luminal.codegen.values.refine_space)
+        assert not re.search(rf"i\d+ / {window}\)", cx.runtime.source)
     cx.execute()
     return y.data(), gx.data()
 
@@ -120,3 +125,31 @@ def test_softmax_and_layer_norm_over_a_short_row(n):
     got, _ = _compiled(lambda x: x.layer_norm(-1), a[1:])
     exp = torch.nn.functional.layer_norm(torch.from_numpy(a[1:]), (n,)).numpy()
     np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    ((64, 64, 24, 24, 1), (64, 64, 12, 2, 12, 2), [64, 64, 12, 2, 12, 2]),
+    ((2, 12), (24,), [2, 12]),
+    ((24,), (2, 3, 4), [2, 3, 4]),
+    ((6, 4), (4, 6), None),          # 6 straddles 4 and 6: no common refinement
+    ((8, 3), (2, 12), [2, 4, 3]),
+])
+def test_common_refinement_of_two_row_major_factorizations(a, b, expected):
+    from luminal.codegen.values import _common_refinement
+    got = _common_refinement(list(a), list(b))
+    assert got == expected
+    if got is not None:  # both are regroupings of it: every flat index decomposes the same way
+        import itertools
+        for dims in (a, b):
+            groups, k = [], len(got)
+            for d in reversed(dims):
+                if d == 1:
+                    continue
+                acc, g = 1, []
+                while acc < d:
+                    k -= 1
+                    g.insert(0, got[k])
+                    acc *= got[k]
+                assert acc == d
+                groups.insert(0, g)
+            assert list(itertools.chain(*groups)) == got

@@ -25,7 +25,7 @@ from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
-from .values import flatten_space, kernel_buffers, merge_value, program_symbols, work_per_element
+from .values import flatten_space, kernel_buffers, merge_value, program_symbols, refine_space, work_per_element
 from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
 from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
@@ -326,7 +326,7 @@ class CRenderer(ReduceRendering):
         return True
 
     def _elementwise(self, kernel: ElementwiseKernel, lines):
-        dims, value = flatten_space(kernel.dims, kernel.value)
+        dims, value = flatten_space(*refine_space(kernel.dims, kernel.value))
         if self._streamed(dims, [kernel.out], [value], lines, work_per_element(value)):
             return
 

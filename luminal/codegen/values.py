@@ -219,3 +219,149 @@ def flatten_space(dims, value):
         value = merged
         dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]
     return dims, value
+
+
+def _suffix_cuts(dims) -> set:
+    out, acc = set(), 1
+    for d in reversed(dims):
+        acc *= d
+        out.add(acc)
+    return out
+
+
+def _common_refinement(a, b) -> list | None:
+    """The dims (outermost first, no 1s) that refine both row-major factorizations ``a`` and ``b`` (constant,
+    equal products): every axis of either is a run of consecutive axes of it. None when an axis of one straddles
+    two of the other without dividing them (``(6, 4)`` against ``(4, 6)``)."""
+    out, prev = [], 1
+    for c in sorted(_suffix_cuts(a) | _suffix_cuts(b)):
+        if c % prev:
+            return None
+        if c // prev != 1:
+            out.append(c // prev)
+        prev = c
+    return out[::-1]
+
+
+def _map_views(value, fn, memo: dict):
+    """``value`` with every view of the consumer's index space replaced by ``fn(view)`` (a Remapped's own view
+    too, not the views inside it, which are over its producer's space); None when ``fn`` gives None or the tree
+    holds a gather. Shared subtrees stay shared (``memo``: id -> result)."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    out = None
+    if isinstance(value, (Load, ConstValue, IotaValue)):
+        st = fn(value.view)
+        if st is not None:
+            if isinstance(value, Load):
+                out = Load(value.buffer, st, value.dtype)
+            elif isinstance(value, ConstValue):
+                out = ConstValue(value.value, value.dtype, st)
+            else:
+                out = IotaValue(value.expr, value.dtype, st)
+    elif isinstance(value, Compute):
+        args = [_map_views(a, fn, memo) for a in value.args]
+        out = None if any(a is None for a in args) else Compute(value.op, tuple(args), value.dtype)
+    elif isinstance(value, Remapped):
+        st = fn(value.view)
+        out = None if st is None else Remapped(value.value, value.dims, st, value.dtype)
+    memo[key] = out
+    return out
+
+
+def _split_to(dims: tuple, target: list):
+    """The splits (axis, inner) that turn ``dims`` (constant; size-1 axes kept) into a refinement with the non-1
+    axes ``target``, applied right to left, and the resulting dims."""
+    splits, new_dims, t = [], list(dims), len(target)
+    for j in range(len(dims) - 1, -1, -1):
+        n = dims[j]
+        if n == 1:
+            continue
+        group, acc = [], 1
+        while acc < n:
+            t -= 1
+            group.insert(0, target[t])
+            acc *= target[t]
+        for k in range(len(group) - 1):
+            splits.append((j + k, _prod_int(group[k + 1:])))
+        new_dims[j:j + 1] = group
+    return splits, tuple(to_expr(d) for d in new_dims)
+
+
+def _prod_int(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def refine_space(dims, value):
+    """``(dims, value)`` with the iteration space split finer wherever that inlines an elementwise producer read
+    through a reshape (a ``Remapped`` whose view is row-major, e.g. max-pool's gradient upsampled to the window
+    grid): the producer's axes become loop axes, so its reads index by ``i2 * 12 + i4`` instead of ``i3 / 2``
+    (no division, vectorizable). Constant shapes only; anything else is returned unchanged. Adjacent axes are
+    merged back later by :func:`flatten_space` where every view stays affine."""
+    dims = tuple(dims)
+    for _ in range(8):  # (each round inlines one producer)
+        ints = [d.to_int() for d in dims]
+        if any(d is None for d in ints):
+            return dims, value
+        cand = next((v for v in _consumer_nodes(value) if isinstance(v, Remapped) and v.view.is_contiguous()
+                     and all(to_expr(d).to_int() is not None for d in v.dims)
+                     and _prod_int(to_expr(d).to_int() for d in v.dims) == _prod_int(ints)), None)
+        if cand is None:
+            return dims, value
+        pdims = [to_expr(d).to_int() for d in cand.dims]
+        target = _common_refinement(ints, pdims)
+        if target is None:
+            return dims, value
+        splits, new_dims = _split_to(tuple(ints), target)
+
+        def split(st, splits=splits):
+            for axis, inner in splits:
+                st = st.split_dims(axis, inner)
+            return st
+
+        # the producer's value, its views reshaped from its own dims to the refined space (splits only)
+        inner = _map_views(cand.value, lambda st: st.reshape(new_dims), {})
+        memo: dict = {}
+        if inner is None:
+            return dims, value
+        new_value = _map_views(value, split, memo)
+        if new_value is None:
+            return dims, value
+        # the split copy of ``cand`` becomes its inlined value
+        split_cand = memo[id(cand)]
+        new_value = _replace(new_value, split_cand, inner, {})
+        dims, value = new_dims, new_value
+    return dims, value
+
+
+def _consumer_nodes(value):
+    """The nodes of ``value`` over the consumer's own index space: not those inside a ``Remapped`` or a gather."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        yield v
+        if isinstance(v, Compute):
+            stack.extend(v.args)
+
+
+def _replace(value, old, new, memo: dict):
+    """``value`` with the node ``old`` (by identity) replaced by ``new``; shared subtrees stay shared."""
+    if value is old:
+        return new
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    out = value
+    if isinstance(value, Compute):
+        args = tuple(_replace(a, old, new, memo) for a in value.args)
+        if any(a is not b for a, b in zip(args, value.args)):
+            out = Compute(value.op, args, value.dtype)
+    memo[key] = out
+    return out
