@@ -181,22 +181,66 @@ def test_compiled_graph_keeps_bitcast_and_dedupes(backend):
 def test_errors(backend):
     cx = lm.Graph()
     t = cx.tensor((2, 4))
-    with pytest.raises(TypeError, match=r"float32.*32 bits.*float64.*64 bits.*only same-width"):
-        t.view(lm.float64)
-    with pytest.raises(TypeError, match=r"float32.*int16.*only same-width"):
-        t.view(torch.int16)
     with pytest.raises(TypeError, match="bool is not a bit pattern"):
         t.view(lm.bool)
     with pytest.raises(TypeError, match="bool is not a bit pattern"):
         cx.tensor((3,), dtype=lm.bool).view(lm.uint8)
     with pytest.raises(TypeError, match="unsupported dtype"):
         t.view(torch.complex64)
-    with pytest.raises(TypeError, match="only same-width"):
-        cx.add_op(ops.BitCast(DType.int64), [(t.id, t.tracker)], t.dims, DType.int64)
+    with pytest.raises(TypeError, match=r"float32.*32 bits.*int64.*64 bits.*only same-width"):
+        cx.add_op(ops.BitCast(DType.int64), [(t.id, t.tracker)], t.dims, DType.int64)  # the primitive itself
+    with pytest.raises(TypeError, match=r"float32.*32 bits.*float64.*64 bits.*only same-width"):
+        t.bitcast(lm.float64)
     # view(*shape) still reshapes, and view(same dtype) is the tensor itself
     assert t.view(8).dims == (8,) and t.view(-1, 2).shape == (4, 2) and t.view("float32") is t
-    with pytest.raises(TypeError, match="only same-width"):
+    # another width: a whole number of wider elements in the last dim, and a last dim at all (as torch)
+    with pytest.raises(ValueError, match=r"last dim of a float32 tensor must hold whole float64 elements.*3"):
         lm.tensor(np.zeros(3, np.float32)).view(torch.float64)
+    with pytest.raises(ValueError, match=r"0-d float32 tensor cannot be viewed as a dtype of another width"):
+        cx.tensor(()).view(lm.uint8)
+    with pytest.raises(RuntimeError):  # (torch's own errors for the same two cases)
+        torch.zeros(3).view(torch.float64)
+    with pytest.raises(RuntimeError):
+        torch.zeros(()).view(torch.uint8)
+
+
+WIDTH_PAIRS = [(a, b) for a in ["float32", "float64", "bfloat16", "uint8", "int8", "int16", "int64", "float16"]
+               for b in ["uint8", "int16", "float32", "float64", "bfloat16", "int64"]
+               if _np(a).itemsize != _np(b).itemsize]
+
+
+@pytest.mark.parametrize("src,dst", WIDTH_PAIRS)
+def test_view_as_another_width_resizes_the_last_dim_like_numpy(backend, src, dst):
+    """``(..., n)`` of ``src`` viewed as ``dst``: ``(..., n * src_size / dst_size)``, the bytes little-endian, bit for
+    bit as numpy (NaN payloads, -0.0, denormals of either dtype kept)."""
+    x = special(src, n_random=48)[:32].reshape(4, 8)
+    got = _run(lambda t: t.view(lm.DType(dst)), x)
+    want = x.view(_np(dst))
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_view_as_another_width_of_views_and_back(backend):
+    """A transposed input (luminal's tensors are values: the result is numpy's on the contiguous array), a
+    symbolic last dim, and a round trip float32 -> uint8 -> float32 that keeps every bit."""
+    x = special("float32", n_random=53)[:64].reshape(8, 8)
+    cx = lm.Graph()
+    t = cx.tensor((8, 8)).set(x)
+    s = cx.tensor(("n",)).set(x[0])
+    outs = [t.T.view(lm.uint8), t.view(lm.uint8).view(lm.float32), s.view(lm.int16), t[:, 2:6].view(lm.float64),
+            t.view(lm.uint8)[:, 3:11].view(lm.int32)]
+    for o in outs:
+        o.retrieve()
+    if backend != "reference":
+        cx.compile(device=backend)
+    cx.execute()
+    assert "n" in str(outs[2].dims[0])  # (symbolic: 2 * n)
+    wants = [np.ascontiguousarray(x.T).view(np.uint8), x, x[0].view(np.int16), np.ascontiguousarray(x[:, 2:6]).view(np.float64),
+             np.ascontiguousarray(x.view(np.uint8)[:, 3:11]).view(np.int32)]
+    for o, w in zip(outs, wants):
+        got = o.data()
+        assert got.shape == w.shape and got.dtype == w.dtype
+        np.testing.assert_array_equal(_bits(got), _bits(w))
 
 
 @pytest.mark.parametrize("spec", [torch.int32, lm.int32, np.int32, np.dtype("int32"), "int32", "i32"])

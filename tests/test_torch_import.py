@@ -261,6 +261,22 @@ def test_bit_views_signbit_copysign_sinh_bit_for_bit():
         assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8)), (k, g, w)
 
 
+def test_view_dtype_of_another_width_matches_torch():
+    """aten.view.dtype across widths: float32 -> uint8 (the last dim x4) -> a byte-level edit -> float32, and
+    float32 -> bfloat16 pairs, against torch bit for bit."""
+    class Bytes(nn.Module):
+        def forward(self, x):
+            b = x.view(torch.uint8)                      # (..., 4n)
+            return b, (b ^ 1).view(torch.float32), x.view(torch.bfloat16), x.view(torch.int16).view(torch.float32)
+
+    x = torch.tensor([[1.0, -2.0, 0.0, -0.0], [float("nan"), float("inf"), 3e-39, 0.5]])
+    model = from_torch(Bytes(), (x,))
+    for k, (g, w) in enumerate(zip(model(x.numpy()), Bytes()(x))):
+        g = np.asarray(g)
+        w = w.view(torch.int16).numpy() if w.dtype == torch.bfloat16 else w.numpy()
+        assert g.shape == w.shape and np.array_equal(g.view(np.uint8), w.view(np.uint8)), (k, g, w)
+
+
 # ---------------------------------------------------------------------------------------------------- CNNs
 class BasicBlock(nn.Module):
     """torchvision's ResNet BasicBlock, written in plain torch."""

@@ -115,13 +115,48 @@ class MovementOps:
         Bit-exact (NaN payloads and signs, -0.0, denormals kept) on every backend; no gradient flows through it.
         ``x.view(lm.int32) >> 31`` is the sign bit of a float32 ``x``, NaNs included.
 
-        Raises ``TypeError`` for a dtype of another width (torch would resize the last dim; luminal supports only
-        same-width views) and for bool (not a bit pattern; use :meth:`cast`)."""
+        A dtype of another width resizes the last dim as torch and numpy do: ``float32 (..., n)`` viewed as
+        ``uint8`` is ``(..., 4n)`` (the bytes of each element, least significant first: little-endian, like both),
+        ``uint8 (..., 4n)`` viewed as ``float32`` is ``(..., n)``. (torch also requires the last dim to be
+        contiguous in memory; luminal's tensors are values, so any view works and gives what torch gives on its
+        contiguous copy.)
+
+        Raises ``TypeError`` for bool (not a bit pattern; use :meth:`cast`), ``ValueError`` for a 0-d tensor
+        viewed as another width and for a last dim that does not hold a whole number of wider elements."""
         if len(shape) == 1:
             dtype = view_dtype(shape[0])
             if dtype is not None:
+                if dtype != self.dtype and DType.bool not in (dtype, self.dtype) and dtype.bits != self.dtype.bits:
+                    return self._view_resized(dtype)
                 return self.bitcast(dtype)
         return self.reshape(*shape)
+
+    def _view_resized(self, dtype):
+        """``view(dtype)`` for a dtype of another width (see :meth:`view`): through the unsigned integers of both
+        widths, the bytes split with shifts and masks or joined with shifts and ors (exact in every dtype)."""
+        src, dst = self.dtype, dtype
+        sn, dn = src.value, dst.value
+        if self.ndim == 0:
+            raise ValueError(f"view({dn}): a 0-d {sn} tensor cannot be viewed as a dtype of another width "
+                             f"({src.bits} vs {dst.bits} bits): it has no last dim to resize")
+        unsigned = {8: DType.uint8, 16: DType.uint16, 32: DType.uint32, 64: DType.uint64}
+        u = self.bitcast(unsigned[src.bits])
+        n = self.dims[-1]
+        if dst.bits < src.bits:
+            r, w = src.bits // dst.bits, dst.bits
+            mask = (1 << w) - 1
+            parts = [((u >> (w * j)) & mask).cast(unsigned[w]) for j in range(r)]
+            joined = stack(parts, axis=-1).reshape(self.dims[:-1] + (n * r,))
+            return joined.bitcast(dst)
+        r, w = dst.bits // src.bits, src.bits
+        if n.is_constant() and n.to_int() % r:
+            raise ValueError(f"view({dn}): the last dim of a {sn} tensor must hold whole {dn} elements "
+                             f"({r} {sn} each), but it has {n}")
+        grouped = u.reshape(self.dims[:-1] + (n // r, r)).cast(unsigned[dst.bits])
+        out = grouped[..., 0]
+        for j in range(1, r):
+            out = out | (grouped[..., j] << (w * j))
+        return out.bitcast(dst)
 
     def bitcast(self, dtype):
         """The same bits reinterpreted as ``dtype`` (same width as this tensor's dtype): ``view(dtype)``."""

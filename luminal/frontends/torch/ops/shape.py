@@ -72,7 +72,8 @@ def _view(cv, node, x, size, *a):
 
 @_reg("aten.view.dtype")
 def _view_dtype(cv, node, x, dtype):
-    """``x.view(torch.int32)``: the bits reinterpreted (``GraphTensor.view(dtype)``; same width only)."""
+    """``x.view(torch.int32)``: the bits reinterpreted (``GraphTensor.view(dtype)``; another width resizes the last
+    dim, as torch does)."""
     return x.view(dtype)
 
 
