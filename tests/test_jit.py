@@ -209,30 +209,81 @@ def _one_weight_model():
 X_STEP = np.array([[0.3, 0.7, -1.1]], np.float32)
 
 
-def test_parameters_read_after_a_step_in_the_same_call_raise():
-    """A traced call sees parameters as they were when it started: a second ``opt.step()`` in one call, or using
-    the model after its step, would silently miss the update, so the trace raises naming the function."""
-    lin, opt = _one_weight_model()
+def _torch_one_weight():
+    tw = torch.tensor([[1.0, -2.0, 0.5]], requires_grad=True)
+    return tw, torch.optim.SGD([tw], lr=0.1, momentum=0.9)
 
-    @lm.jit
-    def two_steps(x):
-        for _ in range(2):
+
+def test_two_steps_in_one_call_chain_like_torch():
+    """A second ``opt.step()`` in one traced call sees the first step's parameters and momentum (the trace is cut
+    at each step): equal to torch's two eager steps, call after call; the gradient accumulates across the two
+    backward passes when ``zero_grad`` is not called between them, as in torch."""
+    for zero_between in (True, False):
+        lin, opt = _one_weight_model()
+        tw, topt = _torch_one_weight()
+
+        @lm.jit
+        def two_steps(x):
+            losses = []
+            for _ in range(2):
+                if zero_between:
+                    opt.zero_grad()
+                loss = (lin(x) ** 2).sum()
+                loss.backward()
+                opt.step()
+                losses.append(loss)
             opt.zero_grad()
-            (lin(x) ** 2).sum().backward()
-            opt.step()
+            return losses
 
-    with pytest.raises(lm.JitTraceError, match=r"lm\.jit\(.*two_steps\).*after an optimizer step\(\)"):
-        two_steps(X_STEP)
+        for _ in range(3):
+            got = [t.numpy() for t in two_steps(X_STEP)]
+            want = []
+            for _ in range(2):
+                if zero_between:
+                    topt.zero_grad()
+                tl = ((torch.from_numpy(X_STEP) @ tw.T) ** 2).sum()
+                tl.backward()
+                topt.step()
+                want.append(tl.detach().numpy())
+            topt.zero_grad()
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(lin.weight.data), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert two_steps.traces == 1
+        assert opt.state[lin.weight]["step"] == 6
+
+
+def test_model_used_after_its_step_in_the_same_call_sees_the_update():
+    """``step()`` then ``return lin(x)``: the prediction of the updated model (torch's eager order), with Adam
+    (bias corrections by the step count, read after the update)."""
+    lin, _ = _one_weight_model()
+    opt = lm.optim.Adam(lin.parameters(), lr=0.05)
+    tw = torch.tensor([[1.0, -2.0, 0.5]], requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.05)
 
     @lm.jit
     def step_then_predict(x):
         opt.zero_grad()
         (lin(x) ** 2).sum().backward()
         opt.step()
-        return lin(x)
+        mid = lin(x)
+        opt.zero_grad()
+        (lin(x) ** 2).sum().backward()
+        opt.step()
+        return mid, lin(x)
 
-    with pytest.raises(lm.JitTraceError, match=r"reads parameter weight after an optimizer step\(\)"):
-        step_then_predict(X_STEP)
+    for _ in range(3):
+        mid, out = step_then_predict(X_STEP)
+        topt.zero_grad()
+        ((torch.from_numpy(X_STEP) @ tw.T) ** 2).sum().backward()
+        topt.step()
+        tmid = (torch.from_numpy(X_STEP) @ tw.T).detach().numpy()
+        topt.zero_grad()
+        ((torch.from_numpy(X_STEP) @ tw.T) ** 2).sum().backward()
+        topt.step()
+        np.testing.assert_allclose(mid.numpy(), tmid, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out.numpy(), (torch.from_numpy(X_STEP) @ tw.T).detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    assert step_then_predict.traces == 1
 
 
 def test_one_step_per_call_matches_torch_over_calls():

@@ -431,11 +431,6 @@ _USER_KINDS = ("m", "f", "mod")
 
 def _record(key, build, inputs: list[_Val], hold=None, spec_outs=None, grad=True):
     """Record an operation over ``inputs``; returns its result with Tensors in place of graph tensors."""
-    tr = _tls.tracing
-    if tr is not None and tr.stepped:
-        for v in inputs:
-            if id(v) in tr.stepped:
-                tr.stale(f"it reads parameter {v.param.name if getattr(v.param, 'name', None) else 'value'}")
     if record_contexts and type(key) is tuple and key and key[0] in _USER_KINDS:
         for ctx in record_contexts:
             key, build = ctx(key, build)

@@ -24,6 +24,13 @@ constants of the trace. Reading a tensor's value inside ``fn`` (``if loss > 0:``
 (``print(t)`` prints ``Tensor(shape=..., dtype=..., traced)`` while tracing, and nothing on replays).
 Returned tensors carry no gradient history. ``lm.jit(fn, dynamic="batch")`` makes dims symbolic: calls that
 differ only in those sizes share one trace and one compiled graph (see :func:`jit`).
+
+An optimizer ``step()`` inside ``fn`` ends a *segment* of the trace: what comes after it (a second forward and
+step, using the model after its update, returning predictions of the updated model) reads the parameters and
+optimizer state as the step left them, as in eager PyTorch. A call runs one compiled graph per segment, each
+after the updates of the one before; values of an earlier segment that later code reads (the loss, an
+accumulated ``.grad``) are passed on. The usual train step (forward, backward, one ``step()``, ``zero_grad()``,
+return the loss) is one segment: one graph per call.
 """
 
 from __future__ import annotations
@@ -60,21 +67,20 @@ def jit(fn=None, *, dynamic=None):
 
 
 class _Trace:
-    """What one traced call did: the argument placeholders, the output structure, the updates."""
+    """What one traced call did: the argument placeholders, the output structure, the segments (see
+    :meth:`cut`) with their updates."""
 
     def __init__(self, fn, name):
         self.fn = fn
         self.name = name
-        self.stepped: set = set()  # ids of the parameter values an optimizer step() of this trace updates
+        self.cuts: list = []  # (the first value number after the segment, its effects) per step() so far
 
-    def stale(self, what: str):
-        """A parameter updated by an optimizer ``step()`` earlier in this trace is read again (``what``): the
-        trace sees parameters as of the call's start, so the read would silently miss the update."""
-        raise JitTraceError(
-            f"lm.jit({self.name}): {what} after an optimizer step() in the same traced call. A jitted function "
-            "reads every parameter as it was when the call started, so this would not see the step's update (the "
-            "result would be silently wrong). Make one optimizer step per call of the jitted function (loop "
-            "outside it), and compute values of the updated model in the next call")
+    def cut(self) -> None:
+        """End the current segment at an optimizer ``step()`` (called by it after recording its update): the
+        code after it runs after the update is applied, so it sees the new parameters and state."""
+        tls = _core._tls
+        self.cuts.append((next(_core._seq), tls.effects))
+        tls.effects = []
 
     def fail(self, what: str):
         raise JitTraceError(
@@ -82,6 +88,37 @@ class _Trace:
             "Data-dependent Python control flow (`if t > 0:`, float(t), t.item(), t.numpy(), np.asarray(t)) "
             "cannot be compiled into one graph; use lm.where(cond, a, b) / tensor ops, or move the read out "
             "of the jitted function")
+
+    def finish(self, outputs: list, effects: list) -> None:
+        """Split what was recorded into segments: each computes its updates' values and the values of it that
+        later segments (or the outputs) read; a segment with nothing to compute is dropped."""
+        bounds = [b for b, _ in self.cuts] + [float("inf")]
+        all_effects = [e for _, e in self.cuts] + [effects]
+        roots = [[v for vals, _ in eff for v in vals] for eff in all_effects]
+        roots[-1] = roots[-1] + list(outputs)
+
+        def segment_of(v) -> int:
+            return next(i for i, b in enumerate(bounds) if v.seq < b)
+
+        exports: list = [[] for _ in bounds]
+        for j in range(len(bounds) - 1, 0, -1):  # what segment j reads of earlier segments
+            stack, seen = list(roots[j]), set()
+            while stack:
+                v = stack.pop()
+                if id(v) in seen or not v.pending:
+                    continue
+                seen.add(id(v))
+                i = segment_of(v)
+                if i < j:
+                    exports[i].append(v)
+                    continue
+                stack.extend(v.op.inputs)
+        self.segments = []
+        for i in range(len(bounds)):
+            vals = _core._dedupe([v for v in roots[i] if v.pending and segment_of(v) == i] + exports[i])
+            if vals or all_effects[i]:
+                self.segments.append((vals, all_effects[i]))
+        self.outputs = outputs
 
 
 class Jitted:
@@ -168,17 +205,34 @@ class Jitted:
         spec = _flatten(result, outs)
         tr.placeholders = placeholders
         tr.spec = spec
-        tr.outputs = [t._v for t in outs]
-        tr.effects = effects
-        tr.all_vals = _core._dedupe(tr.outputs + [v for vals, _ in effects for v in vals])
+        tr.finish([t._v for t in outs], effects)
         return tr
 
     def _run(self, tr, values):
         override = {id(p): v for p, v in zip(tr.placeholders, values)}
-        results, entry = _core.run_plan(tr.all_vals, override) if tr.all_vals else ([], None)
-        position = {id(v): k for k, v in enumerate(tr.all_vals)}
-        by_id = {id(v): r for v, r in zip(tr.all_vals, results)}
-        _core.apply_effects(tr.effects, position, results, entry)
+        by_id: dict = {}
+        if len(tr.segments) == 1:
+            (vals, effects), = tr.segments
+            results, entry = _core.run_plan(vals, override) if vals else ([], None)
+            by_id = {id(v): r for v, r in zip(vals, results)}
+            _core.apply_effects(effects, {id(v): k for k, v in enumerate(vals)}, results, entry)
+        else:
+            with self._lock:  # (the values passed between segments are held in the traced records meanwhile)
+                passed = []
+                try:
+                    for vals, effects in tr.segments:
+                        results, entry = _core.run_plan(vals, override) if vals else ([], None)
+                        by_id.update((id(v), r) for v, r in zip(vals, results))
+                        _core.apply_effects(effects, {id(v): k for k, v in enumerate(vals)}, results, entry)
+                        for v, r in zip(vals, results):  # later segments read these as realized leaves
+                            v.value = r
+                            passed.append(v)
+                finally:
+                    for v in passed:
+                        v.value = None
+        for v in tr.outputs:
+            if id(v) not in by_id:  # (a placeholder or a constant returned as it is)
+                by_id[id(v)] = override.get(id(v), v.value if v.value is not None else v.host())
         tensors = [Tensor._make(_Val(tuple(by_id[id(v)].shape), v.dtype, value=by_id[id(v)])) for v in tr.outputs]
         return _unflatten(tr.spec, tensors)
 

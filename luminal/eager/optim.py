@@ -94,15 +94,13 @@ class _EagerStep:
         inputs = list(plan.inputs)
         for slot, v in zip(plan.grad_slots, grads):
             inputs[slot] = v
-        tr = _core._tls.tracing
-        if tr is not None:  # (inside lm.jit: a parameter updated twice in one call would lose the first update)
-            if any(id(v) in tr.stepped for v in params):
-                tr.stale("an optimizer step() updates parameters again")
-            tr.stepped.update(id(v) for v in params)
         results = plan.record(inputs)
         _core._tls.effects.append((results, plan.apply))
-        if _core._tls.tracing is None:
+        tr = _core._tls.tracing
+        if tr is None:
             _core.realize((), "optimizer step()")
+        else:  # (inside lm.jit: what follows runs after this update, see luminal.eager.jit)
+            tr.cut()
         return loss
 
 
