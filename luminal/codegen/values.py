@@ -305,10 +305,10 @@ def refine_space(dims, value):
     dims = tuple(dims)
     for _ in range(8):  # (each round inlines one producer)
         ints = [d.to_int() for d in dims]
-        if any(d is None for d in ints):
+        if any(d is None or d == 0 for d in ints):  # (symbolic: unknown factorization; empty: nothing to run)
             return dims, value
         cand = next((v for v in _consumer_nodes(value) if isinstance(v, Remapped) and v.view.is_contiguous()
-                     and all(to_expr(d).to_int() is not None for d in v.dims)
+                     and all(to_expr(d).to_int() not in (None, 0) for d in v.dims)
                      and _prod_int(to_expr(d).to_int() for d in v.dims) == _prod_int(ints)), None)
         if cand is None:
             return dims, value
