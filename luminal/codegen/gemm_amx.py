@@ -337,10 +337,12 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                         for (int r = 0; r < 32; r++)
                             if (m0 + r < M) _mm512_store_si512((void *)(ac + q * part + LM_AMX_AIDX(m0 + r, k0)), v[r]);
                     }
-                } else if (sak == 1) {
+                } else if (sak == 1) {  /* (a row's 32 values are contiguous in the tile order too: vectorized) */
                     for (long long m = m0; m < m1; m++) {
-                        const TA *src = A + m * sam;
-                        for (long long k = k0; k < k1; k++) ASTORE(src[k], ac, LM_AMX_AIDX(m, k), part);
+                        const TA *restrict src = A + m * sam + k0;
+                        unsigned short *restrict dst = ac + LM_AMX_AIDX(m, k0);
+                        #pragma omp simd
+                        for (long long k = 0; k < k1 - k0; k++) ASTORE(src[k], dst, k, part);
                     }
                 } else {
                     for (long long m = m0; m < m1; m++)
