@@ -153,3 +153,23 @@ def test_common_refinement_of_two_row_major_factorizations(a, b, expected):
                 assert acc == d
                 groups.insert(0, g)
             assert list(itertools.chain(*groups)) == got
+
+
+def test_column_sum_of_concatenated_heads_splits_its_loops():
+    """A bias gradient over a concatenation of attention heads read as (batch * seq, 3 * heads * dh) (W5's qkv
+    bias): the loops are split to the heads' axes, so no index is divided; the sum equals numpy's."""
+    from luminal.hl_ops.movement import concat as cat
+    rng = np.random.default_rng(5)
+    arrs = [rng.standard_normal((2, 4, 16, 8)).astype(np.float32) for _ in range(3)]
+    cx = lm.Graph()
+    q, k, v = [cx.tensor(a.shape).set(a) for a in arrs]
+    heads = cat([q * 2.0, (k + 1.0).transpose(2, 3).transpose(2, 3), v.relu()], 1)   # (2, 12, 16, 8)
+    rows = heads.permute((0, 2, 1, 3)).reshape((32, 96))
+    y = rows.sum(0).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    a, b, c = arrs
+    want = np.concatenate([a * 2, b + 1, np.maximum(c, 0)], 1).transpose(0, 2, 1, 3).reshape(32, 96).sum(0)
+    np.testing.assert_allclose(y.data(), want, rtol=1e-5, atol=1e-5)
+    kernel = [m for m in re.finditer(r"static int kbody_\d+\(.*?\n}\n", cx.runtime.source, re.S) if "row[" in m.group(0)]
+    assert kernel and not any(re.search(r"\b[qijr]\d* [/%] \d", m.group(0)) for m in kernel)

@@ -4,16 +4,19 @@ split over the threads, and the types sums accumulate in."""
 
 from __future__ import annotations
 
+import re
+
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .emit import KernelWriter, _literal
 from .kernel import ReduceKernel
-from .values import merge_value, work_per_element
+from .values import merge_value, refine_space, work_per_element
 
 PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on one thread
 # reductions over at most this many (constant) elements are unrolled in the body, and the loop over the outputs
 # is the vector loop (a pooling window: a 2-trip `omp simd` reduction loop does not vectorize)
 SMALL_EXTENT = 8
+_INDEX_DIVISION = re.compile(r"\bi\d+ [/%] \d")  # a loop index divided in an index expression (rendered C)
 
 
 def small_extent(extent) -> int | None:
@@ -173,6 +176,8 @@ class ReduceRendering:
         inner_dims = kernel.dims[a:]
         if not inner_dims:
             return False
+        if self._column_reduce_refined(kernel, lines, work):
+            return True
         value = kernel.value
         nin = len(kernel.dims) + 1
         # merge the trailing (input) axes a+1.. into one
@@ -218,6 +223,89 @@ class ReduceRendering:
         lines.append(f"{ind}    }}")
         lines.append(f"{ind}}}")
         for j in range(len(outer) - 1, -1, -1):
+            ind = ind[:-4]
+            lines.append(f"{ind}}}")
+        lines.append("    }")
+        return True
+
+    def _column_reduce_refined(self, kernel: ReduceKernel, lines, work) -> bool:
+        """A column sum whose input reads a producer through a reshape (a concatenation of attention heads read
+        as ``(batch * seq, 3 * d)``: ``j / 64``, ``r / 128`` in every index): the input space split to the
+        producer's axes (:func:`~luminal.codegen.values.refine_space`), the reduced axis and the row becoming
+        nested loops with affine indices; the threads split the row's first axis. False when that does not
+        apply (the caller renders the per-output loop)."""
+        a = kernel.axis
+        in_dims = tuple(kernel.dims[:a]) + (kernel.extent,) + tuple(kernel.dims[a:])
+        ints = [to_expr(d).to_int() for d in in_dims]
+        if any(d is None or d == 0 for d in ints):
+            return False
+        rdims, value = refine_space(in_dims, kernel.value)
+        if len(rdims) == len(in_dims):
+            return False
+        # only where the unsplit loops would divide an index (split loops cost a little more otherwise)
+        trial = KernelWriter(self)
+        trial.emit(kernel.value, tuple(Expression.symbol(f"i{k}", d - 1) for k, d in enumerate(ints)))
+        if not _INDEX_DIVISION.search("\n".join(trial.lines)):
+            return False
+        sizes = [d.to_int() for d in rdims]
+        groups, j = [], 0
+        for d in ints:  # the refined axes of each original axis (refine_space only splits)
+            g, acc = [j], sizes[j]
+            j += 1
+            while acc < d:
+                g.append(j)
+                acc *= sizes[j]
+                j += 1
+            groups.append(g)
+        outer = [x for g in groups[:a] for x in g]
+        red = groups[a]
+        rows = [x for g in groups[a + 1:] for x in g]
+        row = 1
+        for x in rows:
+            row *= sizes[x]
+        if not rows or row < 16 or sizes[rows[0]] < 4:
+            return False
+        qs = tuple(Expression.symbol(f"q{k}", n - 1) for k, n in enumerate(sizes))
+        w = KernelWriter(self)
+        v = w.emit(value, qs)
+        flat, stride = to_expr(0), 1
+        for x in reversed(rows):
+            flat = flat + qs[x] * stride
+            stride *= sizes[x]
+        base, stride = to_expr(0), row
+        for x in reversed(outer):
+            base = base + qs[x] * stride
+            stride *= sizes[x]
+        per = row // sizes[rows[0]]  # outputs per step of the row's first axis
+        total = work * row
+        for x in outer:
+            total = total * sizes[x]
+        out = self.pointer(kernel.out)
+        lines.append(f"    #pragma omp parallel if(({self.index(total)}) >= {PARALLEL_WORK})")
+        lines.append("    {")
+        lines.append("        long long nt = omp_get_num_threads(), t = omp_get_thread_num();")
+        lines.append(f"        long long lo = ({sizes[rows[0]]} * t) / nt, hi = ({sizes[rows[0]]} * (t + 1)) / nt;")
+        ind = "        "
+        for x in outer:
+            lines.append(f"{ind}for (long long q{x} = 0; q{x} < {sizes[x]}; q{x}++) {{")
+            ind += "    "
+        lines.append(f"{ind}{kernel.dtype.c_type} *restrict row = {out} + {self.index(base)};")
+        lines.append(f"{ind}for (long long j = lo * {per}; j < hi * {per}; j++) row[j] = 0;")
+        opened = 0
+        for x in red:
+            lines.append(f"{ind}for (long long q{x} = 0; q{x} < {sizes[x]}; q{x}++) {{")
+            ind += "    "
+            opened += 1
+        for k, x in enumerate(rows):
+            if k == len(rows) - 1:
+                lines.append(f"{ind}#pragma omp simd")
+            lo, hi = ("lo", "hi") if k == 0 else ("0", str(sizes[x]))
+            lines.append(f"{ind}for (long long q{x} = {lo}; q{x} < {hi}; q{x}++) {{")
+            ind += "    "
+            opened += 1
+        lines += [ind + x for x in w.lines]
+        lines.append(f"{ind}row[{self.index(flat)}] += {v};")
+        for _ in range(opened + len(outer)):
             ind = ind[:-4]
             lines.append(f"{ind}}}")
         lines.append("    }")
