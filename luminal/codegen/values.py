@@ -28,9 +28,10 @@ def value_range(value) -> tuple:
     return None, None
 
 
-def walk(value):
+def walk(value, inlined: bool = True):
     """Every distinct node of a value tree, once: a shared subtree (the input of a where(), read by its
-    comparison and its select) is one object, so a chain of k relus visits k nodes, not 2^k."""
+    comparison and its select) is one object, so a chain of k relus visits k nodes, not 2^k. ``inlined=False``:
+    only the nodes over the kernel's own index space (not inside a ``Remapped`` producer or a gather)."""
     stack = [value]
     seen = set()
     while stack:
@@ -41,6 +42,8 @@ def walk(value):
         yield v
         if isinstance(v, Compute):
             stack.extend(v.args)
+        elif not inlined:
+            continue
         elif isinstance(v, GatherValue):
             stack.append(v.index)
             if v.data is not None:
@@ -307,7 +310,7 @@ def refine_space(dims, value):
         ints = [d.to_int() for d in dims]
         if any(d is None or d == 0 for d in ints):  # (symbolic: unknown factorization; empty: nothing to run)
             return dims, value
-        cand = next((v for v in _consumer_nodes(value) if isinstance(v, Remapped) and v.view.is_contiguous()
+        cand = next((v for v in walk(value, inlined=False) if isinstance(v, Remapped) and v.view.is_contiguous()
                      and all(to_expr(d).to_int() not in (None, 0) for d in v.dims)
                      and _prod_int(to_expr(d).to_int() for d in v.dims) == _prod_int(ints)), None)
         if cand is None:
@@ -336,19 +339,6 @@ def refine_space(dims, value):
         new_value = _replace(new_value, split_cand, inner, {})
         dims, value = new_dims, new_value
     return dims, value
-
-
-def _consumer_nodes(value):
-    """The nodes of ``value`` over the consumer's own index space: not those inside a ``Remapped`` or a gather."""
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        yield v
-        if isinstance(v, Compute):
-            stack.extend(v.args)
 
 
 def _replace(value, old, new, memo: dict):
