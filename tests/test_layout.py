@@ -140,3 +140,15 @@ def test_every_small_case_equals_numpy():
         cx.execute()
         want = (a @ b).T - 0.5 if read_t else a @ b - 0.5
         np.testing.assert_allclose(y.data(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [((0, 3, 4), (0, 4, 5)), ((2, 0, 4), (2, 4, 5)), ((2, 3, 0), (2, 0, 5))])
+def test_empty_products_read_transposed(shape_a, shape_b):
+    a = np.ones(shape_a, np.float32)
+    b = np.ones(shape_b, np.float32)
+    cx = lm.Graph()
+    A, B = cx.tensor(a.shape).set(a), cx.tensor(b.shape).set(b)
+    y = ((A @ B) * 2.0).transpose(1, 2).contiguous().retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    np.testing.assert_array_equal(y.data(), np.swapaxes(2 * (a @ b), 1, 2))

@@ -218,8 +218,8 @@ def _transposed(kernels: list, xi: int, pinned: set, readers: dict):
     if isinstance(x, GemmKernel) and (x.a_pro is not None or x.b_pro is not None):
         return None
     dims = _ints(x.dims)
-    if dims is None or len(dims) < 2 or dims[-1] == 1 or dims[-2] == 1:
-        return None
+    if dims is None or len(dims) < 2 or dims[-1] == 1 or dims[-2] == 1 or 0 in dims:
+        return None  # (symbolic, a vector, or empty: nothing to gain)
     M, N = dims[-2], dims[-1]
     nd = len(dims)
     reads: list = []  # (kernel index, kind, views of x.out)
