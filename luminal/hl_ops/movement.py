@@ -127,36 +127,10 @@ class MovementOps:
             dtype = view_dtype(shape[0])
             if dtype is not None:
                 if dtype != self.dtype and DType.bool not in (dtype, self.dtype) and dtype.bits != self.dtype.bits:
-                    return self._view_resized(dtype)
+                    from .bit_views import view_resized  # (it uses stack(), defined here)
+                    return view_resized(self, dtype)
                 return self.bitcast(dtype)
         return self.reshape(*shape)
-
-    def _view_resized(self, dtype):
-        """``view(dtype)`` for a dtype of another width (see :meth:`view`): through the unsigned integers of both
-        widths, the bytes split with shifts and masks or joined with shifts and ors (exact in every dtype)."""
-        src, dst = self.dtype, dtype
-        sn, dn = src.value, dst.value
-        if self.ndim == 0:
-            raise ValueError(f"view({dn}): a 0-d {sn} tensor cannot be viewed as a dtype of another width "
-                             f"({src.bits} vs {dst.bits} bits): it has no last dim to resize")
-        unsigned = {8: DType.uint8, 16: DType.uint16, 32: DType.uint32, 64: DType.uint64}
-        u = self.bitcast(unsigned[src.bits])
-        n = self.dims[-1]
-        if dst.bits < src.bits:
-            r, w = src.bits // dst.bits, dst.bits
-            mask = (1 << w) - 1
-            parts = [((u >> (w * j)) & mask).cast(unsigned[w]) for j in range(r)]
-            joined = stack(parts, axis=-1).reshape(self.dims[:-1] + (n * r,))
-            return joined.bitcast(dst)
-        r, w = dst.bits // src.bits, src.bits
-        if n.is_constant() and n.to_int() % r:
-            raise ValueError(f"view({dn}): the last dim of a {sn} tensor must hold whole {dn} elements "
-                             f"({r} {sn} each), but it has {n}")
-        grouped = u.reshape(self.dims[:-1] + (n // r, r)).cast(unsigned[dst.bits])
-        out = grouped[..., 0]
-        for j in range(1, r):
-            out = out | (grouped[..., j] << (w * j))
-        return out.bitcast(dst)
 
     def bitcast(self, dtype):
         """The same bits reinterpreted as ``dtype`` (same width as this tensor's dtype): ``view(dtype)``."""
