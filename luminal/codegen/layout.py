@@ -40,7 +40,7 @@ def _ints(dims):
     return None if any(d is None for d in out) else out
 
 
-def _remap(view: ShapeTracker, batch_stride: int, M: int, N: int) -> ShapeTracker | None:
+def _remap(view: ShapeTracker, M: int, N: int) -> ShapeTracker | None:
     """``view`` (reading a row-major ``[..., M, N]`` buffer) re-expressed over the ``[..., N, M]`` layout, or
     None when some reader axis does not walk exactly one of the batch, ``m`` and ``n`` axes within its range."""
     strides = _ints(view.strides)
@@ -72,7 +72,6 @@ def _remap(view: ShapeTracker, batch_stride: int, M: int, N: int) -> ShapeTracke
             return None
     if lo_m < 0 or hi_m >= M or lo_n < 0 or hi_n >= N:
         return None  # (the m and n parts would leave their axes: not one element per position any more)
-    del batch_stride
     return ShapeTracker(view.dims, tuple(to_expr(s) for s in new), q * mn + om + on * M, view.masks)
 
 
@@ -246,7 +245,7 @@ def _transposed(kernels: list, xi: int, pinned: set, readers: dict):
     for _, kind, vs in reads:
         for v, chain in vs:
             if v not in table:
-                nv = _remap(v, M * N, M, N)
+                nv = _remap(v, M, N)
                 if nv is None:
                     return None
                 table[v] = nv
