@@ -25,7 +25,8 @@ from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
-from .values import flatten_space, kernel_buffers, merge_value, program_symbols, refine_space, work_per_element
+from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, program_symbols, refine_space,
+                     work_per_element)
 from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
 from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
@@ -84,6 +85,7 @@ class CRenderer(ReduceRendering):
         are either C in ``gemm_sources`` (rendered into the program) or ``gemm_parts`` (library parts: luminal's
         own GEMMs, see :mod:`luminal.runtime.search` and :mod:`luminal.codegen.library`)."""
         self.program = program
+        self.buffer_ranges = buffer_ranges(program)  # (gathers indexed by a 0/1 mask buffer: selects)
         self.blas = blas
         self.profile = profile
         self.gemm_impl = dict(gemm_impl or {})

@@ -173,7 +173,8 @@ class KernelWriter:
             return self._emit_compute(value, vars_, rounded=True)
         if isinstance(value, GatherValue):
             idx = self.emit(value.index, vars_)
-            slots = gather_slots(value)
+            ranges = getattr(self.r, "buffer_ranges", None)
+            slots = gather_slots(value, ranges)
             if slots:
                 # a few slots known statically (where(): 2): evaluate each slot at its constant index, where the
                 # stack's masks fold away, and select -- no index arithmetic in the loop
@@ -182,7 +183,7 @@ class KernelWriter:
                     slot = self.emit(value.data, vars_[:value.axis] + (to_expr(k),) + vars_[value.axis + 1:])
                     out = self.temp(value.dtype, f"({idx} == {k}) ? {slot} : {out}")
                 return out
-            lo, hi = value_range(value.index)
+            lo, hi = value_range(value.index, ranges)
             extent_expr = value.data_view.dims[value.axis]
             n = extent_expr.to_int()
             in_range = lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n

@@ -6,20 +6,25 @@ from __future__ import annotations
 from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
-from .kernel import Compute, ConstValue, GatherValue, GemmKernel, IotaValue, Load, ReduceKernel, Remapped
+from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, ReduceKernel,
+                     Remapped)
 
 SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects (see emit.py)
 TRANSCENDENTAL_COST = 8  # exp2/log2/sin weigh this many simple ops in the parallel-work estimate
 
 
-def value_range(value) -> tuple:
-    """Inclusive integer range of a kernel value when it is known statically (bools and casts of bools)."""
+def value_range(value, ranges: dict | None = None) -> tuple:
+    """Inclusive integer range of a kernel value when it is known statically (bools and casts of bools; with
+    ``ranges``, {buffer: range} from :func:`buffer_ranges`, also loads of buffers written with a known range)."""
     if value.dtype == DType.bool:
         return 0, 1
     if isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
         return 0, 1
+    if isinstance(value, Load) and ranges and value.buffer in ranges:
+        lo, hi = ranges[value.buffer]
+        return (min(lo, 0), max(hi, 0)) if value.view.masks else (lo, hi)  # (a masked-out position reads 0)
     if isinstance(value, Remapped):  # masked-out positions read 0
-        lo, hi = value_range(value.value)
+        lo, hi = value_range(value.value, ranges)
         return (None, None) if lo is None else (min(lo, 0), max(hi, 0))
     if isinstance(value, ConstValue) and not isinstance(value.value, Expression):
         v = value.value
@@ -52,9 +57,27 @@ def walk(value, inlined: bool = True):
             stack.append(v.value)
 
 
-def gather_slots(value: GatherValue) -> list | None:
+def buffer_ranges(program) -> dict:
+    """{buffer: (lo, hi)} for the buffers an elementwise kernel writes whole with values of a known integer range
+    (a padding mask cast to int32 once and read by every layer's ``where``), so that gathers indexed by them
+    render as selects without a bounds check (which blocks vectorization). Inputs and aliased buffers excluded."""
+    shared = set(program.inputs) | set(program.aliases) | set(program.aliases.values())
+    writers: dict = {}
+    for k in program.kernels:
+        writers[k.out] = writers.get(k.out, 0) + 1
+    out: dict = {}
+    for k in program.kernels:
+        if not isinstance(k, ElementwiseKernel) or k.out in shared or writers[k.out] != 1:
+            continue
+        lo, hi = value_range(k.value, out)
+        if lo is not None and hi is not None:
+            out[k.out] = (lo, hi)
+    return out
+
+
+def gather_slots(value: GatherValue, ranges: dict | None = None) -> list | None:
     """The constant indices a gather is evaluated at when it renders as selects (``where``), else None."""
-    lo, hi = value_range(value.index)
+    lo, hi = value_range(value.index, ranges)
     n = value.data_view.dims[value.axis].to_int()
     if value.data is not None and lo is not None and hi is not None and n is not None and 0 <= lo <= hi < n \
             and hi - lo < SELECT_SLOTS:
