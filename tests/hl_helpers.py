@@ -99,3 +99,24 @@ def run_sanitized(script: str, cache_dir, marker: str, extra_cflags: str = "", t
     env.pop("LUMINAL_DEVICE", None)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.returncode == 0 and marker in proc.stdout, proc.stderr[-3000:]
+
+
+def run_in_threads(work, n: int) -> None:
+    """``work(i)`` for i in range(n), each on its own thread, all joined; raises the first error any raised
+    (an exception in a thread is otherwise lost)."""
+    import threading
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001  (re-raised below, in the test's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

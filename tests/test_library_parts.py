@@ -10,7 +10,6 @@ a program split into translation units links its routines; threads compiling at 
 from __future__ import annotations
 
 import os
-import threading
 
 import ml_dtypes
 import numpy as np
@@ -20,6 +19,7 @@ import luminal as lm
 from luminal.codegen.library import LibraryPart
 from luminal.runtime import build
 from luminal.runtime.cpu import find_compiler
+from hl_helpers import run_in_threads
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler")
 
@@ -125,22 +125,15 @@ def test_split_program_links_its_parts(tmp_path, monkeypatch):
 
 def test_threads_compiling_programs_that_share_a_part(tmp_path, monkeypatch):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    results, errors = {}, []
+    results = {}
 
     def work(i):
-        try:
-            cx, y, ref = _bf16_product(16 + i, 64, 24, seed=10 + i)
-            cx.compile(device="cpu")
-            cx.execute()
-            results[i] = (np.asarray(y.data(), np.float64), ref)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        cx, y, ref = _bf16_product(16 + i, 64, 24, seed=10 + i)
+        cx.compile(device="cpu")
+        cx.execute()
+        results[i] = (np.asarray(y.data(), np.float64), ref)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(work, 3)
+    assert len(results) == 3
     for got, ref in results.values():
         np.testing.assert_allclose(got, ref, rtol=0, atol=66 * 2.0 ** -23 * 4 * 64)

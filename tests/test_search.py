@@ -6,7 +6,6 @@ budgets on small shapes; nothing here asserts a timing."""
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import luminal as lm
 from luminal.runtime import search as S
 from luminal.runtime import tuning
 from luminal.runtime.cpu import CompileStats, find_compiler
+from hl_helpers import run_in_threads
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 
@@ -133,20 +133,11 @@ def test_export_import(tmp_path, monkeypatch):
 
 
 def test_concurrent_stores_keep_a_valid_file():
-    errors = []
-
     def work(t):
-        try:
-            for i in range(10):
-                tuning.store(f"gemm/{t}/{i}", {"choice": "blas", "seconds": float(i)})
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+        for i in range(10):
+            tuning.store(f"gemm/{t}/{i}", {"choice": "blas", "seconds": float(i)})
+
+    run_in_threads(work, 4)
     assert all(tuning.lookup(f"gemm/{t}/{i}") for t in range(4) for i in range(10))
 
 
