@@ -324,3 +324,46 @@ def test_no_prologue_fusion_into_a_gemm_with_a_stored_operand(monkeypatch):
     assert _gemms(cx) == [("float32", "bfloat16")] and not prologue_candidates(prog)
     a64 = 2.0 * a.astype(np.float32).astype(np.float64) + 1.0
     _check(np.asarray(y.data(), np.float64), a64, _rounded(b, "bfloat16"), "float32")
+
+
+def test_autocast_conv_stores_its_im2col_as_bfloat16():
+    """Under autocast a convolution's im2col matrix copies the rounded activation: every value is a bfloat16
+    value, so the copy is stored as bfloat16 (half the bytes) and the forward and weight-gradient GEMMs read it
+    as bfloat16 (the AMX kernels where the CPU has them); the transposed output gradient likewise. Results
+    against torch's CPU autocast (forward within two bfloat16 roundings, gradients within 2 ulp of bfloat16
+    plus 1 % of the largest)."""
+    import torch.nn.functional as TF
+    from luminal.training import grad
+    import luminal.nn.functional as F
+    from luminal.codegen.kernel import Compute, Load
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 8, 14, 14)).astype(np.float32)
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    g = rng.standard_normal((4, 16, 12, 12)).astype(np.float32)
+    cx = lm.Graph()
+    X, W, G = (cx.tensor(v.shape).set(v) for v in (x, w, g))
+    with lm.autocast(lm.bfloat16):
+        y = F.conv2d(X.relu(), W)
+        loss = (y.cast("float32") * G).sum()
+        dw, dx = grad(loss, [W, X])
+    for t in (y, dw, dx):
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    prog = cx.runtime.program
+    stores = _gemms(cx)
+    assert stores and all(s is not None and "float32" not in s for s in stores), stores
+    narrowed = [k for k in prog.kernels if not isinstance(k, GemmKernel) and prog.buffers[k.out][1] == lm.bfloat16
+                and isinstance(getattr(k, "value", None), Compute) and isinstance(k.value.args[0], Load)]
+    assert len(narrowed) >= 2  # the im2col matrix and the output gradient read by the data/weight GEMMs
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = TF.conv2d(tx.relu(), tw)
+    (ty.float() * torch.from_numpy(g)).sum().backward()
+    ref = ty.detach().float().numpy()
+    np.testing.assert_allclose(np.asarray(y.data()).astype(np.float32), ref, rtol=2 * 2.0 ** -7,
+                               atol=2 * 2.0 ** -7 * np.abs(ref).max())
+    for got, want in ((dw, tw.grad.numpy()), (dx, tx.grad.numpy())):
+        np.testing.assert_allclose(np.asarray(got.data()), want, rtol=2 * 2.0 ** -7,
+                                   atol=1e-2 * np.abs(want).max())

@@ -95,6 +95,28 @@ static inline void lm_amx_split(float a, unsigned short *p1, unsigned short *p2,
    block (b = half the size, ..., 1) with two-source permutes; lm_amx_tr16 a 32 x 32 matrix of 16-bit elements,
    lm_amx_tr32 a 16 x 16 matrix of 32-bit elements (bfloat16 pairs). The index tables: (generated) for stage s,
    row [2s] the upper row's new elements, [2s + 1] the lower row's. */
+/* 16 float32s rounded to bfloat16 by lm_f32_to_bf16's rule (ties to even, a value that is a bfloat16 already keeps
+   its bits, other NaNs become the quiet NaN of their sign), each in the top half of its 32-bit lane */
+static inline __m512i lm_amx_r16(const float *p) {
+    __m512i u = _mm512_loadu_si512((const void *)p);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+                                                      _mm512_set1_epi32(0x7fc00000)));
+    return _mm512_mask_mov_epi32(r, _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0xffff)), u);
+}
+/* 16 stored bfloat16s, each in the top half of its 32-bit lane */
+static inline __m512i lm_amx_b16(const unsigned short *p) {
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
+}
+/* the top halves of a's and then b's 16 lanes: 32 bfloat16s in order */
+static const unsigned short lm_amx_tops[32] __attribute__((aligned(64))) = {
+    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+static inline __m512i lm_amx_tops2(__m512i a, __m512i b) {
+    return _mm512_permutex2var_epi16(a, _mm512_load_si512((const void *)lm_amx_tops), b);
+}
 TRANSPOSES/* element i of A's bfloat16 copy (PARTS parts of `part` elements) from a stored element v */
 static inline void lm_amx_store_b(unsigned short v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = v; }
 static inline void lm_amx_store_r(float v, unsigned short *ac, long long i, size_t part) { (void)part; ac[i] = lm_f32_to_bf16(v); }
@@ -251,9 +273,86 @@ _KERNEL_ROWS = r"""
 #ifndef LM_AMX_ROWS_M
 #define LM_AMX_ROWS_M 192  /* from this many rows of A on, NAME takes NAME_rows when B is read where it is stored */
 #endif
+#ifndef LM_AMX_COLS_BYTES
+#define LM_AMX_COLS_BYTES (256 * 1024)  /* NAME_rows splits B's columns when A's bfloat16 copy is at most this */
+#endif
+#ifndef LM_AMX_COLS_CHUNK
+#define LM_AMX_COLS_CHUNK (128 * 1024)  /* bytes of B's packed columns a thread works on at a time */
+#endif
 #ifndef LM_AMX_ROWS_THREADS
 #define LM_AMX_ROWS_THREADS 0  /* threads of the tile loop (0: all) */
 #endif
+/* NAME_packb: tile (nb, kb) of B pair-interleaved, (B[n][k], B[n][k + 1]) for the 16 columns n = nb*16... and
+   the 16 pairs k = kb*32 + 2q, read along whichever of B's strides is 1 (vectorized), zero past N and K */
+static inline void NAME_packb(const TB *B, long long sbn, long long sbk, long long N, long long K, long long nb,
+                              long long kb, lm_amx_u32 *tile) {
+    long long n0 = nb * 16, k0 = kb * 32;
+    int full = n0 + 16 <= N && k0 + 32 <= K;
+    if (full && sbk == 1) {  /* rows of B: 16 rows of 32 converted, then a 16 x 16 pair transpose */
+        __m512i v[16];
+        for (int j = 0; j < 16; j++) {
+            const TB *src = B + (n0 + j) * sbn + k0;
+            v[j] = lm_amx_tops2(BVEC(src), BVEC(src + 16));
+        }
+        lm_amx_tr32(v);
+        for (int q = 0; q < 16; q++) _mm512_storeu_si512((void *)(tile + q * 16), v[q]);
+    } else if (full && sbn == 1) {  /* columns of B (a transposed B): 16 contiguous n per k, two k interleaved */
+        for (int q = 0; q < 16; q++) {
+            const TB *s0 = B + n0 + (k0 + 2 * q) * sbk;
+            __m512i lo = BVEC(s0), hi = BVEC(s0 + sbk);
+            _mm512_storeu_si512((void *)(tile + q * 16), _mm512_or_si512(_mm512_srli_epi32(lo, 16), hi));
+        }
+    } else if (full) {
+        for (int q = 0; q < 16; q++) {
+            const TB *s0 = B + n0 * sbn + (k0 + 2 * q) * sbk, *s1 = s0 + sbk;
+            for (int j = 0; j < 16; j++)
+                tile[q * 16 + j] = (lm_amx_u32)BCONV(s0[j * sbn]) | ((lm_amx_u32)BCONV(s1[j * sbn]) << 16);
+        }
+    } else {  /* an edge: zero past N and K */
+        for (int p = 0; p < 16; p++)
+            for (int j = 0; j < 16; j++) {
+                long long n = n0 + j, k = k0 + 2 * p;
+                lm_amx_u32 lo = n < N && k < K ? BCONV(B[n * sbn + k * sbk]) : 0;
+                lm_amx_u32 hi = n < N && k + 1 < K ? BCONV(B[n * sbn + (k + 1) * sbk]) : 0;
+                tile[p * 16 + j] = lo | (hi << 16);
+            }
+    }
+}
+/* NAME_block: rows m0..m0+31 x columns n0..n0+31 of C (n0..n0+15 unless two) from A's tile-order copy ar (parts
+   of apart elements; LM_AMX_AIDX over kblocks) and B's packed tiles w (K block kb at w + kb * 256, the next 16
+   columns wnext words further); the tile configuration is loaded */
+#define LM_AMX_AIDX(m, k) (((((m) >> 5) * kblocks + ((k) >> 5)) * 2 + (((m) & 31) >> 4)) * 512 + ((m) & 15) * 32 + ((k) & 31))
+static inline void NAME_block(const unsigned short *ar, size_t apart, int parts, long long kblocks, long long m0,
+                              const lm_amx_u32 *w, long long wnext, int two, float *C, long long M, long long N,
+                              long long n0) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long long kb = 0; kb < kblocks; kb++) {
+        _tile_loadd(6, w + kb * 256, 64);
+        if (two) _tile_loadd(7, w + wnext + kb * 256, 64);
+        for (int q = 0; q < parts; q++) {
+            const unsigned short *x = ar + q * apart + LM_AMX_AIDX(m0, kb * 32);
+            _tile_loadd(4, x, 64);
+            _tile_loadd(5, x + 512, 64);
+            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6);
+            if (two) { _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 5, 7); }
+        }
+    }
+    if (m0 + 32 <= M && n0 + (two ? 32 : 16) <= N) {  /* tiles straight into C */
+        _tile_stored(0, C + m0 * N + n0, N * 4); _tile_stored(2, C + (m0 + 16) * N + n0, N * 4);
+        if (two) { _tile_stored(1, C + m0 * N + n0 + 16, N * 4); _tile_stored(3, C + (m0 + 16) * N + n0 + 16, N * 4); }
+        LM_AMX_BARRIER;
+    } else {
+        float out[4][16 * 16] __attribute__((aligned(64)));
+        _tile_stored(0, out[0], 64); _tile_stored(2, out[2], 64);
+        if (two) { _tile_stored(1, out[1], 64); _tile_stored(3, out[3], 64); }
+        LM_AMX_BARRIER;
+        for (int q = 0; q < 4; q += two ? 1 : 2) {  /* tile q: rows of block q / 2, columns of n0 + (q % 2) * 16 */
+            long long r0 = m0 + (q / 2) * 16, cc = n0 + (q % 2) * 16;
+            long long mm = M - r0 < 16 ? M - r0 : 16, nn = N - cc < 16 ? N - cc : 16;
+            for (long long i = 0; i < mm; i++) memcpy(C + (r0 + i) * N + cc, out[q] + i * 16, (size_t)(nn > 0 ? nn : 0) * 4);
+        }
+    }
+}
 /* NAME_rows: NAME for many rows of A (the mirror formulation). A's rows are the tiles' first operand (read where
    they are stored when A is bfloat16 contiguous along K, else converted once into a zero-padded bfloat16 copy,
    PARTS parts); B is packed once per call pair-interleaved, tile (nb, kb) holding (B[n][k], B[n][k + 1]) for 16
@@ -263,52 +362,26 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                      const TB *B, long long sbn, long long sbk, float *C, lm_epilogue epi, void **bufs,
                      const long long *syms) {
     long long kblocks = (K + 31) / 32, kpad = kblocks * 32, nblocks = (N + 15) / 16, mpad = (M + 31) / 32 * 32;
-    lm_amx_u32 *bp = (lm_amx_u32 *)lm_og_grow(&lm_lp_buf[2], &lm_lp_cap[2], (size_t)(nblocks * kblocks) * 1024);
+    /* columns (few rows of A: its bfloat16 copy stays in the cache): the threads split B's columns, and each
+       packs 32 of them at a time into its own buffer right before their tile products; else B is packed whole
+       first and the threads split A's rows */
+    int nthreads = LM_AMX_ROWS_THREADS > 0 ? LM_AMX_ROWS_THREADS : omp_get_max_threads();
+    int cols = (double)mpad * (double)kpad * 2.0 * PARTS <= (double)LM_AMX_COLS_BYTES && nblocks >= 4;
+    long long cpairs = LM_AMX_COLS_CHUNK / (kblocks * 2048);  /* pairs of 16-column blocks packed at a time */
+    cpairs = cpairs < 1 ? 1 : cpairs > 16 ? 16 : cpairs;
+    size_t bchunk = (size_t)(2 * cpairs * kblocks) * 256;  /* words of one thread's packed columns */
+    lm_amx_u32 *bp = (lm_amx_u32 *)lm_og_grow(&lm_lp_buf[2], &lm_lp_cap[2], cols ? (size_t)nthreads * bchunk * 4 :
+                                                                            (size_t)(nblocks * kblocks) * 1024);
     if (!bp) return LM_AMX_UNUSABLE;
-    #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
-    for (long long nb = 0; nb < nblocks; nb++) {
-        for (long long kb = 0; kb < kblocks; kb++) {
-            lm_amx_u32 *tile = bp + (nb * kblocks + kb) * 256;
-            long long n0 = nb * 16, k0 = kb * 32;
-            int full = n0 + 16 <= N && k0 + 32 <= K;
-            if (full && sbk == 1) {  /* rows of B: 16 rows of 16 pairs converted, then a 16 x 16 pair transpose */
-                unsigned short rows[16][32] __attribute__((aligned(64)));
-                for (int j = 0; j < 16; j++) {
-                    const TB *src = B + (n0 + j) * sbn + k0;
-                    for (int k = 0; k < 32; k++) rows[j][k] = BCONV(src[k]);
-                }
-                __m512i v[16];
-                for (int j = 0; j < 16; j++) v[j] = _mm512_load_si512((const void *)rows[j]);
-                lm_amx_tr32(v);
-                for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(tile + q * 16), v[q]);
-            } else if (full && sbn == 1) {  /* columns of B (a transposed B): 16 contiguous n per k */
-                for (int q = 0; q < 16; q++) {
-                    const TB *s0 = B + n0 + (k0 + 2 * q) * sbk, *s1 = s0 + sbk;
-                    for (int j = 0; j < 16; j++)
-                        tile[q * 16 + j] = (lm_amx_u32)BCONV(s0[j]) | ((lm_amx_u32)BCONV(s1[j]) << 16);
-                }
-            } else if (full) {
-                for (int q = 0; q < 16; q++) {
-                    const TB *s0 = B + n0 * sbn + (k0 + 2 * q) * sbk, *s1 = s0 + sbk;
-                    for (int j = 0; j < 16; j++)
-                        tile[q * 16 + j] = (lm_amx_u32)BCONV(s0[j * sbn]) | ((lm_amx_u32)BCONV(s1[j * sbn]) << 16);
-                }
-            } else {  /* an edge: zero past N and K */
-                for (int p = 0; p < 16; p++)
-                    for (int j = 0; j < 16; j++) {
-                        long long n = n0 + j, k = k0 + 2 * p;
-                        lm_amx_u32 lo = n < N && k < K ? BCONV(B[n * sbn + k * sbk]) : 0;
-                        lm_amx_u32 hi = n < N && k + 1 < K ? BCONV(B[n * sbn + (k + 1) * sbk]) : 0;
-                        tile[p * 16 + j] = lo | (hi << 16);
-                    }
-            }
-        }
+    if (!cols) {
+        #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
+        for (long long nb = 0; nb < nblocks; nb++)
+            for (long long kb = 0; kb < kblocks; kb++) NAME_packb(B, sbn, sbk, N, K, nb, kb, bp + (nb * kblocks + kb) * 256);
     }
     /* A as PARTS bfloat16 copies of mpad x kpad (zero-padded) in tile order: each 16 x 32 tile of A (rows m0..,
        k0..) is one contiguous 1 KB block, the two tiles of a 32-row block next to each other, then the next 32 K
        (LM_AMX_AIDX): the tile loop reads A at stride 64 bytes, sequentially (read where A is stored, with the
        row stride of A, its tile loads missed the cache: about 2x slower at 1024^3) */
-#define LM_AMX_AIDX(m, k) (((((m) >> 5) * kblocks + ((k) >> 5)) * 2 + (((m) & 31) >> 4)) * 512 + ((m) & 15) * 32 + ((k) & 31))
     const unsigned short *ar;
     {
         unsigned short *ac = (unsigned short *)lm_og_grow(&lm_lp_buf[3], &lm_lp_cap[3], PARTS * (size_t)(mpad * kpad) * 2);
@@ -366,57 +439,51 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
     long long mpairs = mpad / 32, nchunk = ((1LL << 20) / (kpad * 32)) & ~1LL;  /* B's 16-column blocks per 1 MB */
     if (nchunk < 2) nchunk = 2;
     int err = 0;
-    int nthreads = LM_AMX_ROWS_THREADS > 0 ? LM_AMX_ROWS_THREADS : omp_get_max_threads();
     #pragma omp parallel num_threads(nthreads) if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
         long long nt = omp_get_num_threads(), t = omp_get_thread_num();
-        long long lo = mpairs * t / nt, hi = mpairs * (t + 1) / nt;
-        float out[4][16 * 16] __attribute__((aligned(64)));
-        if (hi > lo) lm_amx_config();
-        for (long long c0 = 0; c0 < nblocks && hi > lo; c0 += nchunk) {
-            long long c1 = c0 + nchunk < nblocks ? c0 + nchunk : nblocks;
-            for (long long mp = lo; mp < hi; mp++) {
-                long long m0 = mp * 32;
-                for (long long nb = c0; nb < c1; nb += 2) {
-                    int two = nb + 1 < c1;
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                    for (long long kb = 0; kb < kblocks; kb++) {
-                        const lm_amx_u32 *w = bp + (nb * kblocks + kb) * 256;
-                        _tile_loadd(6, w, 64);
-                        if (two) _tile_loadd(7, w + kblocks * 256, 64);
-                        for (int q = 0; q < parts; q++) {
-                            const unsigned short *x = ar + q * apart + LM_AMX_AIDX(m0, kb * 32);
-                            _tile_loadd(4, x, 64);
-                            _tile_loadd(5, x + 512, 64);
-                            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6);
-                            if (two) { _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 5, 7); }
-                        }
-                    }
-                    long long n0 = nb * 16;
-                    if (m0 + 32 <= M && n0 + (two ? 32 : 16) <= N) {  /* tiles straight into C */
-                        _tile_stored(0, C + m0 * N + n0, N * 4); _tile_stored(2, C + (m0 + 16) * N + n0, N * 4);
-                        if (two) { _tile_stored(1, C + m0 * N + n0 + 16, N * 4); _tile_stored(3, C + (m0 + 16) * N + n0 + 16, N * 4); }
-                        LM_AMX_BARRIER;
-                    } else {
-                        _tile_stored(0, out[0], 64); _tile_stored(2, out[2], 64);
-                        if (two) { _tile_stored(1, out[1], 64); _tile_stored(3, out[3], 64); }
-                        LM_AMX_BARRIER;
-                        for (int q = 0; q < 4; q += two ? 1 : 2) {  /* tile q: rows of block q / 2, columns of nb + q % 2 */
-                            long long r0 = m0 + (q / 2) * 16, cc = n0 + (q % 2) * 16;
-                            long long mm = M - r0 < 16 ? M - r0 : 16, nn = N - cc < 16 ? N - cc : 16;
-                            for (long long i = 0; i < mm; i++) memcpy(C + (r0 + i) * N + cc, out[q] + i * 16, (size_t)(nn > 0 ? nn : 0) * 4);
-                        }
-                    }
-                }
-                long long m1 = m0 + 32 < M ? m0 + 32 : M, e1 = c1 * 16 < N ? c1 * 16 : N;
-                int e = epi && m1 > m0 ? epi(bufs, syms, m0, m1, c0 * 16, e1) : 0;
+        if (cols) {  /* this thread's chunks of cpairs pairs of 16-column blocks: packed, then every row of C over them */
+            long long pairs = (nblocks + 1) / 2, chunks = (pairs + cpairs - 1) / cpairs;
+            long long lo = chunks * t / nt, hi = chunks * (t + 1) / nt;
+            lm_amx_u32 *bl = bp + (size_t)t * bchunk;
+            if (hi > lo) lm_amx_config();
+            for (long long ch = lo; ch < hi; ch++) {
+                long long nb0 = ch * cpairs * 2, nb1 = nb0 + cpairs * 2 < nblocks ? nb0 + cpairs * 2 : nblocks;
+                for (long long nb = nb0; nb < nb1; nb++)
+                    for (long long kb = 0; kb < kblocks; kb++)
+                        NAME_packb(B, sbn, sbk, N, K, nb, kb, bl + ((nb - nb0) * kblocks + kb) * 256);
+                for (long long mp = 0; mp < mpairs; mp++)
+                    for (long long nb = nb0; nb < nb1; nb += 2)
+                        NAME_block(ar, apart, parts, kblocks, mp * 32, bl + (nb - nb0) * kblocks * 256, kblocks * 256,
+                                   nb + 1 < nb1, C, M, N, nb * 16);
+                long long e1 = nb1 * 16 < N ? nb1 * 16 : N;
+                int e = epi ? epi(bufs, syms, 0, M, nb0 * 16, e1) : 0;
                 if (e) {
                     #pragma omp critical(lm_own_gemm_err)
                     { if (!err) err = e; }
                 }
             }
+            if (hi > lo) _tile_release();
+        } else {  /* this thread's 32-row blocks of A over B's packed columns, about 1 MB of B at a time */
+            long long lo = mpairs * t / nt, hi = mpairs * (t + 1) / nt;
+            if (hi > lo) lm_amx_config();
+            for (long long c0 = 0; c0 < nblocks && hi > lo; c0 += nchunk) {
+                long long c1 = c0 + nchunk < nblocks ? c0 + nchunk : nblocks;
+                for (long long mp = lo; mp < hi; mp++) {
+                    long long m0 = mp * 32;
+                    for (long long nb = c0; nb < c1; nb += 2)
+                        NAME_block(ar, apart, parts, kblocks, m0, bp + nb * kblocks * 256, kblocks * 256, nb + 1 < c1, C,
+                                   M, N, nb * 16);
+                    long long m1 = m0 + 32 < M ? m0 + 32 : M, e1 = c1 * 16 < N ? c1 * 16 : N;
+                    int e = epi && m1 > m0 ? epi(bufs, syms, m0, m1, c0 * 16, e1) : 0;
+                    if (e) {
+                        #pragma omp critical(lm_own_gemm_err)
+                        { if (!err) err = e; }
+                    }
+                }
+            }
+            if (hi > lo) _tile_release();
         }
-        if (hi > lo) _tile_release();
     }
     return err;
 }
@@ -452,5 +519,5 @@ def amx_source(a_store: str, b_store: str = "bfloat16") -> str:
     body = body.replace("TA", "unsigned short" if a_store == "bfloat16" else "float")
     rounded = b_store == "bf16r"  # a float32 B is copied, rounded to bfloat16
     body = body.replace("TB", "float" if rounded else "unsigned short").replace("BCOPY", "1" if rounded else "0")
-    body = body.replace("BCONV", "lm_f32_to_bf16" if rounded else "")
+    body = body.replace("BCONV", "lm_f32_to_bf16" if rounded else "").replace("BVEC", "lm_amx_r16" if rounded else "lm_amx_b16")
     return _COMMON + body.replace("NAME", amx_name(a_store, b_store))

@@ -90,6 +90,23 @@ def _conversion_source(kernel) -> tuple[int, bool] | None:
     return load.buffer, rounded
 
 
+def _bfloat16_valued(program: Program) -> set:
+    """float32 buffers whose every element is a bfloat16 value (its float32 widening): written by an elementwise
+    kernel whose value is a ``Cast(float32)`` of a bfloat16 value, or that copies such a buffer through a view
+    (an im2col matrix of autocast's rounded activations, a transposed gradient; padding reads 0, a bfloat16
+    value too). Storing one as bfloat16 loses nothing (``lm_f32_to_bf16`` keeps a bfloat16 value's bits, NaN
+    payloads included)."""
+    out: set = set()
+    for k in program.kernels:
+        if not isinstance(k, ElementwiseKernel) or k.dtype != DType.float32:
+            continue
+        inner = _cast_of(k.value)
+        if (inner is not None and inner.dtype in (DType.bfloat16,)) or \
+                (isinstance(k.value, Load) and k.value.buffer in out and k.value.dtype == DType.float32):
+            out.add(k.out)
+    return out
+
+
 def narrow_operands(program: Program) -> Program:
     """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
     ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
@@ -99,11 +116,13 @@ def narrow_operands(program: Program) -> Program:
       rounds a float32 buffer to bfloat16 (the GEMMs read the float32 buffer and round it: ``a_round`` /
       ``b_round``, autocast's operands);
     * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
-      fused into the producer, e.g. a layer norm): half the bytes, and the GEMMs read it as bfloat16.
+      fused into the producer, e.g. a layer norm), or copies such a buffer (:func:`_bfloat16_valued`: the
+      im2col matrix of a convolution under autocast): half the bytes, and the GEMMs read it as bfloat16.
     """
     writers, readers, pinned = buffer_uses(program)
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
     narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
+    exact = _bfloat16_valued(program)
     for buf, w in writers.items():
         kernel = program.kernels[w]
         if buf in pinned or not readers.get(buf) or not all(
@@ -117,6 +136,8 @@ def narrow_operands(program: Program) -> Program:
             inner = _cast_of(kernel.value)
             if inner is not None and inner.dtype == DType.bfloat16:
                 narrow[buf] = inner
+            elif buf in exact:  # every value is a bfloat16 value already: stored as one, exactly
+                narrow[buf] = Compute(ops.Cast(DType.bfloat16), (kernel.value,), DType.bfloat16)
     if not drop and not narrow:
         return program
     kernels = []
