@@ -173,3 +173,33 @@ def test_column_sum_of_concatenated_heads_splits_its_loops():
     np.testing.assert_allclose(y.data(), want, rtol=1e-5, atol=1e-5)
     kernel = [m for m in re.finditer(r"static int kbody_\d+\(.*?\n}\n", cx.runtime.source, re.S) if "row[" in m.group(0)]
     assert kernel and not any(re.search(r"\b[qijr]\d* [/%] \d", m.group(0)) for m in kernel)
+
+
+@pytest.mark.parametrize("inner", [(2,), (2, 2), (3,), (4,)])  # ((2, 2) merges into one axis of 4)
+@pytest.mark.parametrize("power", [False, True])
+def test_tiny_inner_axes_unrolled_inside_the_vector_loop(inner, power):
+    """An elementwise kernel whose innermost axes are tiny (a pooling gradient's 2 x 2 upsampling) is vectorized
+    over the axis around them, with one copy of the body per tiny index (no loop of 2 inside, no strided vector
+    loop); a body too long to copy (pow's) keeps the tiny loops outside. Values against numpy; pow in the body
+    (a tiny loop inside an `omp simd` once miscompiled it)."""
+    rng = np.random.default_rng(len(inner) * 10 + inner[0])
+    shape = (3, 5, 12) + inner  # (x broadcast over 5: no axes merge, the loops are 3, 5, 12 and the tiny ones)
+    x = rng.standard_normal((3, 12)).astype(np.float32)
+    y = rng.uniform(0.5, 2.0, shape).astype(np.float32)
+    expand = (slice(None), None, slice(None)) + (None,) * len(inner)
+
+    def build(a, b):
+        a = a.unsqueeze(1)
+        for _ in inner:
+            a = a.unsqueeze(-1)
+        return a.expand(shape) * (b ** 1.7 if power else b.sqrt()) + b
+
+    got, src = _compiled(build, x, y)
+    y64 = y.astype(np.float64)
+    want = x[expand] * (y64 ** 1.7 if power else np.sqrt(y64)) + y
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())  # (x y^1.7 + y cancels)
+    kernel = src[src.index("static int kbody_"):]
+    simd_loops = re.findall(r"#pragma omp simd\s*\n\s*for \(long long (i\d+) = 0; \1 < (\d+);", kernel)
+    assert simd_loops and all(int(n) == 12 for _, n in simd_loops), simd_loops
+    if not power:  # one copy of the body (one store) per tiny index
+        assert len(re.findall(r"b\d+\[[^]]*\] = ", kernel)) == int(np.prod(inner))
