@@ -56,6 +56,9 @@ CASES = [  # (M, K, N, A layout, B layout (of the K x N operand))
     # cases above split B's columns, each thread packing its own)
     (544, 288, 70, "rows", "cols"),
     (520, 260, 100, "cols", "rows"),
+    # a small C over a long K (weight gradients): K split into chunks of 1024, partials summed in chunk order
+    (40, 2100, 40, "rows", "cols"),
+    (64, 2048, 48, "cols", "rows"),
 ]
 
 
@@ -99,7 +102,7 @@ def _weight_only(a, w, a_layout="rows"):
     return np.asarray(y.data(), np.float64)
 
 
-@pytest.mark.parametrize("m,k,n", [(256, 96, 130), (130, 64, 48)])
+@pytest.mark.parametrize("m,k,n", [(256, 96, 130), (130, 64, 48), (2100, 64, 48)])
 def test_autocast_linear_and_its_gradients_match_torch(m, k, n):
     """An autocast Linear (bias in the epilogue) and the gradients of its weight and input, the products of a
     training step (transposed operands, float32 buffers read rounded), against torch's CPU autocast within one
@@ -171,8 +174,8 @@ def test_packs_round_float32_like_torch_bit_for_bit(k, n, b_layout):
 
 
 def test_row_kernel_threads_agree(tmp_path):
-    """The row kernel splits A's rows over the threads; one thread and two give the same bits (each output
-    element is summed in the same order whatever the split)."""
+    """The row kernel splits A's rows, B's columns or K's chunks over the threads; one thread and two give the
+    same bits (each output element is summed in the same order whatever the split)."""
     import os
     import subprocess
     import sys
@@ -180,13 +183,15 @@ def test_row_kernel_threads_agree(tmp_path):
     script = r'''
 import numpy as np, luminal as lm
 rng = np.random.default_rng(0)
-a, b = rng.standard_normal((300, 160)), rng.standard_normal((160, 90))
+ys = []
 cx = lm.Graph()
-x, w = cx.tensor((300, 160), "bfloat16"), cx.tensor((90, 160), "bfloat16")
-y = (x @ w.permute((1, 0))).cast("float32").retrieve()
-x.set(a.astype(np.float32)); w.set(np.ascontiguousarray(b.T).astype(np.float32))
+for m, k, n in ((300, 160, 90), (48, 3000, 40)):  # (the second: K split, partials summed in chunk order)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    x, w = cx.tensor((m, k), "bfloat16"), cx.tensor((n, k), "bfloat16")
+    ys.append((x @ w.permute((1, 0))).cast("float32").retrieve())
+    x.set(a.astype(np.float32)); w.set(np.ascontiguousarray(b.T).astype(np.float32))
 cx.compile(device="cpu"); cx.execute()
-np.save(OUT, y.data())
+np.save(OUT, np.concatenate([y.data().reshape(-1) for y in ys]))
 '''
     outs = []
     for threads in ("1", "2"):

@@ -17,12 +17,22 @@ Two formulations, chosen per call:
   tile rows of 16 words ``(A[m][2p], A[m][2p + 1])``). Each thread takes a share of the weight's rows, so a
   weight is streamed once per call; results are written transposed from the tiles into ``C``.
 * **Rows** (everything else: many rows, a ``B`` to convert, operands not contiguous along K such as the
-  gradient products of training). ``A``'s rows are the first operand (read where they are when ``A`` is
-  bfloat16 contiguous along K, else converted once into a bfloat16 copy); ``B`` is packed pair-interleaved
-  once per call, read along whichever of its strides is 1 (vectorized: rows through a 16 x 16 transpose of
-  pairs in registers, columns by interleaving two rows of K); a transposed ``A`` goes through 32 x 32 register
-  transposes. Each result tile is stored straight into ``C``; threads split the rows of ``A``, and the epilogue
-  runs on each 32-row block while it is in the cache.
+  gradient products of training, or a small ``C`` over a long K). ``A``'s rows are the first operand, copied
+  once into a bfloat16 copy in tile order (each 16 x 32 tile one contiguous 1 KB block); ``B`` is packed
+  pair-interleaved, read along whichever of its strides is 1 and rounded with AVX-512 integer operations
+  (bit-identical to ``lm_f32_to_bf16``): rows through a 16 x 16 transpose of pairs in registers, columns by
+  interleaving two rows of K; a transposed ``A`` goes through 32 x 32 register transposes. Each result tile is
+  stored straight into ``C``. The work is split over the threads one of three ways:
+
+  - *columns*, when ``A``'s copy is small (``LM_AMX_COLS_BYTES``; a convolution's forward and data-gradient
+    products under autocast, ``M`` 64-288 against ``N`` 36864): each thread packs a chunk of ``B``'s columns
+    (``LM_AMX_COLS_CHUNK`` bytes) into its own buffer and runs every row of ``C`` over it while it is in the
+    cache;
+  - *K chunks*, when ``C`` is small (``LM_AMX_KSUM_MN`` elements) and K long (a weight gradient: 64 x 288 over
+    K = 36864): fixed chunks of ``LM_AMX_KSUM_KB`` K blocks, each thread packing its chunk of ``B`` and storing
+    a partial ``C``; the partials are summed in chunk order, so the bits do not depend on the thread count;
+  - *rows* otherwise: ``B`` packed whole first, the threads split ``A``'s 32-row blocks and the epilogue runs
+    on each block while it is in the cache.
 
 The kernel needs the operating system's permission for the tile data (``arch_prctl(ARCH_REQ_XCOMP_PERM)``,
 asked once per process); without it, or with ``LUMINAL_AMX=0`` in the environment, :func:`amx_source`'s
@@ -167,7 +177,9 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
                 const long long *syms) {
     if (!lm_amx_ok()) return LM_AMX_UNUSABLE;
     /* operands that must be copied anyway (B converted, either not contiguous along K) are packed by NAME_rows */
-    if (M >= LM_AMX_ROWS_M || sbk != 1 || sak != 1 || BCOPY) return NAME_rows(M, N, K, A, sam, sak, B_in, sbn, sbk, C, epi, bufs, syms);
+    if (M >= LM_AMX_ROWS_M || sbk != 1 || sak != 1 || BCOPY ||
+        ((double)M * (double)N <= (double)LM_AMX_KSUM_MN && (K + 31) / 32 >= 2 * LM_AMX_KSUM_KB))  /* (its K split) */
+        return NAME_rows(M, N, K, A, sam, sak, B_in, sbn, sbk, C, epi, bufs, syms);
     const unsigned short *B = (const unsigned short *)B_in;
     long long mblocks = ((M + 15) / 16 + 1) / 2 * 2, kblocks = (K + 31) / 32, nblocks = (N + 15) / 16;
     size_t part = (size_t)(mblocks * kblocks) * 512;  /* bfloat16 elements per packed part */
@@ -279,6 +291,12 @@ _KERNEL_ROWS = r"""
 #ifndef LM_AMX_COLS_CHUNK
 #define LM_AMX_COLS_CHUNK (128 * 1024)  /* bytes of B's packed columns a thread works on at a time */
 #endif
+#ifndef LM_AMX_KSUM_MN
+#define LM_AMX_KSUM_MN (64 * 1024)  /* NAME_rows splits K when C has at most this many elements ... */
+#endif
+#ifndef LM_AMX_KSUM_KB
+#define LM_AMX_KSUM_KB 32  /* ... into chunks of this many K blocks (1024 K), when there are at least two */
+#endif
 #ifndef LM_AMX_ROWS_THREADS
 #define LM_AMX_ROWS_THREADS 0  /* threads of the tile loop (0: all) */
 #endif
@@ -292,7 +310,7 @@ static inline void NAME_packb(const TB *B, long long sbn, long long sbk, long lo
         __m512i v[16];
         for (int j = 0; j < 16; j++) {
             const TB *src = B + (n0 + j) * sbn + k0;
-            v[j] = lm_amx_tops2(BVEC(src), BVEC(src + 16));
+            v[j] = BCOPY ? lm_amx_tops2(BVEC(src), BVEC(src + 16)) : _mm512_loadu_si512((const void *)src);  /* (pairs) */
         }
         lm_amx_tr32(v);
         for (int q = 0; q < 16; q++) _mm512_storeu_si512((void *)(tile + q * 16), v[q]);
@@ -318,17 +336,17 @@ static inline void NAME_packb(const TB *B, long long sbn, long long sbk, long lo
             }
     }
 }
-/* NAME_block: rows m0..m0+31 x columns n0..n0+31 of C (n0..n0+15 unless two) from A's tile-order copy ar (parts
-   of apart elements; LM_AMX_AIDX over kblocks) and B's packed tiles w (K block kb at w + kb * 256, the next 16
-   columns wnext words further); the tile configuration is loaded */
+/* NAME_block: rows m0..m0+31 x columns n0..n0+31 of C (n0..n0+15 unless two), summed over the K blocks kb0..kb1-1,
+   from A's tile-order copy ar (parts of apart elements; LM_AMX_AIDX over kblocks) and B's packed tiles w (K block
+   kb at w + (kb - kb0) * 256, the next 16 columns wnext words further); the tile configuration is loaded */
 #define LM_AMX_AIDX(m, k) (((((m) >> 5) * kblocks + ((k) >> 5)) * 2 + (((m) & 31) >> 4)) * 512 + ((m) & 15) * 32 + ((k) & 31))
-static inline void NAME_block(const unsigned short *ar, size_t apart, int parts, long long kblocks, long long m0,
-                              const lm_amx_u32 *w, long long wnext, int two, float *C, long long M, long long N,
-                              long long n0) {
+static inline void NAME_block(const unsigned short *ar, size_t apart, int parts, long long kblocks, long long kb0,
+                              long long kb1, long long m0, const lm_amx_u32 *w, long long wnext, int two, float *C,
+                              long long M, long long N, long long n0) {
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (long long kb = 0; kb < kblocks; kb++) {
-        _tile_loadd(6, w + kb * 256, 64);
-        if (two) _tile_loadd(7, w + wnext + kb * 256, 64);
+    for (long long kb = kb0; kb < kb1; kb++) {
+        _tile_loadd(6, w + (kb - kb0) * 256, 64);
+        if (two) _tile_loadd(7, w + wnext + (kb - kb0) * 256, 64);
         for (int q = 0; q < parts; q++) {
             const unsigned short *x = ar + q * apart + LM_AMX_AIDX(m0, kb * 32);
             _tile_loadd(4, x, 64);
@@ -370,10 +388,18 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
     long long cpairs = LM_AMX_COLS_CHUNK / (kblocks * 2048);  /* pairs of 16-column blocks packed at a time */
     cpairs = cpairs < 1 ? 1 : cpairs > 16 ? 16 : cpairs;
     size_t bchunk = (size_t)(2 * cpairs * kblocks) * 256;  /* words of one thread's packed columns */
+    /* K split (a small C over a long K: a weight gradient): fixed chunks of LM_AMX_KSUM_KB K blocks over the
+       threads, each packing its chunk of B and storing a partial C; then C = the partials summed in chunk order,
+       so the bits do not depend on the number of threads */
+    int ksplit = !cols && (double)M * (double)N <= (double)LM_AMX_KSUM_MN && kblocks >= 2 * LM_AMX_KSUM_KB;
+    long long kchunks = (kblocks + LM_AMX_KSUM_KB - 1) / LM_AMX_KSUM_KB;
+    size_t kwords = (size_t)nblocks * LM_AMX_KSUM_KB * 256;  /* words of one thread's packed chunk of B */
     lm_amx_u32 *bp = (lm_amx_u32 *)lm_og_grow(&lm_lp_buf[2], &lm_lp_cap[2], cols ? (size_t)nthreads * bchunk * 4 :
-                                                                            (size_t)(nblocks * kblocks) * 1024);
+                                              ksplit ? (size_t)nthreads * kwords * 4 : (size_t)(nblocks * kblocks) * 1024);
     if (!bp) return LM_AMX_UNUSABLE;
-    if (!cols) {
+    float *part = ksplit ? (float *)lm_og_grow(&lm_lp_buf[0], &lm_lp_cap[0], (size_t)kchunks * (size_t)(M * N) * 4) : NULL;
+    if (ksplit && !part) return LM_AMX_UNUSABLE;
+    if (!cols && !ksplit) {
         #pragma omp parallel for schedule(static) if(!omp_in_parallel() && (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
         for (long long nb = 0; nb < nblocks; nb++)
             for (long long kb = 0; kb < kblocks; kb++) NAME_packb(B, sbn, sbk, N, K, nb, kb, bp + (nb * kblocks + kb) * 256);
@@ -454,7 +480,7 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                         NAME_packb(B, sbn, sbk, N, K, nb, kb, bl + ((nb - nb0) * kblocks + kb) * 256);
                 for (long long mp = 0; mp < mpairs; mp++)
                     for (long long nb = nb0; nb < nb1; nb += 2)
-                        NAME_block(ar, apart, parts, kblocks, mp * 32, bl + (nb - nb0) * kblocks * 256, kblocks * 256,
+                        NAME_block(ar, apart, parts, kblocks, 0, kblocks, mp * 32, bl + (nb - nb0) * kblocks * 256, kblocks * 256,
                                    nb + 1 < nb1, C, M, N, nb * 16);
                 long long e1 = nb1 * 16 < N ? nb1 * 16 : N;
                 int e = epi ? epi(bufs, syms, 0, M, nb0 * 16, e1) : 0;
@@ -464,6 +490,40 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                 }
             }
             if (hi > lo) _tile_release();
+        } else if (ksplit) {  /* this thread's K chunks, each into its partial C */
+            long long lo = kchunks * t / nt, hi = kchunks * (t + 1) / nt;
+            lm_amx_u32 *bl = bp + (size_t)t * kwords;
+            if (hi > lo) lm_amx_config();
+            for (long long c = lo; c < hi; c++) {
+                long long kb0 = c * LM_AMX_KSUM_KB, kb1 = kb0 + LM_AMX_KSUM_KB < kblocks ? kb0 + LM_AMX_KSUM_KB : kblocks;
+                long long nk = kb1 - kb0;
+                for (long long nb = 0; nb < nblocks; nb++)
+                    for (long long kb = kb0; kb < kb1; kb++) NAME_packb(B, sbn, sbk, N, K, nb, kb, bl + (nb * nk + kb - kb0) * 256);
+                float *P = part + (size_t)c * (size_t)(M * N);
+                for (long long mp = 0; mp < mpairs; mp++)
+                    for (long long nb = 0; nb < nblocks; nb += 2)
+                        NAME_block(ar, apart, parts, kblocks, kb0, kb1, mp * 32, bl + nb * nk * 256, nk * 256,
+                                   nb + 1 < nblocks, P, M, N, nb * 16);
+            }
+            if (hi > lo) _tile_release();
+            #pragma omp barrier
+            long long m0 = M * t / nt, m1 = M * (t + 1) / nt;
+            for (long long m = m0; m < m1; m++) {
+                float *restrict dst = C + m * N;
+                const float *restrict src = part + m * N;
+                #pragma omp simd
+                for (long long n = 0; n < N; n++) dst[n] = src[n];
+                for (long long c = 1; c < kchunks; c++) {
+                    const float *restrict pc = part + (size_t)c * (size_t)(M * N) + m * N;
+                    #pragma omp simd
+                    for (long long n = 0; n < N; n++) dst[n] += pc[n];
+                }
+            }
+            int e = epi && m1 > m0 ? epi(bufs, syms, m0, m1, 0, N) : 0;
+            if (e) {
+                #pragma omp critical(lm_own_gemm_err)
+                { if (!err) err = e; }
+            }
         } else {  /* this thread's 32-row blocks of A over B's packed columns, about 1 MB of B at a time */
             long long lo = mpairs * t / nt, hi = mpairs * (t + 1) / nt;
             if (hi > lo) lm_amx_config();
@@ -472,7 +532,7 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
                 for (long long mp = lo; mp < hi; mp++) {
                     long long m0 = mp * 32;
                     for (long long nb = c0; nb < c1; nb += 2)
-                        NAME_block(ar, apart, parts, kblocks, m0, bp + nb * kblocks * 256, kblocks * 256, nb + 1 < c1, C,
+                        NAME_block(ar, apart, parts, kblocks, 0, kblocks, m0, bp + nb * kblocks * 256, kblocks * 256, nb + 1 < c1, C,
                                    M, N, nb * 16);
                     long long m1 = m0 + 32 < M ? m0 + 32 : M, e1 = c1 * 16 < N ? c1 * 16 : N;
                     int e = epi && m1 > m0 ? epi(bufs, syms, m0, m1, c0 * 16, e1) : 0;
