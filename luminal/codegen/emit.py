@@ -109,6 +109,10 @@ class KernelWriter:
     def _emit_compute(self, value: Compute, vars_, rounded: bool) -> str:
         """A primitive's value from its arguments' (``rounded``: a bfloat16 result rounded, else left to the
         store)."""
+        quotient = _float32_quotient(value)
+        if quotient is not None:  # (a float32 division: one vdivps instead of converts, a double divide and a multiply)
+            num, den = (self.emit(x, vars_) for x in quotient)
+            return self.temp(value.dtype, f"({num} / {den})")
         args = [self.emit(a, vars_) for a in value.args]
         if isinstance(value.op, ops.Add) and _zero(value.dtype) in args:
             # x + (a statically masked-out 0): the stack of a where() read at one slot. Dropping the add
@@ -266,6 +270,35 @@ class KernelWriter:
 
 _BITS = {DType.float16: ("lm_bits_f16", "lm_f16_of"), DType.bfloat16: ("lm_bits_bf16", "lm_bf16_of"),
          DType.float32: ("lm_bits_f32", "lm_f32_of"), DType.float64: ("lm_bits_f64", "lm_f64_of")}
+
+
+_NARROW_FLOATS = (DType.float32, DType.bfloat16, DType.float16)
+
+
+def _float32_quotient(value):
+    """``(a, b)`` when ``value`` is ``Cast(float32)(Cast(float64)(a) * Recip(Cast(float64)(b)))`` with ``a`` and ``b``
+    float32 / bfloat16 / float16 (how the graph divides low-precision floats, see ``hl_ops.binary.div``: float64's
+    ``a * (1/b)`` rounds to the correctly rounded float32 quotient, because a quotient of two 24-bit floats is at
+    least 2^-49 relatively away from a float32 rounding midpoint and the float64 product is within 2^-52), so
+    the float32 division ``a / b`` (IEEE: correctly rounded) gives the same bits; else None."""
+    if not (isinstance(value.op, ops.Cast) and value.dtype == DType.float32 and len(value.args) == 1):
+        return None
+    mul = value.args[0]
+    if not (isinstance(mul, Compute) and isinstance(mul.op, ops.Mul) and mul.dtype == DType.float64):
+        return None
+
+    def widened(x):  # the float32-or-narrower value x is Cast(float64) of
+        if isinstance(x, Compute) and isinstance(x.op, ops.Cast) and x.dtype == DType.float64 and \
+                len(x.args) == 1 and x.args[0].dtype in _NARROW_FLOATS:
+            return x.args[0]
+        return None
+
+    for num, rec in (mul.args, mul.args[::-1]):
+        if isinstance(rec, Compute) and isinstance(rec.op, ops.Recip) and rec.dtype == DType.float64:
+            a, b = widened(num), widened(rec.args[0])
+            if a is not None and b is not None:
+                return a, b
+    return None
 
 
 def _bitcast(src: DType, dst: DType, x: str) -> str:
