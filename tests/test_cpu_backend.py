@@ -498,3 +498,31 @@ def test_flat_loops_and_full_reductions_below_and_above_the_thread_threshold(n):
     np.testing.assert_allclose(s.data(), (xs.astype(np.float64) ** 2).sum(), rtol=n * 2.0 ** -24)
     assert m.data() == xs.max()
     assert "parallel for simd" not in cx.runtime.source
+
+
+def test_exp2_over_its_whole_range_and_past_it():
+    """The C backend's exp2 (lm_exp2f: a polynomial and two exact power-of-two steps) against float64 numpy
+    rounded to float32: within 2 ulp where the result is normal, within one subnormal step where it is
+    subnormal (down to 2^-149), exactly 0 below -151, inf above 128, NaN for NaN; inputs far below the range
+    (a masked softmax's -inf scores) go through the same vectorized code (they are computed at 0 and then
+    replaced, no subnormal intermediate)."""
+    rng = np.random.default_rng(21)
+    edges = np.array([-np.inf, -1e30, -200.0, -151.5, -151.0, -150.5, -150.0, -149.5, -149.0, -140.0, -127.0,
+                      -126.5, -126.0, -125.9, -1.0, -0.0, 0.0, 1e-8, 1.0, 100.0, 127.0, 127.99, 128.0, 128.01,
+                      1e30, np.inf, np.nan], np.float32)
+    x = np.concatenate([edges, rng.uniform(-160, 130, 20000).astype(np.float32)])
+    cx = lm.Graph()
+    out = cx.tensor(x.shape).set(x).exp2().retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    got = np.asarray(out.data())
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    fin = ~np.isnan(x)
+    g, w = got[fin].astype(np.float64), want[fin].astype(np.float64)
+    tiny = np.finfo(np.float32).tiny
+    normal = np.abs(w) >= tiny
+    assert np.all(g[x[fin] < -151.0] == 0) and np.all(np.isposinf(g[x[fin] > 128.0]))
+    np.testing.assert_array_less(np.abs(g - w)[normal & np.isfinite(w)], 2 * np.spacing(w[normal & np.isfinite(w)].astype(np.float32)).astype(np.float64) + 1e-300)
+    np.testing.assert_array_less(np.abs(g - w)[~normal], 2.0 ** -149 * 1.01)
