@@ -1,6 +1,6 @@
 """Symbolic vs fixed shapes on the CPU backend: generated C, compile time and run time (issue 14, "Targets").
 
-Run:  python benchmarks/symbolic_shapes.py [--quick] [--timeout 120] [--only chains,bert]
+Run:  python benchmarks/symbolic_shapes.py [--quick] [--timeout 120] [--only chains,bert,interleaved]
                                            [--cases relu,gelu,gelu_tanh,masked_softmax,layer_norm]
                                            [--configs 1x32,32x128] [--no-torch] [--torch-threads N]
                                            [--search] [--search-budget 60]
@@ -560,11 +560,61 @@ def header() -> None:
     print(f"luminal from {where}, git {rev}; cc: {ccv}")
 
 
+def interleaved_table(args, tmp: str) -> None:
+    """Table 3: the BERT encoder of table 2, luminal (symbolic, fixed) and PyTorch in one process, one call of each
+    in turn per round, so that the host's speed changes hit all three alike (on a shared machine that swings 2x
+    from one minute to the next, separate processes' times do not compare). Min and median over the rounds."""
+    import torch
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    weights = os.path.join(tmp, "bert_weights_interleaved.npz")
+    bert_weights(weights)
+    state = dict(np.load(weights))
+    tl = torch.nn.TransformerEncoderLayer(BERT["d"], BERT["heads"], BERT["ffn"], dropout=0.0, activation="gelu",
+                                          layer_norm_eps=BERT["eps"], batch_first=True)
+    tenc = torch.nn.TransformerEncoder(tl, BERT["layers"], enable_nested_tensor=False).eval()
+    tenc.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    enc, cx, x, pad, y = luminal_bert(("batch", "seq"))
+    enc.load_state_dict(state)
+    cx.compile(device="cpu")
+    print("\nTable 3: BERT encoder, luminal and PyTorch alternating in one process (ms per call)")
+    print(f"{'config':8} | {'sym min':>8} {'fixed min':>9} {'torch min':>9} | {'sym med':>8} {'fixed med':>9} "
+          f"{'torch med':>9} | {'sym/torch':>9} {'fix/torch':>9} (min)")
+    for config in args.configs:
+        b, s_ = (int(v) for v in config.split("x"))
+        fenc, fcx, fx, fpad, _ = luminal_bert((b, s_))
+        fenc.load_state_dict(state)
+        fcx.compile(device="cpu")
+        x_np, pad_np = bert_inputs(config)
+        for t, v in ((x, x_np), (pad, pad_np), (fx, x_np), (fpad, pad_np)):
+            t.set(v)
+        xt, pt = torch.from_numpy(x_np), torch.from_numpy(pad_np)
+
+        def torch_call():
+            with torch.no_grad():
+                return tenc(xt, src_key_padding_mask=pt)
+        calls = {"sym": cx.execute, "fixed": fcx.execute, "torch": torch_call}
+        for f in calls.values():  # warm-up
+            f()
+        times = {k: [] for k in calls}
+        rounds = max(3, args.repeats)
+        for _r in range(rounds):
+            for k, f in calls.items():
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
+        mn = {k: min(v) * 1e3 for k, v in times.items()}
+        md = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+        print(f"{config:8} | {mn['sym']:8.2f} {mn['fixed']:9.2f} {mn['torch']:9.2f} | {md['sym']:8.2f} "
+              f"{md['fixed']:9.2f} {md['torch']:9.2f} | {mn['sym'] / mn['torch']:9.2f} {mn['fixed'] / mn['torch']:9.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer cases, 1x32 only, fewer repeats")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per child stage (compile, each run)")
-    parser.add_argument("--only", default="chains,bert", help="tables: chains, bert")
+    parser.add_argument("--only", default="chains,bert",
+                        help="tables: chains, bert, interleaved (BERT with PyTorch in one process)")
     parser.add_argument("--cases", default=",".join(CHAIN_CASES))
     parser.add_argument("--configs", default=None, help="BERT batch x seq list (default 1x32,32x128; quick 1x32)")
     parser.add_argument("--repeats", type=int, default=None)
@@ -613,6 +663,8 @@ def main() -> None:
             chain_table(args, tmp)
         if "bert" in tables:
             bert_table(args, tmp)
+        if "interleaved" in tables:
+            interleaved_table(args, tmp)
     finally:
         for child in LIVE:
             child.kill()
