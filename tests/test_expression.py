@@ -234,6 +234,36 @@ def test_nested_div_mod_stays_equivalent():
     assert e.symbols() == {"z"}
 
 
+@PROP
+@given(st.sampled_from([-3, -1, 1, 2]), st.one_of(st.integers(1, 12), st.sampled_from(["a", "b"])),
+       st.one_of(st.integers(1, 9), st.sampled_from(["a", "b"])), st.integers(-60, 60), st.booleans(),
+       bindings_list)
+def test_mod_of_div_recombination_matches_integer_arithmetic(k, c, m, shift, extra, envs):
+    """``k*c*((x // c) % m) + k*(x % c)`` is ``k*(x % (c*m))`` (a flat index read back through a reshape of two
+    axes): the simplified form has no ``(x // c) % m`` left, and equals the raw tree under every binding (x may
+    be negative: z + shift)."""
+    cx = sym(c) + 1 if isinstance(c, str) else to_expr(c)  # (a symbolic divisor: a + 1 >= 1)
+    mx = sym(m) + 1 if isinstance(m, str) else to_expr(m)
+    xv = z + shift
+    raw = E.raw("add", E.raw("mul", E.raw("num", k), E.raw("mul", cx, E.raw("mod", E.raw("div", xv, cx), mx))),
+                E.raw("mul", E.raw("num", k), E.raw("mod", xv, cx)))
+    if extra:
+        raw = E.raw("add", raw, E.raw("mul", E.raw("num", 3), E.raw("var", "b")))
+    simplified = raw.simplify()
+    assert not any(n.op == "mod" and n.args[0].op == "div" for n in _nodes(simplified)), simplified
+    for env in envs:
+        assert simplified.evaluate(env) == raw.evaluate(env)
+
+
+def test_mod_of_div_recombination_with_a_range_is_the_index():
+    """With ``0 <= i < seq*batch`` known, ``seq*((i // seq) % batch) + i % seq`` is ``i`` itself: the rows of a
+    (seq*batch)-row GEMM output read as (batch, seq) need no division."""
+    seq, batch = sym("seq"), sym("batch")
+    i = Expression.symbol("i", seq * batch - 1)
+    assert seq * ((i // seq) % batch) + i % seq == i
+    assert 4 * (seq * ((i // seq) % batch) + i % seq) + 7 == 4 * i + 7
+
+
 def test_affine_floordiv_simplifies():
     assert (b * 4 + 3) // 4 == b
     assert (b * 4 + 3) // 4 == sym("b")

@@ -151,21 +151,56 @@ def _recombine_div_mod(coefs: dict[Expression, int]) -> int:
                 continue
             x, c = base.args
             div = Expression(DIV, (x, c))
-            if c.op == NUM:
-                if coefs.get(div, 0) != k * c.args[0]:
-                    continue
-            else:  # a symbolic monomial c = cc*cm: the term k*cc*cm*(x // c), stored as base cm*(x // c)
-                if c.op == ADD:
-                    continue
-                cc, cm = _split_coef(c)
-                div = _mul(cm, div)
-                if coefs.get(div, 0) != k * cc:
-                    continue
-            del coefs[base], coefs[div]
-            const += _collect_terms((x,), k, coefs)
-            changed = True
-            break
+            cc, cm = _split_coef(c) if c.op != NUM else (c.args[0], ONE)  # (a sum c: 1, c)
+            term = div if c.op == NUM else _mul(cm, div)  # k*cc*cm*(x // c) is stored as base cm*(x // c)
+            if coefs.get(term, 0) == k * cc:
+                del coefs[base], coefs[term]
+                const += _collect_terms((x,), k, coefs)
+                changed = True
+                break
+            # k*c*((x // c) % m) + k*(x % c) -> k*(x % (c*m)): the row and column of a flat index seen through
+            # a reshape ((seq*batch) rows read as (batch, seq)) are one mod, or x itself where x < c*m
+            outer = _mod_of(coefs, x, c, cm, k * cc) if cc > 0 else None
+            if outer is not None:
+                from .division import _mod
+                term, x2, m = outer
+                del coefs[base], coefs[term]
+                const += _collect_terms((_mod(x2, _mul(c, m)),), k, coefs)
+                changed = True
+                break
     return const
+
+
+def _mod_of(coefs: dict, x: Expression, c: Expression, cm: Expression, coef: int):
+    """``(base, x2, m)`` of a term ``coef * cm * ((x2 // c) % m)`` in ``coefs`` whose ``x2 % c`` is ``x % c``
+    (``x2 == x``, or, for a constant ``c``, ``x2 - x`` a constant multiple of it: the mod's constant offset is
+    kept modulo c, the division's is not), ``m`` positive or symbolic; ``cm`` the symbolic part of ``c`` (ONE
+    for a constant); else None."""
+    for base, k in coefs.items():
+        if k != coef:
+            continue
+        factors = base.args if base.op == MUL else (base,)
+        for f in factors:
+            if f.op != MOD or f.args[0].op != DIV or f.args[0].args[1] != c or \
+                    (f.args[1].op == NUM and f.args[1].args[0] <= 0):
+                continue
+            x2 = f.args[0].args[0]
+            if x2 != x:
+                if c.op != NUM:
+                    continue
+                d = x2 - x
+                if d.op != NUM or d.args[0] % c.args[0]:
+                    continue
+            if _mul_all([g for g in factors if g is not f]) == cm:
+                return base, x2, f.args[1]
+    return None
+
+
+def _mul_all(factors) -> Expression:
+    out = ONE
+    for f in factors:
+        out = _mul(out, f)
+    return out
 
 
 def _recombine_min_max(coefs: dict[Expression, int]) -> int:
