@@ -18,7 +18,7 @@ import torch
 
 import luminal as lm
 from luminal.runtime.cpu import find_compiler
-from test_gemm_lowp import _check, _gemms, _rounded, check_float32_accuracy
+from test_gemm_lowp import _check, _gemms, _rounded, autocast_step, check_float32_accuracy
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler")
 
@@ -107,23 +107,12 @@ def test_autocast_linear_and_its_gradients_match_torch(m, k, n):
     """An autocast Linear (bias in the epilogue) and the gradients of its weight and input, the products of a
     training step (transposed operands, float32 buffers read rounded), against torch's CPU autocast within one
     bfloat16 rounding of the outputs."""
-    from luminal.training import grad
-
     rng = np.random.default_rng(n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = (rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     g = rng.standard_normal((m, n)).astype(np.float32)
-    cx = lm.Graph()
-    x, W, B, G = (cx.tensor(v.shape).set(v) for v in (a, w, bias, g))
-    with lm.autocast(lm.bfloat16):
-        y = x @ W.permute((1, 0)) + B
-        loss = (y.cast("float32") * G).sum()
-        dx, dw = grad(loss, [x, W])
-    for t in (y, dx, dw):
-        t.retrieve()
-    cx.compile(device="cpu")
-    cx.execute()
+    _, y, (dx, dw) = autocast_step([a, w, bias], g, lambda x, W, B: x @ W.permute((1, 0)) + B, wrt=(0, 1))
     ta, tw, tb = (torch.from_numpy(v).requires_grad_() for v in (a, w, bias))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ty = torch.nn.functional.linear(ta, tw, tb)

@@ -326,6 +326,25 @@ def test_no_prologue_fusion_into_a_gemm_with_a_stored_operand(monkeypatch):
     _check(np.asarray(y.data(), np.float64), a64, _rounded(b, "bfloat16"), "float32")
 
 
+def autocast_step(arrays, g, forward, wrt):
+    """``y = forward(*tensors)`` built under bfloat16 autocast over float32 inputs holding ``arrays``, with the
+    loss ``sum(float32(y) * g)`` and its gradients with respect to the inputs at the indices ``wrt`` (the products
+    of a training step), compiled for the cpu and run once. Returns ``(graph, y, gradients)``."""
+    from luminal.training import grad
+
+    cx = lm.Graph()
+    ts = [cx.tensor(v.shape).set(v) for v in arrays]
+    G = cx.tensor(g.shape).set(g)
+    with lm.autocast(lm.bfloat16):
+        y = forward(*ts)
+        grads = grad((y.cast("float32") * G).sum(), [ts[i] for i in wrt])
+    for t in (y, *grads):
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    return cx, y, grads
+
+
 def test_autocast_conv_stores_its_im2col_as_bfloat16():
     """Under autocast a convolution's im2col matrix copies the rounded activation: every value is a bfloat16
     value, so the copy is stored as bfloat16 (half the bytes) and the forward and weight-gradient GEMMs read it
@@ -333,7 +352,6 @@ def test_autocast_conv_stores_its_im2col_as_bfloat16():
     against torch's CPU autocast (forward within two bfloat16 roundings, gradients within 2 ulp of bfloat16
     plus 1 % of the largest)."""
     import torch.nn.functional as TF
-    from luminal.training import grad
     import luminal.nn.functional as F
     from luminal.codegen.kernel import Compute, Load
 
@@ -341,16 +359,7 @@ def test_autocast_conv_stores_its_im2col_as_bfloat16():
     x = rng.standard_normal((4, 8, 14, 14)).astype(np.float32)
     w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
     g = rng.standard_normal((4, 16, 12, 12)).astype(np.float32)
-    cx = lm.Graph()
-    X, W, G = (cx.tensor(v.shape).set(v) for v in (x, w, g))
-    with lm.autocast(lm.bfloat16):
-        y = F.conv2d(X.relu(), W)
-        loss = (y.cast("float32") * G).sum()
-        dw, dx = grad(loss, [W, X])
-    for t in (y, dw, dx):
-        t.retrieve()
-    cx.compile(device="cpu")
-    cx.execute()
+    cx, y, (dw, dx) = autocast_step([x, w], g, lambda X, W: F.conv2d(X.relu(), W), wrt=(1, 0))
     prog = cx.runtime.program
     stores = _gemms(cx)
     assert stores and all(s is not None and "float32" not in s for s in stores), stores
