@@ -101,7 +101,7 @@ def _bfloat16_valued(program: Program) -> set:
         if not isinstance(k, ElementwiseKernel) or k.dtype != DType.float32:
             continue
         inner = _cast_of(k.value)
-        if (inner is not None and inner.dtype in (DType.bfloat16,)) or \
+        if (inner is not None and inner.dtype == DType.bfloat16) or \
                 (isinstance(k.value, Load) and k.value.buffer in out and k.value.dtype == DType.float32):
             out.add(k.out)
     return out
