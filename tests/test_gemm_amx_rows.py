@@ -215,3 +215,39 @@ def test_float32_activations_that_are_bfloat16_values(inexact_at):
         exact_row = (a[r].astype(np.float64) @ w64.T)
         np.testing.assert_allclose(got[r], exact_row, rtol=0,
                                    atol=8 * 2.0 ** -24 * scale[r].max())
+
+
+def test_k_split_chunks_grow_when_the_partials_would_be_too_big(tmp_path):
+    """A very long K would need more partial Cs than LM_AMX_KSUM_BYTES allows: the chunks get longer instead (a
+    build with the limit at 40 KB makes 8192 K take 5 chunks of 52 blocks, not 8 of 32). Against float64 numpy
+    of the rounded operands, and the same bits with one thread and two."""
+    import os
+    import subprocess
+    import sys
+
+    from luminal.runtime.build import BASE_FLAGS
+
+    script = r'''
+import numpy as np, luminal as lm
+rng = np.random.default_rng(5)
+a, b = rng.standard_normal((48, 8192)), rng.standard_normal((8192, 40))
+cx = lm.Graph()
+x, w = cx.tensor((48, 8192), "bfloat16"), cx.tensor((40, 8192), "bfloat16")
+y = (x @ w.permute((1, 0))).cast("float32").retrieve()
+x.set(a.astype(np.float32)); w.set(np.ascontiguousarray(b.T).astype(np.float32))
+cx.compile(device="cpu"); cx.execute()
+np.save(OUT, y.data())
+'''
+    outs = []
+    for threads in ("1", "2"):
+        path = str(tmp_path / f"out{threads}.npy")
+        env = dict(os.environ, OMP_NUM_THREADS=threads, LUMINAL_CACHE_DIR=str(tmp_path / "cache"),
+                   LUMINAL_CFLAGS=" ".join(BASE_FLAGS + ["-DLM_AMX_KSUM_BYTES=40000"]))
+        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(np.load(path))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((48, 8192)), rng.standard_normal((8192, 40))
+    _check(outs[0].astype(np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "bfloat16")

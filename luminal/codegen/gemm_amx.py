@@ -29,7 +29,8 @@ Two formulations, chosen per call:
     (``LM_AMX_COLS_CHUNK`` bytes) into its own buffer and runs every row of ``C`` over it while it is in the
     cache;
   - *K chunks*, when ``C`` is small (``LM_AMX_KSUM_MN`` elements) and K long (a weight gradient: 64 x 288 over
-    K = 36864): fixed chunks of ``LM_AMX_KSUM_KB`` K blocks, each thread packing its chunk of ``B`` and storing
+    K = 36864): fixed chunks of ``LM_AMX_KSUM_KB`` K blocks (more when the partials would pass
+    ``LM_AMX_KSUM_BYTES``, 64 MB), each thread packing its chunk of ``B`` and storing
     a partial ``C``; the partials are summed in chunk order, so the bits do not depend on the thread count;
   - *rows* otherwise: ``B`` packed whole first, the threads split ``A``'s 32-row blocks and the epilogue runs
     on each block while it is in the cache.
@@ -297,6 +298,9 @@ _KERNEL_ROWS = r"""
 #ifndef LM_AMX_KSUM_KB
 #define LM_AMX_KSUM_KB 32  /* ... into chunks of this many K blocks (1024 K), when there are at least two */
 #endif
+#ifndef LM_AMX_KSUM_BYTES
+#define LM_AMX_KSUM_BYTES (64LL << 20)  /* ... and of more, so that the partial Cs take at most this much */
+#endif
 #ifndef LM_AMX_ROWS_THREADS
 #define LM_AMX_ROWS_THREADS 0  /* threads of the tile loop (0: all) */
 #endif
@@ -392,8 +396,12 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
        threads, each packing its chunk of B and storing a partial C; then C = the partials summed in chunk order,
        so the bits do not depend on the number of threads */
     int ksplit = !cols && (double)M * (double)N <= (double)LM_AMX_KSUM_MN && kblocks >= 2 * LM_AMX_KSUM_KB;
-    long long kchunks = (kblocks + LM_AMX_KSUM_KB - 1) / LM_AMX_KSUM_KB;
-    size_t kwords = (size_t)nblocks * LM_AMX_KSUM_KB * 256;  /* words of one thread's packed chunk of B */
+    /* (chunks of more K blocks when the partials would pass LM_AMX_KSUM_BYTES: a very long K) */
+    long long ksumkb = LM_AMX_KSUM_KB, maxch = (long long)((double)LM_AMX_KSUM_BYTES / ((double)M * (double)N * 4.0));
+    if (maxch < 2) maxch = 2;
+    if ((kblocks + ksumkb - 1) / ksumkb > maxch) ksumkb = (kblocks + maxch - 1) / maxch;
+    long long kchunks = (kblocks + ksumkb - 1) / ksumkb;
+    size_t kwords = (size_t)nblocks * (size_t)ksumkb * 256;  /* words of one thread's packed chunk of B */
     lm_amx_u32 *bp = (lm_amx_u32 *)lm_og_grow(&lm_lp_buf[2], &lm_lp_cap[2], cols ? (size_t)nthreads * bchunk * 4 :
                                               ksplit ? (size_t)nthreads * kwords * 4 : (size_t)(nblocks * kblocks) * 1024);
     if (!bp) return LM_AMX_UNUSABLE;
@@ -495,7 +503,7 @@ static int NAME_rows(long long M, long long N, long long K, const TA *A, long lo
             lm_amx_u32 *bl = bp + (size_t)t * kwords;
             if (hi > lo) lm_amx_config();
             for (long long c = lo; c < hi; c++) {
-                long long kb0 = c * LM_AMX_KSUM_KB, kb1 = kb0 + LM_AMX_KSUM_KB < kblocks ? kb0 + LM_AMX_KSUM_KB : kblocks;
+                long long kb0 = c * ksumkb, kb1 = kb0 + ksumkb < kblocks ? kb0 + ksumkb : kblocks;
                 long long nk = kb1 - kb0;
                 for (long long nb = 0; nb < nblocks; nb++)
                     for (long long kb = kb0; kb < kb1; kb++) NAME_packb(B, sbn, sbk, N, K, nb, kb, bl + (nb * nk + kb - kb0) * 256);
