@@ -162,13 +162,28 @@ def test_packs_round_float32_like_torch_bit_for_bit(k, n, b_layout):
     assert np.all((got[tiny] == 0) | (got[tiny] == want[tiny]))
 
 
-def test_row_kernel_threads_agree(tmp_path):
-    """The row kernel splits A's rows, B's columns or K's chunks over the threads; one thread and two give the
-    same bits (each output element is summed in the same order whatever the split)."""
+def _same_bits_with_one_and_two_threads(script, tmp_path, **env_extra):
+    """Run ``script`` (which saves its result to ``OUT``) in a fresh process with OMP_NUM_THREADS 1 and 2 (each
+    with its own cache folder, plus ``env_extra``); assert the two results are the same bits; return one."""
     import os
     import subprocess
     import sys
 
+    outs = []
+    for threads in ("1", "2"):
+        path = str(tmp_path / f"out{threads}.npy")
+        env = dict(os.environ, OMP_NUM_THREADS=threads, LUMINAL_CACHE_DIR=str(tmp_path / threads), **env_extra)
+        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(np.load(path))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    return outs[0]
+
+
+def test_row_kernel_threads_agree(tmp_path):
+    """The row kernel splits A's rows, B's columns or K's chunks over the threads; one thread and two give the
+    same bits (each output element is summed in the same order whatever the split)."""
     script = r'''
 import numpy as np, luminal as lm
 rng = np.random.default_rng(0)
@@ -182,15 +197,7 @@ for m, k, n in ((300, 160, 90), (48, 3000, 40)):  # (the second: K split, partia
 cx.compile(device="cpu"); cx.execute()
 np.save(OUT, np.concatenate([y.data().reshape(-1) for y in ys]))
 '''
-    outs = []
-    for threads in ("1", "2"):
-        path = str(tmp_path / f"out{threads}.npy")
-        env = dict(os.environ, OMP_NUM_THREADS=threads, LUMINAL_CACHE_DIR=str(tmp_path / threads))
-        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
-                              env=env, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append(np.load(path))
-    np.testing.assert_array_equal(outs[0], outs[1])
+    _same_bits_with_one_and_two_threads(script, tmp_path)
 
 
 @pytest.mark.parametrize("inexact_at", [None, (255, 511), (0, 0)])
@@ -221,10 +228,6 @@ def test_k_split_chunks_grow_when_the_partials_would_be_too_big(tmp_path):
     """A very long K would need more partial Cs than LM_AMX_KSUM_BYTES allows: the chunks get longer instead (a
     build with the limit at 40 KB makes 8192 K take 5 chunks of 52 blocks, not 8 of 32). Against float64 numpy
     of the rounded operands, and the same bits with one thread and two."""
-    import os
-    import subprocess
-    import sys
-
     from luminal.runtime.build import BASE_FLAGS
 
     script = r'''
@@ -238,16 +241,8 @@ x.set(a.astype(np.float32)); w.set(np.ascontiguousarray(b.T).astype(np.float32))
 cx.compile(device="cpu"); cx.execute()
 np.save(OUT, y.data())
 '''
-    outs = []
-    for threads in ("1", "2"):
-        path = str(tmp_path / f"out{threads}.npy")
-        env = dict(os.environ, OMP_NUM_THREADS=threads, LUMINAL_CACHE_DIR=str(tmp_path / "cache"),
-                   LUMINAL_CFLAGS=" ".join(BASE_FLAGS + ["-DLM_AMX_KSUM_BYTES=40000"]))
-        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
-                              env=env, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append(np.load(path))
-    np.testing.assert_array_equal(outs[0], outs[1])
+    out = _same_bits_with_one_and_two_threads(
+        script, tmp_path, LUMINAL_CFLAGS=" ".join(BASE_FLAGS + ["-DLM_AMX_KSUM_BYTES=40000"]))
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((48, 8192)), rng.standard_normal((8192, 40))
-    _check(outs[0].astype(np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "bfloat16")
+    _check(out.astype(np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "bfloat16")
