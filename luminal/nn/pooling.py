@@ -27,6 +27,7 @@ import numpy as np
 from ..dtype import DType
 from ..graph import GraphError
 from ..hl_ops import concat, where
+from ..hl_ops.binary import _grad_rule
 from ..module import Module, check_graph_tensor
 
 
@@ -99,9 +100,27 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode, return_in
     # the padding must never win: -inf for floats, the smallest value for ints (which keep their dtype)
     low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
     w, k_axes = _windows(x, axes, kernel, stride, padding, dilation, ceil_mode, low, name)
+    real = None
+    if x.dtype.is_float and (any(padding) or ceil_mode):  # padded positions never take the gradient
+        real = _windows(_flat_positions(x, axes, name), axes, kernel, stride, padding, dilation, ceil_mode, -1,
+                        name)[0] >= 0
+    out = window_max(w, k_axes, real)
     if not return_indices:
-        return w.max(k_axes)
-    return w.max(k_axes), _max_indices(x, axes, w, k_axes, kernel, stride, padding, dilation, ceil_mode, name)
+        return out
+    return out, _max_indices(x, axes, w, k_axes, kernel, stride, padding, dilation, ceil_mode, name)
+
+
+def window_max(w, axes, real=None, keepdim: bool = False):
+    """``w.max(axes)`` differentiated as PyTorch's max pooling is: each window's whole gradient goes to its
+    first maximum in scan order (row-major over ``axes``), or to its last NaN when it holds one, never to a
+    position where ``real`` (a bool tensor broadcastable to ``w``, optional) is False -- not shared among tied
+    maxima as ``amax``'s gradient is. Needs constant window extents (else it is a plain ``max``). The rule is
+    ``"max_pool"`` of :mod:`luminal.training.autograd`; ONNX's ``MaxPool`` uses it too."""
+    axes = tuple(sorted(a % w.ndim for a in ((axes,) if isinstance(axes, int) else axes)))
+    out = w.max(axes, keepdim=keepdim)
+    if w.dtype.is_float and all(w.dims[a].is_constant() for a in axes):
+        _grad_rule(out, "max_pool", (w,) if real is None else (w, real), axes)
+    return out
 
 
 def _flat_positions(x, axes, name):
@@ -227,12 +246,12 @@ def _adaptive_axis(x, axis: int, out: int, mode: str, name: str):
     if length % out == 0:
         k = length // out
         w = x.pool(axis, k, k)
-        return w.mean(axis + 1) if mode == "mean" else w.max(axis + 1)
+        return w.mean(axis + 1) if mode == "mean" else window_max(w, axis + 1)
     parts = []
     for i in range(out):
         start, end = (i * length) // out, -(-((i + 1) * length) // out)
         s = x.slice_axis(axis, start, end)
-        parts.append(s.mean(axis, keepdim=True) if mode == "mean" else s.max(axis, keepdim=True))
+        parts.append(s.mean(axis, keepdim=True) if mode == "mean" else window_max(s, axis, keepdim=True))
     return concat(parts, axis)
 
 
@@ -251,7 +270,10 @@ def _adaptive(x, n, output_size, mode, return_indices, name):
     if return_indices:
         outs = [_const(x.dims[a], name) if s is None else int(s) for a, s in zip(axes, sizes)]
         return _adaptive_max_with_indices(x, axes, outs, name)
-    for a, s in zip(axes, sizes):
+    pairs = list(zip(axes, sizes))
+    if mode == "max":  # the last axis first: separable first-maximum gradients then pick PyTorch's (row-major) one
+        pairs.reverse()
+    for a, s in pairs:
         if s is None:
             continue  # None keeps the input size (PyTorch)
         x = _adaptive_axis(x, a, int(s), mode, name)
@@ -276,7 +298,7 @@ def _adaptive_max_with_indices(x, axes, outs, name):
     def cell(vals, where_pos, depth):
         if depth == len(axes):
             red = tuple(axes)
-            best = vals.max(red, keepdim=True)
+            best = window_max(vals, red, keepdim=True)
             first = where(vals.eq(best), where_pos, big).min(red, keepdim=True)
             if vals.dtype.is_float:
                 last_nan = where(vals.isnan(), where_pos, -1).max(red, keepdim=True)

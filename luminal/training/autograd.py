@@ -16,7 +16,7 @@ How it works:
   views that read an element more than once (sliding windows of convolutions and pooling, strided slices)
   become a scatter-add written as a fused gather-and-sum over the source elements.
 * A node with a :attr:`~luminal.graph.Graph.grad_rules` entry (``pow``, ``maximum``/``minimum``, ``cos``,
-  ``tan``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
+  ``tan``, ``max_pool``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
   primitives, where the chain rule would give other values at special points (``0 ** -1``, ties) or lose
   accuracy.
 * Non-differentiable ops (``LessThan``, integer and bool tensors, ``Gather``'s index) pass no gradient.
@@ -38,7 +38,10 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from .. import ops
+from ..dtype import DType
 from ..graph import Graph, GraphError
 from ..shape import ShapeTracker
 from ..tensor import GraphTensor
@@ -403,6 +406,8 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         if hi is not None:
             inside = x <= hi if inside is None else inside.logical_and(x <= hi)
         rules = [lambda: where(inside, g, 0.0)]
+    elif name == "max_pool":  # torch's max pooling backward: all of g to the first maximum (last NaN)
+        rules = [lambda: _max_pool_grad(ts[0], ts[1] if len(ts) > 1 else None, y, g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
         rules = []
     elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
@@ -412,6 +417,40 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
     else:
         raise NotImplementedError(f"autograd: no gradient rule named {name!r}")
     return [(operands[k], fn()) for k, fn in enumerate(rules) if operands[k][0] in relevant]
+
+
+def _max_pool_grad(w: GraphTensor, real, y: GraphTensor, g: GraphTensor, axes: tuple) -> GraphTensor:
+    """The gradient at ``w`` of ``y = w.max(axes)`` as PyTorch's max pooling has it (``max_pool*d``'s indices,
+    scattered): in each window the whole of ``g`` goes to the first maximum in row-major scan order over
+    ``axes``, or to the last NaN when the window holds one; never to a position where ``real`` is False. One
+    max-reduction picks it: every position gets a code (NaN: ``2K + p``; a maximum: ``2K - 1 - p``; else 0,
+    ``p`` the scan position, ``K`` the window size); the window's largest code names the position that wins."""
+    from ..hl_ops import where
+
+    graph, dims = w.graph, w.dims
+    kept = [d for i, d in enumerate(dims) if i not in axes]
+    y, g = y.reshape(kept), g.reshape(kept)  # (keepdim results come with unit axes)
+    for a in axes:
+        y, g = y.expand_dim(a, dims[a]), g.expand_dim(a, dims[a])
+    sizes = [dims[a].to_int() for a in axes]
+    k = int(np.prod(sizes, dtype=np.int64))
+    pos = None
+    for i, a in enumerate(axes):
+        shape = [1] * len(dims)
+        shape[a] = sizes[i]
+        part = graph.arange(sizes[i], dtype=DType.int32).reshape(shape) * int(np.prod(sizes[i + 1:], dtype=np.int64))
+        pos = part if pos is None else pos + part
+    hit = (w < y).logical_not()  # w <= max everywhere (a NaN position is a hit too, but its NaN code wins)
+    nan = w.isnan()
+    if real is not None:
+        hit, nan = hit.logical_and(real), nan.logical_and(real)
+    best = where(nan, pos + 2 * k, where(hit, pos * -1 + (2 * k - 1), 0)).max(axes, keepdim=True)
+    # decoded per window, so the codes are only read by the reduction (fused into it, never stored)
+    first = where(best >= 2 * k, best - 2 * k, best * -1 + (2 * k - 1))
+    # g times the 0/1 mask: an elementwise op (the code generator splits the input grid into windows and reads g
+    # without index divisions) that stays differentiable in g (double backward). Unlike torch's scatter, a NaN or
+    # inf in g also spreads NaN to the window's other positions (0 * inf).
+    return g * pos.eq(first).cast(g.dtype)
 
 
 def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int, g: GraphTensor) -> GraphTensor:

@@ -14,6 +14,7 @@ from onnx import TensorProto as TP
 
 from ...dtype import DType
 from ...nn.conv import conv_nd, conv_transpose_nd
+from ...nn.pooling import window_max
 from ..errors import OnnxImportError
 from ..registry import dim, is_symbolic, register, typed
 
@@ -206,7 +207,7 @@ def _max_pool(ctx):
     n = x.ndim - 2
     kernel, strides, dilations, pads, outs = _pool_geometry(ctx, x, n)
     win, k_axes = _windows(x, kernel, strides, dilations, pads, outs, _lowest(x.dtype))
-    y = win.max(k_axes)
+    y = window_max(win, k_axes)  # differentiated as torch's max pooling (no padding mask: -inf ties aside)
     if not ctx.output_used(1):
         return [y]
     # Indices: flat position (row-major, or column-major over H, W with storage_order=1) of each maximum
