@@ -24,6 +24,7 @@ Contiguous     any                                    same
 Constant       (scalar: number or symbolic expr)      its dtype
 Iota           (expression of the flat index ``z``)   its dtype (int32/int64/float*)
 Gather         data any, index int32/int64            data dtype (``torch.gather`` semantics)
+ScatterAdd     index int32/int64, src f32/f64/ints    src dtype (sums into zeros; the adjoint of Gather)
 Cast           any                                    target dtype (float->int truncates; ints wrap)
 BitCast        any but bool                           target dtype of the same width (the bits reinterpreted)
 Input          (set from the host)                    its dtype
@@ -427,6 +428,47 @@ class Gather(Op):
 
 
 @dataclass(frozen=True)
+class ScatterAdd(Op):
+    """``out = zeros(index dims with axis -> size); out[i with i[axis] replaced by index[i]] += src[i]`` for every
+    position ``i`` of ``index`` (``torch.Tensor.scatter_add_`` on zeros); inputs ``(index, src)`` of equal dims.
+    The adjoint of :class:`Gather` (its data gradient, e.g. an embedding table's). Each output element sums its
+    contributions in ascending position order along ``axis`` (deterministic; the compiled kernels split the
+    work over the other axes). float32/float64 and integers (wrapping); half types are cast by the caller. An
+    index outside ``[0, size)`` raises ``IndexError``."""
+
+    axis: int
+    size: Expression
+    arity: ClassVar[int] = 2
+
+    def check(self, dtypes, shapes):
+        super().check(dtypes, shapes)
+        index, src = shapes
+        if dtypes[0] not in (DType.int32, DType.int64):
+            raise TypeError(f"ScatterAdd: index must be int32/int64, got {dtypes[0]}")
+        if dtypes[1] in (DType.bool, DType.float16, DType.bfloat16):
+            raise TypeError(f"ScatterAdd accumulates float32/float64/integer values, got {dtypes[1]}; cast first")
+        _require_same_shape(self, shapes)
+        if not 0 <= self.axis < index.ndim:
+            raise GraphError(f"ScatterAdd: axis {self.axis} out of range for {index.ndim} dims")
+
+    def reference(self, inputs, bindings, out_shape):
+        index, src = inputs
+        size = out_shape[self.axis]
+        message = Gather(self.axis).index_error(index, size)
+        if message:
+            raise IndexError(message.replace("Gather", "ScatterAdd"))
+        out = np.zeros(out_shape, dtype=src.dtype)
+        coords = list(np.indices(index.shape, sparse=True))
+        coords[self.axis] = index.astype(np.int64)
+        with np.errstate(all="ignore"):
+            np.add.at(out, tuple(coords), src)  # (unbuffered, in C order of the positions)
+        return out
+
+    def __str__(self) -> str:
+        return f"ScatterAdd({self.axis})"
+
+
+@dataclass(frozen=True)
 class Cast(Op):
     """Convert to ``dtype`` (float->int truncates toward zero; nonzero->True for bool)."""
 
@@ -474,4 +516,4 @@ def check_bitcast(src: DType, dst: DType) -> None:
 
 
 PRIMITIVES = (Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, Bitwise, SumReduce, MaxReduce, Contiguous,
-              Constant, Iota, Gather, Cast, BitCast, Input, GraphBreak)
+              Constant, Iota, Gather, ScatterAdd, Cast, BitCast, Input, GraphBreak)

@@ -30,7 +30,7 @@ from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, 
                      work_per_element)
 from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
 from .library import declarations, gemm_part, link_function
-from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel
+from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, ScatterKernel
 from .shared import _dispatch, _shared_body
 from .c_reduce import PARALLEL_WORK, ReduceRendering, small_extent  # noqa: F401  (PARALLEL_WORK: re-exported)
 
@@ -184,6 +184,8 @@ class CRenderer(ReduceRendering):
                 self._elementwise(kernel, lines)
             elif isinstance(kernel, ReduceKernel):
                 self._reduce(kernel, lines)
+            elif isinstance(kernel, ScatterKernel):
+                self._scatter(kernel, lines)
             else:
                 self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]), packs)
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]

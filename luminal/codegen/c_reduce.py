@@ -16,6 +16,7 @@ PARALLEL_WORK = 1 << 20  # elements x ops per element below which a loop runs on
 # reductions over at most this many (constant) elements are unrolled in the body, and the loop over the outputs
 # is the vector loop (a pooling window: a 2-trip `omp simd` reduction loop does not vectorize)
 SMALL_EXTENT = 8
+SCATTER_BLOCK = 256  # a ScatterAdd's positions per thread chunk along the first axis after the scattered one
 _INDEX_DIVISION = re.compile(r"\bi\d+ [/%] \d")  # a loop index divided in an index expression (rendered C)
 
 
@@ -310,3 +311,57 @@ class ReduceRendering:
             lines.append(f"{ind}}}")
         lines.append("    }")
         return True
+
+    def _scatter(self, kernel, lines) -> None:
+        """A ``ScatterKernel``: the output zeroed, then every index position adds its source value at the row
+        its index names. The positions are split over the threads by the axes before the scattered one and by
+        blocks of ``SCATTER_BLOCK`` along the first axis after it, so each output element is owned by one thread
+        and sums its contributions in ascending position order (deterministic); the scattered axis is walked
+        sequentially inside (two of its positions may name the same row), and the innermost axis after it is
+        the vector loop (its positions always write distinct elements)."""
+        dims, axis = tuple(kernel.dims), kernel.axis
+        index_v, src_v = kernel.value.args
+        out_dims = dims[:axis] + (to_expr(kernel.size),) + dims[axis + 1:]
+        total = to_expr(1)
+        for d in out_dims:
+            total = total * d
+        work = to_expr(1)
+        for d in dims:
+            work = work * d
+        ptr = self.pointer(kernel.out)
+        lines.append(f"    memset({ptr}, 0, (size_t)({self.index(total)}) * sizeof(*{ptr}));")
+        vars_ = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(dims))
+        strides = ShapeTracker.contiguous_of(out_dims).strides
+        base = to_expr(0)
+        for j, (v, s) in enumerate(zip(vars_, strides)):
+            if j != axis:
+                base = base + v * s
+        w = KernelWriter(self)
+        k = w.emit(index_v, vars_)
+        s = w.emit(src_v, vars_)
+        body = w.lines + [f"long long k_ = (long long)({k});",
+                          f"if (k_ < 0 || k_ >= {self.index(kernel.size)}) err = 4;",
+                          f"else {ptr}[{self.index(base)} + k_ * {self.index(strides[axis])}] += {s};"]
+        before, after = list(range(axis)), list(range(axis + 1, len(dims)))
+        lines.append(f"    #pragma omp parallel for collapse({len(before) + 1}) schedule(static) "
+                     f"if(({self.index(work)}) >= {PARALLEL_WORK})")
+        ind = "    "
+        for j in before:
+            lines.append(f"{ind}for (long long i{j} = 0; i{j} < {self.index(dims[j])}; i{j}++) {{")
+            ind += "    "
+        first = self.index(dims[after[0]]) if after else "1"
+        lines.append(f"{ind}for (long long c_ = 0; c_ < ({first} + {SCATTER_BLOCK - 1}) / {SCATTER_BLOCK}; c_++) {{")
+        ind += "    "
+        lines.append(f"{ind}for (long long i{axis} = 0; i{axis} < {self.index(dims[axis])}; i{axis}++) {{")
+        ind += "    "
+        for pos, j in enumerate(after):
+            if pos == len(after) - 1:
+                lines.append(f"{ind}#pragma omp simd")
+            lo, hi = (f"c_ * {SCATTER_BLOCK}", f"LUMINAL_MIN(c_ * {SCATTER_BLOCK} + {SCATTER_BLOCK}, {first})") \
+                if pos == 0 else ("0", self.index(dims[j]))
+            lines.append(f"{ind}for (long long i{j} = {lo}; i{j} < {hi}; i{j}++) {{")
+            ind += "    "
+        lines += [ind + x for x in body]
+        for _ in range(len(before) + len(after) + 2):
+            ind = ind[:-4]
+            lines.append(f"{ind}}}")

@@ -100,6 +100,19 @@ class ReduceKernel:
 
 
 @dataclass
+class ScatterKernel:
+    """``out = 0; out[i with i[axis] = index(i)] += src(i)`` for every ``i`` of ``dims`` (a ``ScatterAdd``:
+    ``value`` is ``Compute(ScatterAdd, (index, src))`` over ``dims``, so walks over kernel values see both
+    operands; the output has ``dims`` with ``axis`` replaced by ``size``)."""
+    out: int
+    dims: tuple           # the index's (iteration) dims
+    axis: int
+    size: Expression      # the output's extent along axis
+    value: object
+    dtype: DType
+
+
+@dataclass
 class GemmKernel:
     """``C[b, m, n] = sum_k A[b, m, k] * B[b, n, k]`` through strided views (a BLAS call per batch index)."""
     out: int
@@ -301,7 +314,8 @@ def lower(graph: Graph) -> Program:
         op = node.op
         if node_id in gemm_muls:
             continue
-        if isinstance(op, (ops.Input, ops.SumReduce, ops.MaxReduce, ops.GraphBreak)) or node_id in gemms:
+        if isinstance(op, (ops.Input, ops.SumReduce, ops.MaxReduce, ops.GraphBreak, ops.ScatterAdd)) or \
+                node_id in gemms:
             materialized.add(node_id)
         elif node_id in graph.to_retrieve or node_id in graph.no_delete:
             materialized.add(node_id)
@@ -406,6 +420,12 @@ def lower(graph: Graph) -> Program:
             a_src, a_view = _blas_operand(program, a, nb + 2, nb, node.dtype)
             b_src, b_view = _blas_operand(program, b, nb + 2, nb + 1, node.dtype)
             program.kernels.append(GemmKernel(node_id, a_src, a_view, b_src, b_view, dims, node.dtype))
+        elif isinstance(op, ops.ScatterAdd):
+            index_edge, src_edge = node.inputs
+            value = Compute(op, (value_of(index_edge.src, index_edge.shape), value_of(src_edge.src, src_edge.shape)),
+                            node.dtype)
+            program.kernels.append(ScatterKernel(node_id, tuple(index_edge.shape.dims), op.axis, op.size, value,
+                                                 node.dtype))
         elif isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             e = node.inputs[0]
             program.kernels.append(ReduceKernel(node_id, node.dims, op.axis, e.shape.dims[op.axis],

@@ -40,7 +40,7 @@ from .. import ops
 from ..dtype import DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
-                     ReduceKernel, Remapped)
+                     ReduceKernel, Remapped, ScatterKernel)
 from .triton_support import (HELPERS, TL_TYPE, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
                              _round_bf16, _sym_name)
 from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
@@ -333,6 +333,8 @@ class TritonRenderer:
                 text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
                 text, launch = self._gemm(k, kernel)
+            elif isinstance(kernel, ScatterKernel):
+                text, launch = self._scatter(k, kernel)
             else:
                 raise NotImplementedError(f"Triton backend: no rendering for kernel kind {type(kernel).__name__}")
             parts += ["", text]
@@ -354,7 +356,8 @@ class TritonRenderer:
         args = [self._ptr[b] for b in buffers] + ["err_ptr"] + ints + [f"{c}: tl.constexpr" for c in constexprs]
         dns = "" if not ints else f"(do_not_specialize=[{', '.join(repr(i) for i in ints)}])"
         lines = [f"@triton.jit{dns}", f"def kernel_{k}({', '.join(args)}):"]
-        label = {ElementwiseKernel: "elementwise", ReduceKernel: "reduce", GemmKernel: "gemm"}[type(kernel)]
+        label = {ElementwiseKernel: "elementwise", ReduceKernel: "reduce", GemmKernel: "gemm",
+                 ScatterKernel: "scatter"}[type(kernel)]
         lines.append(f"    # {label} -> buffer {kernel.out}, dims {[str(d) for d in kernel.dims]}")
         for i in ints:  # int64 index arithmetic throughout
             lines.append(f"    {i} = {i}.to(tl.int64)")
@@ -461,6 +464,49 @@ class TritonRenderer:
         bm = max(bm, 2)
         launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, kernel.extent],
                         {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), kernel.out)
+        return "\n".join(lines), launch
+
+    def _scatter(self, k: int, kernel: ScatterKernel):
+        """A ScatterAdd without atomics, deterministic: a program owns ``BLOCK`` positions of the axes other than
+        the scattered one, zeroes their output rows, then walks the scattered axis in order adding each source
+        value at the row its index names (its lanes always write distinct elements)."""
+        dtype, axis, dims = kernel.dtype, kernel.axis, tuple(kernel.dims)
+        if dtype not in TL_TYPE or dtype in (DType.bool, DType.float16, DType.bfloat16):
+            raise NotImplementedError(f"Triton backend: ScatterAdd in {dtype}")
+        lines, buffers, syms = self._header(k, kernel, ["n_rest", "n_axis", "size"], ["BLOCK"])
+        rest = dims[:axis] + dims[axis + 1:]
+        lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+                  "    live = offs < n_rest",
+                  "    zi = offs * 0"]
+        unravel, rvars = self._unravel(rest, "offs", "lm_i")
+        lines += unravel
+        out_dims = dims[:axis] + (to_expr(kernel.size),) + dims[axis + 1:]
+        strides = ShapeTracker.contiguous_of(out_dims).strides
+        base = to_expr(0)
+        for v, s in zip(rvars, strides[:axis] + strides[axis + 1:]):
+            base = base + v * s
+        ptr = self.pointer(kernel.out)
+        tt = TL_TYPE[dtype]
+        lines += [f"    lm_base = {self.ex.int_(base)} + zi",
+                  "    for lm_k in range(0, size):",
+                  f"        tl.store({ptr} + lm_base + lm_k * {self.ex.int_(strides[axis])}, tl.zeros([BLOCK], {tt}), "
+                  "mask=live)",
+                  "    for lm_a in range(0, n_axis):"]
+        avar = Expression.symbol("lm_a", dims[axis] - 1)
+        w = BodyWriter(self, "[BLOCK]", indent="        ")
+        vars_ = rvars[:axis] + (avar,) + rvars[axis:]
+        idx = w.emit(kernel.value.args[0], vars_)
+        src = w.emit(kernel.value.args[1], vars_)
+        lines += w.lines
+        lines += [f"        lm_k = {idx}.to(tl.int64) + zi",
+                  "        lm_bad = live & ((lm_k < 0) | (lm_k >= size))",
+                  "        tl.store(err_ptr + zi, tl.full([BLOCK], 4, tl.int32), mask=lm_bad)",
+                  "        lm_ok = live & (lm_k >= 0) & (lm_k < size)",
+                  f"        lm_at = {ptr} + lm_base + lm_k * {self.ex.int_(strides[axis])}",
+                  f"        tl.store(lm_at, tl.load(lm_at, mask=lm_ok, other=0) + ({src}).to({tt}), mask=lm_ok)"]
+        n_rest = self._numel(rest)
+        launch = Launch(f"kernel_{k}", "scatter", buffers, syms, [n_rest, dims[axis], to_expr(kernel.size)],
+                        {"BLOCK": ELEMENTWISE_BLOCK}, (n_rest, ELEMENTWISE_BLOCK), kernel.out)
         return "\n".join(lines), launch
 
     def _gemm(self, k: int, kernel: GemmKernel):

@@ -7,7 +7,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, ReduceKernel,
-                     Remapped)
+                     Remapped, ScatterKernel)
 
 SELECT_SLOTS = 4  # a gather whose index takes at most this many values is a chain of selects (see emit.py)
 TRANSCENDENTAL_COST = 8  # exp2/log2/sin weigh this many simple ops in the parallel-work estimate
@@ -164,6 +164,8 @@ def kernel_symbols(kernel) -> set:
         out |= d.symbols()
     if isinstance(kernel, ReduceKernel):
         out |= kernel.extent.symbols()
+    if isinstance(kernel, ScatterKernel):
+        out |= to_expr(kernel.size).symbols()
     for v in walk(kernel.value):
         if isinstance(v, (Load, ConstValue, IotaValue, Remapped)):
             out |= v.view.symbols()

@@ -2,10 +2,12 @@
 repeat_interleave one_hot`` (methods) and the free functions ``scatter_elements`` (the shared implementation of
 the ONNX importer's ScatterElements), ``one_hot``, ``meshgrid``, ``eye``, ``linspace``, ``logspace``.
 
-Scatters compare every index position with every target position along the scattered axis (a ``where`` over
-that one-hot mask, so inf/NaN updates stay exact): O(updates x targets) work along the axis, no data-dependent
-shapes. Indices must be in ``[0, size)`` (a lazy graph cannot raise on a value: an out-of-range index writes
-nothing). Where an index repeats, ``scatter`` (no reduction) keeps the last colliding update (torch leaves the
+Sums (``scatter_add``, ``reduce="add"``/``"sum"``) are ``ScatterAdd`` primitives: work proportional to the
+updates, each target summed in position order; an index outside ``[0, size)`` raises ``IndexError`` at
+``execute()``. The other scatters compare every index position with every target position along the scattered
+axis (a ``where`` over that one-hot mask, so inf/NaN updates stay exact): O(updates x targets) work along the
+axis, no data-dependent shapes; there an out-of-range index writes nothing (a lazy graph cannot raise on a
+value). Where an index repeats, ``scatter`` (no reduction) keeps the last colliding update (torch leaves the
 winner unspecified; its CPU loop writes in order, so the last one wins there too).
 
 ``x[key]`` / ``x[key] = value`` live in :mod:`.subscript` (``getitem``/``setitem``, re-exported here).
@@ -74,6 +76,24 @@ def _combine(reduction, data, mask, updates, any_hit, include_self=True):
     raise ValueError(f"scatter: unknown reduction {reduction!r} (one of {', '.join(_REDUCTIONS)})")
 
 
+def scatter_sum(index, updates, axis: int, dims):
+    """``updates`` summed into zeros of ``dims`` at the positions ``index`` names along ``axis`` (the
+    ``ScatterAdd`` primitive: work proportional to ``index``, each element summed in position order); ``index``
+    and ``updates`` have the same dims, at most ``dims`` off ``axis``. float16/bfloat16 updates are summed in
+    float32 and the result is float32 (the caller rounds once); other dtypes keep theirs (bool is refused)."""
+    from .. import ops
+
+    acc = DType.float32 if updates.dtype in (DType.float16, DType.bfloat16) else updates.dtype
+    part = updates.cast(acc) if acc != updates.dtype else updates
+    dims = tuple(dims)
+    own = tuple(dims[axis] if j == axis else d for j, d in enumerate(index.dims))
+    out = index._apply(ops.ScatterAdd(axis, to_expr(dims[axis])), part, dims=own, dtype=acc)
+    for j in range(len(dims)):  # the index may cover only a leading block of the other axes
+        if j != axis and out.dims[j] != dims[j]:
+            out = out.pad_axis(j, 0, dims[j] - out.dims[j])
+    return out
+
+
 def scatter_elements(x, axis: int, index, updates, reduction: str = "none", include_self: bool = True):
     """``x`` with ``updates[i]`` combined into ``x[i with i[axis] = index[i]]`` (``torch.scatter_reduce`` /
     ONNX ScatterElements). ``index`` and ``updates`` have the same shape, at most ``x``'s along the other axes;
@@ -85,6 +105,11 @@ def scatter_elements(x, axis: int, index, updates, reduction: str = "none", incl
     if index.ndim != x.ndim:
         raise ValueError(f"scatter: index has {index.ndim} dims, the tensor {x.ndim}")
     check_index_dtype(index.dtype, "scatter")
+    if reduction in ("sum", "add") and x.dtype != DType.bool:  # a ScatterAdd: no one-hot along the axis
+        total = scatter_sum(index, updates.cast(x.dtype), a, x.dims)
+        hit = scatter_sum(index, constant(x.graph, 1, DType.int32, index.dims), a, x.dims) > 0
+        picked = total.cast(x.dtype) if total.dtype != x.dtype else total
+        return _where(hit, x + picked if include_self else picked, x)
     n = x.dims[a]
     u_dims, x_dims = list(index.dims), list(x.dims)
     order = [j for j in range(x.ndim) if j != a] + [a]
@@ -132,12 +157,12 @@ def _src_block(src, index):
 class IndexingOps:
     """Mixin of :class:`~luminal.tensor.GraphTensor`: scatters, masks, diagonals, repeats, one-hot."""
 
-    def _scatter_src(self, index, src, what):
+    def _scatter_src(self, index, src, what, axis):
         from ..tensor import GraphTensor
         if isinstance(src, GraphTensor):
             if src.ndim != self.ndim:
                 raise ValueError(f"{what}: src has {src.ndim} dims, the tensor {self.ndim}")
-            _check_shapes(self, None, index, src, what)
+            _check_shapes(self, axis, index, src, what)
             return _src_block(src, index)
         return constant(self.graph, src, self.dtype, index.dims)
 
@@ -154,13 +179,13 @@ class IndexingOps:
         red = {None: "none", "add": "sum", "multiply": "prod"}.get(reduce)
         if red is None:
             raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter"), red)
+        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter", a), red)
 
     def scatter_add(self, dim: int, index, src):
         """``torch.scatter_add``: sums ``src`` into the indexed positions (repeated indices accumulate)."""
         a = normalize_axis(dim, self.ndim)
         _check_shapes(self, a, index, None, "scatter_add")
-        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter_add"), "sum")
+        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter_add", a), "sum")
 
     def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
         """``torch.scatter_reduce`` with ``reduce`` in ``"sum" "prod" "mean" "amax" "amin"``."""
@@ -168,7 +193,7 @@ class IndexingOps:
             raise ValueError(f"scatter_reduce: reduce must be one of sum, prod, mean, amax, amin, got {reduce!r}")
         a = normalize_axis(dim, self.ndim)
         _check_shapes(self, a, index, None, "scatter_reduce")
-        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter_reduce"), reduce,
+        return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter_reduce", a), reduce,
                                 include_self)
 
     def masked_fill(self, mask, value):

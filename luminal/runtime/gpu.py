@@ -48,7 +48,8 @@ from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_SEARCH_MIN_WORK, GemmConfig
 from .gpu_memory import INSTALL_HINT, CuPyMemory, TorchCPUMemory
 
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
-           2: (ZeroDivisionError, "integer modulo by zero")}
+           2: (ZeroDivisionError, "integer modulo by zero"),
+           4: (IndexError, "a ScatterAdd index is out of range for its axis")}
 _MODULES: dict[str, object] = {}
 _MODULE_LOCK = threading.Lock()
 

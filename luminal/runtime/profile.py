@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..codegen.kernel import GemmKernel, ReduceKernel
+from ..codegen.kernel import GemmKernel, ReduceKernel, ScatterKernel
 
 
 def profile_table(graph, program, groups: list, seconds: list[float], top: int | None = 20) -> str:
@@ -11,7 +11,8 @@ def profile_table(graph, program, groups: list, seconds: list[float], top: int |
     rows = []
     for k, group in enumerate(groups):
         kernel = program.kernels[group[0]]
-        kind = "gemm" if isinstance(kernel, GemmKernel) else "reduce" if isinstance(kernel, ReduceKernel) else "elementwise"
+        kind = "gemm" if isinstance(kernel, GemmKernel) else "reduce" if isinstance(kernel, ReduceKernel) else \
+            "scatter" if isinstance(kernel, ScatterKernel) else "elementwise"
         if len(group) > 1:
             kind += f" x{len(group)}"
         label = graph.nodes[kernel.out].label if kernel.out in graph.nodes else "?"

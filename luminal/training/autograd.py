@@ -363,6 +363,8 @@ def _local_rules(graph: Graph, node, g: GraphTensor):
         return [(0, lambda: g.cast(src))] if src.is_float else []
     if isinstance(op, ops.Gather):
         return [(0, lambda: _gather_grad(graph, x(0), x(1), op.axis, g))]
+    if isinstance(op, ops.ScatterAdd):  # each position read back from where it was summed
+        return [(1, lambda: g.gather(op.axis, x(0)))]
     raise NotImplementedError(f"autograd: no rule for primitive {op.name}")
 
 
@@ -453,9 +455,19 @@ def _max_pool_grad(w: GraphTensor, real, y: GraphTensor, g: GraphTensor, axes: t
     return g * pos.eq(first).cast(g.dtype)
 
 
+# Gathered axes up to this long get their gradient as a one-hot comparison summed over the axis, fused into the
+# kernels around it (a where()'s branches, a cross-entropy's class axis); longer or symbolic ones (an embedding
+# table's vocabulary: a one-hot of tokens x vocabulary x width) a ScatterAdd, work proportional to the index.
+ONE_HOT_GRAD_MAX = 64
+
+
 def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int, g: GraphTensor) -> GraphTensor:
-    """Scatter-add ``g`` (index dims) back to ``data``'s dims: a one-hot comparison summed over the gathered axis."""
+    """Scatter-add ``g`` (index dims) back to ``data``'s dims (see ``ONE_HOT_GRAD_MAX``)."""
     size = data.dims[axis]
+    if not size.is_constant() or size.to_int() > ONE_HOT_GRAD_MAX:
+        from ..hl_ops.indexing import scatter_sum
+        out = scatter_sum(index, g, axis, data.dims)
+        return out.cast(g.dtype) if out.dtype != g.dtype else out
     slots = graph.arange(size, dtype=index.dtype)  # (size,)
     hit = index.unsqueeze(-1).eq(slots).cast(g.dtype)  # index dims + (size,)
     scattered = g.unsqueeze(-1) * hit  # index dims + (size,)

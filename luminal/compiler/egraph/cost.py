@@ -42,12 +42,12 @@ class BackendCosts:
 
 
 _COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0, "Sum": 1.0, "Max": 1.0,
-            "Gather": 1.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
+            "Gather": 1.0, "Scatter": 1.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
 
 BACKENDS = {
     # compiled C: elementwise chains, copies and gathers are inlined into one loop; reductions and breaks write
     "cpu": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=64.0,
-                        materialized=frozenset({"Sum", "Max", "Break"})),
+                        materialized=frozenset({"Sum", "Max", "Break", "Scatter"})),
     # the reference interpreter: one numpy call per node, each writing its own array
     "reference": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=2000.0,
                               materialized=frozenset(_COMPUTE)),
@@ -128,6 +128,8 @@ class SizeCost:
         elif op == "Gather":  # reads one data element per index, anywhere in the data
             work = out = self.elements(keys[1])
             reads = [k for k in reads if k == keys[1]]
+        elif op == "Scatter":  # adds each source element somewhere into a zeroed output (its size: unknown here)
+            work = out = self.elements(keys[1])
         else:
             work = out = self.elements(keys[0])
         total = c.compute.get(op, 10.0) * work + sum(self.read(k) for k in reads)

@@ -179,6 +179,8 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 term = ("BitCast", op.dtype.value, *args[0])
             elif t is ops.Gather:
                 term = ("Gather", d, op.axis, *args[0], *args[1])
+            elif t is ops.ScatterAdd:  # no rules rewrite it; its operands are still rewritten and shared
+                term = ("Scatter", d, nid, *args[0], *args[1])
             else:  # Input, Iota, symbolic or special constants, anything unknown: an opaque leaf
                 term = ("Leaf", nid, d)
         enc.terms[nid] = term
@@ -199,7 +201,7 @@ def _fold(op, values, dtype: DType):
 # positions of child (node id) arguments per constructor; the others are literals
 CHILD_SLOTS = {"Log2": (1,), "Exp2": (1,), "Sin": (1,), "Sqrt": (1,), "Recip": (1,), "Copy": (1,), "Break": (1,),
                "Cast": (1,), "BitCast": (1,), "Add": (1, 3), "Mul": (1, 3), "Mod": (1, 3), "Less": (1, 3), "Bit": (2, 4), "Sum": (2,), "Max": (2,),
-               "Gather": (2, 4), "Num": (), "Leaf": (), "Node": ()}
+               "Gather": (2, 4), "Scatter": (2, 4), "Num": (), "Leaf": (), "Node": ()}
 # positions of view-key arguments (the slot right after each child)
 VIEW_SLOTS = {name: tuple(s + 1 for s in slots) for name, slots in CHILD_SLOTS.items()}
 

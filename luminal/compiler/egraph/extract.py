@@ -18,7 +18,7 @@ from .encode import CHILD_SLOTS
 # per-op cost (a CPU-ish model: transcendental > division/modulo > mul/add > views/copies > constants)
 OP_COST = {"Leaf": 0.01, "Num": 0.01, "Break": 1.0, "Copy": 1.5, "Add": 2.0, "Mul": 2.0, "Less": 2.0, "Bit": 2.0,
            "Cast": 2.0, "BitCast": 1.0,
-           "Sum": 3.0, "Max": 3.0, "Gather": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
+           "Sum": 3.0, "Max": 3.0, "Gather": 3.0, "Scatter": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
            "Sin": 8.0}
 OP_RANK = {name: i for i, name in enumerate(sorted(OP_COST))}
 _FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey")  # the relations read back (for explain's condition checks)

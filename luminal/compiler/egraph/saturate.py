@@ -289,6 +289,8 @@ def rebuild(graph: Graph, enc: Encoding, eg: EGraphData, ext: Extraction) -> lis
                 op, dims = ops.BitCast(dtype), v0.dims
             elif e.op == "Gather":
                 op, dims = ops.Gather(e.args[1]), inputs[1][1].dims
+            elif e.op == "Scatter":  # (the node it names is still in the graph: the rebuild deletes last)
+                op, dims = graph.nodes[e.args[1]].op, graph.nodes[e.args[1]].dims
             else:  # pragma: no cover - the schema and this table go together
                 raise ValueError(f"cannot rebuild e-node {e.op}")
             spec = (op, inputs, tuple(dims), dtype)
