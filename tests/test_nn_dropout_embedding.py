@@ -108,3 +108,23 @@ def test_embedding_matches_torch():
     t.set(np.array([[1, 10, 3], [0, 0, 0]], np.int64))  # out of range: IndexError at execute, like torch
     with pytest.raises(IndexError):
         cx.execute()
+
+
+@pytest.mark.parametrize("vocab", [10, 500])   # the fused one-hot gradient and the ScatterAdd one
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_padding_idx_row_gets_no_gradient(vocab, symbolic):
+    """PyTorch's ``padding_idx``: positions holding it send nothing to that row; the other rows sum as usual."""
+    from luminal.training import grad
+    ids_np = np.array([[1, 2, 1], [0, 1, 3]], np.int64)
+    r_np = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    cx = lm.Graph()
+    e = Embedding(vocab, 4, padding_idx=1)
+    ids = cx.tensor(("b", "s") if symbolic else (2, 3), dtype="int64").set(ids_np)
+    r = cx.tensor(("b", "s", 4) if symbolic else (2, 3, 4)).set(r_np)
+    (g,) = grad((e(ids) * r).sum(), [e.weight])
+    g.retrieve()
+    cx.execute()
+    te = torch.nn.Embedding(vocab, 4, padding_idx=1)
+    (te(torch.from_numpy(ids_np)) * torch.from_numpy(r_np)).sum().backward()
+    assert not te.weight.grad[1].any()  # the premise: torch leaves row 1 out
+    np.testing.assert_allclose(g.data(), te.weight.grad.numpy(), rtol=1e-6, atol=0)

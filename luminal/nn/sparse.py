@@ -9,6 +9,7 @@ import numpy as np
 
 from ..dtype import DType
 from ..graph import GraphError
+from ..hl_ops.binary import _grad_rule
 from ..module import Module, Parameter, bind, check_graph_tensor
 from . import init
 
@@ -27,14 +28,18 @@ def _padding_idx(padding_idx, num_embeddings: int):
 def embedding(ids, weight, padding_idx=None):
     """``torch.nn.functional.embedding``: rows of ``weight`` (N, D) for integer ``ids`` of any shape -> ids.shape + (D,).
 
-    ``padding_idx`` only matters for gradients in PyTorch; it is accepted and ignored here."""
+    ``padding_idx`` only matters for gradients, as in PyTorch: the ``padding_idx`` row gets none (the gradient
+    rule ``"embedding"`` of :mod:`luminal.training.autograd`)."""
     ids = check_graph_tensor(ids, "embedding")
     if ids.dtype not in (DType.int32, DType.int64):
         raise TypeError(f"embedding: ids must be int32/int64, got {ids.dtype}")
     if weight.ndim != 2:
         raise GraphError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
                          f"{[str(d) for d in weight.dims]}")
-    return weight.index_select(0, ids)
+    out = weight.index_select(0, ids)
+    if padding_idx is not None and weight.dtype.is_float:
+        _grad_rule(out, "embedding", (weight, ids), _padding_idx(padding_idx, weight.dims[0].to_int() or 1 << 62))
+    return out
 
 
 class Embedding(Module):

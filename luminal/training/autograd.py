@@ -43,7 +43,7 @@ import numpy as np
 from .. import ops
 from ..dtype import DType
 from ..graph import Graph, GraphError
-from ..shape import ShapeTracker
+from ..shape import ShapeTracker, to_expr
 from ..tensor import GraphTensor
 from .unview import _const, unview
 
@@ -410,6 +410,8 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: where(inside, g, 0.0)]
     elif name == "max_pool":  # torch's max pooling backward: all of g to the first maximum (last NaN)
         rules = [lambda: _max_pool_grad(ts[0], ts[1] if len(ts) > 1 else None, y, g, param)]
+    elif name == "embedding":  # torch's embedding backward: the padding_idx row gets no gradient
+        rules = [lambda: _embedding_grad(ts[0], ts[1], g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
         rules = []
     elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
@@ -453,6 +455,20 @@ def _max_pool_grad(w: GraphTensor, real, y: GraphTensor, g: GraphTensor, axes: t
     # without index divisions) that stays differentiable in g (double backward). Unlike torch's scatter, a NaN or
     # inf in g also spreads NaN to the window's other positions (0 * inf).
     return g * pos.eq(first).cast(g.dtype)
+
+
+def _embedding_grad(weight: GraphTensor, ids: GraphTensor, g: GraphTensor, padding_idx: int) -> GraphTensor:
+    """The gradient at ``weight`` (N, D) of ``weight.index_select(0, ids)`` with the positions whose id is
+    ``padding_idx`` left out (``torch.nn.functional.embedding``'s ``padding_idx``)."""
+    from ..hl_ops import where
+
+    n = to_expr(1)
+    for d in ids.dims:
+        n = n * d
+    width = weight.dims[1]
+    flat = ids.reshape((n,))
+    g2 = where(flat.eq(padding_idx).unsqueeze(1), 0.0, g.reshape((n, width)))
+    return _gather_grad(weight.graph, weight, flat.unsqueeze(1).expand((n, width)), 0, g2)
 
 
 # Gathered axes up to this long get their gradient as a one-hot comparison summed over the axis, fused into the

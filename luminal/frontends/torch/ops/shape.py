@@ -327,7 +327,9 @@ def _norm_index(idx, n):
 
 @_reg("aten.embedding.default")
 def _embedding(cv, node, weight, indices, padding_idx=-1, scale_grad=False, sparse=False):
-    return weight.index_select(0, indices)
+    from ....nn.sparse import embedding
+    # (aten's -1 is "none": F.embedding passes a negative padding_idx already made positive)
+    return embedding(indices, weight, padding_idx if padding_idx is not None and padding_idx >= 0 else None)
 
 
 @_reg("aten.index_select.default")
