@@ -159,3 +159,20 @@ def test_short_gathered_axes_keep_the_fused_one_hot():
     xt = torch.tensor(x_np, requires_grad=True)
     torch.nn.functional.cross_entropy(xt, torch.from_numpy(t_np)).backward()
     np.testing.assert_allclose(g.data(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_single_pick_per_row_keeps_the_fused_one_hot():
+    """A cross-entropy over a long class axis picks one logit per row: its gradient stays the elementwise one-hot
+    (fused into the softmax gradient), not a ScatterAdd with an (N, classes) buffer of its own."""
+    x_np = np.random.default_rng(11).standard_normal((6, 300)).astype(np.float32)
+    t_np = (np.arange(6) * 47 % 300).astype(np.int64)
+    cx = lm.Graph()
+    logits = cx.tensor((6, 300)).set(x_np)
+    target = cx.tensor((6,), dtype="int64").set(t_np)
+    (g,) = grad(nn.functional.cross_entropy(logits, target), [logits])
+    g.retrieve()
+    cx.execute()
+    assert not any(isinstance(n.op, ops.ScatterAdd) for n in cx.nodes.values())
+    xt = torch.tensor(x_np, requires_grad=True)
+    torch.nn.functional.cross_entropy(xt, torch.from_numpy(t_np)).backward()
+    np.testing.assert_allclose(g.data(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
