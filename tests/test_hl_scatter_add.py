@@ -178,3 +178,30 @@ def test_a_single_pick_per_row_keeps_the_fused_one_hot():
     xt = torch.tensor(x_np, requires_grad=True)
     (xt.gather(1, torch.from_numpy(t_np)) * torch.from_numpy(w_np)).sum().backward()
     np.testing.assert_array_equal(g.data(), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("dim,shape,n", [(0, (6, 5), 9), (1, (3, 7, 2), 4), (2, (2, 3, 4), 10)])
+@pytest.mark.parametrize("alpha", [1, -0.5])
+def test_index_add_matches_torch(dim, shape, n, alpha):
+    rng = np.random.default_rng(13)
+    base = rng.standard_normal(shape).astype(np.float32)
+    index = rng.integers(0, shape[dim], (n,)).astype(np.int64)
+    src_shape = tuple(n if j == dim else d for j, d in enumerate(shape))
+    src = rng.standard_normal(src_shape).astype(np.float32)
+    got = run(lambda b, i, s: b.index_add(dim, i, s, alpha=alpha), base, index, src)
+    exp = torch.from_numpy(base).index_add(dim, torch.from_numpy(index), torch.from_numpy(src), alpha=alpha)
+    np.testing.assert_allclose(got, exp.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_index_add_errors():
+    cx = lm.Graph()
+    x = cx.tensor((4, 3))
+    with pytest.raises(ValueError, match="must have shape"):
+        x.index_add(0, cx.tensor((5,), dtype="int64"), cx.tensor((4, 3)))
+    with pytest.raises(ValueError, match="1-D"):
+        x.index_add(0, cx.tensor((5, 1), dtype="int64"), cx.tensor((5, 3)))
+    with pytest.raises(TypeError, match="dtype"):
+        x.index_add(0, cx.tensor((5,), dtype="int64"), cx.tensor((5, 3), dtype="float64"))
+    index = np.array([0, 4], np.int64)
+    with pytest.raises(IndexError, match="out of range"):
+        run(lambda b, i, s: b.index_add(0, i, s), np.zeros((4, 3), np.float32), index, np.ones((2, 3), np.float32))

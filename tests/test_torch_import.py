@@ -674,3 +674,25 @@ def test_torch_compile_backend_returns_bfloat16_tensors():
         got, want = fast(x), net(x)
     assert got.dtype == torch.bfloat16
     np.testing.assert_allclose(_bf16(got), _bf16(want), rtol=0, atol=BF16_ULP)
+
+
+def test_index_add_and_scatter_add_import():
+    """``index_add`` (a GNN's message sum) and ``scatter_add`` through torch.export: ScatterAdd primitives."""
+    import luminal as lm
+    from luminal import ops
+
+    class M(torch.nn.Module):
+        def forward(self, x, msg, dst, idx, src):
+            return x.index_add(0, dst, msg, alpha=2.0), x.scatter_add(1, idx, src)
+
+    rng = np.random.default_rng(0)
+    args = (torch.from_numpy(rng.standard_normal((5, 4)).astype(np.float32)),
+            torch.from_numpy(rng.standard_normal((7, 4)).astype(np.float32)),
+            torch.from_numpy(rng.integers(0, 5, 7)), torch.from_numpy(rng.integers(0, 4, (5, 6))),
+            torch.from_numpy(rng.standard_normal((5, 6)).astype(np.float32)))
+    model = lm.from_torch(M(), args)
+    got = model(*[a.numpy() for a in args])
+    exp = M()(*args)
+    for g, e in zip(got, exp):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
+    assert any(isinstance(n.op, ops.ScatterAdd) for n in model.graph.nodes.values())

@@ -1,5 +1,5 @@
 """Indexing and scatter ops with PyTorch's names: ``scatter scatter_add scatter_reduce masked_fill diagonal diag
-repeat_interleave one_hot`` (methods) and the free functions ``scatter_elements`` (the shared implementation of
+repeat_interleave one_hot index_add`` (methods) and the free functions ``scatter_elements`` (the shared implementation of
 the ONNX importer's ScatterElements), ``one_hot``, ``meshgrid``, ``eye``, ``linspace``, ``logspace``.
 
 Sums (``scatter_add``, ``reduce="add"``/``"sum"``) are ``ScatterAdd`` primitives: work proportional to the
@@ -186,6 +186,37 @@ class IndexingOps:
         a = normalize_axis(dim, self.ndim)
         _check_shapes(self, a, index, None, "scatter_add")
         return scatter_elements(self, a, index, self._scatter_src(index, src, "scatter_add", a), "sum")
+
+    def index_add(self, dim: int, index, source, alpha=1):
+        """``torch.index_add``: ``self`` with ``alpha * source[..., i, ...]`` added to ``self[..., index[i], ...]``
+        along ``dim`` for every entry of the 1-D int32/int64 ``index`` (repeated entries accumulate, in order).
+        ``source`` has ``self``'s shape except ``len(index)`` along ``dim``, and ``self``'s dtype. A ``ScatterAdd``:
+        work proportional to ``source``. An entry outside ``[0, self.shape[dim])`` raises ``IndexError`` at
+        ``execute()``."""
+        from ..tensor import GraphTensor
+        a = normalize_axis(dim, self.ndim)
+        if not isinstance(index, GraphTensor) or not isinstance(source, GraphTensor):
+            raise TypeError("index_add: index and source must be GraphTensors")
+        check_index_dtype(index.dtype, "index_add")
+        if index.ndim != 1:
+            raise ValueError(f"index_add: index must be 1-D, got {index.ndim} dims")
+        if source.dtype != self.dtype:
+            raise TypeError(f"index_add: source has dtype {source.dtype.value} but self has {self.dtype.value}")
+        if self.dtype == DType.bool:
+            raise TypeError("index_add is not defined for bool tensors")
+        want = tuple(index.dims[0] if j == a else d for j, d in enumerate(self.dims))
+        if source.ndim != self.ndim or any(not (to_expr(s) == to_expr(w)) and to_expr(s).is_constant() and
+                                           to_expr(w).is_constant() for s, w in zip(source.dims, want)):
+            raise ValueError(f"index_add: source must have shape {[str(d) for d in want]} (self's, with "
+                             f"len(index) along dim {a}), got {[str(d) for d in source.dims]}")
+        view = index
+        for k in range(a):
+            view = view.expand_dim(k, source.dims[k])
+        for k in range(a + 1, self.ndim):
+            view = view.expand_dim(k, source.dims[k])
+        if not (isinstance(alpha, (int, float)) and alpha == 1):
+            source = source * alpha
+        return scatter_elements(self, a, view, source, "sum")
 
     def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
         """``torch.scatter_reduce`` with ``reduce`` in ``"sum" "prod" "mean" "amax" "amin"``."""

@@ -484,6 +484,11 @@ def _scatter_add(cv, node, x, dim, index, src):
     return _method(x, "scatter_add", "scatter_add")(dim, index, src)
 
 
+@_reg("aten.index_add.default")
+def _index_add(cv, node, x, dim, index, source, alpha=1):
+    return _method(x, "index_add", "index_add")(dim, index, source, alpha=alpha)
+
+
 @_reg("aten.scatter_reduce.two")
 def _scatter_reduce(cv, node, x, dim, index, src, reduce, include_self=True):
     return _method(x, "scatter_reduce", "scatter_reduce")(dim, index, src, reduce, include_self)
