@@ -298,22 +298,18 @@ def _nll_core(logp, t, w, cd: int, ignore_index, reduction, label_smoothing=0.0,
     n_classes = logp.dims[cd]
     ignore_index = int(ignore_index)
 
-    shape = [1] * logp.ndim
-    shape[cd] = n_classes
-    classes = graph.arange(n_classes, dtype=t.dtype).reshape(shape)
-    onehot = t.unsqueeze(cd).eq(classes)  # (N, C, d...): True at each target's class
     valid = t.ne(ignore_index)  # (N, d...)
-    ignore_in_range = not n_classes.is_constant() or 0 <= ignore_index < n_classes.to_int()
-    if ignore_in_range:  # an out-of-range ignore_index matches no class: the one-hot row is already all False
-        onehot = onehot.logical_and(valid.unsqueeze(cd))
-
     _check_class_indices(fn, t, valid, n_classes, ignore_index)
-    picked = where(onehot, logp, 0.0).sum(cd)  # log p[target], 0 where ignored
+    # log p[target] by a gather: O(N) reads, not a masked sum over all N x C log-probabilities (its gradient, one
+    # pick per row, is the fused one-hot). Ignored and out-of-range targets read class 0 (the run-time check
+    # above reports the latter) and are zeroed.
+    safe = where(valid.logical_and(t >= 0).logical_and(t < n_classes), t, 0).unsqueeze(cd)
+    picked = where(valid, logp.gather(cd, safe).squeeze(cd), 0.0)
     if w is None:
         w_t = valid.cast(dtype)
         loss = -picked
     else:
-        w_t = where(onehot, w, 0.0).sum(cd)  # weight[target], 0 where ignored
+        w_t = where(valid, w.expand(logp.dims).gather(cd, safe).squeeze(cd), 0.0)  # weight[target], 0 if ignored
         loss = -(picked * w_t)
     if label_smoothing > 0.0:
         smooth = -((logp if w is None else logp * w).sum(cd))
