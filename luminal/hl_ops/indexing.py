@@ -2,7 +2,7 @@
 repeat_interleave one_hot index_add`` (methods) and the free functions ``scatter_elements`` (the shared implementation of
 the ONNX importer's ScatterElements), ``one_hot``, ``meshgrid``, ``eye``, ``linspace``, ``logspace``.
 
-Sums (``scatter_add``, ``reduce="add"``/``"sum"``) are ``ScatterAdd`` primitives: work proportional to the
+Sums and means (``scatter_add``, ``index_add``, ``reduce="add"``/``"sum"``/``"mean"``) are ``ScatterAdd`` primitives: work proportional to the
 updates, each target summed in position order; an index outside ``[0, size)`` raises ``IndexError`` at
 ``execute()``. The other scatters compare every index position with every target position along the scattered
 axis (a ``where`` over that one-hot mask, so inf/NaN updates stay exact): O(updates x targets) work along the
@@ -105,11 +105,18 @@ def scatter_elements(x, axis: int, index, updates, reduction: str = "none", incl
     if index.ndim != x.ndim:
         raise ValueError(f"scatter: index has {index.ndim} dims, the tensor {x.ndim}")
     check_index_dtype(index.dtype, "scatter")
-    if reduction in ("sum", "add") and x.dtype != DType.bool:  # a ScatterAdd: no one-hot along the axis
+    if reduction in ("sum", "add", "mean") and x.dtype != DType.bool:  # ScatterAdds: no one-hot along the axis
         total = scatter_sum(index, updates.cast(x.dtype), a, x.dims)
-        hit = scatter_sum(index, constant(x.graph, 1, DType.int32, index.dims), a, x.dims) > 0
-        picked = total.cast(x.dtype) if total.dtype != x.dtype else total
-        return _where(hit, x + picked if include_self else picked, x)
+        count = scatter_sum(index, constant(x.graph, 1, DType.int64, index.dims), a, x.dims)
+        hit = count > 0
+        total = total.cast(x.dtype) if total.dtype != x.dtype else total
+        if reduction != "mean":
+            return _where(hit, x + total if include_self else total, x)
+        if include_self:
+            total, count = total + x, count + 1
+        count = _where(hit, count, 1)
+        mean = total / count.cast(x.dtype) if x.dtype.is_float else total.floor_divide(count.cast(x.dtype))
+        return _where(hit, mean.cast(x.dtype), x)
     n = x.dims[a]
     u_dims, x_dims = list(index.dims), list(x.dims)
     order = [j for j in range(x.ndim) if j != a] + [a]
