@@ -696,3 +696,39 @@ def test_index_add_and_scatter_add_import():
     for g, e in zip(got, exp):
         np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
     assert any(isinstance(n.op, ops.ScatterAdd) for n in model.graph.nodes.values())
+
+
+def test_index_put_assign_and_accumulate_import():
+    """``x[idx] = v`` (functional: repeated positions, the last wins as in torch's CPU loop) and
+    ``index_put(..., accumulate=True)`` (repeated positions add) through torch.export."""
+    import luminal as lm
+
+    class M(torch.nn.Module):
+        def forward(self, x, idx, v, w):
+            y, z = x.clone(), x.clone()
+            y[idx] = v
+            z[:, idx[:2]] = w[0, :2]
+            return y, x.index_put((idx,), w, accumulate=True), z
+
+    rng = np.random.default_rng(1)
+    args = (torch.from_numpy(rng.standard_normal((5, 4)).astype(np.float32)), torch.tensor([3, 0, 3, -1]),
+            torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)),
+            torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)))
+    model = lm.from_torch(M(), args)
+    got = model(*[a.numpy() for a in args])
+    exp = M()(*args)
+    for g, e in zip(got, exp):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_index_put_accumulate_with_two_index_tensors_is_refused_clearly():
+    import luminal as lm
+    from luminal.frontends.torch import TorchImportError
+
+    class M(torch.nn.Module):
+        def forward(self, x, i, j, v):
+            return x.index_put((i, j), v, accumulate=True)
+
+    args = (torch.zeros(4, 3), torch.tensor([0, 1]), torch.tensor([2, 2]), torch.ones(2))
+    with pytest.raises(TorchImportError, match="accumulate=True: only one 1-D integer index tensor"):
+        lm.from_torch(M(), args)

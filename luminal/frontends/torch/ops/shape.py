@@ -349,6 +349,35 @@ def _gather(cv, node, x, dim, index, sparse_grad=False):
     return x.gather(dim, _norm_index(index, x.dims[dim]))
 
 
+@_reg("aten.index_put.default")
+def _index_put(cv, node, x, indices, values, accumulate=False):
+    """``x[i0, i1, ...] = values`` (``accumulate=True``: ``+=``) with integer index tensors (None = a full slice),
+    functionally. Assignment goes through luminal's ``setitem`` (torch's semantics, the last of repeated
+    positions wins); accumulation is supported for one 1-D index tensor, as ``index_add`` (a ScatterAdd)."""
+    from ....hl_ops.subscript import setitem
+
+    indices = list(indices)
+    for i in indices:
+        if i is not None and _is_t(i) and i.dtype == DType.bool:
+            raise TorchImportError("index_put with a boolean mask has a data-dependent shape; not supported")
+    if not _is_t(values):
+        values = x.graph.constant(values, x.dtype)
+    values = values.cast(x.dtype) if values.dtype != x.dtype else values
+    if not accumulate:
+        return setitem(x, tuple(slice(None) if i is None else _norm_index(i, x.dims[k])
+                                for k, i in enumerate(indices)), values)
+    pos = [k for k, i in enumerate(indices) if i is not None]
+    if len(pos) != 1 or indices[pos[0]].ndim != 1:
+        raise TorchImportError("index_put with accumulate=True: only one 1-D integer index tensor (the other "
+                               "dims full slices) is supported; rewrite it as index_add or scatter_add")
+    d = pos[0]
+    idx = _norm_index(indices[d], x.dims[d])
+    want = tuple(idx.dims[0] if k == d else dd for k, dd in enumerate(x.dims))
+    while values.ndim < len(want):
+        values = values.unsqueeze(0)
+    return x.index_add(d, idx, values.expand(want))
+
+
 @_reg("aten.index.Tensor")
 def _index(cv, node, x, indices):
     """Advanced indexing ``x[i0, i1, ...]`` with integer index tensors (None = a full slice)."""
