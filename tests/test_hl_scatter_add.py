@@ -205,3 +205,22 @@ def test_index_add_errors():
     index = np.array([0, 4], np.int64)
     with pytest.raises(IndexError, match="out of range"):
         run(lambda b, i, s: b.index_add(0, i, s), np.zeros((4, 3), np.float32), index, np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsampling_gradient_is_a_scatter(mode):
+    """Upsampling 32 -> 64 reads each column 2-4 times: the one-hot gradient would compare 32 columns with 64-128
+    reads per row (32x the work of the reads); it is a ScatterAdd, and equals torch's gradient."""
+    x_np = np.random.default_rng(14).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    w_np = np.random.default_rng(15).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(x_np.shape).set(x_np)
+    w = cx.tensor(w_np.shape).set(w_np)
+    kw = {} if mode == "nearest" else {"align_corners": False}
+    (g,) = grad((nn.functional.interpolate(x, scale_factor=2, mode=mode, **kw) * w).sum(), [x])
+    g.retrieve()
+    cx.execute()
+    assert any(isinstance(n.op, ops.ScatterAdd) for n in cx.nodes.values())
+    xt = torch.tensor(x_np, requires_grad=True)
+    (torch.nn.functional.interpolate(xt, scale_factor=2, mode=mode, **kw) * torch.from_numpy(w_np)).sum().backward()
+    np.testing.assert_allclose(g.data(), xt.grad.numpy(), rtol=1e-5, atol=1e-5)

@@ -471,11 +471,11 @@ def _embedding_grad(weight: GraphTensor, ids: GraphTensor, g: GraphTensor, paddi
     return _gather_grad(weight.graph, weight, flat.unsqueeze(1).expand((n, width)), 0, g2)
 
 
-# A gather's gradient is a one-hot comparison summed over the index's axis, fused into the kernels around it,
-# when the gathered axis has at most ONE_HOT_GRAD_MAX entries (a where()'s branches) or the index picks at most
-# ONE_HOT_GRAD_PICKS per row (a cross-entropy's target logit: elementwise over the logits, no extra buffer);
-# otherwise (an embedding table read by every token: a one-hot of tokens x vocabulary x width) a ScatterAdd,
-# work proportional to the index.
+# A gather's gradient is a one-hot comparison (entries x picks per row) summed over the index's axis, fused into
+# the kernels around it, when that product is at most ONE_HOT_GRAD_MAX (a where()'s two branches) or the index
+# picks at most ONE_HOT_GRAD_PICKS per row (a target logit out of a vocabulary: elementwise over the logits, no
+# extra buffer); otherwise a ScatterAdd, work proportional to the index (an embedding table read by every token:
+# the one-hot was tokens x vocabulary x width; a bilinear upsampling's 128 reads of 32 columns: 32x the work).
 ONE_HOT_GRAD_MAX = 64
 ONE_HOT_GRAD_PICKS = 4
 
@@ -483,9 +483,9 @@ ONE_HOT_GRAD_PICKS = 4
 def _gather_grad(graph: Graph, data: GraphTensor, index: GraphTensor, axis: int, g: GraphTensor) -> GraphTensor:
     """Scatter-add ``g`` (index dims) back to ``data``'s dims (see ``ONE_HOT_GRAD_MAX``)."""
     size, picks = data.dims[axis], index.dims[axis]
-    short = size.is_constant() and size.to_int() <= ONE_HOT_GRAD_MAX
     few = picks.is_constant() and picks.to_int() <= ONE_HOT_GRAD_PICKS
-    if not (short or few):
+    small = few or size.is_constant() and picks.is_constant() and size.to_int() * picks.to_int() <= ONE_HOT_GRAD_MAX
+    if not small:
         from ..hl_ops.indexing import scatter_sum
         out = scatter_sum(index, g, axis, data.dims)
         return out.cast(g.dtype) if out.dtype != g.dtype else out
