@@ -339,9 +339,14 @@ class ReduceRendering:
         w = KernelWriter(self)
         k = w.emit(index_v, vars_)
         s = w.emit(src_v, vars_)
+        at = f"{ptr}[{self.index(base)} + k_ * {self.index(strides[axis])}]"
+        if kernel.dtype.is_int:  # wrap around without signed overflow (undefined in C)
+            u, t = _acc_type(kernel.dtype, "sum"), kernel.dtype.c_type
+            add = f"{at} = ({t})(({u}){at} + ({u})({s}));"
+        else:
+            add = f"{at} += {s};"
         body = w.lines + [f"long long k_ = (long long)({k});",
-                          f"if (k_ < 0 || k_ >= {self.index(kernel.size)}) err = 4;",
-                          f"else {ptr}[{self.index(base)} + k_ * {self.index(strides[axis])}] += {s};"]
+                          f"if (k_ < 0 || k_ >= {self.index(kernel.size)}) err = 4;", f"else {add}"]
         before, after = list(range(axis)), list(range(axis + 1, len(dims)))
         lines.append(f"    #pragma omp parallel for collapse({len(before) + 1}) schedule(static) "
                      f"if(({self.index(work)}) >= {PARALLEL_WORK})")
