@@ -20,6 +20,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _alternate import alternate, print_times  # noqa: E402
 
 
 def main() -> None:
@@ -51,7 +53,6 @@ def main() -> None:
     exp = np.zeros((V, D), np.float32)
     np.add.at(exp, ids_np.reshape(-1), r_np.reshape(-1, D))
     check = "exact" if np.array_equal(gw.data(), exp) else f"max |diff| {np.abs(gw.data() - exp).max():.3g}"
-    times = {"luminal": [], "torch": []}
     try:
         import torch
         te = torch.nn.Embedding(V, D)
@@ -62,24 +63,9 @@ def main() -> None:
             (te(ti) * tr).sum().backward()
     except ImportError:
         torch_step = None
-    for _ in range(args.rounds):
-        t = time.perf_counter()
-        cx.execute()
-        times["luminal"].append(time.perf_counter() - t)
-        if torch_step is not None:
-            t = time.perf_counter()
-            torch_step()
-            times["torch"].append(time.perf_counter() - t)
-    print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-    print(f"embedding gradient: vocabulary {V} x {D}, ids {B} x {S} (luminal: symbolic batch/seq, compile "
-          f"{compile_s:.2f} s; check vs np.add.at: {check})")
-    print(f"{'framework':<10} {'min ms':>9} {'median ms':>10}")
-    for name, ts in times.items():
-        if ts:
-            print(f"{name:<10} {min(ts) * 1e3:>9.2f} {np.median(ts) * 1e3:>10.2f}")
-        else:
-            print(f"{name:<10} {'n/a':>9} {'n/a':>10}")
-
+    times = alternate({"luminal": cx.execute, "torch": torch_step}, args.rounds)
+    print_times(f"embedding gradient: vocabulary {V} x {D}, ids {B} x {S} (luminal: symbolic batch/seq, compile "
+                f"{compile_s:.2f} s; check vs np.add.at: {check})", times)
 
 if __name__ == "__main__":
     main()

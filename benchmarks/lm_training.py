@@ -23,6 +23,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _alternate import alternate, print_times  # noqa: E402
 
 
 def main() -> None:
@@ -101,25 +103,16 @@ def main() -> None:
     cx.execute()
     if torch_step is not None:
         torch_step()
-    times = {"luminal": [], "torch": []}
-    for _ in range(args.rounds):
+    def luminal_step():
+        nonlocal mins
         before = read() if prof is not None else None
-        t = time.perf_counter()
         cx.execute()
-        times["luminal"].append(time.perf_counter() - t)
         if prof is not None:
             mins = np.minimum(mins, read() - before)
-        if torch_step is not None:
-            t = time.perf_counter()
-            torch_step()
-            times["torch"].append(time.perf_counter() - t)
-    print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-    print(f"LM training step: vocabulary {V}, width {D}, {H} heads, {L} layers, batch {B} x seq {S} "
-          f"(luminal compile {compile_s:.2f} s, loss {float(loss.data()):.4f})")
-    print(f"{'framework':<10} {'min ms':>9} {'median ms':>10}")
-    for name, ts in times.items():
-        text = (f"{min(ts) * 1e3:>9.2f} {np.median(ts) * 1e3:>10.2f}" if ts else f"{'n/a':>9} {'n/a':>10}")
-        print(f"{name:<10} {text}")
+
+    times = alternate({"luminal": luminal_step, "torch": torch_step}, args.rounds)
+    print_times(f"LM training step: vocabulary {V}, width {D}, {H} heads, {L} layers, batch {B} x seq {S} "
+                f"(luminal compile {compile_s:.2f} s, loss {float(loss.data()):.4f})", times)
     if prof is not None:
         from luminal.runtime.profile import profile_table
         print(profile_table(cx, rt.program, rt.cprogram.groups, list(mins * 1e3), 15).replace("seconds", "min ms "))
