@@ -676,9 +676,17 @@ def test_torch_compile_backend_returns_bfloat16_tensors():
     np.testing.assert_allclose(_bf16(got), _bf16(want), rtol=0, atol=BF16_ULP)
 
 
+def _imports_like_torch(module, args):
+    """``from_torch(module, args)``; its outputs on ``args`` equal the module's (rtol/atol 1e-6). Returns the model."""
+    import luminal as lm
+    model = lm.from_torch(module, args)
+    for g, e in zip(model(*[a.numpy() for a in args]), module(*args)):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
+    return model
+
+
 def test_index_add_and_scatter_add_import():
     """``index_add`` (a GNN's message sum) and ``scatter_add`` through torch.export: ScatterAdd primitives."""
-    import luminal as lm
     from luminal import ops
 
     class M(torch.nn.Module):
@@ -690,18 +698,13 @@ def test_index_add_and_scatter_add_import():
             torch.from_numpy(rng.standard_normal((7, 4)).astype(np.float32)),
             torch.from_numpy(rng.integers(0, 5, 7)), torch.from_numpy(rng.integers(0, 4, (5, 6))),
             torch.from_numpy(rng.standard_normal((5, 6)).astype(np.float32)))
-    model = lm.from_torch(M(), args)
-    got = model(*[a.numpy() for a in args])
-    exp = M()(*args)
-    for g, e in zip(got, exp):
-        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
+    model = _imports_like_torch(M(), args)
     assert any(isinstance(n.op, ops.ScatterAdd) for n in model.graph.nodes.values())
 
 
 def test_index_put_assign_and_accumulate_import():
     """``x[idx] = v`` (functional: repeated positions, the last wins as in torch's CPU loop) and
     ``index_put(..., accumulate=True)`` (repeated positions add) through torch.export."""
-    import luminal as lm
 
     class M(torch.nn.Module):
         def forward(self, x, idx, v, w):
@@ -714,11 +717,7 @@ def test_index_put_assign_and_accumulate_import():
     args = (torch.from_numpy(rng.standard_normal((5, 4)).astype(np.float32)), torch.tensor([3, 0, 3, -1]),
             torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)),
             torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)))
-    model = lm.from_torch(M(), args)
-    got = model(*[a.numpy() for a in args])
-    exp = M()(*args)
-    for g, e in zip(got, exp):
-        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=1e-6)
+    _imports_like_torch(M(), args)
 
 
 def test_index_put_accumulate_with_two_index_tensors_is_refused_clearly():
