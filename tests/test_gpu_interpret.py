@@ -329,6 +329,36 @@ def test_gather_embedding_and_index_errors():
         cx.execute()
 
 
+def test_scatter_add_embedding_gradient_and_index_errors():
+    """ScatterAdd (two launches: zero fill, then the in-order walk): an embedding table's gradient over symbolic
+    ids rebound, a scatter along the last axis, int64 sums; bit for bit the interpreter's position-order sums."""
+    from luminal.training import grad
+    ids = np.array([[1, 9, 0, 1], [3, 3, 7, 1]], np.int64)
+    g = rand((2, 4, 5), 2)
+    base, idx, src = rand((3, 6), 3), np.array([[0, 5, 5, 2], [1, 1, 0, 4], [3, 3, 3, 3]], np.int64), rand((3, 4), 4)
+
+    def make(cx):
+        from luminal import nn
+        emb = nn.Embedding(200, 5)
+        emb.weight.copy_(rand((200, 5), 5))
+        i, gg = cx.tensor(("b", 4), lm.int64), cx.tensor(("b", 4, 5))
+        b, j, s_ = cx.tensor((3, 6)), cx.tensor((3, 4), lm.int64), cx.tensor((3, 4))
+        (gw,) = grad((emb(i) * gg).sum(), [emb.weight])
+        ints = b.cast(lm.int64).scatter_add(1, j, (s_ * 100).cast(lm.int64))
+        return [i, gg, b, j, s_], [gw, b.scatter_add(1, j, s_), ints]
+
+    compare(make, [(ids, g, base, idx, src), (ids[:1], g[:1], base, idx[:, ::-1].copy(), src)], rtol=0, atol=0)
+    _require()
+    cx = lm.Graph()
+    x = cx.tensor((4, 2)).set(np.zeros((4, 2), np.float32))
+    out = x.scatter_add(0, cx.tensor((2, 2), lm.int64).set(np.array([[0, 4], [1, 1]])),
+                        cx.tensor((2, 2)).set(np.ones((2, 2), np.float32))).retrieve()
+    cx.compile(device=DEV)
+    with pytest.raises(IndexError, match="out of range"):
+        cx.execute()
+    assert out is not None
+
+
 # ---------------------------------------------------------------------------- models
 def test_mlp_forward_with_symbolic_batch():
     from luminal import nn
