@@ -11,7 +11,8 @@ minimum/maximum) with random ones, over several shapes (rank 0 to 2) including a
 execute time. ``Sum``/``Max`` reduce a drawn axis of a drawn extent (0, 1, small, symbolic) of their operand;
 ``Cast`` operands get any dtype of DTYPES, ``BitCast`` operands any of the target's width; ``Gather`` indices are int32/int64 in range of the gathered axis.
 ``:when`` conditions are honoured (Contig/NoMask pick the views, NonNeg the inputs, Extent facts and comparisons
-are satisfied by rejection sampling); ``;; domain:`` restricts the inputs of approximate rules. A rule the
+are satisfied by rejection sampling; a GemmKey's operands are read as matrices: each broadcast along the other's
+output axis, stored in a random axis order, i.e. transposed, and luminal.codegen.kernel.gemm_views must agree); ``;; domain:`` restricts the inputs of approximate rules. A rule the
 harness cannot instantiate at least a few times fails.
 """
 
@@ -33,6 +34,7 @@ from luminal.compiler.egraph.encode import CHILD_SLOTS
 from luminal.compiler.egraph.match import dtype_fact, eval_prim, is_var
 from luminal.compiler.egraph.sexpr import Str, Symbol, load_file, load_rules, rule_files, to_text
 from luminal.compiler.rewrite import scalar_view
+from luminal.codegen.kernel import find_gemm, gemm_views
 
 PRELUDE, RULES = load_rules()
 DTYPES = [DType.float32, DType.float64, DType.float16, DType.int32, DType.int64, DType.bool]
@@ -215,6 +217,15 @@ def choose_view(rng, fams: list[str], dims: tuple, over_constant: bool, hint) ->
     return View(tracker, dims, False, fam)
 
 
+def gemm_view(rng, dims: tuple, b: int) -> View:
+    """A matrix operand of a product of logical ``dims``: broadcast along axis ``b`` (the other operand's output
+    axis), its buffer stored in a random axis order (a transposed read)."""
+    order = [int(i) for i in rng.permutation(len(dims))]
+    stored = tuple(dims[i] for i in order)
+    tracker = ShapeTracker.contiguous_of(stored).permute([int(i) for i in np.argsort(order)])
+    return View(tracker.slice(b, 0, 1).expand(b, dims[b]), stored, False, "gemm")
+
+
 # ------------------------------------------------------------------------------------------ instantiation
 class Reject(Exception):
     """This attempt's random choices do not satisfy the rule (its conditions or its shapes): try another."""
@@ -256,6 +267,7 @@ class Instance:
         self.tdtype: dict = {}  # tensor variable -> DType
         self.index_hi: dict = {}  # tensor variable read as a Gather index -> exclusive bound of its values
         self.nonzero: set = set()  # tensor variables read as a Mod divisor (integer zeros become 1)
+        self.gemm_bcast: dict = {}  # view variable of a GemmKey operand -> the product axis it broadcasts
         self.inputs: dict = {}
         self.graph: Graph | None = None
 
@@ -372,6 +384,18 @@ class Instance:
                     raise CannotInstantiate(f"the left-hand side reads through the reduced key {c[3]}")
                 self.views[c[3]] = View(ShapeTracker.contiguous_of(reduced), reduced, False, "reduced")
                 continue
+            if head == "GemmKey":  # asserted by the loader for float32/float64 sums of products only
+                if self.dtype not in (DType.float32, DType.float64):
+                    raise CannotInstantiate(f"GemmKey is never asserted for {self.dtype}")
+                if not final:
+                    continue
+                vs, vx, vy = (self.views.get(c[i]) for i in (1, 3, 4))
+                if vs is None or vx is None or vy is None:
+                    raise CannotInstantiate(f"{to_text(c)} names a key no operand reads through")
+                if gemm_views(vs.tracker, self.literal(c[2], "axis"), vx.tracker.dims, vx.tracker,
+                              vy.tracker) is None:
+                    return False
+                continue
             if head == "Extent":
                 if not final:
                     continue
@@ -445,6 +469,11 @@ class Instance:
             else:
                 a = self.axis(pat[2], list(range(len(want) + 1)))
                 d = want[:a] + (self.extent(),) + want[a:]
+            rest = [j for j in range(len(d)) if j != a]
+            for c in self.facts:  # a GemmKey on this sum: its operands are read as matrices (see gemm_view)
+                if c[0] == "GemmKey" and c[1] == pat[4] and len(rest) >= 2 and pat[4] not in self.views:
+                    self.views[pat[4]] = View(ShapeTracker.contiguous_of(d), d, False, "contig")
+                    self.gemm_bcast[c[3]], self.gemm_bcast[c[4]] = rest[-1], rest[-2]
             self.operand(pat, 2, d)
         elif head == "Gather":
             if not want:
@@ -478,6 +507,10 @@ class Instance:
             hint = self.tdims.get(child) if is_var(child) else None
             if hint is not None and _count(hint, self.binding) != _count(dims, self.binding):
                 raise Reject(f"{child} cannot be read at {dims}")
+            if var in self.gemm_bcast and not const and hint is None:
+                view = self.views[var] = gemm_view(self.rng, dims, self.gemm_bcast[var])
+                self.plan(child, view.src)
+                return
             if var in self.contig:
                 fams = ["contig"]
             elif var in self.nomask:
@@ -521,7 +554,8 @@ class Instance:
             if not representable(value, dtype):
                 raise CannotInstantiate(f"{value} is not a {dtype} constant")
             return g.add_op(ops.Constant(constant_value(value, dtype), dtype), (), (), dtype), (), True
-        if head not in UNARY and head not in BINARY and head not in REDUCE and head not in ("Cast", "BitCast", "Gather"):
+        if head not in UNARY and head not in BINARY and head not in REDUCE and \
+                head not in ("Cast", "BitCast", "Gather", "MatMul"):
             raise CannotInstantiate(f"the harness does not know how to instantiate {head}")
         inputs = []
         for slot in CHILD_SLOTS[head]:
@@ -548,6 +582,10 @@ class Instance:
             op, dims = ops.Cast(dtype), first
         elif head == "BitCast":
             op, dims = ops.BitCast(dtype), first
+        elif head == "MatMul":  # (Sum d a (Mul d x vx y vy) vs), as the rebuild makes it
+            mul = g.add_op(ops.Mul(), inputs, first, dtype)
+            vs, a = self.views[pat[7]].tracker, self.literal(pat[2], "axis")
+            op, inputs, dims = ops.SumReduce(a), [(mul, vs)], vs.dims[:a] + vs.dims[a + 1:]
         else:
             op, dims = ops.Gather(self.literal(pat[2], "axis")), inputs[1][1].dims
         try:
@@ -895,3 +933,30 @@ def test_harness_rejects_unsound_layout_and_pullout_rules(tmp_path):
     for rule in bad.values():  # integer results are compared whole: "lhs != rhs"
         with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|\] != \[|ill-formed|the two sides have"):
             test_rule_is_sound(rule)
+
+
+def test_harness_checks_gemm_rules_on_matrix_instances(tmp_path):
+    """GemmKey instances are real matrix products (transposed, broadcast operands): a MatMul that names a different
+    product is caught, and the loader's key test (gemm_views) agrees with the lowering's (find_gemm) on them."""
+    bad = _rules_from(tmp_path, "bad_gemm", (
+        ";; gemm-square-x: the product of x with itself (false)\n"
+        "(rewrite (Sum ?d ?a (Mul ?d ?x ?vx ?y ?vy) ?vs) (MatMul ?d ?a ?x ?vx ?x ?vx ?vs)\n"
+        "         :when ((GemmKey ?vs ?a ?vx ?vy)) :ruleset gemm)\n"
+        "\n"
+        ";; gemm-y-through-x-view: y read through x's view (false: another matrix)\n"
+        "(rewrite (Sum ?d ?a (Mul ?d ?x ?vx ?y ?vy) ?vs) (MatMul ?d ?a ?x ?vx ?y ?vx ?vs)\n"
+        "         :when ((GemmKey ?vs ?a ?vx ?vy)) :ruleset gemm)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|ill-formed"):
+            test_rule_is_sound(rule)
+    (good,) = [r for r in RULES if r.name == "gemm-recognize"]
+    rng = np.random.default_rng(7)
+    kinds = set()
+    for _ in range(12):
+        inst = instantiate(good, DType.float32, (3, 5), {}, rng)
+        inst.start_graph()
+        root = inst.build(good.lhs)[0]
+        found = find_gemm(inst.graph, inst.graph.nodes[root])
+        assert found is not None, inst.describe()
+        kinds.add(tuple(inst.views[v].tracker.strides[-1] == 0 for v in ("?vx", "?vy")))
+    assert len(kinds) >= 2, kinds  # broadcast on either side, not one fixed layout

@@ -216,6 +216,7 @@ def find_gemm(graph: Graph, node) -> tuple | None:
     it). This covers ``a @ b`` with any transposes and the products the autograd pass writes for matmul
     gradients (reduction over a middle axis, operands broadcast along M or K by a constant gradient). The returned edges
     are the operand views permuted to ``(*batch, M, N, K)`` (stride 0 on N for the first, on M for the second).
+    The shape test is :func:`gemm_views` (the e-graph's ``gemm`` ruleset asks it too).
     """
     # (half types are not BLAS GEMMs: float16 products round to float16, and bfloat16 matmul is computed in float32
     # by the high-level op, so a bfloat16 product-sum is the primitives' rounded products in a plain reduction)
@@ -223,36 +224,46 @@ def find_gemm(graph: Graph, node) -> tuple | None:
         return None
     edge = node.inputs[0]
     mul = graph.nodes[edge.src]
-    nd = edge.shape.ndim
-    if not isinstance(mul.op, ops.Mul) or nd < 3 or not edge.shape.is_contiguous():
+    if not isinstance(mul.op, ops.Mul):
         return None
     x, y = mul.inputs
-    if x.shape.masks or y.shape.masks:
+    found = gemm_views(edge.shape, node.op.axis, mul.dims, x.shape, y.shape)
+    if found is None:
         return None
-    if edge.shape.dims != mul.dims:  # the reduction reads a reshape of the product: reshape the operands too
-        xs, ys = x.shape.reshape(edge.shape.dims), y.shape.reshape(edge.shape.dims)
-        if xs is None or ys is None:
+    first, av, bv = found
+    a, b = (x, y) if first == 0 else (y, x)
+    return (Edge(a.src, a.output, av), Edge(b.src, b.output, bv))
+
+
+def gemm_views(sum_view, r: int, mul_dims, xv, yv) -> tuple | None:
+    """Whether a sum over axis ``r`` (read through ``sum_view``) of the product of operands read through ``xv``
+    and ``yv`` (the product's dims ``mul_dims``) is a (batched) matrix product: ``(first, a_view, b_view)`` with
+    ``first`` the operand (0: x, 1: y) that supplies M, and the operand views permuted to ``(*batch, M, N, K)``
+    (trailing batch axes folded into M where the first operand allows), else None. See :func:`find_gemm`."""
+    nd = sum_view.ndim
+    if nd < 3 or not sum_view.is_contiguous() or xv.masks or yv.masks:
+        return None
+    if tuple(sum_view.dims) != tuple(mul_dims):  # the reduction reads a reshape of the product: reshape the operands too
+        xv, yv = xv.reshape(sum_view.dims), yv.reshape(sum_view.dims)
+        if xv is None or yv is None:
             return None
-        x, y = Edge(x.src, x.output, xs), Edge(y.src, y.output, ys)
-    r = node.op.axis
-    if x.shape.strides[r] == 0 and y.shape.strides[r] == 0:
+    if xv.strides[r] == 0 and yv.strides[r] == 0:
         return None  # (an operand broadcast along K, e.g. a constant upstream gradient, is packed for BLAS)
     rest = [j for j in range(nd) if j != r]
     first, second = rest[-2], rest[-1]  # the output's last two axes are M and N; the others are batch axes
 
     def fits(a, b):  # a supplies M (b broadcasts it), b supplies N (a broadcasts it)
-        return b.shape.strides[first] == 0 and a.shape.strides[second] == 0 and \
-            (a.shape.strides[first] != 0 or b.shape.strides[second] != 0)
+        return b.strides[first] == 0 and a.strides[second] == 0 and (a.strides[first] != 0 or b.strides[second] != 0)
 
-    if fits(x, y):
-        a, b = x, y
-    elif fits(y, x):
-        a, b = y, x
+    if fits(xv, yv):
+        which, a, b = 0, xv, yv
+    elif fits(yv, xv):
+        which, a, b = 1, yv, xv
     else:
         return None
     batch, m, n = rest[:-2], first, second
     perm = batch + [m, n, r]
-    av, bv = a.shape.permute(perm), b.shape.permute(perm)
+    av, bv = a.permute(perm), b.permute(perm)
     # fold trailing batch axes into M while the first operand addresses them affinely and the second
     # broadcasts them: fewer, larger BLAS calls (e.g. (batch, seq) rows of a Linear's input gradient)
     nb = len(batch)
@@ -262,7 +273,7 @@ def find_gemm(graph: Graph, node) -> tuple | None:
             break
         av, bv = merged, bv.merge_dims(nb - 1)
         nb -= 1
-    return (Edge(a.src, a.output, av), Edge(b.src, b.output, bv))
+    return which, av, bv
 
 
 def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DType):

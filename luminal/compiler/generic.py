@@ -90,7 +90,7 @@ class RemoveSingleReductions(Pass):
 
 def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
     """The default pipeline (what ``Graph.compile(device=...)`` runs when no compiler is given): dead-node
-    removal, equality saturation (the algebra, approx, reductions and layout rulesets of
+    removal, equality saturation (the algebra, approx, reductions, layout and gemm rulesets of
     ``luminal/compiler/rules``, size-1 reductions included; extraction by cost, duplicates merged), dead nodes
     again, and depth-first scheduling. Without the e-graph (``LUMINAL_EGRAPH=0``, or egglog missing): size-1
     reductions squeezed by :class:`RemoveSingleReductions` and :class:`CSE` instead of saturation."""

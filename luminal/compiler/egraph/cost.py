@@ -41,13 +41,14 @@ class BackendCosts:
     materialized: frozenset  # ops that write their own buffer
 
 
+GEMM_WORK = 0.05  # per multiply-add of a MatMul: a GEMM kernel runs tens of times faster than a generic reduction loop
 _COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0, "Sum": 1.0, "Max": 1.0,
-            "Gather": 1.0, "Scatter": 1.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
+            "Gather": 1.0, "Scatter": 1.0, "MatMul": GEMM_WORK, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
 
 BACKENDS = {
     # compiled C: elementwise chains, copies and gathers are inlined into one loop; reductions and breaks write
     "cpu": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=64.0,
-                        materialized=frozenset({"Sum", "Max", "Break", "Scatter"})),
+                        materialized=frozenset({"Sum", "Max", "Break", "Scatter", "MatMul"})),
     # the reference interpreter: one numpy call per node, each writing its own array
     "reference": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=2000.0,
                               materialized=frozenset(_COMPUTE)),
@@ -93,6 +94,15 @@ class SizeCost:
             n = self._elements[key] = _count(self.views[key].n_elements())
         return n
 
+    def unique(self, key: int) -> float:
+        """How many distinct elements view ``key`` reads (its broadcast axes count once)."""
+        v = self.views[key]
+        n = 1.0
+        for d, st in zip(v.dims, v.strides):
+            if not st == 0:
+                n *= _count(d)
+        return n
+
     def read(self, key: int) -> float:
         """The cost of reading every element of view ``key`` once."""
         c = self._read.get(key)
@@ -130,6 +140,14 @@ class SizeCost:
             reads = [k for k in reads if k == keys[1]]
         elif op == "Scatter":  # adds each source element somewhere into a zeroed output (its size: unknown here)
             work = out = self.elements(keys[1])
+        elif op == "MatMul":  # a GEMM: each operand element read once (packed), work at GEMM speed
+            vs = e.args[6]
+            work = self.elements(vs)
+            out = work / max(_count(self.views[vs].dims[e.args[1]]), 1.0)
+            reads = []
+            total = c.compute[op] * work + sum(c.read_contiguous * self.unique(keys[i]) for i in (0, 1)
+                                                if e.args[CHILD_SLOTS[op][i]] not in self.constants)
+            return total + c.write * out + c.kernel
         else:
             work = out = self.elements(keys[0])
         total = c.compute.get(op, 10.0) * work + sum(self.read(k) for k in reads)

@@ -69,6 +69,7 @@ class Encoding:
     dims: set = field(default_factory=set)  # (key, dims id): the view's dims, interned in dims_ids
     dims_ids: dict = field(default_factory=dict)  # dims tuple -> id
     reduced: set = field(default_factory=set)  # (key, axis, key of the row-major read of the reduced dims)
+    gemm: set = field(default_factory=set)  # (sum key, axis, x key, y key): a matrix-shaped sum of products
 
     def text(self) -> str:
         """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
@@ -77,17 +78,19 @@ class Encoding:
         lines += [f"(Extent {k} {a} {n})" for k, a, n in sorted(self.extent)]
         lines += [f"(Dims {k} {s})" for k, s in sorted(self.dims)]
         lines += [f"(ReducedKey {k} {a} {r})" for k, a, r in sorted(self.reduced)]
+        lines += [f"(GemmKey {k} {a} {x} {y})" for k, a, x, y in sorted(self.gemm)]
         lines += [f"(union (Node {n}) {term_text(t)})" for n, t in self.terms.items()]
         return "\n".join(lines)
 
     def rows(self) -> dict[str, list[str]]:
         """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus the view facts
-        ``Contig``/``NoMask``/``Extent``/``Dims``/``ReducedKey``."""
+        ``Contig``/``NoMask``/``Extent``/``Dims``/``ReducedKey``/``GemmKey``."""
         out: dict[str, list[str]] = {"Contig": [str(k) for k in sorted(self.contig)],
                                      "NoMask": [str(k) for k in sorted(self.nomask)],
                                      "Extent": [f"{k}\t{a}\t{n}" for k, a, n in sorted(self.extent)],
                                      "Dims": [f"{k}\t{s}" for k, s in sorted(self.dims)],
-                                     "ReducedKey": [f"{k}\t{a}\t{r}" for k, a, r in sorted(self.reduced)]}
+                                     "ReducedKey": [f"{k}\t{a}\t{r}" for k, a, r in sorted(self.reduced)],
+                                     "GemmKey": [f"{k}\t{a}\t{x}\t{y}" for k, a, x, y in sorted(self.gemm)]}
         for n, t in self.terms.items():
             fields = [str(n)]
             for a in t[1:]:
@@ -171,6 +174,10 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 v = enc.views[args[0][1]]  # the key of the row-major read of the reduction's result
                 reduced = ShapeTracker.contiguous_of(tuple(v.dims[:op.axis]) + tuple(v.dims[op.axis + 1:]))
                 enc.reduced.add((args[0][1], op.axis, intern(reduced, True)))
+                mul = graph.nodes[ins[0].src]
+                if t is ops.SumReduce and isinstance(mul.op, ops.Mul) and node.dtype in (DType.float32, DType.float64) \
+                        and enc.terms.get(ins[0].src, ("Leaf",))[0] == "Mul":
+                    _gemm_fact(enc, graph, mul, args[0][1], op.axis, ins[0].shape)
             elif t is ops.Bitwise:
                 term = ("Bit", d, op.kind, *args[0], *args[1])
             elif t is ops.Cast:
@@ -187,6 +194,20 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
     return enc
 
 
+def _gemm_fact(enc: Encoding, graph: Graph, mul, sum_key: int, axis: int, sum_view: ShapeTracker) -> None:
+    """(GemmKey ...) for a sum of a product that the CPU backend runs as a matrix product, in both operand orders
+    (``mul-comm`` makes both)."""
+    from ...codegen.kernel import gemm_views
+
+    x, y = mul.inputs
+    if gemm_views(sum_view, axis, mul.dims, x.shape, y.shape) is None:
+        return
+    kx = enc.view_keys[(x.shape, _full_contiguous(graph, x.src, x.shape))]
+    ky = enc.view_keys[(y.shape, _full_contiguous(graph, y.src, y.shape))]
+    enc.gemm.add((sum_key, axis, kx, ky))
+    enc.gemm.add((sum_key, axis, ky, kx))
+
+
 def _fold(op, values, dtype: DType):
     arrays = [np.asarray(v, dtype=np.dtype(DType(d).numpy)) for d, v in values]
     try:
@@ -201,7 +222,7 @@ def _fold(op, values, dtype: DType):
 # positions of child (node id) arguments per constructor; the others are literals
 CHILD_SLOTS = {"Log2": (1,), "Exp2": (1,), "Sin": (1,), "Sqrt": (1,), "Recip": (1,), "Copy": (1,), "Break": (1,),
                "Cast": (1,), "BitCast": (1,), "Add": (1, 3), "Mul": (1, 3), "Mod": (1, 3), "Less": (1, 3), "Bit": (2, 4), "Sum": (2,), "Max": (2,),
-               "Gather": (2, 4), "Scatter": (2, 4), "Num": (), "Leaf": (), "Node": ()}
+               "Gather": (2, 4), "Scatter": (2, 4), "MatMul": (2, 4), "Num": (), "Leaf": (), "Node": ()}
 # positions of view-key arguments (the slot right after each child)
 VIEW_SLOTS = {name: tuple(s + 1 for s in slots) for name, slots in CHILD_SLOTS.items()}
 

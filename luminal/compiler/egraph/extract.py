@@ -18,10 +18,10 @@ from .encode import CHILD_SLOTS
 # per-op cost (a CPU-ish model: transcendental > division/modulo > mul/add > views/copies > constants)
 OP_COST = {"Leaf": 0.01, "Num": 0.01, "Break": 1.0, "Copy": 1.5, "Add": 2.0, "Mul": 2.0, "Less": 2.0, "Bit": 2.0,
            "Cast": 2.0, "BitCast": 1.0,
-           "Sum": 3.0, "Max": 3.0, "Gather": 3.0, "Scatter": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
+           "Sum": 3.0, "Max": 3.0, "MatMul": 3.0, "Gather": 3.0, "Scatter": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
            "Sin": 8.0}
 OP_RANK = {name: i for i, name in enumerate(sorted(OP_COST))}
-_FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey")  # the relations read back (for explain's condition checks)
+_FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey", "GemmKey")  # the relations read back (for explain's condition checks)
 INF = float("inf")
 
 
@@ -56,6 +56,7 @@ class EGraphData:
     extent: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> constant extent
     dims: dict[int, int] = field(default_factory=dict)  # view key -> interned dims id
     reduced: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> reduced key
+    gemm: set[tuple] = field(default_factory=set)  # (sum key, axis, x key, y key) of matrix-shaped products
 
     @property
     def n_enodes(self) -> int:
@@ -81,7 +82,7 @@ def parse_serialized(text: str) -> EGraphData:
     types = {cid: v.get("type", "") for cid, v in data.get("class_data", {}).items()}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent, dims, reduced = set(), set(), set(), {}, {}, {}
+    nonneg, contig, nomask, extent, dims, reduced, gemm = set(), set(), set(), {}, {}, {}, set()
     for n in nodes.values():  # egglog writes them in a deterministic order; classes are sorted below
         op = n["op"]
         if op not in CHILD_SLOTS and op not in _FACTS:
@@ -103,6 +104,8 @@ def parse_serialized(text: str) -> EGraphData:
                 dims[args[0]] = args[1]
             elif op == "ReducedKey":
                 reduced[(args[0], args[1])] = args[2]
+            elif op == "GemmKey":
+                gemm.add(tuple(args))
             else:
                 extent[(args[0], args[1])] = args[2]
             continue
@@ -114,7 +117,7 @@ def parse_serialized(text: str) -> EGraphData:
         classes.setdefault(cls, []).append(ENode(op, tuple(args), cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm)
 
 
 def from_frozen(egraph) -> EGraphData:
@@ -134,7 +137,7 @@ def from_frozen(egraph) -> EGraphData:
             "bool": egraph.value_to_bool}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent, dims, reduced = set(), set(), set(), {}, {}, {}
+    nonneg, contig, nomask, extent, dims, reduced, gemm = set(), set(), set(), {}, {}, {}, set()
     for name in sorted(frozen.functions):
         fn = frozen.functions[name]
         if name not in CHILD_SLOTS and name not in _FACTS:
@@ -156,6 +159,8 @@ def from_frozen(egraph) -> EGraphData:
                 dims[args[0]] = args[1]
             elif name == "ReducedKey":
                 reduced[(args[0], args[1])] = args[2]
+            elif name == "GemmKey":
+                gemm.add(args)
             elif name == "Node":
                 node_class[args[0]] = cid(row.output)
             else:
@@ -163,7 +168,7 @@ def from_frozen(egraph) -> EGraphData:
                 classes.setdefault(cls, []).append(ENode(name, args, cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm)
 
 
 def _stable_key(e: ENode) -> tuple:

@@ -106,6 +106,9 @@ def _conditions_env(conds, env: dict, eg: EGraphData) -> dict | None:
                 env[c[3]] = n
             elif eval_prim(c[3], env) != n:
                 return None
+        elif head == "GemmKey":
+            if tuple(eval_prim(a, env) for a in c[1:]) not in eg.gemm:
+                return None
         elif head in ("Contig", "NoMask"):
             if env[c[1]] not in (eg.contig if head == "Contig" else eg.nomask):
                 return None

@@ -25,10 +25,10 @@ from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extr
                       parse_serialized)
 
 # the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
-DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout")
+DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout", "gemm")
 # the report fields a memoized run restores (besides each change's rules)
 _MEMO_FIELDS = ("iterations", "stop_reason", "enodes", "eclasses", "cost_before", "cost_after")
-_RELATIONS = {"Contig", "NoMask", "Extent", "Dims", "ReducedKey", "IsFloat", "IntLike", "NonNeg"}
+_RELATIONS = {"Contig", "NoMask", "Extent", "Dims", "ReducedKey", "GemmKey", "IsFloat", "IntLike", "NonNeg"}
 
 
 @dataclass
@@ -289,6 +289,13 @@ def rebuild(graph: Graph, enc: Encoding, eg: EGraphData, ext: Extraction) -> lis
                 op, dims = ops.BitCast(dtype), v0.dims
             elif e.op == "Gather":
                 op, dims = ops.Gather(e.args[1]), inputs[1][1].dims
+            elif e.op == "MatMul":  # the product node (the original one when it reads the same), then its sum
+                products = [graph.nodes[n].inputs[0].src for n in by_class.get(cls, ())
+                            if isinstance(graph.nodes[n].op, ops.SumReduce)]
+                mul = _node_for(graph, (ops.Mul(), inputs, tuple(v0.dims), dtype), products)
+                vs = enc.views[e.args[6]]
+                op, inputs = ops.SumReduce(e.args[1]), [(mul, vs)]
+                dims = vs.dims[:e.args[1]] + vs.dims[e.args[1] + 1:]
             elif e.op == "Scatter":  # (the node it names is still in the graph: the rebuild deletes last)
                 op, dims = graph.nodes[e.args[1]].op, graph.nodes[e.args[1]].dims
             else:  # pragma: no cover - the schema and this table go together
