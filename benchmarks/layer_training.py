@@ -1,6 +1,6 @@
 """Training steps of small layer families (a guard against slow gradients): luminal vs PyTorch eager, one process.
 
-Run:  python benchmarks/layer_training.py
+Run:  python benchmarks/layer_training.py [case ...]
 
 Each case builds a tiny model in luminal and its torch twin (own random weights, the same work), takes the
 gradient of a scalar loss with respect to every parameter and float input, and times 5 steps of each (min ms;
@@ -8,8 +8,10 @@ luminal's step graph is compiled once for ``device="cpu"``; each model is writte
 ``torch.nn``). Cases: a conv followed by ``Upsample(scale_factor=2)``
 (nearest, bilinear: the gradient of a gather read several times per entry), an LSTM language model (embedding,
 LSTM, vocabulary head), a ViT-style patch embedding + encoder layer, a GroupNorm-SiLU-conv block (diffusion
-UNets), top-k over a 5000-wide linear layer. ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
-upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x. Asserts nothing about timings;
+UNets), top-k over a 5000-wide linear layer, a pre-LN encoder layer under a ``sum()`` loss (its upstream gradient
+the constant 1). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
+upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
+weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
@@ -67,6 +69,8 @@ CASES = [
      lambda y: (y ** 2).mean(), ("f", (4, 32, 32, 32))),
     ("topk", lambda ns: ns.Linear(5000, 5000, bias=False), lambda y: (y.topk(50, -1)[0] ** 2).sum(),
      ("f", (64, 5000))),
+    ("encoder-sum", lambda ns: ns.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True,
+                                                          norm_first=True), lambda y: y.sum(), ("f", (8, 64, 128))),
 ]
 
 
@@ -103,9 +107,14 @@ def bench(name, make, loss_of, spec, rng) -> None:
 
 
 def main() -> None:
+    import sys
+
+    only = sys.argv[1:]  # case names (default: all)
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     rng = np.random.default_rng(0)
     for name, make, loss_of, spec in CASES:
+        if only and name not in only:
+            continue
         bench(name, make, loss_of, spec, rng)
 
 
