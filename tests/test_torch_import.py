@@ -155,6 +155,24 @@ def test_import_luminal_does_not_import_torch_and_missing_torch_is_clear():
     assert "ERR" in res.stdout and "needs PyTorch" in res.stdout and "pip install torch" in res.stdout, res
 
 
+def test_torch_compile_finds_the_backend_without_importing_luminal():
+    """The package's ``torch_dynamo_backends`` entry point: ``backend="luminal"`` works in a fresh process that
+    never imported luminal, and the compiled module runs through luminal (its result equals eager torch's)."""
+    code = ("import sys, torch\n"
+            "assert 'luminal' not in sys.modules\n"
+            "torch.manual_seed(0)\n"
+            "net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))\n"
+            "fast = torch.compile(net, backend='luminal', options={'device': 'reference'})\n"
+            "x = torch.randn(3, 4)\n"
+            "with torch.no_grad():\n"
+            "    err = float((fast(x) - net(x)).abs().max())\n"
+            "print('ERR', err, 'luminal.frontends.torch.backend' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    err, imported = res.stdout.split("ERR ")[1].split()[:2]
+    assert float(err) < 1e-6 and imported == "True", res.stdout
+
+
 # ---------------------------------------------------------------------------------------------------- layers
 class _Attn(nn.Module):
     def __init__(self):
