@@ -410,6 +410,18 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: where(inside, g, 0.0)]
     elif name == "max_pool":  # torch's max pooling backward: all of g to the first maximum (last NaN)
         rules = [lambda: _max_pool_grad(ts[0], ts[1] if len(ts) > 1 else None, y, g, param)]
+    elif name == "conv_transpose":  # torch's transposed-convolution backward (luminal.nn.conv)
+        from ..nn.conv import transposed_conv_grads
+
+        both: list = []
+
+        def part(k):  # dx and dweight share the im2col of g: built once, on first use
+            if not both:
+                both.extend(transposed_conv_grads(ts[0], ts[1], g, *param))
+            return both[k]
+        rules = [lambda: part(0), lambda: part(1)]
+        if len(ts) > 2:  # the bias: g summed over the batch and the spatial axes
+            rules.append(lambda: g.sum(tuple([0] + list(range(2, g.ndim)))))
     elif name == "embedding":  # torch's embedding backward: the padding_idx row gets no gradient
         rules = [lambda: _embedding_grad(ts[0], ts[1], g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)

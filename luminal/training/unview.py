@@ -3,7 +3,8 @@
 :func:`unview` tries, in order: affine undoing (broadcast axes summed, permutations inverted, flips flipped
 back, slices padded and pads sliced — zero-copy views), splitting source axes to match strided views (the
 heads of a fused qkv projection), a sum of shifted views per window offset (sliding windows with few
-offsets), and, for any other view, a scatter-add written as a fused gather-and-sum over the source elements.
+offsets), the same two over merged source axes (views running across a flattened pair of axes), and, for any
+other view, a scatter-add written as a fused gather-and-sum over the source elements.
 """
 
 from __future__ import annotations
@@ -36,7 +37,35 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
         out = _attempt(g.graph, method, g, st, src_dims)
         if out is not None:
             return out
+    merged = _merged_source(st, src_dims)
+    if merged is not None:  # undo over the merged source axes, then split them again
+        for method in (_unview_affine, _unview_windows):
+            out = _attempt(g.graph, method, g, st, merged)
+            if out is not None:
+                return out.reshape(src_dims)
     return _unview_gather(g, st, src_dims)
+
+
+def _merged_source(st: ShapeTracker, src_dims) -> tuple | None:
+    """The source dims with adjacent axes merged where the view runs across them as one axis: no view axis
+    steps by the outer axis' stride, and a view axis stepping by the inner one is longer than it (a pad or a
+    slice over a flattened pair, e.g. a transposed convolution's zero-interleaved rows read through the
+    convolution's padded windows). None when nothing merges (or a size is symbolic)."""
+    dims = [_const(d) for d in src_dims]
+    if any(d is None for d in dims):
+        return None
+    view = [(_const(n), _const(s)) for n, s in zip(st.dims, st.strides)]
+    if any(n is None or s is None for n, s in view):
+        return None
+    steps = {abs(s) for _, s in view if s != 0}
+    merged, a = False, len(dims) - 1
+    while a > 0:
+        strides = [_const(c) for c in contiguous_strides(dims)]
+        if strides[a - 1] not in steps and any(abs(s) == strides[a] and n > dims[a] for n, s in view):
+            dims[a - 1:a + 1] = [dims[a - 1] * dims[a]]
+            merged = True
+        a -= 1
+    return tuple(to_expr(d) for d in dims) if merged else None
 
 
 def _attempt(graph: Graph, method, *args):
