@@ -7,7 +7,10 @@ One N-d implementation, :func:`conv_nd`, serves every rank:
 3. split the channels into ``(groups, in_channels/groups)`` and contract the windows with the weight: a
    broadcast ``Mul`` and a ``SumReduce`` over ``(in_channels/groups, *kernel)`` -- the matmul pattern.
 
-Transposed convolutions are convolutions of the zero-interleaved (stride-dilated) input with the spatially
+Strided transposed convolutions are computed as PyTorch does: one matrix product per group (every input
+position's contributions) and col2im (:func:`_col2im_transposed`), with a ``conv_transpose`` gradient rule that
+takes both gradients from the windows of the upstream gradient (:func:`transposed_conv_grads`). Stride-1 ones
+(and strided ones under autocast) are convolutions of the padded (zero-interleaved) input with the spatially
 flipped, in/out-swapped kernel. Under :class:`luminal.autocast` every convolution is computed from inputs
 rounded to the autocast dtype, in float32, and rounded once (see :func:`conv_nd`). Layouts, parameter names and
 default initialization follow PyTorch, so ``load_state_dict(torch_module.state_dict())`` works.
