@@ -363,7 +363,7 @@ def test_generate_example_runs():
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, os.path.join(root, "examples", "generate.py"), "--new", "12"],
+    proc = subprocess.run([sys.executable, os.path.join(root, "examples", "generate.py"), "--random", "llama", "--new", "12"],
                           capture_output=True, text=True, timeout=120, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "12 tokens in" in proc.stdout and "compiles = 1, runtime reused = True" in proc.stdout, proc.stdout
