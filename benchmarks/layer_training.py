@@ -8,13 +8,14 @@ luminal's step graph is compiled once for ``device="cpu"``; each model is writte
 ``torch.nn``). Cases: a conv followed by ``Upsample(scale_factor=2)``
 (nearest, bilinear: the gradient of a gather read several times per entry), an LSTM language model (embedding,
 LSTM, vocabulary head), a ViT-style patch embedding + encoder layer, a GroupNorm-SiLU-conv block (diffusion
-UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), a pre-LN
+UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), two strided (downsampling) convolutions, a pre-LN
 encoder layer under a ``sum()`` loss (its upstream gradient
 the constant 1). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
 upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style
 stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per element in the input gradient; now
-PyTorch's GEMM + col2im algorithm). Asserts nothing about timings;
+PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3.2x (their input gradient a gather of every window offset;
+now zero-interleaved shifted copies). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
@@ -75,6 +76,9 @@ CASES = [
     ("convT-stack", lambda ns: ns.Sequential(ns.ConvTranspose2d(32, 16, 4, stride=2, padding=1), ns.ReLU(),
                                              ns.ConvTranspose2d(16, 3, 4, stride=2, padding=1), ns.Tanh()),
      lambda y: (y ** 2).mean(), ("f", (8, 32, 16, 16))),
+    ("strided-conv", lambda ns: ns.Sequential(ns.Conv2d(16, 32, 3, stride=2, padding=1), ns.BatchNorm2d(32), ns.ReLU(),
+                                              ns.Conv2d(32, 32, 3, stride=2, padding=1)),
+     lambda y: (y ** 2).mean(), ("f", (16, 16, 32, 32))),
     ("encoder-sum", lambda ns: ns.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True,
                                                           norm_first=True), lambda y: y.sum(), ("f", (8, 64, 128))),
 ]

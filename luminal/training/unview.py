@@ -3,8 +3,9 @@
 :func:`unview` tries, in order: affine undoing (broadcast axes summed, permutations inverted, flips flipped
 back, slices padded and pads sliced — zero-copy views), splitting source axes to match strided views (the
 heads of a fused qkv projection), a sum of shifted views per window offset (sliding windows with few
-offsets), the same two over merged source axes (views running across a flattened pair of axes), and, for any
-other view, a scatter-add written as a fused gather-and-sum over the source elements.
+offsets), the same two over merged source axes (views running across a flattened pair of axes) and after
+dilating strided axes (a strided convolution's windows: the gradient zero-interleaved), and, for any other view, a
+scatter-add written as a fused gather-and-sum over the source elements.
 """
 
 from __future__ import annotations
@@ -43,7 +44,48 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
             out = _attempt(g.graph, method, g, st, merged)
             if out is not None:
                 return out.reshape(src_dims)
+    start = g.graph._next_id
+    dilated = _dilate_strided(g, st, src_dims)
+    if dilated is not None:  # strided reads (a strided convolution's windows): undo the stride with zeros first
+        for method in (_unview_affine, _unview_windows):
+            out = _attempt(g.graph, method, dilated[0], dilated[1], src_dims)
+            if out is not None:
+                return out
+        for nid in sorted((n for n in g.graph.nodes if n >= start), reverse=True):
+            g.graph.remove_node(nid)
     return _unview_gather(g, st, src_dims)
+
+
+def _dilate_strided(g: GraphTensor, st: ShapeTracker, src_dims) -> tuple | None:
+    """A view axis stepping ``m`` source elements at a time (``m`` times a source axis' stride, ``m > 1``: a strided
+    convolution's output positions) becomes a unit-step axis over ``(n - 1) * m + 1`` positions, with ``g``
+    zero-interleaved along it: the new positions read elements between the old ones and carry 0, so the transpose
+    is unchanged, and its masks (coefficient ``m`` on that axis) get coefficient 1. ``(g, st)`` dilated, or None
+    (nothing strided, a symbolic size, or a mask coefficient ``m`` does not divide)."""
+    src_strides = [_const(c) for c in contiguous_strides(tuple(src_dims))]
+    if any(c is None for c in src_strides):
+        return None
+    dims, strides, masks = list(st.dims), list(st.strides), [(list(c), k, size) for c, k, size in st.masks]
+    changed = False
+    for j in range(st.ndim):
+        s, n = _const(strides[j]), _const(dims[j])
+        if s is None or n is None or s == 0 or n < 2 or abs(s) in src_strides:
+            continue
+        base = [c for c in src_strides if abs(s) % c == 0 and abs(s) // c > 1]
+        if not base:
+            continue
+        m = abs(s) // max(base)
+        coeffs = [_const(c[j]) for c, _, _ in masks]
+        if any(c is None or c % m for c in coeffs):
+            return None
+        g = g.unsqueeze(j + 1).pad_axis(j + 1, 0, m - 1).merge_dims(j, j + 1).slice_axis(j, 0, (n - 1) * m + 1)
+        dims[j], strides[j] = to_expr((n - 1) * m + 1), strides[j] // m
+        for c, _, _ in masks:
+            c[j] = c[j] // m
+        changed = True
+    if not changed:
+        return None
+    return g, ShapeTracker(tuple(dims), tuple(strides), st.offset, [(tuple(c), k, size) for c, k, size in masks])
 
 
 def _merged_source(st: ShapeTracker, src_dims) -> tuple | None:
