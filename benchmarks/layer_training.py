@@ -14,8 +14,8 @@ the constant 1). ``ratio`` = luminal / torch (below 1: luminal faster). Found wi
 upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style
 stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per element in the input gradient; now
-PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3.2x (their input gradient a gather of every window offset;
-now zero-interleaved shifted copies). Asserts nothing about timings;
+PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3.2x (their input gradient a
+gather over every window offset; now zero-interleaved, shifted copies). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
