@@ -13,9 +13,9 @@ from .blocks import LoRALinear, ResNetBlock
 from .conv import Conv1d, Conv2d, Conv3d, Conv4d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Flatten, Identity, Linear
-from .layers_extra import (GLU, ChannelShuffle, CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d,
+from .layers_extra import (GLU, Bilinear, ChannelShuffle, CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d,
                            ConstantPad2d, ConstantPad3d, CosineEmbeddingLoss, CosineSimilarity, Fold, GaussianNLLLoss,
-                           Hardshrink, HingeEmbeddingLoss, MarginRankingLoss, MultiLabelSoftMarginLoss,
+                           Hardshrink, HingeEmbeddingLoss, LocalResponseNorm, MarginRankingLoss, MultiLabelSoftMarginLoss,
                            PairwiseDistance, ParameterDict, ParameterList, PixelShuffle, PixelUnshuffle, PoissonNLLLoss,
                            ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
                            ReplicationPad3d, RReLU, Softmax2d, Softmin, Softshrink, SoftMarginLoss, Tanhshrink,

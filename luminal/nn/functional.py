@@ -149,9 +149,9 @@ from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_poo
                       adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,
                       max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 from .sparse import embedding  # noqa: E402
-from .functional_extra import (celu, channel_shuffle, cosine_embedding_loss, cosine_similarity, elu, fold,  # noqa: E402
+from .functional_extra import (bilinear, celu, channel_shuffle, cosine_embedding_loss, cosine_similarity, elu, fold,  # noqa: E402
                                gaussian_nll_loss, glu, hardshrink, hardsigmoid, hardswish, hardtanh,
-                               hinge_embedding_loss, leaky_relu, logsigmoid, margin_ranking_loss, mish,
+                               hinge_embedding_loss, leaky_relu, local_response_norm, logsigmoid, margin_ranking_loss, mish,
                                multilabel_soft_margin_loss, pairwise_distance, pdist, pixel_shuffle, pixel_unshuffle,
                                poisson_nll_loss, relu6, rrelu, selu, sigmoid, soft_margin_loss, softplus, softshrink,
                                softsign, tanh, tanhshrink, threshold, triplet_margin_loss, unfold)

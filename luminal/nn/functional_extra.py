@@ -330,3 +330,42 @@ def multilabel_soft_margin_loss(input, target, weight=None, reduction: str = "me
     if weight is not None:
         per = per * weight
     return _reduce(per.mean(-1), reduction, "multilabel_soft_margin_loss")
+
+
+# ---------------------------------------------------------------------------------------------- bilinear, LRN
+def bilinear(input1, input2, weight, bias=None):
+    """``torch.nn.functional.bilinear``: ``y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]``
+    (``weight``: ``(out, in1, in2)``), as one matrix product ``input1 @ weight`` (``(..., out * in2)``) then a product
+    with ``input2`` summed over ``in2``."""
+    if weight.ndim != 3:
+        raise GraphError(f"bilinear: the weight must be (out_features, in1_features, in2_features), got "
+                         f"{[str(d) for d in weight.dims]}")
+    out, n1, n2 = weight.dims
+    if input1.dims[-1] != n1 or input2.dims[-1] != n2:
+        raise GraphError(f"bilinear: inputs of {input1.dims[-1]} and {input2.dims[-1]} features for a weight of "
+                         f"(out, {n1}, {n2})")
+    if tuple(input1.dims[:-1]) != tuple(input2.dims[:-1]):
+        raise GraphError(f"bilinear: the inputs' leading dims differ: {[str(d) for d in input1.dims[:-1]]} and "
+                         f"{[str(d) for d in input2.dims[:-1]]}")
+    t = input1 @ weight.permute(1, 0, 2).reshape((n1, out * n2))
+    y = (t.reshape(tuple(input1.dims[:-1]) + (out, n2)) * input2.unsqueeze(-2)).sum(-1)
+    return y if bias is None else y + bias
+
+
+def local_response_norm(x, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+    """``torch.nn.functional.local_response_norm`` over the channels (dim 1) of an ``(N, C, *)`` input:
+    ``x / (k + alpha / size * (sum of x^2 over the size channels around c)) ** beta``, the channel window padded
+    with zeros, ``size // 2`` before and ``(size - 1) // 2`` after (PyTorch's)."""
+    size = int(size)
+    if size < 1:
+        raise ValueError(f"local_response_norm: size must be >= 1, got {size}")
+    return channel_window_norm(x, size, alpha, beta, k, size // 2, (size - 1) // 2)
+
+
+def channel_window_norm(x, size: int, alpha: float, beta: float, k: float, before: int, after: int):
+    """Local response normalization with the channel window padded by ``before`` / ``after`` zeros (PyTorch's
+    :func:`local_response_norm`; ONNX's ``LRN`` pads the other way for an even ``size``)."""
+    if x.ndim < 3:
+        raise GraphError(f"local_response_norm: expected an (N, C, *) input of 3 or more dims, got {x.ndim}-D")
+    windows = (x * x).pad_axis(1, before, after).pool(1, size, 1, 1)  # (N, C, size, *)
+    return x / (windows.sum(2) * (alpha / size) + k).pow(beta)

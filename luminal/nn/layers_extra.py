@@ -170,6 +170,48 @@ class Unflatten(Module):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
+class Bilinear(Module):
+    """``torch.nn.Bilinear(in1_features, in2_features, out_features, bias=True)``: ``y = x1^T A x2 + b`` with
+    ``weight`` ``(out, in1, in2)`` and ``bias`` ``(out,)``, both initialized uniform in ``+-1/sqrt(in1_features)``
+    (PyTorch's default)."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, dtype=None):
+        super().__init__()
+        import numpy as np
+
+        from . import init
+
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        self.weight = Parameter(np.zeros((out_features, in1_features, in2_features)), dtype)
+        init.default_bound_uniform_(self.weight, in1_features)
+        self.bias = Parameter(np.zeros(out_features), dtype) if bias else None
+        if bias:
+            init.default_bound_uniform_(self.bias, in1_features)
+
+    def forward(self, input1, input2):
+        return FX.bilinear(input1, input2, bind(self.weight, input1),
+                           None if self.bias is None else bind(self.bias, input1))
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+class LocalResponseNorm(Module):
+    """``torch.nn.LocalResponseNorm(size, alpha=1e-4, beta=0.75, k=1.0)`` over the channels of ``(N, C, *)``."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        for name, value in (("size", size), ("alpha", alpha), ("beta", beta), ("k", k)):
+            object.__setattr__(self, name, value)
+
+    def forward(self, x):
+        return FX.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
 class Softmin(Module):
     """``torch.nn.Softmin(dim)``: ``softmax(-x)``."""
 

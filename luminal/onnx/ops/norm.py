@@ -129,10 +129,8 @@ def _lrn(ctx):
     x = ctx.t(0)
     size = ctx.attr("size")
     alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
-    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-    sq = (x * x).pad_axis(1, before, after).pool(1, size, 1, 1)     # (N, C, size, ...)
-    square_sum = sq.sum(2)
-    return [x / (square_sum * (alpha / size) + bias).pow(beta)]
+    from ...nn.functional_extra import channel_window_norm
+    return [channel_window_norm(x, size, alpha, beta, bias, (size - 1) // 2, size - 1 - (size - 1) // 2)]
 
 
 @register("Dropout", min_version=7)
