@@ -1,5 +1,5 @@
 """``nn.Bilinear`` / ``F.bilinear`` and ``nn.LocalResponseNorm`` / ``F.local_response_norm`` against torch CPU:
-values and gradients (float64, 1e-10), on the reference interpreter and the cpu backend; argument errors.
+values and gradients (float64, 1e-10), on both backends (conftest parametrizes test_nn_* modules); argument errors.
 ONNX's ``LRN`` (the other padding convention for an even size) goes through the same code and is covered by the
 ONNX node tests."""
 
@@ -16,14 +16,12 @@ from luminal.graph import GraphError
 from luminal.training import grad
 
 
-def _run(device, build, arrays):
+def _run(build, arrays):
     cx = lm.Graph()
     xs = [cx.tensor(a.shape, dtype="float64").set(a) for a in arrays]
     out, wrt = build(xs)
     gs = [g.retrieve() for g in grad((out * out).sum(), wrt + xs)]
     out.retrieve()
-    if device == "cpu":
-        cx.compile(device="cpu")
     cx.execute()
     return out.data(), [g.data() for g in gs]
 
@@ -40,15 +38,14 @@ def _same(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("device", ["reference", "cpu"])
 @pytest.mark.parametrize("lead,bias", [((6,), True), ((2, 5), True), ((4,), False)])
-def test_bilinear_matches_torch(device, lead, bias):
+def test_bilinear_matches_torch(lead, bias):
     rng = np.random.default_rng(0)
     ours = nn.Bilinear(3, 4, 5, bias=bias).to("float64")
     theirs = torch.nn.Bilinear(3, 4, 5, bias=bias).double()
     theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
     a, b = rng.standard_normal(lead + (3,)), rng.standard_normal(lead + (4,))
-    got = _run(device, lambda xs: (ours(xs[0], xs[1]), list(ours.parameters())), [a, b])
+    got = _run(lambda xs: (ours(xs[0], xs[1]), list(ours.parameters())), [a, b])
     want = _torch(lambda ts: (theirs(ts[0], ts[1]), list(theirs.parameters())), [a, b])
     _same(got, want)
 
@@ -65,16 +62,15 @@ def test_bilinear_init_and_errors():
         m(x1, x3)
 
 
-@pytest.mark.parametrize("device", ["reference", "cpu"])
 @pytest.mark.parametrize("shape,size", [((2, 7, 5), 3), ((2, 6, 4, 3), 4), ((1, 5, 2, 3, 2), 2), ((2, 3, 4), 5)])
-def test_local_response_norm_matches_torch(device, shape, size):
+def test_local_response_norm_matches_torch(shape, size):
     rng = np.random.default_rng(1)
     a = rng.standard_normal(shape) * 3
     kw = dict(alpha=0.3, beta=0.6, k=1.5)
-    got = _run(device, lambda xs: (nn.LocalResponseNorm(size, **kw)(xs[0]), []), [a])
+    got = _run(lambda xs: (nn.LocalResponseNorm(size, **kw)(xs[0]), []), [a])
     want = _torch(lambda ts: (torch.nn.LocalResponseNorm(size, **kw)(ts[0]), []), [a])
     _same(got, want)
-    got = _run(device, lambda xs: (F.local_response_norm(xs[0], size), []), [a])
+    got = _run(lambda xs: (F.local_response_norm(xs[0], size), []), [a])
     want = _torch(lambda ts: (torch.nn.functional.local_response_norm(ts[0], size), []), [a])
     _same(got, want)
 

@@ -144,6 +144,7 @@ from .attention import flash_attention, repeat_kv, rotary_embedding, scaled_dot_
 from .conv import (conv1d, conv2d, conv3d, conv4d, conv_nd, conv_transpose1d, conv_transpose2d,  # noqa: E402
                    conv_transpose3d, conv_transpose_nd)
 from .dropout import dropout  # noqa: E402
+from .sampling import affine_grid, grid_sample  # noqa: E402
 from .normalization import batch_norm, group_norm, instance_norm, layer_norm, rms_norm  # noqa: E402
 from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: E402
                       adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, global_avg_pool,

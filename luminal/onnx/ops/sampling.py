@@ -1,6 +1,6 @@
-"""Sampling: AffineGrid (a product with a constant base grid) and GridSample (nearest / linear / cubic, with
-zeros / border / reflection padding): the sampling positions come from a run-time grid, so each interpolation
-tap is a luminal ``Gather`` over the flattened image with indices computed in the graph."""
+"""Sampling: AffineGrid and GridSample (luminal.nn.sampling's ``affine_grid`` / ``grid_sample``, PyTorch's
+semantics, which ONNX's follow), DeformConv and RoiAlign (bilinear taps as ``Gather`` over the flattened image
+with indices computed in the graph)."""
 
 from __future__ import annotations
 
@@ -9,126 +9,29 @@ import numpy as np
 from ...dtype import DType
 from ...hl_ops import where
 from ..errors import OnnxImportError
+from ...nn.sampling import MODES, affine_grid, grid_sample
 from ..registry import dim, is_symbolic, register
-
-
-def _base_axis(n: int, align: bool) -> np.ndarray:
-    if align:
-        return np.linspace(-1.0, 1.0, n) if n > 1 else np.array([-1.0])
-    step = 2.0 / n
-    return -1 + step / 2 + step * np.arange(n)
 
 
 @register("AffineGrid")
 def _affine_grid(ctx):
     theta = ctx.t(0)
     size = ctx.ints(1, "input 'size'")
-    align = bool(ctx.attr("align_corners", 0))
-    spatial = size[2:]
-    if any(is_symbolic(s) for s in spatial):
+    if any(is_symbolic(s) for s in size[2:]):
         raise OnnxImportError("AffineGrid needs a concrete size")
-    axes = [_base_axis(s, align) for s in spatial]
-    mesh = np.meshgrid(*axes, indexing="ij")
-    coords = [m.reshape(-1) for m in mesh][::-1]                      # x first (ONNX order)
-    base = np.stack(coords + [np.ones_like(coords[0])], axis=1)      # (P, nd + 1)
-    grid = theta @ ctx.array(base.T.astype(theta.dtype.numpy))        # (N, nd, P)
-    return [grid.permute(0, 2, 1).reshape([theta.dims[0]] + list(spatial) + [len(spatial)])]
-
-
-def _reflect(v, lo: float, hi: float):
-    rng = hi - lo
-    below = v < lo
-    above = v > hi
-    dx = where(below, lo - v, v - hi)
-    n = (dx / rng).trunc()
-    r = dx - n * rng
-    even = n.remainder(2.0).eq(0.0)
-    low_side = where(even, lo + r, hi - r)
-    high_side = where(even, hi - r, lo + r)
-    return where(below, low_side, where(above, high_side, v))
-
-
-def _cubic_weights(t):
-    a = -0.75
-    x0, x1, x2, x3 = t + 1.0, t, 1.0 - t, 2.0 - t
-    w0 = ((x0 * a - 5 * a) * x0 + 8 * a) * x0 - 4 * a
-    w1 = (x1 * (a + 2) - (a + 3)) * x1 * x1 + 1
-    w2 = (x2 * (a + 2) - (a + 3)) * x2 * x2 + 1
-    w3 = ((x3 * a - 5 * a) * x3 + 8 * a) * x3 - 4 * a
-    return [w0, w1, w2, w3]
+    return [affine_grid(theta, size, bool(ctx.attr("align_corners", 0)))]
 
 
 @register("GridSample")
 def _grid_sample(ctx):
     x, grid = ctx.t(0), ctx.t(1)
     mode = ctx.attr("mode", "linear")
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    pad_mode = ctx.attr("padding_mode", "zeros")
-    align = bool(ctx.attr("align_corners", 0))
-    n, c = x.dims[0], x.dims[1]
-    dims = [dim(d) for d in x.dims[2:]]
-    nd = len(dims)
-    if any(is_symbolic(d) for d in dims):
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+    if any(is_symbolic(dim(d)) for d in x.dims[2:]):
         raise OnnxImportError("GridSample needs concrete input spatial sizes")
-    out_spatial = list(grid.dims[1:-1])
-    g = grid.cast(x.dtype if x.dtype.is_float else DType.float32)
-    coords = []
-    for i, length in enumerate(dims):
-        v = g.slice_axis(-1, nd - 1 - i, nd - i).squeeze(-1)             # (N, out...)
-        v = (v + 1.0) / 2.0 * (length - 1) if align else ((v + 1.0) * length - 1.0) / 2.0
-        if mode == "nearest":
-            v = v.round()
-        lo, hi = (0.0, length - 1.0) if align else (-0.5, length - 0.5)
-        if pad_mode == "border":
-            v = where((v < lo).logical_or(v > hi), v.clip(0.0, length - 1.0), v)
-        elif pad_mode == "reflection":
-            v = _reflect(v, lo, hi)
-        coords.append((v, lo, hi))
-    plane = int(np.prod(dims))
-    flat = x.reshape((n, c, plane))
-
-    def fetch(idx_list):
-        """Pixels at integer positions (one tensor per dim), with the padding mode; (N, C, out...)."""
-        valid = None
-        lin = None
-        for i, (idx, (_, lo, hi)) in enumerate(zip(idx_list, coords)):
-            length = dims[i]
-            if pad_mode == "border":
-                idx = idx.clip(0, length - 1)
-            elif pad_mode == "reflection":
-                idx = _reflect(idx.cast(g.dtype), lo, hi).trunc().cast(DType.int64)
-            ok = (idx >= 0).logical_and(idx < length)
-            valid = ok if valid is None else valid.logical_and(ok)
-            stride = int(np.prod(dims[i + 1:]))
-            term = where(ok, idx, 0) * stride
-            lin = term if lin is None else lin + term
-        q = lin.reshape((n, 1, -1)).expand((n, c, lin.numel() // n))
-        vals = flat.gather(2, q).reshape([n, c] + out_spatial)
-        return where(valid.unsqueeze(1), vals, 0.0) if pad_mode == "zeros" else vals
-
-    if mode == "nearest":
-        return [fetch([v.trunc().cast(DType.int64) for v, _, _ in coords]).cast(x.dtype)]
-    taps = []
-    for v, _, _ in coords:
-        base = v.floor()
-        t = v - base
-        b = base.cast(DType.int64)
-        if mode == "linear":
-            taps.append([(b, 1.0 - t), (b + 1, t)])
-        elif mode == "cubic":
-            ws = _cubic_weights(t)
-            taps.append([(b + (k - 1), ws[k]) for k in range(4)])
-        else:
-            raise OnnxImportError(f"GridSample: unknown mode {mode!r}")
-    out = None
-    import itertools
-    for combo in itertools.product(*taps):
-        weight = None
-        for _, w in combo:
-            weight = w if weight is None else weight * w
-        term = fetch([idx for idx, _ in combo]) * weight.unsqueeze(1)
-        out = term if out is None else out + term
-    return [out.cast(x.dtype)]
+    if mode not in MODES:
+        raise OnnxImportError(f"GridSample: unknown mode {ctx.attr('mode', 'linear')!r}")
+    return [grid_sample(x, grid, mode, ctx.attr("padding_mode", "zeros"), bool(ctx.attr("align_corners", 0)))]
 
 
 def _bilinear_taps(y, x, height: int, width: int):
