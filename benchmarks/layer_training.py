@@ -8,8 +8,8 @@ luminal's step graph is compiled once for ``device="cpu"``; each model is writte
 ``torch.nn``). Cases: a conv followed by ``Upsample(scale_factor=2)``
 (nearest, bilinear: the gradient of a gather read several times per entry), an LSTM language model (embedding,
 LSTM, vocabulary head), a ViT-style patch embedding + encoder layer, a GroupNorm-SiLU-conv block (diffusion
-UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), two strided (downsampling) convolutions, a pre-LN
-encoder layer under a ``sum()`` loss (its upstream gradient
+UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), two strided
+(downsampling) convolutions, a pre-LN encoder layer under a ``sum()`` loss (its upstream gradient
 the constant 1). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
 upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style

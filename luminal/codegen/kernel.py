@@ -243,7 +243,7 @@ def gemm_views(sum_view, r: int, mul_dims, xv, yv) -> tuple | None:
     nd = sum_view.ndim
     if nd < 3 or not sum_view.is_contiguous() or xv.masks or yv.masks:
         return None
-    if tuple(sum_view.dims) != tuple(mul_dims):  # the reduction reads a reshape of the product: reshape the operands too
+    if tuple(sum_view.dims) != tuple(mul_dims):  # the sum reads a reshape of the product: reshape the operands too
         xv, yv = xv.reshape(sum_view.dims), yv.reshape(sum_view.dims)
         if xv is None or yv is None:
             return None

@@ -42,8 +42,9 @@ class BackendCosts:
 
 
 GEMM_WORK = 0.05  # per multiply-add of a MatMul: a GEMM kernel runs tens of times faster than a generic reduction loop
-_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0, "Sum": 1.0, "Max": 1.0,
-            "Gather": 1.0, "Scatter": 1.0, "MatMul": GEMM_WORK, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
+_COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0,
+            "Sum": 1.0, "Max": 1.0, "Gather": 1.0, "Scatter": 1.0, "MatMul": GEMM_WORK, "Mod": 4.0, "Recip": 4.0,
+            "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0, "Sin": 8.0}
 
 BACKENDS = {
     # compiled C: elementwise chains, copies and gathers are inlined into one loop; reductions and breaks write
