@@ -157,6 +157,8 @@ def test_functional_forms_and_symbolic_batch():
 
 
 def test_state_dict_layout_and_default_init():
+    import luminal.nn as nn
+    nn.init.manual_seed(0)  # the std check below is a statistic of 36 draws: fixed draws, not the suite's order
     conv = C.Conv2d(6, 4, (3, 2), groups=2)
     assert list(conv.state_dict()) == list(torch.nn.Conv2d(6, 4, (3, 2), groups=2).state_dict())
     assert conv.weight.shape == (4, 3, 3, 2) and conv.bias.shape == (4,)

@@ -237,7 +237,7 @@ def conv_transpose_nd(x, weight, bias=None, stride=1, padding=0, output_padding=
         # stored once (stride^n times the input): the convolution's windows then read a plain buffer, and the
         # input's gradient undoes them as a sum of shifted views, then the padding and the interleave as slices
         # (autograd.unview), instead of one general transpose of windows over padded, interleaved zeros (a
-        # gather of 256 candidates per element for a 4x4 kernel at stride 2: 120x torch's time)
+        # gather of up to (kernel * stride)^n candidates per element)
         x = x.contiguous()
     # (C_in, C_out/G, K...) -> (G, C_in/G, C_out/G, K...) -> (G, C_out/G, C_in/G, K...) -> (C_out, C_in/G, K...)
     c_in_g = c_in // groups
@@ -245,6 +245,13 @@ def conv_transpose_nd(x, weight, bias=None, stride=1, padding=0, output_padding=
     w = w.reshape((groups * c_out_g, c_in_g) + kernel).flip(tuple(range(2, 2 + n)))
     out = conv_nd(x, w, bias, 1, 0, dilation, groups)
     return out.squeeze(0) if unbatched else out
+
+
+def _by_group(x, c_g: int, groups: int):
+    """``(N, C, *spatial)`` as ``(groups, C/groups, N * prod(spatial))``: a GEMM operand per group."""
+    n = x.ndim - 2
+    return x.split_dims(1, c_g).permute([1, 2, 0] + [3 + i for i in range(n)]).reshape(
+        (groups, c_g, x.dims[0] * _prod(tuple(x.dims[2:]))))
 
 
 def _col2im_transposed(x, weight, stride, padding, output_padding, dilation, groups: int):
@@ -258,7 +265,7 @@ def _col2im_transposed(x, weight, stride, padding, output_padding, dilation, gro
     c_in_g = c_in // groups
     batch, spatial = x.dims[0], tuple(x.dims[2:])
     kt, lt = _prod(kernel), _prod(spatial)
-    xg = x.split_dims(1, c_in_g).permute([1, 2, 0] + [3 + i for i in range(n)]).reshape((groups, c_in_g, batch * lt))
+    xg = _by_group(x, c_in_g, groups)
     wg = weight.reshape((groups, c_in_g, c_out_g * kt))
     cols = (wg.unsqueeze(-1) * xg.unsqueeze(2)).sum(1)  # (G, C_out/G*K, N*L)
     cols = cols.reshape((groups, c_out_g) + kernel + (batch,) + spatial)
@@ -304,7 +311,7 @@ def transposed_conv_grads(x, weight, g, stride, padding, dilation, groups: int):
     o_axes, k_axes = [3 + 2 * i for i in range(n)], [4 + 2 * i for i in range(n)]
     kt, lt = _prod(kernel), _prod(spatial)
     cols = gw.permute([1, 2] + k_axes + [0] + o_axes).reshape((groups, c_out_g * kt, batch * lt))
-    xg = x.split_dims(1, c_in_g).permute([1, 2, 0] + [3 + i for i in range(n)]).reshape((groups, c_in_g, batch * lt))
+    xg = _by_group(x, c_in_g, groups)
     wg = weight.reshape((groups, c_in_g, c_out_g * kt))
     dx = (wg.unsqueeze(-1) * cols.unsqueeze(1)).sum(2)  # (G, C_in/G, N*L)
     dx = dx.reshape((groups, c_in_g, batch) + spatial).permute([2, 0, 1] + [3 + i for i in range(n)])
