@@ -38,22 +38,35 @@ def unview(g: GraphTensor, st: ShapeTracker, src_dims: Sequence[Expression]) -> 
         out = _attempt(g.graph, method, g, st, src_dims)
         if out is not None:
             return out
-    merged = _merged_source(st, src_dims)
-    if merged is not None:  # undo over the merged source axes, then split them again
-        for method in (_unview_affine, _unview_windows):
-            out = _attempt(g.graph, method, g, st, merged)
-            if out is not None:
-                return out.reshape(src_dims)
-    start = g.graph._next_id
-    dilated = _dilate_strided(g, st, src_dims)
-    if dilated is not None:  # strided reads (a strided convolution's windows): undo the stride with zeros first
-        for method in (_unview_affine, _unview_windows):
-            out = _attempt(g.graph, method, dilated[0], dilated[1], src_dims)
-            if out is not None:
-                return out
-        for nid in sorted((n for n in g.graph.nodes if n >= start), reverse=True):
-            g.graph.remove_node(nid)
+    for method in (_unview_merged, _unview_dilated):
+        out = _attempt(g.graph, method, g, st, src_dims)
+        if out is not None:
+            return out
     return _unview_gather(g, st, src_dims)
+
+
+def _unview_merged(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
+    """Undo over the merged source axes (:func:`_merged_source`), then split them again."""
+    merged = _merged_source(st, src_dims)
+    if merged is None:
+        return None
+    for method in (_unview_affine, _unview_windows):
+        out = _attempt(g.graph, method, g, st, merged)
+        if out is not None:
+            return out.reshape(src_dims)
+    return None
+
+
+def _unview_dilated(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | None:
+    """Strided reads (a strided convolution's windows): undo the stride with zeros first (:func:`_dilate_strided`)."""
+    dilated = _dilate_strided(g, st, src_dims)
+    if dilated is None:
+        return None
+    for method in (_unview_affine, _unview_windows):
+        out = _attempt(g.graph, method, dilated[0], dilated[1], src_dims)
+        if out is not None:
+            return out
+    return None
 
 
 def _dilate_strided(g: GraphTensor, st: ShapeTracker, src_dims) -> tuple | None:
