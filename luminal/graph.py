@@ -451,6 +451,7 @@ class Graph(GraphCreation):
 
         check_device(device)
         self._search_options = (check_level(search), check_budget(budget_s))
+        self._compile_device = device  # passes that measure candidates (the e-graph's) compile for it
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
 

@@ -19,7 +19,7 @@ from luminal import ops
 from luminal.compiler import EqualitySaturation, explain
 from luminal.compiler.egraph import Saturation, load_rules, rule_files
 from luminal.compiler.egraph.encode import CHILD_SLOTS
-from luminal.compiler.egraph.extract import default_cost
+from luminal.compiler.egraph.extract import default_cost, program_key
 from luminal.compiler.egraph.sexpr import to_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,7 +238,7 @@ def test_handles_marks_and_remap():
 
 
 # ----------------------------------------------------------------------------------------------- extraction
-def test_extract_k_candidates_are_distinct_sorted_and_correct():
+def test_extract_k_candidates_are_distinct_and_correct():
     def build(cx):
         x = cx.tensor((4,), name="x").set(rand((4,), 9))
         w = cx.tensor((4,), name="w").set(rand((4,), 10))
@@ -251,9 +251,8 @@ def test_extract_k_candidates_are_distinct_sorted_and_correct():
     p = EqualitySaturation()
     cands = p.candidates(cx, 5)
     assert len(cands) >= 3
-    costs = [c.cost for c in cands]
-    assert costs == sorted(costs)
     assert len({c.signature() for c in cands}) == len(cands)
+    assert len({program_key(c) for c in cands}) == len(cands)  # distinct programs, not just distinct choices
     assert cands[0].signature() == p.best(cx).signature()
     for cand in cands:
         g = copy.deepcopy(cx)

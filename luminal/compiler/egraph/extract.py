@@ -9,6 +9,7 @@ The extracted program's cost is the DAG cost: every chosen e-class reachable fro
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 from dataclasses import dataclass, field
@@ -377,33 +378,103 @@ def dag_cost(ext: Extraction, op_cost=default_cost) -> float:
     return sum(op_cost(ext.choice[c]) for c in sorted(ext.reachable()))
 
 
+_COMMUTATIVE = {"Add": (1, 3), "Mul": (1, 3)}  # (child slot, child slot): operand pairs whose order is free
+
+
+def _shape_of(e: ENode, key_of) -> tuple:
+    """``e`` as the program the rebuild makes of it, children replaced by ``key_of(child class)``: commutative
+    operands in a fixed order, and a ``MatMul`` as the sum of the product it names (the rebuild makes exactly
+    that, and the code generator finds the GEMM in either), so two e-nodes with equal shapes give one program."""
+    args = list(e.args)
+    for i in CHILD_SLOTS[e.op]:
+        args[i] = key_of(args[i])
+    if e.op in _COMMUTATIVE:
+        a, b = _COMMUTATIVE[e.op]
+        pairs = sorted([(args[a], args[a + 1]), (args[b], args[b + 1])])
+        return (e.op, args[0], *pairs)
+    if e.op == "MatMul":  # (MatMul dtype axis x vx y vy vs) == (Sum dtype axis (Mul dtype x vx y vy) vs)
+        pairs = sorted([(args[2], args[3]), (args[4], args[5])])
+        product = hashlib.blake2b(repr(("Mul", args[0], *pairs)).encode(), digest_size=12).hexdigest()
+        return ("Sum", args[0], args[1], product, args[6])
+    return (e.op, *args)
+
+
+class ProgramKeys:
+    """Structural keys of the programs an extraction's choices make, independent of e-class ids: a digest per
+    e-class of its chosen e-node's shape (:func:`_shape_of`) over its children's digests (a Merkle hash, so a
+    DAG costs its size, not its tree size). Equal keys: equal rebuilt graphs up to commutative operand order."""
+
+    def __init__(self, choice: dict[str, ENode]):
+        self.choice = choice
+        self.memo: dict[str, str] = {}
+
+    def digest(self, e: ENode) -> str:
+        """The key ``e`` would have (its children keyed by this extraction's choices)."""
+        return hashlib.blake2b(repr(_shape_of(e, self)).encode(), digest_size=12).hexdigest()
+
+    def __call__(self, cls: str) -> str:
+        key = self.memo.get(cls)
+        if key is None:
+            for c in reachable(self.choice, [cls]):  # children first: no deep recursion
+                if c not in self.memo:
+                    self.memo[c] = self.digest(self.choice[c])
+            key = self.memo[cls]
+        return key
+
+
+def program_key(ext: Extraction) -> str:
+    """A stable digest of the program ``ext`` rebuilds (see :class:`ProgramKeys`; raises ValueError when its
+    choices form a cycle): candidates with equal keys are one program, and the tuning cache names a measured
+    winner by it."""
+    keys = ProgramKeys(ext.choice)
+    return hashlib.sha256(" ".join(keys(r) for r in ext.roots).encode()).hexdigest()[:20]
+
+
 def extract_k(eg: EGraphData, roots: list[str], k: int, op_cost=default_cost, prefer: set | None = None,
               protect=lambda cls, eg: False) -> list[Extraction]:
-    """Up to ``k`` distinct extractions in DAG-cost order: the best, then the best with one e-class switched
-    to an alternative e-node, smallest cost gap first (acyclic alternatives only). ``protect(cls, eg)`` marks
+    """Up to ``k`` extractions that rebuild into distinct programs (:func:`program_key`): the best first, then
+    the best with every alternative *of one kind* switched (the same rewrite applied wherever it matched, e.g.
+    ``max(s * c) -> max(s) * c`` in every attention layer; kinds with more than one member, smallest summed
+    cost gap first), then the best with one e-class switched (smallest gap first). An alternative that
+    rebuilds into the same program as the chosen e-node (commutative operands swapped, a ``MatMul`` and the
+    sum of its product) is not one. Switches that close a cycle are skipped. ``protect(cls, eg)`` marks
     e-classes that must keep their best choice."""
     best = extract(eg, roots, op_cost, prefer)
     out = [best]
-    seen = {best.signature()}
+    if k <= 1:
+        return out
+    keys = ProgramKeys(best.choice)
+    seen = {program_key(best)}
     alts = []
     for cls in sorted(best.reachable()):
         if protect(cls, eg):
             continue
         chosen = best.choice[cls]
+        same = keys(cls)
         for e in eg.classes[cls]:
             if e == chosen or not all(c in best.class_cost for c in e.children):
                 continue
+            if keys.digest(e) == same:
+                continue  # the same program
             gap = _cost(e, best.class_cost, op_cost) - best.class_cost[cls]
-            alts.append((gap, cls, _stable_key(e), e))
+            kind = (chosen.op, e.op, tuple(best.choice[c].op for c in e.children))
+            alts.append((gap, cls, _stable_key(e), e, kind))
     alts.sort(key=lambda t: (t[0], t[1], t[2]))
-    for gap, cls, _, e in alts:
+    groups: dict[tuple, dict[str, tuple]] = {}
+    for a in alts:
+        groups.setdefault(a[4], {}).setdefault(a[1], a)  # one alternative per class: its smallest gap
+    proposals = sorted((sum(a[0] for a in g.values()), kind, list(g.values()))
+                       for kind, g in groups.items() if len(g) > 1)
+    proposals = [p[2] for p in proposals] + [[a] for a in alts]
+    for switched in proposals:
         if len(out) >= k:
             break
         choice = dict(best.choice)
-        choice[cls] = e
+        for a in switched:
+            choice[a[1]] = a[3]
         cand = Extraction(choice, list(roots), 0.0, best.class_cost)
         try:
-            sig = cand.signature()
+            sig = program_key(cand)
         except ValueError:
             continue  # the switch closed a cycle
         if sig in seen:
@@ -411,5 +482,4 @@ def extract_k(eg: EGraphData, roots: list[str], k: int, op_cost=default_cost, pr
         seen.add(sig)
         cand.cost = dag_cost(cand, op_cost)
         out.append(cand)
-    out.sort(key=lambda x: x.cost)  # stable: ties keep the gap order
     return out

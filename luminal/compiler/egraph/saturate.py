@@ -22,7 +22,7 @@ from . import memo, sexpr
 from .cost import SizeCost
 from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
-                      parse_serialized)
+                      parse_serialized, program_key)
 
 # the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
 DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout", "gemm")
@@ -48,6 +48,11 @@ class SaturationReport:
     cost_after: float = 0.0
     changes: list[dict] = field(default_factory=list)
     memoized: bool = False  # the result came from the on-disk memo (:mod:`.memo`), not from egglog
+    # the measured choice among candidate programs (compile(search=...) on a compiled device): "" (none), or
+    # "measured" / "cached" (the tuning cache's winner); program_search: the measurement
+    # (:class:`luminal.runtime.program_search.ProgramSearchResult`) when one ran
+    program_choice: str = ""
+    program_search: Any = None
 
     @property
     def saturated(self) -> bool:
@@ -413,10 +418,11 @@ class EqualitySaturation(Pass):
         self.rule_paths = rule_paths
         self.report: SaturationReport | None = None
 
-    def _memo_key(self, graph: Graph) -> tuple[str | None, Saturation | None]:
-        """The memo key of saturating ``graph`` with this pass's settings (None: not memoized) and the session
-        that encoded the graph for it (the run goes on with it)."""
-        if self.op_cost is not None or not memo.enabled():
+    def _memo_key(self, graph: Graph, force: bool = False) -> tuple[str | None, Saturation | None]:
+        """The memo key of saturating ``graph`` with this pass's settings (None: not memoized, unless ``force``:
+        the key also names the graph's measured program in the tuning cache) and the session that encoded the
+        graph for it (the run goes on with it)."""
+        if not force and (self.op_cost is not None or not memo.enabled()):
             return None, None
         sat = Saturation(graph, self.rulesets, self.rule_paths)
         text, rows = sat.program()
@@ -441,8 +447,7 @@ class EqualitySaturation(Pass):
         of it)."""
         sat, eg, roots = self.saturate(graph)
         self._state = (sat.encoding, eg)
-        return extract_k(eg, roots, k, self._cost, original_signatures(sat.encoding, eg),
-                         protect=lambda cls, g: any(e.op == "Num" for e in g.classes[cls]))
+        return extract_k(eg, roots, k, self._cost, original_signatures(sat.encoding, eg), protect=_constant_class)
 
     def best(self, graph: Graph) -> Extraction:
         """The extraction :meth:`run` would apply (the graph is not changed)."""
@@ -463,7 +468,11 @@ class EqualitySaturation(Pass):
             self.report = SaturationReport(stop_reason="saturated")
             return self.report
         key, sat = self._memo_key(graph)
-        hit = memo.load(key) if key is not None else None
+        memoize = key is not None
+        measuring = _program_search_options(graph)
+        if measuring is not None and key is None:
+            key, sat = self._memo_key(graph, force=True)
+        hit = memo.load(key) if memoize else None
         if hit is not None:
             memo.MemoStats.hits += 1
             eg, ext, saved = hit
@@ -471,6 +480,8 @@ class EqualitySaturation(Pass):
             rep.memoized = True
             for name in _MEMO_FIELDS:
                 setattr(rep, name, saved[name])
+            if measuring is not None:
+                ext = self._measured(graph, sat, eg, ext, key, *measuring)
             t0 = time.perf_counter()
             rep.changes = rebuild(graph, sat.encoding, eg, ext)
             rep.rebuild_seconds = time.perf_counter() - t0
@@ -484,11 +495,14 @@ class EqualitySaturation(Pass):
             ext = extract(eg, roots, self._cost, original_signatures(sat.encoding, eg))
             rep.extraction_seconds = time.perf_counter() - t0
             rep.cost_after = ext.cost
+            chosen = ext
+            if measuring is not None:
+                chosen = self._measured(graph, sat, eg, ext, key, *measuring)
             t0 = time.perf_counter()
-            rep.changes = rebuild(graph, sat.encoding, eg, ext)
+            rep.changes = rebuild(graph, sat.encoding, eg, chosen)
             rep.rebuild_seconds = time.perf_counter() - t0
-            _annotate(rep, sat, eg, ext)
-            if key is not None and not rep.stop_reason.startswith("time limit"):
+            _annotate(rep, sat, eg, chosen)
+            if memoize and chosen is ext and not rep.stop_reason.startswith("time limit"):
                 memo.MemoStats.misses += 1
                 saved = {name: getattr(rep, name) for name in _MEMO_FIELDS}
                 saved["notes"] = {ch["node"]: (ch["rules"], ch["derivation"]) for ch in rep.changes}
@@ -508,8 +522,65 @@ class EqualitySaturation(Pass):
             print(explain(graph))
         return rep
 
+    def _measured(self, graph: Graph, sat: Saturation, eg: EGraphData, best: Extraction, key: str, level: str,
+                  budget_s: float | None) -> Extraction:
+        """The program to rebuild when ``compile(search=level)`` targets a compiled device: with ``"quick"`` /
+        ``"full"`` (and no cached result of that level) the best *K* candidates are built, checked against the
+        reference interpreter and timed (:mod:`luminal.runtime.program_search`), and the winner is remembered
+        in the tuning cache under ``program/<key>``; otherwise the cached winner when there is one, else
+        ``best``."""
+        from ...runtime import program_search, tuning
+        from ...runtime.search import DEFAULT_BUDGET
+
+        rep = sat.report
+        tkey = f"program/{key}"
+        entry = tuning.lookup(tkey)
+        rank = {"quick": 1, "full": 2}
+        searching = level in rank and (entry is None or rank.get(entry.get("level"), 0) < rank[level])
+        if not searching and (entry is None or entry["choice"] == program_key(best)):
+            if entry is not None:
+                rep.program_choice = "cached"
+            return best
+        k = program_search.K["full" if "full" in (level, entry and entry.get("level")) else "quick"]
+        roots = sorted({eg.node_class[r] for r in _root_nodes(graph, sat.encoding)})
+        cost = self.op_cost or SizeCost(sat.encoding.views, self.cost_backend).bind(eg)
+        cands = extract_k(eg, roots, k, cost, original_signatures(sat.encoding, eg), protect=_constant_class)
+        names = [program_key(c) for c in cands]
+        if not searching:
+            rep.program_choice = "cached"
+            return cands[names.index(entry["choice"])] if entry["choice"] in names else best
+        from ..generic import RemoveUnusedNodes
+        from ..schedule import DepthFirst
+        budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
+        res = program_search.measure(graph, cands, lambda g, c: rebuild(g, sat.encoding, eg, c),
+                                     (RemoveUnusedNodes(), DepthFirst()), budget)
+        rep.program_search, rep.program_choice = res, "measured"
+        if debug_level() >= 1:
+            print(f"[egraph] program search ({level}): {len(cands)} candidates; "
+                  + (f"skipped: {res.skipped}" if res.skipped else
+                     "ms " + ", ".join(f"{i}: {t * 1e3:.3f}" for i, t in sorted(res.seconds.items()))
+                     + f"; rejected {res.rejected}; winner {res.winner}; {res.elapsed:.2f} s"))
+        if not res.skipped and (res.seconds or len(cands) == 1) and not res.interrupted:
+            tuning.store(tkey, {"choice": names[res.winner], "seconds": res.seconds.get(res.winner, 0.0),
+                                "level": level, "candidates": {names[i]: t for i, t in res.seconds.items()}})
+        return cands[res.winner]
+
     def __repr__(self) -> str:
         return f"EqualitySaturation(rulesets={self.rulesets!r})"
+
+
+def _constant_class(cls: str, eg: EGraphData) -> bool:
+    """E-classes holding a constant keep it (candidates do not trade a constant for an expression of it)."""
+    return any(e.op == "Num" for e in eg.classes[cls])
+
+
+def _program_search_options(graph: Graph) -> tuple[str, float | None] | None:
+    """``(level, budget_s)`` of the ``compile()`` running this pass when it targets a compiled CPU device (the
+    program search measures there), else None."""
+    if getattr(graph, "_compile_device", None) != "cpu":
+        return None
+    options = getattr(graph, "_search_options", None)
+    return options if options is not None else None
 
 
 def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData, ext: Extraction) -> None:

@@ -1,0 +1,242 @@
+"""Measured choice between the e-graph's candidate programs: each one compiled, checked and timed on this machine.
+
+Equality saturation (:class:`luminal.compiler.egraph.EqualitySaturation`) extracts one program by a cost model,
+and can extract up to *K* distinct ones (:func:`luminal.compiler.egraph.extract.extract_k`: the best, the best
+with one kind of rewrite applied everywhere it matched, the best with one e-class switched). With
+``compile(search="quick" | "full")`` on a compiled device the pass hands them here:
+
+* every candidate is rebuilt in a **detached copy** of the graph (no runtime, no hooks or checks; inputs that
+  are not carried state share their arrays, carried state is copied, so the user's graph is untouched) and
+  compiled for the device with the rest of the default pipeline (dead-node removal, depth-first schedule) and
+  ``search="off"`` (the cached GEMM winners);
+* inputs without data get data at the bound sizes (floats: a fixed-seed normal draw times 0.5; integers and
+  bools: zeros, valid indices and masks). A graph with an unbound symbol is not measured;
+* **before it may win, a candidate's outputs are compared with the reference interpreter's result of the
+  graph as it was before saturation** (every ``retrieve()``d tensor after one execute; error at most 1e-3 of
+  the largest reference value for float32, 1e-9 for float64, 2e-2 for bfloat16/float16; integers and bools
+  equal; NaN where the reference has NaN). A candidate that fails, or that fails to build or run, is dropped
+  with a warning;
+* the survivors run **round-robin** (so they see the same machine load): one warm-up ``execute()``, then up to
+  :data:`ROUNDS` rounds of about :data:`ROUND_S` seconds each; a candidate's time is the **minimum over rounds
+  of the mean time per execute**. After three rounds, candidates slower than :data:`EARLY_STOP` times the best
+  stop. The budget covers building and measuring; candidates not built when it runs out are not measured;
+* the winner is the fastest, but the cost model's choice (candidate 0) is kept unless another is at least
+  :data:`MARGIN` faster (noise does not flip programs).
+
+The pass stores the result in the tuning cache (:mod:`luminal.runtime.tuning`) under ``program/<key>``, the
+key naming the encoded graph, the rule files and the pass's settings; the entry's choice is the winner's
+:func:`~luminal.compiler.egraph.extract.program_key`, so ``search="off"`` rebuilds the measured winner in
+later compiles and processes. Ctrl-C keeps what was measured so far. A tqdm bar shows the progress.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROUNDS = 5
+ROUND_S = 0.02
+EARLY_STOP = 1.3
+MARGIN = 0.03
+K = {"quick": 4, "full": 8}  # candidate programs per level
+TOLERANCE = {"float32": 1e-3, "float64": 1e-9, "bfloat16": 2e-2, "float16": 2e-2}
+
+
+@dataclass
+class ProgramSearchResult:
+    """What one search measured: ``winner`` indexes the candidates; ``seconds`` per measured candidate (the
+    minimum over rounds of the mean per execute); ``rejected`` candidate -> why it may not win."""
+    winner: int = 0
+    seconds: dict[int, float] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+    skipped: str = ""  # why nothing was measured ("" when something was)
+    interrupted: bool = False
+    elapsed: float = 0.0
+
+
+def detached_copy(graph):
+    """A deep copy of ``graph`` that runs on its own: no runtime, hooks or data checks (they may refer to
+    the user's objects); arrays of inputs that are not carried state are shared (nothing writes them)."""
+    carried = {inp for _, inp in graph.carries}
+    shared = {id(a): a for (nid, _), a in graph.tensors.items() if nid not in carried and isinstance(a, np.ndarray)}
+    saved = graph.runtime, graph.post_execute_hooks, graph.checks
+    try:
+        graph.runtime, graph.post_execute_hooks, graph.checks = None, [], []
+        g = copy.deepcopy(graph, memo=dict(shared))
+    finally:
+        graph.runtime, graph.post_execute_hooks, graph.checks = saved
+    g.device = None
+    return g
+
+
+def _concrete_dims(graph) -> str:
+    """"" when every node's dims evaluate at the graph's bindings, else the first unbound size."""
+    bindings = dict(graph.dyn_map)
+    for n in graph.nodes.values():
+        for d in n.dims:
+            try:
+                int(d.evaluate(bindings)) if hasattr(d, "evaluate") else int(d)
+            except Exception:  # noqa: BLE001 - an unbound symbol
+                return f"node {n.id} ({n.label}) has the unbound size {d}"
+    return ""
+
+
+def fill_inputs(graph, seed: int = 0) -> None:
+    """Give every input without data (and not computed from the bindings) data at the bound sizes."""
+    from .. import ops
+    rng = np.random.default_rng(seed)
+    bindings = dict(graph.dyn_map)
+    for nid in sorted(graph.nodes):
+        n = graph.nodes[nid]
+        if not isinstance(n.op, ops.Input) or (nid, 0) in graph.tensors or nid in graph.deferred:
+            continue
+        dims = tuple(int(d.evaluate(bindings)) if hasattr(d, "evaluate") else int(d) for d in n.dims)
+        arr = np.zeros(dims, n.dtype.numpy)
+        if n.dtype.is_float:
+            arr[...] = rng.standard_normal(dims) * 0.5
+        graph.tensors[(nid, 0)] = arr
+
+
+def outputs(graph, nodes) -> dict[int, np.ndarray]:
+    """The values of ``nodes`` (ids of the graph the copy was made from, followed through redirects)."""
+    from ..shape import ShapeTracker
+    from ..tensor import GraphTensor
+    out = {}
+    for nid, (dims, dtype) in nodes.items():
+        t = GraphTensor(graph, nid, ShapeTracker.contiguous_of(dims), dtype)
+        out[nid] = t.data()
+    return out
+
+
+def mismatch(got: dict, ref: dict) -> str:
+    """"" when every output agrees with the reference within :data:`TOLERANCE`, else what differs."""
+    for nid, r in ref.items():
+        g = got.get(nid)
+        if g is None or g.shape != r.shape:
+            return f"output {nid}: shape {None if g is None else g.shape} != {r.shape}"
+        name = str(r.dtype)
+        if name not in TOLERANCE and r.dtype.kind not in "fc":
+            if not np.array_equal(g, r):
+                return f"output {nid}: {int(np.sum(g != r))} of {r.size} elements differ"
+            continue
+        tol = TOLERANCE.get(name, 1e-3)
+        g64, r64 = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        nan_r, nan_g = np.isnan(r64), np.isnan(g64)
+        if not np.array_equal(nan_r, nan_g):
+            return f"output {nid}: NaN at {int(np.sum(nan_r != nan_g))} positions where the reference has none/one"
+        finite = np.isfinite(r64) & ~nan_r
+        if not np.array_equal(g64[~finite & ~nan_r], r64[~finite & ~nan_r]):
+            return f"output {nid}: infinities differ"
+        if finite.any():
+            scale = max(float(np.max(np.abs(r64[finite]))), 1e-30)
+            err = float(np.max(np.abs(g64[finite] - r64[finite])))
+            if not err <= tol * scale:
+                return f"output {nid}: max error {err:.3g} > {tol:g} x {scale:.3g}"
+    return ""
+
+
+def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> ProgramSearchResult:
+    """Build, check and time ``candidates`` (extractions of ``graph``'s e-graph; ``apply(copy, candidate)``
+    rebuilds one in a copy of ``graph``; ``tail`` the passes run after it) within ``budget_s`` seconds; see
+    the module docstring. ``graph`` itself is not changed."""
+    result = ProgramSearchResult()
+    start = time.perf_counter()
+    why = _concrete_dims(graph)
+    if why:
+        result.skipped = why
+        return result
+    retrieved = {nid: (graph.nodes[nid].dims, graph.nodes[nid].dtype) for nid in sorted(graph.to_retrieve)
+                 if nid in graph.nodes}
+    if not retrieved:
+        result.skipped = "the graph retrieves nothing"
+        return result
+    base = detached_copy(graph)
+    fill_inputs(base)
+    ref_graph = detached_copy(base)
+    ref_graph.execute()  # no runtime: the reference interpreter, on the graph as it was before saturation
+    ref = outputs(ref_graph, retrieved)
+    del ref_graph
+    bar = None
+    try:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(candidates), desc="luminal program search", unit="prog", leave=False,
+                   disable=(None if progress is None else not progress))
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        pass
+    built: dict[int, object] = {}
+    best = [float("inf")] * len(candidates)
+    try:
+        for i, cand in enumerate(candidates):
+            if i > 0 and time.perf_counter() - start > budget_s:
+                result.rejected[i] = "not built: the budget was spent"
+                continue
+            g = detached_copy(base)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    apply(g, cand)
+                    g.compile(tail, device="cpu", search="off")
+                    g.execute()
+                    got = outputs(g, retrieved)
+            except Exception as e:  # noqa: BLE001 - a candidate that cannot run is not a candidate
+                result.rejected[i] = f"failed: {type(e).__name__}: {e}"
+                warnings.warn(f"program search: candidate {i} failed to build or run ({e}); dropped", stacklevel=3)
+                continue
+            why = mismatch(got, ref)
+            if why:
+                result.rejected[i] = f"wrong result: {why}"
+                warnings.warn(f"program search: candidate {i} disagrees with the reference interpreter ({why}); "
+                              "dropped", stacklevel=3)
+                continue
+            built[i] = g
+            if bar is not None:
+                bar.update(1)
+        for rnd in range(ROUNDS):
+            if rnd > 0 and time.perf_counter() - start > budget_s:
+                break
+            for i, g in list(built.items()):
+                t = _round(g)
+                best[i] = min(best[i], t)
+                result.seconds[i] = best[i]
+            if rnd >= 2:
+                fastest = min(best)
+                for i in list(built):
+                    if best[i] > EARLY_STOP * fastest:
+                        del built[i]
+            if bar is not None and result.seconds:
+                bar.set_postfix_str(f"best {min(result.seconds.values()) * 1e3:.2f} ms")
+    except KeyboardInterrupt:
+        result.interrupted = True
+        warnings.warn("program search interrupted: keeping the candidates measured so far", stacklevel=3)
+    finally:
+        if bar is not None:
+            bar.close()
+    result.winner = choose(result.seconds)
+    result.elapsed = time.perf_counter() - start
+    return result
+
+
+def _round(g) -> float:
+    """One round: ``execute()`` repeated for about :data:`ROUND_S` seconds; the mean seconds per call."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        g.execute()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= ROUND_S:
+            return dt / n
+
+
+def choose(seconds: dict[int, float]) -> int:
+    """The fastest candidate, but candidate 0 (the cost model's choice) unless another beats it by
+    :data:`MARGIN`; 0 when nothing was measured."""
+    if not seconds:
+        return 0
+    fastest = min(seconds, key=lambda i: (seconds[i], i))
+    if 0 in seconds and seconds[fastest] > (1 - MARGIN) * seconds[0]:
+        return 0
+    return fastest
