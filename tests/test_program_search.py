@@ -108,7 +108,8 @@ def test_search_follows_the_measurement_and_the_cache(monkeypatch):
     monkeypatch.setattr(PS, "_round", lambda g: pytest.fail("search='off' must not measure"))
     cx2, y2, _ = two_maxes()
     cx2.compile(device="cpu")
-    assert cx2.egraph_reports[-1].program_choice == "cached" and full_size_muls(cx2) == 2
+    rep2 = cx2.egraph_reports[-1]
+    assert rep2.memoized and rep2.program_choice == "cached" and full_size_muls(cx2) == 2
     cx2.execute()
     np.testing.assert_allclose(y2.data(), want, rtol=1e-6)
     # a cached quick result is measured again by "full"

@@ -51,6 +51,7 @@ class ProgramSearchResult:
     """What one search measured: ``winner`` indexes the candidates; ``seconds`` per measured candidate (the
     minimum over rounds of the mean per execute); ``rejected`` candidate -> why it may not win."""
     winner: int = 0
+    labels: dict[int, str] = field(default_factory=dict)  # candidate -> what it switched (the pass fills it)
     seconds: dict[int, float] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
     skipped: str = ""  # why nothing was measured ("" when something was)

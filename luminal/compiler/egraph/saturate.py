@@ -502,7 +502,7 @@ class EqualitySaturation(Pass):
             rep.changes = rebuild(graph, sat.encoding, eg, chosen)
             rep.rebuild_seconds = time.perf_counter() - t0
             _annotate(rep, sat, eg, chosen)
-            if memoize and chosen is ext and not rep.stop_reason.startswith("time limit"):
+            if memoize and not rep.stop_reason.startswith("time limit"):  # (the memo keeps the cost model's choice)
                 memo.MemoStats.misses += 1
                 saved = {name: getattr(rep, name) for name in _MEMO_FIELDS}
                 saved["notes"] = {ch["node"]: (ch["rules"], ch["derivation"]) for ch in rep.changes}
@@ -554,12 +554,14 @@ class EqualitySaturation(Pass):
         budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
         res = program_search.measure(graph, cands, lambda g, c: rebuild(g, sat.encoding, eg, c),
                                      (RemoveUnusedNodes(), DepthFirst()), budget)
+        res.labels = {i: _switched(best, c) for i, c in enumerate(cands)}
         rep.program_search, rep.program_choice = res, "measured"
         if debug_level() >= 1:
             print(f"[egraph] program search ({level}): {len(cands)} candidates; "
                   + (f"skipped: {res.skipped}" if res.skipped else
                      "ms " + ", ".join(f"{i}: {t * 1e3:.3f}" for i, t in sorted(res.seconds.items()))
-                     + f"; rejected {res.rejected}; winner {res.winner}; {res.elapsed:.2f} s"))
+                     + f"; rejected {res.rejected}; winner {res.winner} ({res.labels[res.winner]}); "
+                     f"{res.elapsed:.2f} s"))
         if not res.skipped and (res.seconds or len(cands) == 1) and not res.interrupted:
             tuning.store(tkey, {"choice": names[res.winner], "seconds": res.seconds.get(res.winner, 0.0),
                                 "level": level, "candidates": {names[i]: t for i, t in res.seconds.items()}})
@@ -567,6 +569,17 @@ class EqualitySaturation(Pass):
 
     def __repr__(self) -> str:
         return f"EqualitySaturation(rulesets={self.rulesets!r})"
+
+
+def _switched(best: Extraction, cand: Extraction) -> str:
+    """What ``cand`` chose differently from ``best``, as ``old op -> new op`` counts (``"best"`` for itself)."""
+    counts: dict[str, int] = {}
+    for cls in sorted(set(cand.reachable()) & set(best.choice)):
+        old, new = best.choice[cls], cand.choice[cls]
+        if old != new:
+            name = f"{old.op}->{new.op}"
+            counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items())) or "best"
 
 
 def _constant_class(cls: str, eg: EGraphData) -> bool:
