@@ -68,7 +68,9 @@ def main() -> None:
         rep = cx.egraph_reports[-1]
         res = rep.program_search
         if res is None or res.skipped:
-            print(f"{case:6} not measured: {res.skipped if res else rep.program_choice or 'no e-graph report'}")
+            why = res.skipped if res else ("one candidate: nothing to choose" if rep.program_choice else
+                                           "no e-graph report")
+            print(f"{case:6} not measured: {why}\n")
             continue
         base = res.seconds.get(0)
         for i in sorted(res.labels):
@@ -78,8 +80,10 @@ def main() -> None:
             mark = "winner" if i == res.winner else ("dropped" if i in res.rejected else "")
             why = f"  [{res.rejected[i]}]" if i in res.rejected else ""
             print(f"{case:6} {i:>4}  {ms}  {rel}  {mark:7}  {res.labels[i]}{why}")
+        paired = "" if res.confirm_ratio is None else \
+            f"; paired rounds: best challenger / candidate 0 = {res.confirm_ratio:.3f} (median)"
         print(f"{case:6} program search {res.elapsed:.1f} s of a {compile_s:.1f} s compile "
-              f"(incl. the GEMM search)\n")
+              f"(incl. the GEMM search){paired}\n")
 
 
 if __name__ == "__main__":

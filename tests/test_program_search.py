@@ -147,6 +147,22 @@ def test_equal_times_keep_the_cost_models_choice(monkeypatch):
     assert PS.choose({0: 1.0, 1: 0.98}) == 0 and PS.choose({0: 1.0, 1: 0.9}) == 1 and PS.choose({}) == 0
 
 
+def test_a_winner_must_hold_in_paired_rounds(monkeypatch):
+    """A challenger faster in the rounds must also beat the default in alternating pairs (median ratio)."""
+    default, challenger = object(), object()
+    clock = {"t": 1.0}
+
+    def fake(g):  # the machine slows down by 5 % per call: the default is always timed first in a pair
+        clock["t"] *= 1.05
+        return clock["t"] * (0.97 if g is challenger else 1.0)
+    monkeypatch.setattr(PS, "_round", fake)
+    res = PS.ProgramSearchResult()
+    assert not PS._confirm(default, challenger, res)  # 0.97 x 1.05 = 1.02 per pair: not faster
+    assert res.confirm_ratio == pytest.approx(0.97 * 1.05)
+    monkeypatch.setattr(PS, "_round", lambda g: 0.9 if g is challenger else 1.0)
+    assert PS._confirm(default, challenger, PS.ProgramSearchResult())
+
+
 def test_a_wrong_candidate_never_wins(tmp_path, monkeypatch):
     # an unsound rule (exp2 x == sqrt x): the cost model prefers the cheaper, wrong sqrt; the reference check
     # drops it even though the fake clock makes it the fastest

@@ -21,7 +21,9 @@ with one kind of rewrite applied everywhere it matched, the best with one e-clas
   of the mean time per execute**. After three rounds, candidates slower than :data:`EARLY_STOP` times the best
   stop. The budget covers building and measuring; candidates not built when it runs out are not measured;
 * the winner is the fastest, but the cost model's choice (candidate 0) is kept unless another is at least
-  :data:`MARGIN` faster (noise does not flip programs).
+  :data:`MARGIN` faster, and then again in :data:`CONFIRM` paired rounds (the two alternating; the median of
+  the per-pair ratios must be below ``1 - MARGIN``): on a shared machine single rounds vary by more than the
+  candidates differ, and noise must not pick the program.
 
 The pass stores the result in the tuning cache (:mod:`luminal.runtime.tuning`) under ``program/<key>``, the
 key naming the encoded graph, the rule files and the pass's settings; the entry's choice is the winner's
@@ -42,6 +44,7 @@ ROUNDS = 5
 ROUND_S = 0.02
 EARLY_STOP = 1.3
 MARGIN = 0.03
+CONFIRM = 9  # paired rounds confirming a winner other than the cost model's choice
 K = {"quick": 4, "full": 8}  # candidate programs per level
 TOLERANCE = {"float32": 1e-3, "float64": 1e-9, "bfloat16": 2e-2, "float16": 2e-2}
 
@@ -55,6 +58,7 @@ class ProgramSearchResult:
     seconds: dict[int, float] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
     skipped: str = ""  # why nothing was measured ("" when something was)
+    confirm_ratio: float | None = None  # median challenger / default time over the paired confirmation rounds
     interrupted: bool = False
     elapsed: float = 0.0
 
@@ -217,8 +221,29 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
         if bar is not None:
             bar.close()
     result.winner = choose(result.seconds)
+    if result.winner != 0 and 0 in built and result.winner in built and not result.interrupted:
+        result.winner = _confirm(built[0], built[result.winner], result) and result.winner
     result.elapsed = time.perf_counter() - start
     return result
+
+
+def _confirm(default, challenger, result: ProgramSearchResult) -> bool:
+    """Whether ``challenger`` beats the cost model's program in :data:`CONFIRM` paired rounds (the two
+    alternate, so a change of the machine's load hits both): the median of the per-pair time ratios must be
+    below ``1 - MARGIN``. Rounds on a shared machine vary by more than the differences between candidates;
+    a minimum over a few rounds alone would let noise pick the program."""
+    ratios = []
+    try:
+        for _ in range(CONFIRM):
+            t0 = _round(default)
+            t1 = _round(challenger)
+            ratios.append(t1 / t0)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    if not ratios:
+        return False
+    result.confirm_ratio = float(np.median(ratios))
+    return result.confirm_ratio < 1 - MARGIN
 
 
 def _round(g) -> float:

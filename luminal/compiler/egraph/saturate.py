@@ -546,6 +546,10 @@ class EqualitySaturation(Pass):
         cost = self.op_cost or SizeCost(sat.encoding.views, self.cost_backend).bind(eg)
         cands = extract_k(eg, roots, k, cost, original_signatures(sat.encoding, eg), protect=_constant_class)
         names = [program_key(c) for c in cands]
+        if searching and len(cands) == 1:  # nothing to choose: remembered, not measured
+            tuning.store(tkey, {"choice": names[0], "seconds": 0.0, "level": level, "candidates": {}})
+            rep.program_choice = "measured"
+            return best
         if not searching:
             rep.program_choice = "cached"
             return cands[names.index(entry["choice"])] if entry["choice"] in names else best
@@ -560,9 +564,10 @@ class EqualitySaturation(Pass):
             print(f"[egraph] program search ({level}): {len(cands)} candidates; "
                   + (f"skipped: {res.skipped}" if res.skipped else
                      "ms " + ", ".join(f"{i}: {t * 1e3:.3f}" for i, t in sorted(res.seconds.items()))
-                     + f"; rejected {res.rejected}; winner {res.winner} ({res.labels[res.winner]}); "
+                     + f"; rejected {res.rejected}; winner {res.winner} ({res.labels[res.winner]}; paired "
+                     f"ratio {res.confirm_ratio}); "
                      f"{res.elapsed:.2f} s"))
-        if not res.skipped and (res.seconds or len(cands) == 1) and not res.interrupted:
+        if not res.skipped and res.seconds and not res.interrupted:
             tuning.store(tkey, {"choice": names[res.winner], "seconds": res.seconds.get(res.winner, 0.0),
                                 "level": level, "candidates": {names[i]: t for i, t in res.seconds.items()}})
         return cands[res.winner]
