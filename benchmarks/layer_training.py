@@ -15,7 +15,9 @@ upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the enco
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style
 stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per element in the input gradient; now
 PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3.2x (their input gradient a
-gather over every window offset; now zero-interleaved, shifted copies). Asserts nothing about timings;
+gather over every window offset; now zero-interleaved, shifted copies); a Conv1d-BatchNorm1d-GELU-MaxPool1d
+block at 1.8-2x (the layout pass stored it channels-last, counting per-channel parameter reads as strided; now
+1.0x). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
@@ -81,6 +83,12 @@ CASES = [
      lambda y: (y ** 2).mean(), ("f", (16, 16, 32, 32))),
     ("encoder-sum", lambda ns: ns.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True,
                                                           norm_first=True), lambda y: y.sum(), ("f", (8, 64, 128))),
+    ("conv1d-bn-pool", lambda ns: ns.Sequential(ns.Conv1d(32, 64, 5, padding=2), ns.BatchNorm1d(64), ns.GELU(),
+                                                ns.MaxPool1d(2), ns.Conv1d(64, 64, 5, padding=2)),
+     lambda y: (y ** 2).mean(), ("f", (16, 32, 512))),
+    ("conv3d-bn", lambda ns: ns.Sequential(ns.Conv3d(4, 16, 3, padding=1), ns.BatchNorm3d(16), ns.ReLU(),
+                                           ns.Conv3d(16, 16, 3, padding=1)),
+     lambda y: (y ** 2).mean(), ("f", (2, 4, 16, 16, 16))),
 ]
 
 

@@ -152,3 +152,43 @@ def test_empty_products_read_transposed(shape_a, shape_b):
     cx.compile(device="cpu")
     cx.execute()
     np.testing.assert_array_equal(y.data(), np.swapaxes(2 * (a @ b), 1, 2))
+
+
+def _elementwise_dims(cx):
+    from luminal.codegen.kernel import ElementwiseKernel
+    return sorted(k.dims for k in cx.runtime.program.kernels if isinstance(k, ElementwiseKernel))
+
+
+def test_broadcast_reads_do_not_make_a_kernel_worth_transposing(monkeypatch):
+    """A batch-normalized activation reads its per-channel statistics and affine parameters broadcast along the
+    sequence axis: loaded once per row, as good as contiguous. Counting them as strided made the pass store the
+    whole Conv1d -> BatchNorm1d -> GELU -> MaxPool1d chain of a training step channels-last, every read of the
+    convolution's output strided (2x the step's time). No elementwise kernel is transposed here, and the step's
+    gradients equal PyTorch's."""
+    torch = pytest.importorskip("torch")
+    from luminal.training import grad
+
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((4, 8, 64)).astype(np.float32)
+
+    def build():
+        cx = lm.Graph()
+        model = lm.nn.Sequential(lm.nn.Conv1d(8, 16, 5, padding=2), lm.nn.BatchNorm1d(16), lm.nn.GELU(),
+                                 lm.nn.MaxPool1d(2), lm.nn.Conv1d(16, 16, 5, padding=2))
+        x = cx.tensor(xv.shape).set(xv)
+        gs = [g.retrieve() for g in grad((model(x) ** 2).mean(), list(model.parameters()) + [x])]
+        cx.compile(device="cpu")
+        return cx, model, gs
+
+    cx, model, gs = build()
+    monkeypatch.setenv("LUMINAL_LAYOUT", "0")
+    plain, _, _ = build()
+    assert _elementwise_dims(cx) == _elementwise_dims(plain)
+    cx.execute()
+    tmodel = torch.nn.Sequential(torch.nn.Conv1d(8, 16, 5, padding=2), torch.nn.BatchNorm1d(16), torch.nn.GELU(),
+                                 torch.nn.MaxPool1d(2), torch.nn.Conv1d(16, 16, 5, padding=2))
+    tmodel.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in model.state_dict().items()})
+    tx = torch.from_numpy(xv).requires_grad_(True)
+    want = torch.autograd.grad((tmodel(tx) ** 2).mean(), list(tmodel.parameters()) + [tx])
+    for g, w in zip(gs, want):
+        np.testing.assert_allclose(g.data(), w.numpy(), rtol=2e-4, atol=2e-5)

@@ -16,7 +16,10 @@ view that reads the buffer, when
   same elements at every position, masked ones included), no gather indexes it, and the buffer is not a
   program input, output or alias;
 * more elements are read with stride 1 along the vector loop (the reader's innermost axis, followed through
-  inlined producers) afterwards than before, the producer's own reads included.
+  inlined producers) afterwards than before, the producer's own reads included. A read that does not move
+  along the vector loop (stride 0: a per-channel parameter broadcast along a sequence) counts as contiguous:
+  counting it as strided once made a Conv1d -> BatchNorm1d -> GELU -> MaxPool1d training step store its whole
+  chain channels-last, every read of the convolution's output strided (2x the step's time).
 
 Values are unchanged: the same products, summed in the same order (a GEMM's sums do not depend on which operand
 is packed as which), stored elsewhere. ``LUMINAL_LAYOUT=0`` turns the pass off. (Why a pass on the lowered
@@ -100,8 +103,10 @@ def _views(value, buffer: int, out: list, memo: set, chain: tuple = ()) -> bool:
 
 
 def _unit_step(view: ShapeTracker, chain: tuple) -> bool | None:
-    """Whether one step along the reader's innermost moving axis moves ``view``'s read by one element, through
-    the Remapped values of ``chain`` (evaluated at the origin with constant shapes); None when unknown."""
+    """Whether one step along the reader's innermost moving axis moves ``view``'s read by at most one element
+    (a contiguous read, or one that does not move: a value broadcast along the vector loop is loaded once, as
+    good as a contiguous one), through the Remapped values of ``chain`` (evaluated at the origin with constant
+    shapes); None when unknown."""
     space = chain[0].view if chain else view
     dims = _ints(space.dims)
     if dims is None:
@@ -134,7 +139,7 @@ def _unit_step(view: ShapeTracker, chain: tuple) -> bool | None:
     zero = [0] * len(dims)
     one = list(zero)
     one[axis] = 1
-    return abs(offset(one) - offset(zero)) == 1
+    return abs(offset(one) - offset(zero)) <= 1
 
 
 def _rewrite(value, buffer: int, table: dict, memo: dict):
