@@ -249,3 +249,8 @@ def test_mismatch_tolerances():
     assert "NaN" in PS.mismatch({1: np.array([np.nan, 100.0], np.float32)}, r)
     assert "differ" in PS.mismatch({2: np.array([1, 2])}, {2: np.array([1, 3])})
     assert "shape" in PS.mismatch({1: np.zeros(3, np.float32)}, r)
+    # an output that is rounding noise beside order-1 outputs (a bias gradient under a batch norm): its
+    # tolerance is not below 1e-3 x 1e-3 of the largest output's
+    noise = {1: np.array([3e-9, -1e-9], np.float32), 2: np.array([0.5, -2.0], np.float32)}
+    assert PS.mismatch({1: np.array([7e-9, 2e-9], np.float32), 2: noise[2]}, noise) == ""
+    assert "max error" in PS.mismatch({1: np.array([1e-5, 0.0], np.float32), 2: noise[2]}, noise)
