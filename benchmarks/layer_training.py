@@ -17,7 +17,8 @@ stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per ele
 PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3.2x (their input gradient a
 gather over every window offset; now zero-interleaved, shifted copies); a Conv1d-BatchNorm1d-GELU-MaxPool1d
 block at 1.8-2x (the layout pass stored it channels-last, counting per-channel parameter reads as strided; now
-1.0x). Asserts nothing about timings;
+1.0x, 0.7x after the loop split of divided indices); a reflect-padded conv + InstanceNorm at 1.13-1.38x (the pad's
+gradient a ScatterAdd: now slices of the upstream gradient). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
@@ -86,6 +87,8 @@ CASES = [
     ("conv1d-bn-pool", lambda ns: ns.Sequential(ns.Conv1d(32, 64, 5, padding=2), ns.BatchNorm1d(64), ns.GELU(),
                                                 ns.MaxPool1d(2), ns.Conv1d(64, 64, 5, padding=2)),
      lambda y: (y ** 2).mean(), ("f", (16, 32, 512))),
+    ("reflect-inst", lambda ns: ns.Sequential(ns.ReflectionPad2d(1), ns.Conv2d(16, 16, 3), ns.InstanceNorm2d(16, affine=True),
+                                              ns.ReLU()), lambda y: (y ** 2).mean(), ("f", (4, 16, 64, 64))),
     ("conv3d-bn", lambda ns: ns.Sequential(ns.Conv3d(4, 16, 3, padding=1), ns.BatchNorm3d(16), ns.ReLU(),
                                            ns.Conv3d(16, 16, 3, padding=1)),
      lambda y: (y ** 2).mean(), ("f", (2, 4, 16, 16, 16))),

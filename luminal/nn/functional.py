@@ -42,7 +42,8 @@ def pad(x, pad, mode: str = "constant", value: float | None = None):
     Modes: ``"constant"`` (``value``, default 0; a zero-copy view), ``"reflect"`` (mirror without repeating the
     edge), ``"replicate"`` (repeat the edge), ``"circular"`` (wrap around). Negative amounts crop; in the
     non-constant modes the crops apply first and the padding reads the cropped tensor, as in PyTorch. A
-    non-constant mode is one ``index_select`` per padded dim with a constant index (values copied exactly).
+    non-constant mode is one ``index_select`` per padded dim with a constant index (values copied exactly);
+    its gradient is slices, flips and pads of the upstream gradient (:func:`border_pad_grad`), not a scatter.
     """
     if isinstance(mode, (int, float)) and not isinstance(mode, bool):  # the old signature pad(x, pad, value)
         mode, value = "constant", float(mode)
@@ -59,6 +60,7 @@ def pad(x, pad, mode: str = "constant", value: float | None = None):
     if value not in (None, 0, 0.0):
         raise ValueError(f"pad: value is only for mode='constant', got value={value} with mode={mode!r}")
     import numpy as np
+    from ..hl_ops.binary import _grad_rule
     from ..hl_ops.resample import resample_axis
     for axis, (before, after) in enumerate(pairs):
         if before == 0 and after == 0:
@@ -88,8 +90,34 @@ def pad(x, pad, mode: str = "constant", value: float | None = None):
             i = np.clip(i, 0, n - 1)
         else:
             i = np.mod(i, n)
-        x = resample_axis(x, axis, i.astype(np.int64), None)
+        x = _grad_rule(resample_axis(x, axis, i.astype(np.int64), None), "border_pad", (x,),
+                       (axis, n, before, after, mode))
     return x
+
+
+def border_pad_grad(g, axis: int, n: int, before: int, after: int, mode: str):
+    """The gradient of a ``reflect`` / ``replicate`` / ``circular`` pad of ``n`` elements along ``axis``: the
+    middle of ``g`` plus its border strips sent back (flipped for ``reflect``, summed onto the edge element for
+    ``replicate``, wrapped for ``circular``) as slices and pads. The chain rule through the forward's index
+    gather would scatter-add ``g`` (a quarter of a reflect-padded conv + InstanceNorm training step)."""
+    gx = g.slice_axis(axis, before, before + n)
+    if before:
+        left = g.slice_axis(axis, 0, before)
+        if mode == "reflect":      # output j reads x[before - j]
+            gx = gx + left.flip(axis).pad_axis(axis, 1, n - 1 - before)
+        elif mode == "replicate":  # every left output reads x[0]
+            gx = gx + left.sum(axis, keepdim=True).pad_axis(axis, 0, n - 1)
+        else:                      # output j reads x[n - before + j]
+            gx = gx + left.pad_axis(axis, n - before, 0)
+    if after:
+        right = g.slice_axis(axis, before + n, before + n + after)
+        if mode == "reflect":      # output n + before + j reads x[n - 2 - j]
+            gx = gx + right.flip(axis).pad_axis(axis, n - 1 - after, 1)
+        elif mode == "replicate":
+            gx = gx + right.sum(axis, keepdim=True).pad_axis(axis, n - 1, 0)
+        else:                      # output n + before + j reads x[j]
+            gx = gx + right.pad_axis(axis, 0, n - after)
+    return gx
 
 
 def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,

@@ -422,6 +422,9 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: part(0), lambda: part(1)]
         if len(ts) > 2:  # the bias: g summed over the batch and the spatial axes
             rules.append(lambda: g.sum(tuple([0] + list(range(2, g.ndim)))))
+    elif name == "border_pad":  # a reflect / replicate / circular pad: slices of g, not a scatter (nn.functional)
+        from ..nn.functional import border_pad_grad
+        rules = [lambda: border_pad_grad(g, *param)]
     elif name == "embedding":  # torch's embedding backward: the padding_idx row gets no gradient
         rules = [lambda: _embedding_grad(ts[0], ts[1], g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)

@@ -248,16 +248,18 @@ def _unview_affine(g: GraphTensor, st: ShapeTracker, src_dims) -> GraphTensor | 
             return None
         src_of[j] = cands[0]
         used.add(cands[0])
-    # valid interval of each view axis (masks must each involve a single axis with coefficient 1)
+    # valid interval of each view axis (masks must each involve a single axis with coefficient 1, or -1: a pad
+    # of a flipped axis, flipped back in step 3: 0 <= -i + k < size is k - size < i <= k)
     lo = {j: to_expr(0) for j in range(st.ndim)}
     hi = {j: st.dims[j] for j in range(st.ndim)}
     for coeffs, k, size in st.masks:
         axes = [j for j, c in enumerate(coeffs) if c != 0]
-        if len(axes) != 1 or coeffs[axes[0]] != 1:
+        if len(axes) != 1 or coeffs[axes[0]] not in (1, -1):
             return None
         j = axes[0]
-        lo[j] = _bound(max, lo[j], -k)
-        hi[j] = _bound(min, hi[j], size - k)
+        first, end = (-k, size - k) if coeffs[j] == 1 else (k - size + 1, k + 1)
+        lo[j] = _bound(max, lo[j], first)
+        hi[j] = _bound(min, hi[j], end)
         if lo[j] is None or hi[j] is None:
             return None
         if _const(hi[j] - lo[j]) is not None and _const(hi[j] - lo[j]) <= 0:
