@@ -12,7 +12,8 @@ with one kind of rewrite applied everywhere it matched, the best with one e-clas
 * inputs without data get data at the bound sizes (floats: a fixed-seed normal draw times 0.5; integers and
   bools: zeros, valid indices and masks). A graph with an unbound symbol is not measured;
 * **before it may win, a candidate's outputs are compared with the reference interpreter's result of the
-  graph as it was before saturation** (every ``retrieve()``d tensor after one execute; error at most 1e-3 of
+  graph as it was before saturation** (every ``retrieve()``d tensor after one execute, which includes the new
+  values of carried state, e.g. the weights a training step updates: ``Graph.carry`` retrieves them; error at most 1e-3 of
   the largest reference value for float32, 1e-9 for float64, 2e-2 for bfloat16/float16, but not below
   :data:`FLOOR` of that of the largest float output: outputs that are pure rounding noise; integers and bools
   equal; NaN and infinities where the reference has them). A candidate that fails, or that fails to build or
