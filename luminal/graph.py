@@ -450,8 +450,7 @@ class Graph(GraphCreation):
         from .runtime.search import check_budget, check_level
 
         check_device(device)
-        self._search_options = (check_level(search), check_budget(budget_s))
-        self._compile_device = device  # passes that measure candidates (the e-graph's) compile for it
+        self._search_options, self._compile_device = (check_level(search), check_budget(budget_s)), device
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
 

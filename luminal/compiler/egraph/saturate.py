@@ -22,7 +22,7 @@ from . import memo, sexpr
 from .cost import SizeCost
 from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
-                      parse_serialized, program_key)
+                      parse_serialized)
 
 # the rulesets a default EqualitySaturation runs, in this order each iteration (``analysis`` always runs first)
 DEFAULT_RULESETS = ("algebra", "approx", "reductions", "layout", "gemm")
@@ -467,9 +467,11 @@ class EqualitySaturation(Pass):
         if not graph.nodes:
             self.report = SaturationReport(stop_reason="saturated")
             return self.report
+        from .choose import measured_choice, search_options  # (it imports this module)
+
         key, sat = self._memo_key(graph)
         memoize = key is not None
-        measuring = _program_search_options(graph)
+        measuring = search_options(graph)
         if measuring is not None and key is None:
             key, sat = self._memo_key(graph, force=True)
         hit = memo.load(key) if memoize else None
@@ -481,7 +483,7 @@ class EqualitySaturation(Pass):
             for name in _MEMO_FIELDS:
                 setattr(rep, name, saved[name])
             if measuring is not None:
-                ext = self._measured(graph, sat, eg, ext, key, *measuring)
+                ext = measured_choice(self, graph, sat, eg, ext, key, *measuring)
             t0 = time.perf_counter()
             rep.changes = rebuild(graph, sat.encoding, eg, ext)
             rep.rebuild_seconds = time.perf_counter() - t0
@@ -497,7 +499,7 @@ class EqualitySaturation(Pass):
             rep.cost_after = ext.cost
             chosen = ext
             if measuring is not None:
-                chosen = self._measured(graph, sat, eg, ext, key, *measuring)
+                chosen = measured_choice(self, graph, sat, eg, ext, key, *measuring)
             t0 = time.perf_counter()
             rep.changes = rebuild(graph, sat.encoding, eg, chosen)
             rep.rebuild_seconds = time.perf_counter() - t0
@@ -522,83 +524,14 @@ class EqualitySaturation(Pass):
             print(explain(graph))
         return rep
 
-    def _measured(self, graph: Graph, sat: Saturation, eg: EGraphData, best: Extraction, key: str, level: str,
-                  budget_s: float | None) -> Extraction:
-        """The program to rebuild when ``compile(search=level)`` targets a compiled device: with ``"quick"`` /
-        ``"full"`` (and no cached result of that level) the best *K* candidates are built, checked against the
-        reference interpreter and timed (:mod:`luminal.runtime.program_search`), and the winner is remembered
-        in the tuning cache under ``program/<key>``; otherwise the cached winner when there is one, else
-        ``best``."""
-        from ...runtime import program_search, tuning
-        from ...runtime.search import DEFAULT_BUDGET
-
-        rep = sat.report
-        tkey = f"program/{key}"
-        entry = tuning.lookup(tkey)
-        rank = {"quick": 1, "full": 2}
-        searching = level in rank and (entry is None or rank.get(entry.get("level"), 0) < rank[level])
-        if not searching and (entry is None or entry["choice"] == program_key(best)):
-            if entry is not None:
-                rep.program_choice = "cached"
-            return best
-        k = program_search.K["full" if "full" in (level, entry and entry.get("level")) else "quick"]
-        roots = sorted({eg.node_class[r] for r in _root_nodes(graph, sat.encoding)})
-        cost = self.op_cost or SizeCost(sat.encoding.views, self.cost_backend).bind(eg)
-        cands = extract_k(eg, roots, k, cost, original_signatures(sat.encoding, eg), protect=_constant_class)
-        names = [program_key(c) for c in cands]
-        if searching and len(cands) == 1:  # nothing to choose: remembered, not measured
-            tuning.store(tkey, {"choice": names[0], "seconds": 0.0, "level": level, "candidates": {}})
-            rep.program_choice = "measured"
-            return best
-        if not searching:
-            rep.program_choice = "cached"
-            return cands[names.index(entry["choice"])] if entry["choice"] in names else best
-        from ..generic import RemoveUnusedNodes
-        from ..schedule import DepthFirst
-        budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
-        res = program_search.measure(graph, cands, lambda g, c: rebuild(g, sat.encoding, eg, c),
-                                     (RemoveUnusedNodes(), DepthFirst()), budget)
-        res.labels = {i: _switched(best, c) for i, c in enumerate(cands)}
-        rep.program_search, rep.program_choice = res, "measured"
-        if debug_level() >= 1:
-            print(f"[egraph] program search ({level}): {len(cands)} candidates; "
-                  + (f"skipped: {res.skipped}" if res.skipped else
-                     "ms " + ", ".join(f"{i}: {t * 1e3:.3f}" for i, t in sorted(res.seconds.items()))
-                     + f"; rejected {res.rejected}; winner {res.winner} ({res.labels[res.winner]}; paired "
-                     f"ratio {res.confirm_ratio}); "
-                     f"{res.elapsed:.2f} s"))
-        if not res.skipped and res.seconds and not res.interrupted:
-            tuning.store(tkey, {"choice": names[res.winner], "seconds": res.seconds.get(res.winner, 0.0),
-                                "level": level, "candidates": {names[i]: t for i, t in res.seconds.items()}})
-        return cands[res.winner]
-
     def __repr__(self) -> str:
         return f"EqualitySaturation(rulesets={self.rulesets!r})"
-
-
-def _switched(best: Extraction, cand: Extraction) -> str:
-    """What ``cand`` chose differently from ``best``, as ``old op -> new op`` counts (``"best"`` for itself)."""
-    counts: dict[str, int] = {}
-    for cls in sorted(set(cand.reachable()) & set(best.choice)):
-        old, new = best.choice[cls], cand.choice[cls]
-        if old != new:
-            name = f"{old.op}->{new.op}"
-            counts[name] = counts.get(name, 0) + 1
-    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items())) or "best"
 
 
 def _constant_class(cls: str, eg: EGraphData) -> bool:
     """E-classes holding a constant keep it (candidates do not trade a constant for an expression of it)."""
     return any(e.op == "Num" for e in eg.classes[cls])
 
-
-def _program_search_options(graph: Graph) -> tuple[str, float | None] | None:
-    """``(level, budget_s)`` of the ``compile()`` running this pass when it targets a compiled CPU device (the
-    program search measures there), else None."""
-    if getattr(graph, "_compile_device", None) != "cpu":
-        return None
-    options = getattr(graph, "_search_options", None)
-    return options if options is not None else None
 
 
 def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData, ext: Extraction) -> None:
