@@ -101,6 +101,8 @@ def test_search_follows_the_measurement_and_the_cache(monkeypatch):
     rep = cx.egraph_reports[-1]
     assert rep.program_choice == "measured" and not rep.program_search.rejected
     assert rep.program_search.winner != 0 and len(rep.program_search.seconds) == 4
+    # the cost model's program (3x slower here) is not dropped early: the winner was confirmed against it
+    assert rep.program_search.confirm_ratio == pytest.approx(1 / 3)
     assert full_size_muls(cx) == 2
     cx.execute()
     np.testing.assert_allclose(y.data(), want, rtol=1e-6)
@@ -213,6 +215,25 @@ def test_the_users_graph_state_and_hooks_are_untouched(monkeypatch):
         np.testing.assert_allclose(loss.item(), ref_loss.item(), rtol=1e-5)
     np.testing.assert_allclose(lin.weight.data, ref_lin.weight.data, rtol=1e-5, atol=1e-6)
     assert len(calls) == 2
+
+
+def test_a_failing_reference_skips_the_search(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("no reference today")
+    monkeypatch.setattr(PS, "_round", lambda g: pytest.fail("nothing may be measured without a reference"))
+    cx, y, want = two_maxes()
+    real = PS.detached_copy
+
+    def copy_without_reference(graph):  # the reference run (a copy with no runtime) fails
+        g = real(graph)
+        g.execute = broken
+        return g
+    monkeypatch.setattr(PS, "detached_copy", copy_without_reference)
+    cx.compile(device="cpu", search="quick")
+    res = cx.egraph_reports[-1].program_search
+    assert "reference interpreter failed" in res.skipped and full_size_muls(cx) == 0
+    cx.execute()
+    np.testing.assert_allclose(y.data(), want, rtol=1e-6)
 
 
 def test_unbound_sizes_are_not_measured(monkeypatch):

@@ -187,8 +187,12 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
     base = detached_copy(graph)
     fill_inputs(base)
     ref_graph = detached_copy(base)
-    ref_graph.execute()  # no runtime: the reference interpreter, on the graph as it was before saturation
-    ref = outputs(ref_graph, retrieved)
+    try:
+        ref_graph.execute()  # no runtime: the reference interpreter, on the graph as it was before saturation
+        ref = outputs(ref_graph, retrieved)
+    except Exception as e:  # noqa: BLE001 - without a reference nothing may win: the cost model's choice runs
+        result.skipped = f"the reference interpreter failed on the graph ({type(e).__name__}: {e})"
+        return result
     del ref_graph
     bar = None
     try:
@@ -232,10 +236,10 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
                 t = _round(g)
                 best[i] = min(best[i], t)
                 result.seconds[i] = best[i]
-            if rnd >= 2:
+            if rnd >= 2:  # (the cost model's program stays: a winner is confirmed against it)
                 fastest = min(best)
                 for i in list(built):
-                    if best[i] > EARLY_STOP * fastest:
+                    if i != 0 and best[i] > EARLY_STOP * fastest:
                         del built[i]
             if bar is not None and result.seconds:
                 bar.set_postfix_str(f"best {min(result.seconds.values()) * 1e3:.2f} ms")
@@ -246,8 +250,9 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
         if bar is not None:
             bar.close()
     result.winner = choose(result.seconds)
-    if result.winner != 0 and 0 in built and result.winner in built and not result.interrupted:
-        result.winner = _confirm(built[0], built[result.winner], result) and result.winner
+    if result.winner != 0 and 0 in built and not result.interrupted:
+        if not _confirm(built[0], built[result.winner], result):
+            result.winner = 0
     result.elapsed = time.perf_counter() - start
     return result
 
