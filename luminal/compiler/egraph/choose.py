@@ -8,9 +8,8 @@ from ...graph import Graph
 from ..base import debug_level
 from ..generic import RemoveUnusedNodes
 from ..schedule import DepthFirst
-from .cost import SizeCost
-from .extract import EGraphData, Extraction, extract_k, program_key
-from .saturate import Saturation, _constant_class, _root_nodes, original_signatures, rebuild
+from .extract import EGraphData, Extraction, program_key
+from .saturate import Saturation, rebuild
 
 
 def search_options(graph: Graph) -> tuple[str, float | None] | None:
@@ -41,9 +40,7 @@ def measured_choice(sat_pass, graph: Graph, sat: Saturation, eg: EGraphData, bes
             rep.program_choice = "cached"
         return best
     k = program_search.K["full" if "full" in (level, entry and entry.get("level")) else "quick"]
-    roots = sorted({eg.node_class[r] for r in _root_nodes(graph, sat.encoding)})
-    cost = sat_pass.op_cost or SizeCost(sat.encoding.views, sat_pass.cost_backend).bind(eg)
-    cands = extract_k(eg, roots, k, cost, original_signatures(sat.encoding, eg), protect=_constant_class)
+    cands = sat_pass.ranked(graph, sat, eg, k)
     names = [program_key(c) for c in cands]
     if searching and len(cands) == 1:  # nothing to choose: remembered, not measured
         tuning.store(tkey, {"choice": names[0], "seconds": 0.0, "level": level, "candidates": {}})

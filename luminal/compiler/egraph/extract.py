@@ -394,9 +394,12 @@ def _shape_of(e: ENode, key_of) -> tuple:
         return (e.op, args[0], *pairs)
     if e.op == "MatMul":  # (MatMul dtype axis x vx y vy vs) == (Sum dtype axis (Mul dtype x vx y vy) vs)
         pairs = sorted([(args[2], args[3]), (args[4], args[5])])
-        product = hashlib.blake2b(repr(("Mul", args[0], *pairs)).encode(), digest_size=12).hexdigest()
-        return ("Sum", args[0], args[1], product, args[6])
+        return ("Sum", args[0], args[1], _digest(("Mul", args[0], *pairs)), args[6])
     return (e.op, *args)
+
+
+def _digest(shape: tuple) -> str:
+    return hashlib.blake2b(repr(shape).encode(), digest_size=12).hexdigest()
 
 
 class ProgramKeys:
@@ -410,7 +413,7 @@ class ProgramKeys:
 
     def digest(self, e: ENode) -> str:
         """The key ``e`` would have (its children keyed by this extraction's choices)."""
-        return hashlib.blake2b(repr(_shape_of(e, self)).encode(), digest_size=12).hexdigest()
+        return _digest(_shape_of(e, self))
 
     def __call__(self, cls: str) -> str:
         key = self.memo.get(cls)

@@ -436,18 +436,27 @@ class EqualitySaturation(Pass):
         enc = sat.load()
         sat.run(self.max_iterations, self.max_enodes, self.max_seconds)
         eg = sat.data(self.readback)
-        roots = sorted({eg.node_class[r] for r in _root_nodes(graph, enc)})
-        self._cost = self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg)
+        roots = _root_classes(graph, enc, eg)
+        self._cost = self._cost_model(enc, eg)
         # the original program's cost, from the encoding
         sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
         return sat, eg, roots
 
+    def _cost_model(self, enc: Encoding, eg: EGraphData):
+        return self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg)
+
+    def ranked(self, graph: Graph, sat: Saturation, eg: EGraphData, k: int) -> list[Extraction]:
+        """Up to ``k`` distinct programs of ``graph``'s saturated e-graph ``eg`` (``sat``: its session), the
+        cost model's choice first (:func:`~luminal.compiler.egraph.extract.extract_k`)."""
+        return extract_k(eg, _root_classes(graph, sat.encoding, eg), k, self._cost_model(sat.encoding, eg),
+                         original_signatures(sat.encoding, eg), protect=_constant_class)
+
     def candidates(self, graph: Graph, k: int) -> list[Extraction]:
-        """Up to ``k`` extracted programs in cost order (the graph is not changed; :meth:`apply` one to a copy
-        of it)."""
-        sat, eg, roots = self.saturate(graph)
+        """Up to ``k`` distinct extracted programs, the cost model's choice first (:meth:`ranked`; the graph is
+        not changed; :meth:`apply` one to a copy of it)."""
+        sat, eg, _ = self.saturate(graph)
         self._state = (sat.encoding, eg)
-        return extract_k(eg, roots, k, self._cost, original_signatures(sat.encoding, eg), protect=_constant_class)
+        return self.ranked(graph, sat, eg, k)
 
     def best(self, graph: Graph) -> Extraction:
         """The extraction :meth:`run` would apply (the graph is not changed)."""
@@ -532,6 +541,9 @@ def _constant_class(cls: str, eg: EGraphData) -> bool:
     """E-classes holding a constant keep it (candidates do not trade a constant for an expression of it)."""
     return any(e.op == "Num" for e in eg.classes[cls])
 
+
+def _root_classes(graph: Graph, enc: Encoding, eg: EGraphData) -> list[str]:
+    return sorted({eg.node_class[r] for r in _root_nodes(graph, enc)})
 
 
 def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData, ext: Extraction) -> None:
