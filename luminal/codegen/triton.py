@@ -41,7 +41,7 @@ from ..dtype import DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped, ScatterKernel)
-from .triton_support import (HELPERS, TL_TYPE, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
+from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
                              _round_bf16, _sym_name)
 from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
@@ -222,6 +222,12 @@ class BodyWriter:
             if dtype == DType.float16:  # computed in float32, rounded once (as the C backend does)
                 x = f"{x}.to(tl.float32)"
             wide = DType.float64 if dtype == DType.float64 else DType.float32
+            if dtype == DType.bfloat16 and not isinstance(op, (ops.Sqrt, ops.Recip)):
+                # a GPU's float32 log2/exp2/sin are within an ulp or two, which moves some bfloat16 roundings
+                # off the reference's (a correctly rounded float32 value rounded to bfloat16): computed in
+                # float64 and rounded to float32 first, the float32 value is the correctly rounded one
+                fn = {ops.Log2: 'log2', ops.Exp2: 'exp2', ops.Sin: 'sin'}[type(op)]
+                return self.temp(f"tl.{fn}({x}.to(tl.float64)).to(tl.float32)")
             if isinstance(op, ops.Recip):
                 text = f"tl.div_rn(tl.full({self.shape}, 1.0, tl.float32), {x})" if wide == DType.float32 \
                     else f"(1.0 / {x})"
@@ -254,12 +260,22 @@ class BodyWriter:
                 return self.temp(f"tl.where(({r} != 0) & (({r} < 0) != ({bs} < 0)), {r} + {bs}, {r})")
             if dtype == DType.float16:
                 a, b = self.temp(f"{a}.to(tl.float32)"), self.temp(f"{b}.to(tl.float32)")
-            r = self.temp(f"{a} % {b}")  # fmod (C semantics)
+            r = self.temp(f"_lm_fmod({a}, {b})")  # C fmod, exact
             out = f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
             return self.temp(f"({out}).to(tl.float16)" if dtype == DType.float16 else out)
         if isinstance(op, ops.Cast):
             if dtype == DType.bool:
                 return self.temp(f"{a} != 0")
+            src = value.args[0].dtype
+            if src.is_float and dtype.is_int and dtype != DType.uint64:
+                # x86's conversion (the reference's): 32- or 64-bit, out of range -> the minimum; narrower wrap
+                wide = DType.int64 if dtype.bits == 64 or dtype == DType.uint32 else DType.int32
+                lim = float(2 ** (wide.bits - 1))
+                x = f"{a}.to(tl.float32)" if src == DType.float16 else a
+                ok = self.temp(f"({x} >= {-lim!r}) & ({x} < {lim!r})")  # (False for NaN)
+                low = _int_text(-2 ** (wide.bits - 1), wide)
+                text = f"tl.where({ok}, tl.where({ok}, {x}, 0).to({TL_TYPE[wide]}), {low})"
+                return self.temp(text if wide == dtype else f"({text}).to({tt})")
             return self.temp(f"{a}.to({tt})")
         raise NotImplementedError(f"Triton backend: no rendering for primitive {op}")
 
@@ -314,8 +330,9 @@ class TritonProgram:
 class TritonRenderer:
     """Turns a :class:`Program` into a :class:`TritonProgram` (see the module docstring)."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, interpret: bool = False):
         self.program = program
+        self.interpret = interpret
         self.symbols = program_symbols(program)
         self.names = {s: _sym_name(s) for s in self.symbols}
         self.ex = ExprRenderer(self.names)
@@ -325,7 +342,9 @@ class TritonRenderer:
         return self._ptr[buffer]
 
     def render(self) -> TritonProgram:
-        parts = ["import triton", "import triton.language as tl", "", "", HELPERS]
+        parts = ["import triton", "import triton.language as tl",
+                 "from triton.language.extra import libdevice  # noqa: F401 (exact fmod on the device)", "", "",
+                 HELPERS, "", fmod_helper(self.interpret)]
         launches = []
         for k, kernel in enumerate(self.program.kernels):
             if isinstance(kernel, ElementwiseKernel):
@@ -568,6 +587,7 @@ class TritonRenderer:
         return "\n".join(lines), launch
 
 
-def render(program: Program) -> TritonProgram:
-    """The Triton source and launches of ``program``."""
-    return TritonRenderer(program).render()
+def render(program: Program, interpret: bool = False) -> TritonProgram:
+    """The Triton source and launches of ``program``; ``interpret``: for Triton's interpreter (which has no
+    libdevice)."""
+    return TritonRenderer(program, interpret).render()

@@ -74,6 +74,13 @@ def _lm_max(a, b):
 '''
 
 
+def fmod_helper(interpret: bool) -> str:
+    """The ``_lm_fmod`` helper (C ``fmod``, exact): Triton's float ``%`` is exact in the interpreter (numpy) but
+    not on NVIDIA GPUs (LLVM's expansion of ``frem`` divides approximately), so there it is libdevice's ``fmod``."""
+    body = "a % b" if interpret else "libdevice.fmod(a, b)"
+    return f"@triton.jit\ndef _lm_fmod(a, b):\n    # fmod (C semantics, exact)\n    return {body}\n"
+
+
 def _int_text(value, dtype: DType) -> str:
     """A Python literal of an integer constant, wrapped into ``dtype`` (uint64 values above 2**63 - 1 are written
     as their int64 bit pattern: Triton constants are at most int64)."""

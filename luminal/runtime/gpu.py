@@ -72,6 +72,11 @@ def _import_triton(interpret: bool):
 
 
 # ---------------------------------------------------------------------------- module loading
+# every launch: no contraction of a * b + c into a fused multiply-add, whose single rounding differs from the
+# reference's two (numpy does not fuse; nor does the C backend)
+NO_FP_FUSION = {"enable_fp_fusion": False}
+
+
 def _load_module(source: str):
     """Import the generated source as a module. Triton's ``@jit`` reads a function's source with ``inspect``,
     so the text is written to a file (under the luminal cache folder, named by its hash) and imported from it."""
@@ -105,7 +110,7 @@ class GPURuntime:
         self.device = device
         self.memory = memory
         self.program: Program = lower(graph)
-        self.tprogram: TritonProgram = render(self.program)
+        self.tprogram: TritonProgram = render(self.program, interpret=device == "gpu-interpret")
         if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0"):
             print(f"# luminal: Triton source for device {device!r}\n{self.tprogram.source}")
         self.module = _load_module(self.tprogram.source)
@@ -415,7 +420,7 @@ class GPURuntime:
             if cfg.cublas:
                 self._cublas(launch, bindings, views)
             else:
-                fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs())
+                fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs(), **NO_FP_FUSION)
 
         for cfg in pool:
             try:
@@ -545,7 +550,7 @@ class GPURuntime:
 
 def _run_triton(fn, programs: int, args, kwargs) -> None:
     with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
-        fn[(programs,)](*args, **kwargs)
+        fn[(programs,)](*args, **kwargs, **NO_FP_FUSION)
 
 
 def compile_graph(graph: Graph, device: str, search: str = "off", budget_s: float | None = None) -> None:
