@@ -920,3 +920,45 @@ def test_bfloat16_bit_for_bit_with_the_reference():
             np.testing.assert_array_equal(have.view(np.uint16), want.view(np.uint16), err_msg=f"output {k}")
         else:
             np.testing.assert_array_equal(have, want, err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_gemms_read_low_precision_operands(dtype):
+    """Under autocast a GEMM's operands are bfloat16 / float16 values. The GPU program reads them as such (no
+    float32 copy of an operand: a float32 input is rounded as it is loaded, an activation is stored in the low
+    type) and, on ``cuda``, multiplies them on tensor cores (bfloat16 products are exact, summed in float32);
+    results match the reference within an ulp of the low type (the order of the float32 sums differs)."""
+    _require()
+    from luminal.codegen.gemm_lowp import narrow_operands
+    from luminal.codegen.kernel import GemmKernel, lower
+    from luminal.codegen.triton import render
+    from luminal.runtime.gpu_gemm import gemm_operand_layout
+
+    def make(cx):
+        x, w1, w2 = cx.tensor((37, 70)), cx.tensor((45, 70)), cx.tensor((9, 45))
+        q = cx.tensor((3, 20, 16))
+        with lm.autocast(dtype=dtype):
+            h = (x @ w1.T).relu()  # float32 operands rounded on load; h stored as the low type
+            y = h @ w2.T
+            att = q @ q.permute(0, 2, 1)  # batched, one buffer read twice
+        return [x, w1, w2, q], [y.cast("float32"), att.cast("float32")]
+
+    feeds = [(rand((37, 70), 1), rand((45, 70), 2) / 8, rand((9, 45), 3) / 8, rand((3, 20, 16), 4))]
+    tol = dict(rtol=8e-3, atol=1e-2) if dtype == "bfloat16" else dict(rtol=1e-3, atol=1e-3)
+    compare(make, feeds, **tol)
+    cx = lm.Graph()
+    inputs, outs = make(cx)
+    for o in outs:
+        o.retrieve()
+    program = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16))
+    gemms = [k for k in program.kernels if isinstance(k, GemmKernel)]
+    assert len(gemms) == 3
+    for g in gemms:  # every operand is the low type: rounded on load or stored so
+        for buf, rounded in ((g.a, g.a_round), (g.b, g.b_round)):
+            assert rounded == lm.bfloat16 or program.buffers[buf][1].value == dtype, (buf, rounded)
+        if g.a_round is not None or g.b_round is not None:  # never cuBLAS on values it would not round
+            assert gemm_operand_layout(g, {}) is None
+    source = render(program, interpret=False).source
+    dot = "tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)" if dtype == "bfloat16" else "tl.dot(a, b, acc)"
+    assert source.count(dot) == 3, source
+    assert 'input_precision="ieee"' not in source

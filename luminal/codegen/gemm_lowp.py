@@ -107,7 +107,7 @@ def _bfloat16_valued(program: Program) -> set:
     return out
 
 
-def narrow_operands(program: Program) -> Program:
+def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,)) -> Program:
     """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
     ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
     GEMM operands is
@@ -118,6 +118,8 @@ def narrow_operands(program: Program) -> Program:
     * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
       fused into the producer, e.g. a layer norm), or copies such a buffer (:func:`_bfloat16_valued`: the
       im2col matrix of a convolution under autocast): half the bytes, and the GEMMs read it as bfloat16.
+      ``store_as``: the types a computed operand may be stored as (the GPU backend adds float16: float16
+      autocast's operands then reach tensor cores).
     """
     writers, readers, pinned = buffer_uses(program)
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
@@ -134,7 +136,7 @@ def narrow_operands(program: Program) -> Program:
             drop[buf] = src
         elif isinstance(kernel, ElementwiseKernel) and kernel.dtype == DType.float32:
             inner = _cast_of(kernel.value)
-            if inner is not None and inner.dtype == DType.bfloat16:
+            if inner is not None and inner.dtype in store_as:
                 narrow[buf] = inner
             elif buf in exact:  # every value is a bfloat16 value already: stored as one, exactly
                 narrow[buf] = Compute(ops.Cast(DType.bfloat16), (kernel.value,), DType.bfloat16)
@@ -145,7 +147,7 @@ def narrow_operands(program: Program) -> Program:
         if k.out in drop:
             continue
         if k.out in narrow:
-            k = dataclasses.replace(k, value=narrow[k.out], dtype=DType.bfloat16)
+            k = dataclasses.replace(k, value=narrow[k.out], dtype=narrow[k.out].dtype)
         if isinstance(k, GemmKernel) and (k.a in drop or k.b in drop):
             change = {}
             for side in ("a", "b"):
@@ -155,7 +157,7 @@ def narrow_operands(program: Program) -> Program:
                     change[side + "_round"] = DType.bfloat16 if rounded else None
             k = dataclasses.replace(k, **change)
         kernels.append(k)
-    buffers = {b: ((v[0], DType.bfloat16) if b in narrow else v) for b, v in program.buffers.items() if b not in drop}
+    buffers = {b: ((v[0], narrow[b].dtype) if b in narrow else v) for b, v in program.buffers.items() if b not in drop}
     return Program(kernels, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
 
 

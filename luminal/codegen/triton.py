@@ -52,6 +52,8 @@ REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to 
 REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
 GEMM_BLOCKS = (64, 64, 32)  # BLOCK_M, BLOCK_N, BLOCK_K of a float32 GEMM (tl.dot needs >= 16 each)
 GEMM_BLOCKS_F64 = (32, 32, 8)
+# a GEMM on tensor cores (both operands bfloat16 or both float16 values): tiles, warps, stages of its default
+GEMM_BLOCKS_LOWP = (128, 128, 64, 8, 3)
 
 # ---------------------------------------------------------------------------- kernel bodies
 class BodyWriter:
@@ -534,6 +536,17 @@ class TritonRenderer:
                              {"BLOCK": ELEMENTWISE_BLOCK}, (n_out, ELEMENTWISE_BLOCK), kernel.out)
         return "\n".join(zero + ["", ""] + lines), [zero_launch, launch]
 
+    def _operand_kind(self, buffer: int, rounded) -> str:
+        """What a GEMM operand's values are: ``"bfloat16"`` (a bfloat16 buffer, or a float32 one read rounded to
+        bfloat16: :func:`luminal.codegen.gemm_lowp.narrow_operands`), ``"float16"``, or its buffer's dtype."""
+        if rounded == DType.bfloat16:
+            return "bfloat16"
+        return self.program.buffers[buffer][1].value
+
+    @staticmethod
+    def _rounded(kernel: GemmKernel, side: str) -> bool:
+        return getattr(kernel, side + "_round") == DType.bfloat16
+
     def _gemm(self, k: int, kernel: GemmKernel):
         dtype = kernel.dtype
         if dtype not in (DType.float32, DType.float64):
@@ -555,6 +568,15 @@ class TritonRenderer:
         a_off, a_valid = kernel.a_view.axis_expressions(bvars + (mv, to_expr(0), kv))
         b_off, b_valid = kernel.b_view.axis_expressions(bvars + (to_expr(0), nv, kv))
         ind = "        "
+        kinds = (self._operand_kind(kernel.a, kernel.a_round), self._operand_kind(kernel.b, kernel.b_round))
+        low = kinds[0] if kinds[0] == kinds[1] and kinds[0] in ("bfloat16", "float16") else None
+        loads = []
+        for side, kind in zip("ab", kinds):
+            x = side
+            if kind == "bfloat16":  # stored bits (a buffer) or float32 rounded to bfloat16 (autocast's operand)
+                loads.append(f"{ind}{x} = {'_lm_bf16r' if self._rounded(kernel, side) else '_lm_bf16_load'}({x})")
+            elif kind == "float16" and low is None:
+                loads.append(f"{ind}{x} = {x}.to(tl.float32)")
         lines += ["    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)" if dtype == DType.float32 else
                   "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float64)",
                   "    for k0 in range(0, K, BLOCK_K):",
@@ -563,14 +585,22 @@ class TritonRenderer:
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
                   f"{ind}zi = lm_am * 0 + lm_kk * 0",
                   f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
-                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)} + zi), mask=amask, other=0.0)",
+                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)} + zi), mask=amask, other=0)",
                   f"{ind}# B tile [BLOCK_K, BLOCK_N]",
                   f"{ind}lm_bn = n[None, :]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
                   f"{ind}zi = lm_bn * 0 + lm_kk * 0",
                   f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
-                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0.0)"]
-        if dtype == DType.float32:
+                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0)"]
+        lines += loads
+        if low == "bfloat16" and not self.interpret:
+            # tensor cores: the products of bfloat16 values are exact, summed in float32 (the reference's float32
+            # GEMM over the same values, up to the order of the sum). Triton's interpreter does not convert to
+            # bfloat16 correctly, so there the same values go through the float32 product below.
+            lines.append(f"{ind}acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)")
+        elif low == "float16":
+            lines.append(f"{ind}acc = tl.dot(a, b, acc)")  # tensor cores, float32 accumulation
+        elif dtype == DType.float32:
             lines.append(f'{ind}acc = tl.dot(a, b, acc, input_precision="ieee")')
         else:
             lines.append(f"{ind}acc = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
@@ -580,10 +610,13 @@ class TritonRenderer:
                   "mask=(cm < M) & (cn < N))"]
         batch = self._numel(kernel.dims[:nb])
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
+        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        if low is not None:
+            bm, bn, bk, warps, stages = GEMM_BLOCKS_LOWP
+            constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
         # programs: batch * ceil(M / BM) * ceil(N / BN), expressed as (count, 1)
         tiles = batch * ((M + (bm - 1)) // bm) * ((N + (bn - 1)) // bn)
-        launch = Launch(f"kernel_{k}", "gemm", buffers, syms, [batch, M, N, K],
-                        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, (tiles, 1), kernel.out)
+        launch = Launch(f"kernel_{k}", "gemm", buffers, syms, [batch, M, N, K], constexprs, (tiles, 1), kernel.out)
         return "\n".join(lines), launch
 
 

@@ -38,12 +38,14 @@ import warnings
 
 import numpy as np
 
+from ..codegen.gemm_lowp import narrow_operands
 from ..codegen.kernel import Program, lower
 from ..codegen.triton import TritonProgram, render
+from ..dtype import DType
 from ..codegen.triton_support import storage_name
 from ..graph import Graph
 from ..shape import ShapeTracker
-from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
+from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_CANDIDATES_LOWP, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
                        gemm_operand_layout, gemm_programs)
 from .gpu_memory import INSTALL_HINT, CuPyMemory, TorchCPUMemory
 
@@ -109,7 +111,9 @@ class GPURuntime:
         self.graph = graph
         self.device = device
         self.memory = memory
-        self.program: Program = lower(graph)
+        # GEMM operands that are only float32 conversions of bfloat16 / float16 values (autocast) are read as such:
+        # both low -> tensor cores (luminal.codegen.gemm_lowp.narrow_operands, shared with the CPU backend)
+        self.program: Program = narrow_operands(lower(graph), store_as=(DType.bfloat16, DType.float16))
         self.tprogram: TritonProgram = render(self.program, interpret=device == "gpu-interpret")
         if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0"):
             print(f"# luminal: Triton source for device {device!r}\n{self.tprogram.source}")
@@ -353,7 +357,8 @@ class GPURuntime:
         cfg = self._gemm_choice.get(key)
         if cfg is not None:
             return cfg
-        default = GemmConfig(*[launch.constexprs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")])
+        default = GemmConfig(*[launch.constexprs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")],
+                             launch.constexprs.get("num_warps", 4), launch.constexprs.get("num_stages", 3))
         tkey = _gemm_tuning_key(self.tprogram.source, launch.name, extra)
         from . import tuning
 
@@ -373,6 +378,8 @@ class GPURuntime:
         """CuPy views ``(A [*b, M, K], B [*b, K, N], C [*b, M, N])`` of one GEMM's buffers for cuBLAS (through
         ``cupy.matmul``), or None when an operand view is masked or the dtype is not float32/float64."""
         kernel = self._gemm_kernels.get(launch.out)
+        if kernel is not None and any(self.program.buffers[x][1] != kernel.dtype for x in (kernel.a, kernel.b)):
+            return None  # an operand stored as bfloat16 / float16 (read converted: Triton only)
         layout = gemm_operand_layout(kernel, bindings) if kernel is not None else None
         if layout is None:
             return None
@@ -410,7 +417,8 @@ class GPURuntime:
         n_out = self._sizes[launch.out]
         results = []
         ref = None
-        pool = GEMM_CANDIDATES if self.search == "full" else GEMM_CANDIDATES[:3]
+        cands = GEMM_CANDIDATES_LOWP if "num_warps" in launch.constexprs else GEMM_CANDIDATES
+        pool = cands if self.search == "full" else cands[:3]
         pool = [default] + [c for c in pool if c != default]
         views = self._cublas_views(launch, bindings)
         if views is not None:

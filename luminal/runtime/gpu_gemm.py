@@ -12,7 +12,8 @@ def gemm_operand_layout(kernel, bindings):
     """The plain strided layout of a GEMM kernel's operands at ``bindings``, for a BLAS call: ``((A dims [*b, M,
     K], A strides, A offset), (B dims [*b, K, N], B strides, B offset), C shape [*b, M, N])`` in elements, or None
     when it has none (masked views, negative strides or offsets, a dtype other than float32/float64)."""
-    if kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or kernel.b_view.masks:
+    if kernel.dtype.value not in ("float32", "float64") or kernel.a_view.masks or kernel.b_view.masks \
+            or getattr(kernel, "a_round", None) is not None or getattr(kernel, "b_round", None) is not None:
         return None
     nb = len(kernel.dims) - 2
     batch = list(range(nb))
@@ -74,6 +75,11 @@ class GemmConfig:
 
 GEMM_CANDIDATES = (GemmConfig(64, 64, 32, 4, 3), GemmConfig(128, 128, 32, 8, 3), GemmConfig(128, 64, 32, 4, 3),
                    GemmConfig(64, 128, 32, 4, 3), GemmConfig(128, 128, 16, 8, 4), GemmConfig(128, 256, 32, 8, 3))
+
+
+# tensor-core GEMMs (bfloat16 / float16 operands; the first is the renderer's default, GEMM_BLOCKS_LOWP)
+GEMM_CANDIDATES_LOWP = (GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 256, 64, 8, 3), GemmConfig(128, 128, 64, 4, 4),
+                        GemmConfig(64, 128, 64, 4, 4), GemmConfig(256, 128, 64, 8, 3), GemmConfig(128, 64, 64, 4, 4))
 
 
 CUBLAS = GemmConfig(0, 0, 0, 0, 0, True)
