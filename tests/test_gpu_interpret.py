@@ -962,3 +962,45 @@ def test_autocast_gemms_read_low_precision_operands(dtype):
     dot = "tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)" if dtype == "bfloat16" else "tl.dot(a, b, acc)"
     assert source.count(dot) == 3, source
     assert 'input_precision="ieee"' not in source
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_kernels_compile_in_parallel_before_the_first_launch(monkeypatch):
+    """Every kernel of a program is compiled, concurrently, before the first launch (Triton would otherwise
+    compile them one at a time as they are launched); results equal the reference's."""
+    import luminal.runtime.gpu as gpu
+
+    done = []
+    real = gpu.compile_parallel
+    monkeypatch.setattr(gpu, "compile_parallel", lambda jobs: done.append((len(jobs), real(jobs))) or done[-1][1])
+
+    def make(cx):
+        x, w = cx.tensor((33, 40)), cx.tensor((40, 24))
+        return [x, w], [(x @ w).softmax(-1) + x.sum(1, keepdim=True), (x * 2).exp().max(0), (x.relu() @ w).tanh()]
+
+    runtime = compare(make, [(rand((33, 40), 1), rand((40, 24), 2))], **CHAIN)
+    assert done and done[0] == (len(runtime.tprogram.launches), len(runtime.tprogram.launches)), done
+
+
+@pytest.mark.gpu
+@cuda_only
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cuda_autocast_gemm_search_on_tensor_cores(dtype):
+    """A large autocast GEMM with search="quick": the tensor-core tile candidates are measured, the result stays
+    within an ulp of the low type of the reference's."""
+    _require()
+    a, b = rand((1024, 512), 1), rand((512, 640), 2)
+    out = {}
+    for device in ("reference", "cuda"):
+        cx = lm.Graph()
+        x, w = cx.tensor((1024, 512)).set(a), cx.tensor((512, 640)).set(b)
+        with lm.autocast(dtype=dtype):
+            y = (x @ w).cast("float32").retrieve()
+        cx.compile(device=device, search="quick")
+        cx.execute()
+        out[device] = np.array(y.data())
+        if device == "cuda":
+            log = cx.runtime.search_log
+    np.testing.assert_allclose(out["cuda"], out["reference"], rtol=8e-3 if dtype == "bfloat16" else 1e-3, atol=0.05)
+    assert any(e.get("config", "").endswith(("x64:w8:s3", "x64:w4:s4")) for e in log), log

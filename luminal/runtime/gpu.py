@@ -132,6 +132,7 @@ class GPURuntime:
         self._resident: dict[int, tuple] = {}     # id(host array) -> (array, output node) of the last download
         self._graphs: dict[tuple, object] = {}    # bindings key -> captured CUDA graph of every launch
         self._warm = None                         # bindings key of the last uncaptured run
+        self._compiled = False                    # every kernel compiled (in parallel) before its first launch
         self.graph_replays = 0                    # executes served by a captured CUDA graph (for tests, stats)
         self.search = search
         self._gemm_choice: dict[tuple, tuple] = {}  # (kernel, M, N, K, batch) -> GemmConfig
@@ -271,10 +272,39 @@ class GPURuntime:
                 self._graphs[self._key] = plan
                 self._replay(plan, memory.stream)
                 return
+        if not self._compiled:
+            self._compiled = True
+            self._compile_all(bindings)
         with memory.launching():
             for _, step in self._steps(bindings, tune=self.search != "off"):
                 step()
         self._warm = self._key
+
+    def _launch_args(self, launch, bindings) -> tuple[list, list]:
+        """The arguments of one launch (buffers, error buffer, symbols, extra ints) and the extra ints alone."""
+        args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [self.memory.arg(self._err)]
+        args += [bindings[s] for s in launch.symbols]
+        extra = [e.evaluate(bindings) for e in launch.extra]
+        return args + extra, extra
+
+    def _compile_all(self, bindings) -> None:
+        """Compile every kernel (GEMMs in their cached or default configuration) at once, on a pool of threads
+        (``cuda`` only; Triton otherwise compiles each kernel when it is first launched, one after another: most
+        of a first ``execute()``). Needs Triton's asynchronous compilation (``AsyncCompileMode``); without it, or
+        if anything fails here, the kernels compile at their launch as before."""
+        if self.device != "cuda":
+            return
+        jobs = []
+        for launch in self.tprogram.launches:
+            fn = getattr(self.module, launch.name)
+            args, extra = self._launch_args(launch, bindings)
+            if launch.kind == "gemm":
+                cfg = self._gemm_choice.get((launch.name, *extra))
+                kwargs = cfg.launch_kwargs() if cfg is not None and not cfg.cublas else launch.constexprs
+            else:
+                kwargs = launch.constexprs
+            jobs.append((fn, args, kwargs))
+        compile_parallel(jobs)
 
     def _replay(self, plan, stream) -> None:
         with self.memory.launching():
@@ -330,13 +360,9 @@ class GPURuntime:
         (Triton kernels; cuBLAS GEMMs, not capturable). GEMMs take their measured tile configuration
         (``search`` on ``cuda``) or the default one; with ``tune`` a GEMM's candidates are timed when it is
         reached (its operands are ready: the steps before it have run)."""
-        err_arg = self.memory.arg(self._err)
         for launch in self.tprogram.launches:
             fn = getattr(self.module, launch.name)
-            args = [self.memory.arg(self._buffers[b]) for b in launch.buffers] + [err_arg]
-            args += [bindings[s] for s in launch.symbols]
-            extra = [e.evaluate(bindings) for e in launch.extra]
-            args += extra
+            args, extra = self._launch_args(launch, bindings)
             if launch.kind == "gemm" and self.device == "cuda":
                 cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
                 if cfg.cublas:  # the views are made once: the buffers stay until the bindings change
@@ -430,6 +456,7 @@ class GPURuntime:
             else:
                 fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs(), **NO_FP_FUSION)
 
+        compile_parallel([(fn, args, cfg.launch_kwargs()) for cfg in pool if not cfg.cublas])
         for cfg in pool:
             try:
                 run(cfg)  # compile + warm up
@@ -555,6 +582,29 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
+
+def compile_parallel(jobs) -> int:
+    """Compile Triton kernels concurrently: ``jobs`` are ``(jit function, launch args, launch kwargs)``; each is
+    compiled for exactly that specialization (``warmup``, nothing runs), so the launch that follows finds it in
+    Triton's cache. Uses Triton's ``AsyncCompileMode`` with a thread pool (the compiler's passes and ``ptxas`` run
+    outside the GIL); returns the number compiled, 0 when that Triton lacks it or a compile fails (the kernels
+    then compile at their launch, and a real error is raised there)."""
+    if len(jobs) < 2 or os.environ.get("LUMINAL_PARALLEL_COMPILE", "1") == "0":
+        return 0
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return 0
+    from concurrent.futures import ThreadPoolExecutor
+    workers = max(1, min(len(jobs), os.cpu_count() or 1, 16))
+    try:
+        with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
+            for fn, args, kwargs in jobs:
+                fn.warmup(*args, grid=(1,), **kwargs, **NO_FP_FUSION)
+    except Exception:  # noqa: BLE001 - a speed-up only: the launch compiles (and reports) it again
+        return 0
+    return len(jobs)
+
 
 def _run_triton(fn, programs: int, args, kwargs) -> None:
     with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
