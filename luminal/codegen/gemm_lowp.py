@@ -107,7 +107,7 @@ def _bfloat16_valued(program: Program) -> set:
     return out
 
 
-def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,)) -> Program:
+def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True) -> Program:
     """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
     ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
     GEMM operands is
@@ -119,7 +119,9 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,)) -> Pr
       fused into the producer, e.g. a layer norm), or copies such a buffer (:func:`_bfloat16_valued`: the
       im2col matrix of a convolution under autocast): half the bytes, and the GEMMs read it as bfloat16.
       ``store_as``: the types a computed operand may be stored as (the GPU backend adds float16: float16
-      autocast's operands then reach tensor cores).
+      autocast's operands then reach tensor cores). ``round_on_load=False`` (the GPU backend) keeps the
+      rounding of a float32 buffer as a kernel that stores the bfloat16 values: a tensor-core GEMM then loads
+      half the bytes and converts nothing in its inner loop.
     """
     writers, readers, pinned = buffer_uses(program)
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
@@ -132,7 +134,7 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,)) -> Pr
                 and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]):
             continue
         src = _conversion_source(kernel)
-        if src is not None:
+        if src is not None and (round_on_load or not src[1]):
             drop[buf] = src
         elif isinstance(kernel, ElementwiseKernel) and kernel.dtype == DType.float32:
             inner = _cast_of(kernel.value)

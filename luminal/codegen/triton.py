@@ -214,7 +214,10 @@ class BodyWriter:
             if src == DType.bool:
                 return self.temp(f"{args[0]}.to(tl.float32)")
             return self.temp(f"_lm_bf16r({args[0]}.to(tl.float32))")
-        return self.temp(f"_lm_bf16r({self._compute_raw(value, args)})")
+        raw = self._compute_raw(value, args)
+        if args and all(a.dtype == DType.bfloat16 for a in value.args):  # NaN bits as the reference's
+            raw = self.temp(f"_lm_nan86({raw}, {args[0]}, {args[-1]})")
+        return self.temp(f"_lm_bf16r({raw})")
 
     def _compute_raw(self, value: Compute, args) -> str:
         op, dtype = value.op, value.dtype
@@ -570,11 +573,15 @@ class TritonRenderer:
         ind = "        "
         kinds = (self._operand_kind(kernel.a, kernel.a_round), self._operand_kind(kernel.b, kernel.b_round))
         low = kinds[0] if kinds[0] == kinds[1] and kinds[0] in ("bfloat16", "float16") else None
+        tensor_bf16 = low == "bfloat16" and not self.interpret
         loads = []
         for side, kind in zip("ab", kinds):
-            x = side
-            if kind == "bfloat16":  # stored bits (a buffer) or float32 rounded to bfloat16 (autocast's operand)
-                loads.append(f"{ind}{x} = {'_lm_bf16r' if self._rounded(kernel, side) else '_lm_bf16_load'}({x})")
+            x, rounded = side, self._rounded(kernel, side)
+            if kind == "bfloat16" and tensor_bf16:  # the stored bits are the operand (no conversion)
+                loads.append(f"{ind}{x} = " + (f"_lm_bf16r({x}).to(tl.bfloat16)" if rounded else
+                                               f"{x}.to(tl.bfloat16, bitcast=True)"))
+            elif kind == "bfloat16":  # stored bits or float32 rounded to bfloat16 (autocast's operand), as float32
+                loads.append(f"{ind}{x} = {'_lm_bf16r' if rounded else '_lm_bf16_load'}({x})")
             elif kind == "float16" and low is None:
                 loads.append(f"{ind}{x} = {x}.to(tl.float32)")
         lines += ["    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)" if dtype == DType.float32 else
@@ -593,13 +600,11 @@ class TritonRenderer:
                   f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
                   f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0)"]
         lines += loads
-        if low == "bfloat16" and not self.interpret:
-            # tensor cores: the products of bfloat16 values are exact, summed in float32 (the reference's float32
-            # GEMM over the same values, up to the order of the sum). Triton's interpreter does not convert to
-            # bfloat16 correctly, so there the same values go through the float32 product below.
-            lines.append(f"{ind}acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)")
-        elif low == "float16":
-            lines.append(f"{ind}acc = tl.dot(a, b, acc)")  # tensor cores, float32 accumulation
+        if tensor_bf16 or low == "float16":
+            # tensor cores: the products of bfloat16 / float16 values are exact, summed in float32 (the reference's
+            # float32 GEMM over the same values, up to the order of the sum). Triton's interpreter does not
+            # convert to bfloat16 correctly, so there bfloat16 values go through the float32 product below.
+            lines.append(f"{ind}acc = tl.dot(a, b, acc)")
         elif dtype == DType.float32:
             lines.append(f'{ind}acc = tl.dot(a, b, acc, input_precision="ieee")')
         else:

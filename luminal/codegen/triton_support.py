@@ -68,6 +68,14 @@ def _lm_bf16_store(x):
 
 
 @triton.jit
+def _lm_nan86(r, a, b):
+    # the NaN an x86 CPU (the reference) gives: an operand's NaN (the first one), else its default NaN, negative
+    # (0xFFC00000); a GPU gives a positive canonical NaN, whose sign bfloat16 results would keep
+    dflt = (r.to(tl.int32, bitcast=True) * 0 - 4194304).to(tl.float32, bitcast=True)
+    return tl.where(r != r, tl.where(a != a, a, tl.where(b != b, b, dflt)), r)
+
+
+@triton.jit
 def _lm_max(a, b):
     # max that propagates NaN (the reference's np.max)
     return tl.where((a > b) | (a != a), a, b)
