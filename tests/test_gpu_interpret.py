@@ -1007,3 +1007,49 @@ def test_cuda_autocast_gemm_search_on_tensor_cores(dtype):
             log = cx.runtime.search_log
     np.testing.assert_allclose(out["cuda"], out["reference"], rtol=8e-3 if dtype == "bfloat16" else 1e-3, atol=0.05)
     assert any(e.get("config", "").endswith(("x64:w8:s3", "x64:w4:s4")) for e in log), log
+
+
+def test_kernels_compile_for_hopper_without_a_gpu():
+    """Triton's real compiler (not its interpreter) takes every generated kernel kind down to PTX and a cubin for
+    an H100/H200 (sm_90) on this CPU-only machine: elementwise (float fmod through libdevice in float64, float ->
+    int casts), reductions, a float32 GEMM (IEEE: no TF32) and autocast's bfloat16 GEMM, which must use the
+    tensor cores (wgmma). No elementwise kernel contracts ``a * b + c`` into a fused multiply-add (the reference
+    rounds twice). Runs in a fresh process (this module's other tests put Triton into interpreter mode)."""
+    _require()
+    code = textwrap.dedent("""
+        import json, luminal as lm
+        from luminal.codegen.gemm_lowp import narrow_operands
+        from luminal.codegen.kernel import lower
+        from luminal.codegen.triton import render
+        from luminal.codegen.triton_support import storage_name
+        from luminal.runtime.gpu_compile import compile_for_target
+        cx = lm.Graph()
+        x, w, a = cx.tensor((64, 128)), cx.tensor((96, 128)), cx.tensor((64, 96))
+        with lm.autocast(dtype=lm.bfloat16):
+            (x @ w.T).retrieve()
+        (x @ w.T).retrieve()
+        (a * x[:, :96] + w[:64, :96]).retrieve()
+        (a % 1.5).retrieve()
+        a.cast(lm.int8).retrieve()
+        a.softmax(-1).retrieve()
+        p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False)
+        tp = render(p)
+        asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})
+        out = [{"kind": l.kind, "cubin": len(asm[l.name]["cubin"]), "ptx": asm[l.name]["ptx"]} for l in tp.launches]
+        print("RESULT" + json.dumps(out))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
+    assert line, out.stderr[-3000:]
+    import json
+    kernels = json.loads(line[0][6:])
+    assert all(k["cubin"] > 0 for k in kernels)
+    gemms = [k["ptx"] for k in kernels if k["kind"] == "gemm"]
+    assert len(gemms) == 2
+    assert sum("wgmma" in g and "bf16" in g for g in gemms) == 1, "the bfloat16 GEMM is not on tensor cores"
+    assert not any("tf32" in g for g in gemms)
+    elementwise = [k["ptx"] for k in kernels if k["kind"] == "elementwise"]
+    assert not any("fma.rn.f32" in e for e in elementwise), "an elementwise kernel contracted a multiply-add"
+    assert any("cvt.f64.f32" in e for e in elementwise)  # the float32 fmod, computed in float64
+    assert any(k["kind"] == "reduce" for k in kernels)

@@ -84,8 +84,11 @@ def _lm_max(a, b):
 
 def fmod_helper(interpret: bool) -> str:
     """The ``_lm_fmod`` helper (C ``fmod``, exact): Triton's float ``%`` is exact in the interpreter (numpy) but
-    not on NVIDIA GPUs (LLVM's expansion of ``frem`` divides approximately), so there it is libdevice's ``fmod``."""
-    body = "a % b" if interpret else "libdevice.fmod(a, b)"
+    not on NVIDIA GPUs (LLVM's expansion of ``frem`` divides approximately), so there it is libdevice's ``fmod``
+    (computed in float64)."""
+    # in float64 on the device: Triton links libdevice with subnormals flushed to zero for float32 (an H200 gave 0
+    # for a subnormal's fmod); a float32 / float16 fmod is exact in float64 and representable in its own type
+    body = "a % b" if interpret else "libdevice.fmod(a.to(tl.float64), b.to(tl.float64)).to(a.dtype)"
     return f"@triton.jit\ndef _lm_fmod(a, b):\n    # fmod (C semantics, exact)\n    return {body}\n"
 
 

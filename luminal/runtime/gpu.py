@@ -29,8 +29,6 @@ The memory classes live in :mod:`.gpu_memory`, the GEMM configurations and cuBLA
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import os
 import sys
 import threading
@@ -47,13 +45,12 @@ from ..graph import Graph
 from ..shape import ShapeTracker
 from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_CANDIDATES_LOWP, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
                        gemm_operand_layout, gemm_programs)
+from .gpu_compile import NO_FP_FUSION, _load_module, compile_parallel
 from .gpu_memory import INSTALL_HINT, CuPyMemory, TorchCPUMemory
 
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
            2: (ZeroDivisionError, "integer modulo by zero"),
            4: (IndexError, "a ScatterAdd index is out of range for its axis")}
-_MODULES: dict[str, object] = {}
-_MODULE_LOCK = threading.Lock()
 
 
 def _import_triton(interpret: bool):
@@ -71,36 +68,6 @@ def _import_triton(interpret: bool):
         raise RuntimeError(f"the GPU backend needs Triton, which is not installed ({e}); install it with "
                            f"{INSTALL_HINT}") from e
     return triton
-
-
-# ---------------------------------------------------------------------------- module loading
-# every launch: no contraction of a * b + c into a fused multiply-add, whose single rounding differs from the
-# reference's two (numpy does not fuse; nor does the C backend)
-NO_FP_FUSION = {"enable_fp_fusion": False}
-
-
-def _load_module(source: str):
-    """Import the generated source as a module. Triton's ``@jit`` reads a function's source with ``inspect``,
-    so the text is written to a file (under the luminal cache folder, named by its hash) and imported from it."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    with _MODULE_LOCK:
-        mod = _MODULES.get(digest)
-        if mod is not None:
-            return mod
-        from .build import cache_dir
-        folder = os.path.join(cache_dir(), "triton")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"lm_{digest}.py")
-        if not os.path.exists(path) or open(path, encoding="utf-8").read() != source:
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(f"luminal_triton_{digest}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        _MODULES[digest] = mod
-        return mod
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -583,29 +550,6 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
-
-def compile_parallel(jobs) -> int:
-    """Compile Triton kernels concurrently: ``jobs`` are ``(jit function, launch args, launch kwargs)``; each is
-    compiled for exactly that specialization (``warmup``, nothing runs), so the launch that follows finds it in
-    Triton's cache. Uses Triton's ``AsyncCompileMode`` with a thread pool (the compiler's passes and ``ptxas`` run
-    outside the GIL); returns the number compiled, 0 when that Triton lacks it or a compile fails (the kernels
-    then compile at their launch, and a real error is raised there)."""
-    if len(jobs) < 2 or os.environ.get("LUMINAL_PARALLEL_COMPILE", "1") == "0":
-        return 0
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return 0
-    from concurrent.futures import ThreadPoolExecutor
-    workers = max(1, min(len(jobs), os.cpu_count() or 1, 16))
-    try:
-        with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
-            for fn, args, kwargs in jobs:
-                fn.warmup(*args, grid=(1,), **kwargs, **NO_FP_FUSION)
-    except Exception:  # noqa: BLE001 - a speed-up only: the launch compiles (and reports) it again
-        return 0
-    return len(jobs)
-
 
 def _run_triton(fn, programs: int, args, kwargs) -> None:
     with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)

@@ -1,0 +1,112 @@
+"""GEMM kernels of the Triton renderer (:class:`luminal.codegen.triton.TritonRenderer` inherits
+:class:`GemmRendering`): ``C[b] = A[b] . B[b]^T`` on output tiles, operands read through their strided views.
+
+* float32: ``tl.dot`` with ``input_precision="ieee"`` (no TF32: results match the reference to float32 rounding);
+* float64: a broadcast multiply and ``tl.sum`` (no float64 ``tl.dot``);
+* autocast's GEMMs (:func:`luminal.codegen.gemm_lowp.narrow_operands`): when both operands are bfloat16 values
+  (stored as bfloat16 bits, or float32 read rounded) or both float16, ``tl.dot`` on the low type with float32
+  accumulation, i.e. tensor cores on ``cuda`` (wgmma on Hopper); Triton's interpreter does not convert to
+  bfloat16 correctly, so there bfloat16 values go through the float32 product (the same values, exact products).
+"""
+
+from __future__ import annotations
+
+from ..dtype import DType
+from ..shape import Expression, to_expr
+from .kernel import GemmKernel
+
+GEMM_BLOCKS = (64, 64, 32)  # BLOCK_M, BLOCK_N, BLOCK_K of a float32 GEMM (tl.dot needs >= 16 each)
+GEMM_BLOCKS_F64 = (32, 32, 8)
+# a GEMM on tensor cores (both operands bfloat16 or both float16 values): tiles, warps, stages of its default
+GEMM_BLOCKS_LOWP = (128, 128, 64, 8, 3)
+
+
+class GemmRendering:
+    """The GEMM part of the renderer (needs the renderer's ``program``, ``interpret``, ``ex``, ``pointer``,
+    ``_header``, ``_unravel`` and ``_numel``)."""
+
+    def _operand_kind(self, buffer: int, rounded) -> str:
+        """What a GEMM operand's values are: ``"bfloat16"`` (a bfloat16 buffer, or a float32 one read rounded to
+        bfloat16: :func:`luminal.codegen.gemm_lowp.narrow_operands`), ``"float16"``, or its buffer's dtype."""
+        if rounded == DType.bfloat16:
+            return "bfloat16"
+        return self.program.buffers[buffer][1].value
+
+    @staticmethod
+    def _rounded(kernel: GemmKernel, side: str) -> bool:
+        return getattr(kernel, side + "_round") == DType.bfloat16
+
+    def _gemm(self, k: int, kernel: GemmKernel):
+        from .triton import Launch
+        dtype = kernel.dtype
+        if dtype not in (DType.float32, DType.float64):
+            raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
+        nb = len(kernel.dims) - 2
+        lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"])
+        lines += ["    pid = tl.program_id(0).to(tl.int64)",
+                  "    tiles_m = tl.cdiv(M, BLOCK_M)",
+                  "    tiles_n = tl.cdiv(N, BLOCK_N)",
+                  "    bidx = pid // (tiles_m * tiles_n)",
+                  "    tile = pid % (tiles_m * tiles_n)",
+                  "    m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)"]
+        unravel, bvars = self._unravel(kernel.dims[:nb], "bidx", "lm_j")
+        lines += unravel
+        M, N = kernel.dims[nb], kernel.dims[nb + 1]
+        K = kernel.a_view.dims[nb + 2]
+        mv, nv, kv = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_bn", N), ("lm_kk", K)))
+        a_off, a_valid = kernel.a_view.axis_expressions(bvars + (mv, to_expr(0), kv))
+        b_off, b_valid = kernel.b_view.axis_expressions(bvars + (to_expr(0), nv, kv))
+        ind = "        "
+        kinds = (self._operand_kind(kernel.a, kernel.a_round), self._operand_kind(kernel.b, kernel.b_round))
+        low = kinds[0] if kinds[0] == kinds[1] and kinds[0] in ("bfloat16", "float16") else None
+        tensor_bf16 = low == "bfloat16" and not self.interpret
+        loads = []
+        for side, kind in zip("ab", kinds):
+            x, rounded = side, self._rounded(kernel, side)
+            if kind == "bfloat16" and tensor_bf16:  # the stored bits are the operand (no conversion)
+                loads.append(f"{ind}{x} = " + (f"_lm_bf16r({x}).to(tl.bfloat16)" if rounded else
+                                               f"{x}.to(tl.bfloat16, bitcast=True)"))
+            elif kind == "bfloat16":  # stored bits or float32 rounded to bfloat16 (autocast's operand), as float32
+                loads.append(f"{ind}{x} = {'_lm_bf16r' if rounded else '_lm_bf16_load'}({x})")
+            elif kind == "float16" and low is None:
+                loads.append(f"{ind}{x} = {x}.to(tl.float32)")
+        lines += ["    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)" if dtype == DType.float32 else
+                  "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float64)",
+                  "    for k0 in range(0, K, BLOCK_K):",
+                  f"{ind}# A tile [BLOCK_M, BLOCK_K]",
+                  f"{ind}lm_am = m[:, None]",
+                  f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
+                  f"{ind}zi = lm_am * 0 + lm_kk * 0",
+                  f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
+                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)} + zi), mask=amask, other=0)",
+                  f"{ind}# B tile [BLOCK_K, BLOCK_N]",
+                  f"{ind}lm_bn = n[None, :]",
+                  f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
+                  f"{ind}zi = lm_bn * 0 + lm_kk * 0",
+                  f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
+                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0)"]
+        lines += loads
+        if tensor_bf16 or low == "float16":
+            # tensor cores: the products of bfloat16 / float16 values are exact, summed in float32 (the reference's
+            # float32 GEMM over the same values, up to the order of the sum). Triton's interpreter does not
+            # convert to bfloat16 correctly, so there bfloat16 values go through the float32 product below.
+            lines.append(f"{ind}acc = tl.dot(a, b, acc)")
+        elif dtype == DType.float32:
+            lines.append(f'{ind}acc = tl.dot(a, b, acc, input_precision="ieee")')
+        else:
+            lines.append(f"{ind}acc = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
+        lines += ["    cm = m[:, None]",
+                  "    cn = n[None, :]",
+                  f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
+                  "mask=(cm < M) & (cn < N))"]
+        batch = self._numel(kernel.dims[:nb])
+        bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
+        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        if low is not None:
+            bm, bn, bk, warps, stages = GEMM_BLOCKS_LOWP
+            constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+        # programs: batch * ceil(M / BM) * ceil(N / BN), expressed as (count, 1)
+        tiles = batch * ((M + (bm - 1)) // bm) * ((N + (bn - 1)) // bn)
+        launch = Launch(f"kernel_{k}", "gemm", buffers, syms, [batch, M, N, K], constexprs, (tiles, 1), kernel.out)
+        return "\n".join(lines), launch
