@@ -1053,3 +1053,60 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     assert not any("fma.rn.f32" in e for e in elementwise), "an elementwise kernel contracted a multiply-add"
     assert any("cvt.f64.f32" in e for e in elementwise)  # the float32 fmod, computed in float64
     assert any(k["kind"] == "reduce" for k in kernels)
+
+
+def test_carried_state_swaps_buffers_instead_of_copying():
+    """host_outputs=False: a carried weight / moment takes over the buffer its new value was written to (the old
+    one becomes the output's): no device->device copy per step; the swapped assignment alternates. Reading a
+    weight between steps, setting a new one and a new batch size (re-allocation) keep every result equal to the
+    reference's, as does the same run with swapping off (``LUMINAL_CARRY_SWAP=0``, which copies). (A weight set
+    by the user between steps keeps its own assignment: up to four captured CUDA graphs then alternate.)"""
+    from luminal import nn
+    from luminal.training import Adam
+
+    _require()
+    X, Y = rand((13, 5), 4), rand((13, 3), 5)
+    feeds = [(X[:8], Y[:8])] * 4 + [(X[:5], Y[:5])] * 3
+    results = {}
+    for device, swap in (("reference", "1"), (DEV, "1"), (DEV, "0")):
+        os.environ["LUMINAL_CARRY_SWAP"] = swap
+        try:
+            cx = lm.Graph()
+            nn.init.manual_seed(1)
+            m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+            x, y = cx.tensor(("b", 5)), cx.tensor(("b", 3))
+            loss = ((m(x) - y) ** 2).mean().retrieve()
+            Adam(m.parameters(), lr=0.05).minimize(loss)
+            x.set(X[:8]), y.set(Y[:8])
+            cx.compile(device=device)
+            copies, swapped = [], []
+            if device == DEV:
+                cx.runtime.host_outputs = False
+                real_copy = cx.runtime.memory.copy
+                cx.runtime.memory.copy = lambda *a: copies.append(a[2]) or real_copy(*a)
+            out = []
+            for step, (xb, yb) in enumerate(feeds):
+                x.set(xb), y.set(yb)
+                if step == 2:  # a weight read between steps, then replaced by the user
+                    w = m[0].weight
+                    out.append(np.array(w.data))
+                    w.copy_(np.array(w.data) * 0.5)
+                copies.clear()
+                cx.execute()
+                if device == DEV:
+                    swapped.append(len(cx.runtime._swapped))
+                    if step in (1, 5) and swap == "1":
+                        assert copies == [], copies  # every carried value swapped in, nothing copied
+                out.append(float(loss.data()))
+            out += [np.array(v) for v in m.state_dict().values()]
+            results[(device, swap)] = out
+            if device == DEV and swap == "1":  # alternating assignments
+                assert swapped[0] != swapped[1] and swapped[5] != swapped[6] and max(swapped) > 0, swapped
+            if device == DEV and swap == "0":
+                assert set(swapped) == {0}
+        finally:
+            os.environ.pop("LUMINAL_CARRY_SWAP", None)
+    want = results[("reference", "1")]
+    for key in ((DEV, "1"), (DEV, "0")):
+        for w, h in zip(want, results[key]):
+            np.testing.assert_allclose(h, w, **CHAIN)

@@ -99,7 +99,11 @@ class GPURuntime:
         self._uploaded: dict[int, object] = {}    # input node -> the host array last copied into its buffer
         self._resident: dict[int, tuple] = {}     # id(host array) -> (array, output node) of the last download
         self._graphs: dict[tuple, object] = {}    # bindings key -> captured CUDA graph of every launch
-        self._warm = None                         # bindings key of the last uncaptured run
+        self._warm = None                         # plan key (_plan_key) of the last uncaptured run
+        # carried inputs whose buffer is currently swapped with the output carried into them (see _upload); part
+        # of the plan key: a captured CUDA graph holds the pointers of one assignment
+        self._swapped: frozenset = frozenset()
+        self._carried_cache: tuple | None = None  # (graph version, carries) -> resolved carried outputs
         self._compiled = False                    # every kernel compiled (in parallel) before its first launch
         self.graph_replays = 0                    # executes served by a captured CUDA graph (for tests, stats)
         self.search = search
@@ -130,9 +134,11 @@ class GPURuntime:
         self._resident.clear()
         self._graphs.clear()
         self._warm = None
+        self._swapped = frozenset()
         from .arena import lifetimes, place
 
         offsets, total = place(lifetimes(self.program, bindings), align=256)
+        self._in_arena = set(offsets)
         self.arena_bytes = total
         self._arena = None
         try:
@@ -196,7 +202,12 @@ class GPURuntime:
             source = self._carried_in.get(node_id)
             if arr is None and source is not None and not deferred:  # carried state that stayed on the device
                 if source != node_id:
-                    memory.copy(self._buffers[node_id], self._buffers[source], self._sizes[node_id])
+                    if self._can_swap(node_id, source):  # the output's buffer becomes the input's: no copy
+                        b = self._buffers
+                        b[node_id], b[source] = b[source], b[node_id]
+                        self._swapped = self._swapped ^ {node_id}
+                    else:
+                        memory.copy(self._buffers[node_id], self._buffers[source], self._sizes[node_id])
                     self._carried_in[node_id] = node_id
                 continue
             self._carried_in.pop(node_id, None)
@@ -223,6 +234,26 @@ class GPURuntime:
         memory.upload(self._err, np.zeros(1, np.int32))
         return bindings
 
+    def _can_swap(self, node_id: int, source: int) -> bool:
+        """Whether carried input ``node_id`` may take over the buffer of ``source``, the output carried into it
+        (training state: weights, optimizer moments), instead of copying it: both have their own allocation of
+        the same size and type (not the arena, not aliased), and ``source`` is carried into no other input. The
+        input's old buffer becomes the output's, which this step overwrites. A CUDA graph is captured per
+        assignment (two alternate)."""
+        if os.environ.get("LUMINAL_CARRY_SWAP", "1") == "0":
+            return False
+        aliased = self.program.aliases
+        if node_id in self._in_arena or source in self._in_arena or source in self.program.inputs or \
+                node_id in aliased or source in aliased or node_id in aliased.values() or source in aliased.values():
+            return False
+        if self._sizes[node_id] != self._sizes[source] or \
+                self.program.buffers[node_id][1] != self.program.buffers[source][1]:
+            return False
+        return sum(1 for s in self._carried_in.values() if s == source) == 1
+
+    def _plan_key(self) -> tuple:
+        return self._key, self._swapped
+
     def _launch(self, bindings) -> None:
         """Run every kernel: replay the captured CUDA graph(s) of these bindings; else launch one by one, and on
         the second run with the same bindings capture the launches (``cuda`` only; ``LUMINAL_CUDA_GRAPHS=0``
@@ -230,14 +261,17 @@ class GPURuntime:
         (CuPy refuses them during capture), so a program with cuBLAS GEMMs is captured as the segments between
         them: each execute then replays ``segments`` graphs and makes the cuBLAS calls in between."""
         memory = self.memory
-        plan = self._graphs.get(self._key)
+        key = self._plan_key()
+        plan = self._graphs.get(key)
         if plan is not None:
             self._replay(plan, memory.stream)
             return
-        if memory.graphs and self._warm == self._key:
+        if memory.graphs and self._warm == key:
             plan = self._capture(bindings)
             if plan is not None:
-                self._graphs[self._key] = plan
+                if len(self._graphs) >= 16:  # bounded: each assignment of swapped buffers has its own graph
+                    self._graphs.pop(next(iter(self._graphs)))
+                self._graphs[key] = plan
                 self._replay(plan, memory.stream)
                 return
         if not self._compiled:
@@ -246,7 +280,7 @@ class GPURuntime:
         with memory.launching():
             for _, step in self._steps(bindings, tune=self.search != "off"):
                 step()
-        self._warm = self._key
+        self._warm = key
 
     def _launch_args(self, launch, bindings) -> tuple[list, list]:
         """The arguments of one launch (buffers, error buffer, symbols, extra ints) and the extra ints alone."""
@@ -468,8 +502,11 @@ class GPURuntime:
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph ({self.device}): {text}")
         tensors = graph.tensors
-        carried = ({graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries} if graph.carries
-                   else ())
+        cache = self._carried_cache
+        if cache is None or cache[0] != (graph.version, tuple(graph.carries)):
+            cache = self._carried_cache = ((graph.version, tuple(graph.carries)), {
+                graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries})
+        carried = cache[1]
         self._resident.clear()
         self._pending = {}
         for node_id in self.program.outputs:
