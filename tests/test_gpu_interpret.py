@@ -1013,8 +1013,8 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     """Triton's real compiler (not its interpreter) takes every generated kernel kind down to PTX and a cubin for
     an H100/H200 (sm_90) on this CPU-only machine: elementwise (float fmod through libdevice in float64, float ->
     int casts), reductions, a float32 GEMM (IEEE: no TF32) and autocast's bfloat16 GEMM, which must use the
-    tensor cores (wgmma). No elementwise kernel contracts ``a * b + c`` into a fused multiply-add (the reference
-    rounds twice). Runs in a fresh process (this module's other tests put Triton into interpreter mode)."""
+    tensor cores (wgmma), as must every GEMM of an autocast training step. No elementwise kernel contracts
+    ``a * b + c`` into a fused multiply-add (the reference rounds twice). Runs in a fresh process (this module's other tests put Triton into interpreter mode)."""
     _require()
     code = textwrap.dedent("""
         import json, luminal as lm
@@ -1036,15 +1036,31 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})
         out = [{"kind": l.kind, "cubin": len(asm[l.name]["cubin"]), "ptx": asm[l.name]["ptx"]} for l in tp.launches]
-        print("RESULT" + json.dumps(out))
+        # an autocast training step: every GEMM (forward, input and weight gradients) on tensor cores
+        from luminal import nn
+        from luminal.training import SGD
+        cx = lm.Graph()
+        m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+        x, y = cx.tensor((64, 64)), cx.tensor((64, 32))
+        with lm.autocast(dtype=lm.bfloat16):
+            h = m(x)
+        SGD(m.parameters(), lr=0.1).minimize(((h.cast("float32") - y) ** 2).mean().retrieve())
+        p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False, widen_readers=True)
+        tp = render(p)
+        asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()}, kinds=("gemm",))
+        train = [("wgmma" in a["ptx"]) for a in asm.values()]
+        print("RESULT" + json.dumps({"kernels": out, "training_gemms_on_tensor_cores": train}))
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
     assert line, out.stderr[-3000:]
     import json
-    kernels = json.loads(line[0][6:])
+    result = json.loads(line[0][6:])
+    kernels = result["kernels"]
     assert all(k["cubin"] > 0 for k in kernels)
+    train = result["training_gemms_on_tensor_cores"]
+    assert len(train) >= 5 and all(train), train
     gemms = [k["ptx"] for k in kernels if k["kind"] == "gemm"]
     assert len(gemms) == 2
     assert sum("wgmma" in g and "bf16" in g for g in gemms) == 1, "the bfloat16 GEMM is not on tensor cores"
@@ -1110,3 +1126,42 @@ def test_carried_state_swaps_buffers_instead_of_copying():
     for key in ((DEV, "1"), (DEV, "0")):
         for w, h in zip(want, results[key]):
             np.testing.assert_allclose(h, w, **CHAIN)
+
+
+def test_autocast_training_step_has_every_gemm_in_low_precision():
+    """An autocast (bfloat16) MLP training step: the output gradients, which the bias gradients also sum, are
+    stored as bfloat16 (the summing kernels widen them as they load), so all of the step's GEMMs (forward, input
+    and weight gradients) take bfloat16 operands; losses and weights after three SGD steps match the
+    reference's."""
+    from luminal import nn
+    from luminal.codegen.gemm_lowp import narrow_operands
+    from luminal.codegen.kernel import GemmKernel, lower
+    from luminal.training import SGD
+
+    _require()
+    X, Y = rand((16, 12), 4), rand((16, 5), 5)
+    got = {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        nn.init.manual_seed(2)
+        m = nn.Sequential(nn.Linear(12, 20), nn.ReLU(), nn.Linear(20, 5))
+        x, y = cx.tensor((16, 12)).set(X), cx.tensor((16, 5)).set(Y)
+        with lm.autocast(dtype=lm.bfloat16):
+            out = m(x)
+        loss = ((out.cast("float32") - y) ** 2).mean().retrieve()
+        SGD(m.parameters(), lr=0.1).minimize(loss)
+        if device == DEV:
+            program = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False,
+                                      widen_readers=True)
+            gemms = [k for k in program.kernels if isinstance(k, GemmKernel)]
+            assert len(gemms) >= 5, len(gemms)
+            for g in gemms:
+                assert {program.buffers[g.a][1], program.buffers[g.b][1]} == {lm.bfloat16}, g
+        cx.compile(device=device)
+        got[device] = []
+        for _ in range(3):
+            cx.execute()
+            got[device].append(float(loss.data()))
+        got[device] += [np.array(v) for v in m.state_dict().values()]
+    for w, h in zip(got["reference"], got[DEV]):
+        np.testing.assert_allclose(h, w, rtol=2e-2, atol=2e-3)

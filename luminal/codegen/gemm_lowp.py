@@ -29,8 +29,8 @@ from ..dtype import DType
 from .gemm import _COMMON
 from .gemm_amx import amx_name, amx_source
 from .gemm_config import _width, vector_bytes
-from .kernel import Compute, ElementwiseKernel, GemmKernel, Load, Program
-from .values import buffer_uses
+from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, Remapped
+from .values import buffer_uses, kernel_buffers, walk
 
 LOWP = (DType.bfloat16, DType.float16)
 # storage of a GEMM operand -> its C element type; "bf16r" is a float32 buffer read rounded to bfloat16
@@ -107,7 +107,54 @@ def _bfloat16_valued(program: Program) -> set:
     return out
 
 
-def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True) -> Program:
+def _low_value(kernel, store_as: tuple, exact: set):
+    """The low-precision value an elementwise float32 kernel may store instead (its value is a float32
+    conversion of one, or every element is a bfloat16 value already), or None."""
+    if not isinstance(kernel, ElementwiseKernel) or kernel.dtype != DType.float32:
+        return None
+    inner = _cast_of(kernel.value)
+    if inner is not None and inner.dtype in store_as:
+        return inner
+    if kernel.out in exact:
+        return Compute(ops.Cast(DType.bfloat16), (kernel.value,), DType.bfloat16)
+    return None
+
+
+def _raw_gather(kernel, buf: int) -> bool:
+    """Whether ``kernel`` gathers from ``buf`` directly (not through a ``Load`` that could be widened)."""
+    return any(isinstance(v, GatherValue) and v.data is None and v.data_buffer == buf for v in walk(kernel.value))
+
+
+def _widen_loads(value, low: dict, memo: dict):
+    """``value`` with each float32 ``Load`` of a buffer now stored as ``low[buffer]`` read as that type and
+    widened to float32 (exact); shared subtrees stay shared."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    out = value
+    if isinstance(value, Load):
+        if value.buffer in low and value.dtype == DType.float32:
+            out = Compute(ops.Cast(DType.float32), (Load(value.buffer, value.view, low[value.buffer]),),
+                          DType.float32)
+    elif isinstance(value, Compute):
+        args = tuple(_widen_loads(a, low, memo) for a in value.args)
+        if any(a is not b for a, b in zip(args, value.args)):
+            out = Compute(value.op, args, value.dtype)
+    elif isinstance(value, Remapped):
+        inner = _widen_loads(value.value, low, memo)
+        if inner is not value.value:
+            out = dataclasses.replace(value, value=inner)
+    elif isinstance(value, GatherValue):
+        data = None if value.data is None else _widen_loads(value.data, low, memo)
+        index = _widen_loads(value.index, low, memo)
+        if data is not value.data or index is not value.index:
+            out = dataclasses.replace(value, data=data, index=index)
+    memo[key] = out
+    return out
+
+
+def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True,
+                    widen_readers: bool = False) -> Program:
     """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
     ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
     GEMM operands is
@@ -121,17 +168,29 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
       ``store_as``: the types a computed operand may be stored as (the GPU backend adds float16: float16
       autocast's operands then reach tensor cores). ``round_on_load=False`` (the GPU backend) keeps the
       rounding of a float32 buffer as a kernel that stores the bfloat16 values: a tensor-core GEMM then loads
-      half the bytes and converts nothing in its inner loop.
+      half the bytes and converts nothing in its inner loop. ``widen_readers`` (the GPU backend): a GEMM
+      operand that other kernels read too (autocast's output gradient, also summed into the bias gradient) is
+      stored in the low type as well, and those kernels widen it as they load it (exact: its values are
+      low-precision values), so every GEMM of an autocast training step reaches the tensor cores.
     """
     writers, readers, pinned = buffer_uses(program)
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
     narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
     exact = _bfloat16_valued(program)
+    widen: dict[int, DType] = {}  # narrowed buffer -> its low type, read by other kernels too (widened there)
     for buf, w in writers.items():
         kernel = program.kernels[w]
-        if buf in pinned or not readers.get(buf) or not all(
-                isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
-                and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]):
+        if buf in pinned or not readers.get(buf):
+            continue
+        gemm = [isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
+                and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]]
+        if not all(gemm):
+            value = _low_value(kernel, store_as, exact)
+            if widen_readers and any(gemm) and value is not None and all(
+                    ok or (not isinstance(program.kernels[r], GemmKernel) and r > w and
+                           not _raw_gather(program.kernels[r], buf)) for ok, r in zip(gemm, readers[buf])):
+                narrow[buf] = value
+                widen[buf] = value.dtype
             continue
         src = _conversion_source(kernel)
         if src is not None and (round_on_load or not src[1]):
@@ -148,6 +207,8 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
     for k in program.kernels:
         if k.out in drop:
             continue
+        if widen and not isinstance(k, GemmKernel) and kernel_buffers(k) & set(widen):
+            k = dataclasses.replace(k, value=_widen_loads(k.value, widen, {}))
         if k.out in narrow:
             k = dataclasses.replace(k, value=narrow[k.out], dtype=narrow[k.out].dtype)
         if isinstance(k, GemmKernel) and (k.a in drop or k.b in drop):

@@ -81,7 +81,7 @@ class GPURuntime:
         # GEMM operands that are only float32 conversions of bfloat16 / float16 values (autocast) are read as such:
         # both low -> tensor cores (luminal.codegen.gemm_lowp.narrow_operands, shared with the CPU backend)
         self.program: Program = narrow_operands(lower(graph), store_as=(DType.bfloat16, DType.float16),
-                                               round_on_load=False)
+                                               round_on_load=False, widen_readers=True)
         self.tprogram: TritonProgram = render(self.program, interpret=device == "gpu-interpret")
         if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0"):
             print(f"# luminal: Triton source for device {device!r}\n{self.tprogram.source}")

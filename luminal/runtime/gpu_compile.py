@@ -72,12 +72,13 @@ _POINTER = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "uint16"
             "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64", "uint32": "*u32", "uint64": "*u64"}
 
 
-def compile_for_target(tprogram, buffer_storage: dict, arch: int = 90, warp_size: int = 32) -> dict:
+def compile_for_target(tprogram, buffer_storage: dict, arch: int = 90, warp_size: int = 32, kinds=None) -> dict:
     """Compile every kernel of ``tprogram`` (a :class:`luminal.codegen.triton.TritonProgram` rendered for
     ``cuda``) with Triton's compiler for CUDA compute capability ``arch``, without a GPU: ``{launch name: asm
     dict}`` (``"ttir"``, ``"ttgir"``, ``"llir"``, ``"ptx"``, ``"cubin"``). ``buffer_storage``: buffer id -> the
     numpy name of its storage type. Options as the runtime launches them (no FP fusion; a tensor-core GEMM's
-    warps and stages). Needs a process where Triton's interpreter is off (``TRITON_INTERPRET`` unset)."""
+    warps and stages). ``kinds``: only the launches of these kinds (``"gemm"``, ``"elementwise"``, ...). Needs a
+    process where Triton's interpreter is off (``TRITON_INTERPRET`` unset)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -85,6 +86,8 @@ def compile_for_target(tprogram, buffer_storage: dict, arch: int = 90, warp_size
     target = GPUTarget("cuda", arch, warp_size)
     out = {}
     for launch in tprogram.launches:
+        if kinds is not None and launch.kind not in kinds:
+            continue
         fn = getattr(module, launch.name)
         names = list(fn.arg_names)
         options = dict(NO_FP_FUSION)
