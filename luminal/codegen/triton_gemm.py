@@ -43,6 +43,12 @@ class GemmRendering:
             raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
         nb = len(kernel.dims) - 2
         lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"])
+        M, N = kernel.dims[nb], kernel.dims[nb + 1]
+        K = kernel.a_view.dims[nb + 2]
+        batch = self._numel(kernel.dims[:nb])
+        for name, size in zip(("n_batch", "M", "N", "K"), (batch, M, N, K)):
+            if size.to_int() is not None:  # a known size is a constant: Triton then proves the masks uniform
+                lines.append(f"    {name} = {size.to_int()}")  # and the rows aligned (vector loads, pipelining)
         lines += ["    pid = tl.program_id(0).to(tl.int64)",
                   "    tiles_m = tl.cdiv(M, BLOCK_M)",
                   "    tiles_n = tl.cdiv(N, BLOCK_N)",
@@ -52,12 +58,14 @@ class GemmRendering:
                   "    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)"]
         unravel, bvars = self._unravel(kernel.dims[:nb], "bidx", "lm_j")
         lines += unravel
-        M, N = kernel.dims[nb], kernel.dims[nb + 1]
-        K = kernel.a_view.dims[nb + 2]
         mv, nv, kv = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_bn", N), ("lm_kk", K)))
         a_off, a_valid = kernel.a_view.axis_expressions(bvars + (mv, to_expr(0), kv))
         b_off, b_valid = kernel.b_view.axis_expressions(bvars + (to_expr(0), nv, kv))
         ind = "        "
+        # an offset that depends on both tile axes has the tile's shape already; else zeros broadcast it (adding
+        # them to a full offset would hide its contiguity from Triton's analysis)
+        a_zi = not {"lm_am", "lm_kk"} <= set(a_off.symbols())
+        b_zi = not {"lm_bn", "lm_kk"} <= set(b_off.symbols())
         kinds = (self._operand_kind(kernel.a, kernel.a_round), self._operand_kind(kernel.b, kernel.b_round))
         low = kinds[0] if kinds[0] == kinds[1] and kinds[0] in ("bfloat16", "float16") else None
         tensor_bf16 = low == "bfloat16" and not self.interpret
@@ -77,15 +85,15 @@ class GemmRendering:
                   f"{ind}# A tile [BLOCK_M, BLOCK_K]",
                   f"{ind}lm_am = m[:, None]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
-                  f"{ind}zi = lm_am * 0 + lm_kk * 0",
+                  *([f"{ind}zi = lm_am * 0 + lm_kk * 0"] if a_zi else []),
                   f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
-                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)} + zi), mask=amask, other=0)",
+                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)}{' + zi' if a_zi else ''}), mask=amask, other=0)",
                   f"{ind}# B tile [BLOCK_K, BLOCK_N]",
                   f"{ind}lm_bn = n[None, :]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
-                  f"{ind}zi = lm_bn * 0 + lm_kk * 0",
+                  *([f"{ind}zi = lm_bn * 0 + lm_kk * 0"] if b_zi else []),
                   f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
-                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)} + zi), mask=bmask, other=0)"]
+                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)}{' + zi' if b_zi else ''}), mask=bmask, other=0)"]
         lines += loads
         if tensor_bf16 or low == "float16":
             # tensor cores: the products of bfloat16 / float16 values are exact, summed in float32 (the reference's

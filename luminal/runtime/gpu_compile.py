@@ -104,6 +104,9 @@ def compile_for_target(tprogram, buffer_storage: dict, arch: int = 90, warp_size
                 signature[name] = "constexpr"
             else:
                 signature[name] = "i64"
-        src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        # pointers aligned to 16 bytes, as Triton's launcher specializes them at run time (luminal's buffers are
+        # 256-byte aligned): without it loads are not vectorized nor pipelined
+        attrs = {(j,): [["tt.divisibility", 16]] for j in range(len(launch.buffers) + 1)}
+        src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
         out[launch.name] = triton.compile(src, target=target, options=options).asm
     return out
