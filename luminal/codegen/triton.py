@@ -419,11 +419,20 @@ class TritonRenderer(GemmRendering):
         return f"{indent}tl.store({ptr} + {offs}, {value_text}, mask={mask})"
 
     # -- kernels
+    @staticmethod
+    def _constant_sizes(sizes: dict) -> list[str]:
+        """Statements making each known size a constant in the kernel (the argument stays, for one launch
+        interface): Triton then proves masks uniform over aligned runs and vectorizes / pipelines the loads (an
+        ``int64`` argument that is not specialized tells it nothing). The zeros that broadcast offsets
+        (``zi``) are ``tl.zeros`` for the same reason: ``offs * 0`` hid the offsets' contiguity."""
+        return [f"    {name} = {size.to_int()}" for name, size in sizes.items() if size.to_int() is not None]
+
     def _elementwise(self, k: int, kernel: ElementwiseKernel):
         lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"])
+        lines += self._constant_sizes({"numel": self._numel(kernel.dims)})
         lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                   "    live = offs < numel",
-                  "    zi = offs * 0"]
+                  "    zi = tl.zeros([BLOCK], tl.int64)"]
         unravel, vars_ = self._unravel(kernel.dims, "offs", "lm_i")
         lines += unravel
         w = BodyWriter(self, "[BLOCK]")
@@ -441,6 +450,7 @@ class TritonRenderer(GemmRendering):
         if dtype == DType.bool:
             raise NotImplementedError("Triton backend: reduction over bool")
         lines, buffers, syms = self._header(k, kernel, ["n_rows", "extent"], ["BLOCK_M", "BLOCK_K"])
+        lines += self._constant_sizes({"n_rows": self._numel(kernel.dims), "extent": to_expr(kernel.extent)})
         acc_dtype = DType.float32 if dtype == DType.float16 else dtype
         acc_tt = TL_TYPE[acc_dtype]
         if kernel.kind == "sum":
@@ -460,7 +470,7 @@ class TritonRenderer(GemmRendering):
         ind = "        "
         lines += [f"{ind}lm_r = k0 + tl.arange(0, BLOCK_K)[None, :]",
                   f"{ind}live = row_live & (lm_r < extent)",
-                  f"{ind}zi = rr * 0 + lm_r * 0"]
+                  f"{ind}zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)"]
         rvar = Expression.symbol("lm_r", kernel.extent - 1)
         in_vars = out_vars[:kernel.axis] + (rvar,) + out_vars[kernel.axis:]
         w = BodyWriter(self, "[BLOCK_M, BLOCK_K]", indent=ind)
@@ -501,7 +511,7 @@ class TritonRenderer(GemmRendering):
         rest = dims[:axis] + dims[axis + 1:]
         lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                   "    live = offs < n_rest",
-                  "    zi = offs * 0"]
+                  "    zi = tl.zeros([BLOCK], tl.int64)"]
         unravel, rvars = self._unravel(rest, "offs", "lm_i")
         lines += unravel
         out_dims = dims[:axis] + (to_expr(kernel.size),) + dims[axis + 1:]

@@ -46,9 +46,7 @@ class GemmRendering:
         M, N = kernel.dims[nb], kernel.dims[nb + 1]
         K = kernel.a_view.dims[nb + 2]
         batch = self._numel(kernel.dims[:nb])
-        for name, size in zip(("n_batch", "M", "N", "K"), (batch, M, N, K)):
-            if size.to_int() is not None:  # a known size is a constant: Triton then proves the masks uniform
-                lines.append(f"    {name} = {size.to_int()}")  # and the rows aligned (vector loads, pipelining)
+        lines += self._constant_sizes({"n_batch": batch, "M": M, "N": N, "K": K})
         lines += ["    pid = tl.program_id(0).to(tl.int64)",
                   "    tiles_m = tl.cdiv(M, BLOCK_M)",
                   "    tiles_n = tl.cdiv(N, BLOCK_N)",
@@ -85,13 +83,13 @@ class GemmRendering:
                   f"{ind}# A tile [BLOCK_M, BLOCK_K]",
                   f"{ind}lm_am = m[:, None]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
-                  *([f"{ind}zi = lm_am * 0 + lm_kk * 0"] if a_zi else []),
+                  *([f"{ind}zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)"] if a_zi else []),
                   f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
                   f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)}{' + zi' if a_zi else ''}), mask=amask, other=0)",
                   f"{ind}# B tile [BLOCK_K, BLOCK_N]",
                   f"{ind}lm_bn = n[None, :]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
-                  *([f"{ind}zi = lm_bn * 0 + lm_kk * 0"] if b_zi else []),
+                  *([f"{ind}zi = tl.zeros([BLOCK_K, BLOCK_N], tl.int64)"] if b_zi else []),
                   f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
                   f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)}{' + zi' if b_zi else ''}), mask=bmask, other=0)"]
         lines += loads
