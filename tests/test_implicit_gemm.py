@@ -206,3 +206,28 @@ def test_unrenderable_template_keeps_copies(monkeypatch):
     assert not cx.runtime.fused_buffers
     for g, e in zip(got, _torch(xa, wa, dict(padding=1))):
         _close(g, e, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("out_ch", [16, 40, 70])
+def test_fused_small_m_configuration(monkeypatch, out_ch, dtype):
+    """A fused GEMM with at most AUTO_SMALL_M rows (few output channels; the weight gradient's rows too) runs
+    the small-M own-GEMM configuration (no edge tile for 16 / 32 / 64 rows), others the default one; with K
+    blocks split (32 input channels x 3x3 = 288 > 256) and a position count no tile divides, forward and
+    both gradients equal torch's."""
+    from luminal.codegen.gemm import default_config
+    from luminal.codegen.gemm_small import AUTO_SMALL_M, small_config
+    from luminal.runtime.prologue_search import fused_config
+
+    xs, ws, kw = (2, 32, 9, 11), (out_ch, 32, 3, 3), dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "fused", xs, ws, dtype, kw)
+    fused = [k for k in cx.runtime.program.kernels if getattr(k, "a_pro", None) is not None
+             or getattr(k, "b_pro", None) is not None]
+    assert fused
+    for k in fused:
+        m = k.dims[-2].to_int()
+        want = small_config(dtype) if m <= AUTO_SMALL_M else default_config(dtype)
+        assert fused_config(k) == want, (m, fused_config(k))
+    assert any(k.dims[-2].to_int() == out_ch for k in fused)
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, dtype)

@@ -115,16 +115,16 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
         return None
     dtype = mini.kernels[0].dtype.value
     cfg = default_config(dtype)
-    own = function_name("own:" + cfg.tag(), dtype)
     impl, sources = {}, [own_sources({("own:" + cfg.tag(), dtype)})]
     for name, entries in variants.items():
         for i, _ in entries:
             g = mini.kernels[i]
             if name == "fused":
                 fa, fb = g.a_pro is not None, g.b_pro is not None
-                fn = fused_name(own, fa, fb)
+                fcfg = fused_config(g)
+                fn = fused_name(function_name("own:" + fcfg.tag(), dtype), fa, fb)
                 if fn not in impl.values():
-                    sources.append(fused_gemm_source(dtype, cfg, fn, fa, fb))
+                    sources.append(fused_gemm_source(dtype, fcfg, fn, fa, fb))
                 impl[i] = fn
             else:
                 impl[i] = function_name("blas" if name == "blas" else "own:" + cfg.tag(), dtype)
@@ -250,10 +250,24 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     return chosen, report
 
 
-def fused_gemms(program: Program) -> tuple[dict, str]:
-    """Kernel index -> C function of every GEMM of ``program`` with a fused prologue (the own GEMM in its default
-    configuration) and the C source of those functions."""
+def fused_config(g: GemmKernel):
+    """The own-GEMM configuration of a GEMM with a fused prologue: the default one, or for at most
+    ``AUTO_SMALL_M`` rows (a convolution with few output channels, or its weight gradient) the small-M one
+    (AVX-512: 8x48 tiles, so 16 / 32 / 64 rows need no edge tile; the default 12x32 leaves 4 of 16 rows to a
+    slow edge tile)."""
     from ..codegen.gemm import default_config
+    from ..codegen.gemm_small import AUTO_SMALL_M, small_config
+
+    dtype = g.dtype.value
+    m = g.dims[-2].to_int() if hasattr(g.dims[-2], "to_int") else int(g.dims[-2])
+    if m is not None and m <= AUTO_SMALL_M:
+        return small_config(dtype)
+    return default_config(dtype)
+
+
+def fused_gemms(program: Program) -> tuple[dict, str]:
+    """Kernel index -> C function of every GEMM of ``program`` with a fused prologue (the own GEMM in the
+    configuration of :func:`fused_config`) and the C source of those functions."""
     from .search import function_name
 
     impl, sources = {}, []
@@ -261,7 +275,7 @@ def fused_gemms(program: Program) -> tuple[dict, str]:
         if not isinstance(g, GemmKernel) or (g.a_pro is None and g.b_pro is None):
             continue
         dtype = g.dtype.value
-        cfg = default_config(dtype)
+        cfg = fused_config(g)
         fn = fused_name(function_name("own:" + cfg.tag(), dtype), g.a_pro is not None, g.b_pro is not None)
         if fn not in impl.values():
             sources.append(fused_gemm_source(dtype, cfg, fn, g.a_pro is not None, g.b_pro is not None))
