@@ -1030,6 +1030,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         (x @ w.T).retrieve()
         (a * x[:, :96] + w[:64, :96]).retrieve()
         (a * 1.5 + 0.5).tanh().retrieve()
+        cx.tensor(("b", "s", 64)).relu().relu().retrieve()  # symbolic sizes: computed in the kernel, 64 | numel
         (a % 1.5).retrieve()
         a.cast(lm.int8).retrieve()
         a.softmax(-1).retrieve()
@@ -1071,7 +1072,8 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     assert not any("tf32" in g for g in gemms)
     elementwise = [k["ptx"] for k in kernels if k["kind"] == "elementwise"]
     assert not any("fma.rn.f32" in e for e in elementwise), "an elementwise kernel contracted a multiply-add"
-    # known sizes: 128-bit loads and stores (scalar ones before the sizes were constants in the kernels)
+    # known sizes (and symbolic ones with a known factor): 128-bit loads and stores (scalar ones before the
+    # sizes were computed in the kernels)
     for k in kernels:
         if k["kind"] in ("elementwise", "reduce"):
             assert "ld.global.v4" in k["ptx"] or "ld.global.v2" in k["ptx"], k["kind"]

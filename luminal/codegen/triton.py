@@ -419,17 +419,24 @@ class TritonRenderer(GemmRendering):
         return f"{indent}tl.store({ptr} + {offs}, {value_text}, mask={mask})"
 
     # -- kernels
-    @staticmethod
-    def _constant_sizes(sizes: dict) -> list[str]:
-        """Statements making each known size a constant in the kernel (the argument stays, for one launch
-        interface): Triton then proves masks uniform over aligned runs and vectorizes / pipelines the loads (an
-        ``int64`` argument that is not specialized tells it nothing). The zeros that broadcast offsets
-        (``zi``) are ``tl.zeros`` for the same reason: ``offs * 0`` hid the offsets' contiguity."""
-        return [f"    {name} = {size.to_int()}" for name, size in sizes.items() if size.to_int() is not None]
+    def _constant_sizes(self, sizes: dict, syms) -> list[str]:
+        """Statements computing each size in the kernel (the argument stays, for one launch interface): a known
+        one as a constant, a symbolic one from the symbol arguments (``s_b * s_s * 64``) when the kernel takes
+        them. Triton then knows what divides the size (64 here, where an ``int64`` argument that is not
+        specialized tells it nothing), proves masks uniform over aligned runs and vectorizes / pipelines the
+        loads. The zeros that broadcast offsets (``zi``) are ``tl.zeros`` for the same reason: ``offs * 0``
+        hid the offsets' contiguity."""
+        out = []
+        for name, size in sizes.items():
+            if size.to_int() is not None:
+                out.append(f"    {name} = {size.to_int()}")
+            elif set(size.symbols()) <= set(syms):
+                out.append(f"    {name} = {self.ex.int_(size)}")
+        return out
 
     def _elementwise(self, k: int, kernel: ElementwiseKernel):
         lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"])
-        lines += self._constant_sizes({"numel": self._numel(kernel.dims)})
+        lines += self._constant_sizes({"numel": self._numel(kernel.dims)}, syms)
         lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                   "    live = offs < numel",
                   "    zi = tl.zeros([BLOCK], tl.int64)"]
@@ -450,7 +457,7 @@ class TritonRenderer(GemmRendering):
         if dtype == DType.bool:
             raise NotImplementedError("Triton backend: reduction over bool")
         lines, buffers, syms = self._header(k, kernel, ["n_rows", "extent"], ["BLOCK_M", "BLOCK_K"])
-        lines += self._constant_sizes({"n_rows": self._numel(kernel.dims), "extent": to_expr(kernel.extent)})
+        lines += self._constant_sizes({"n_rows": self._numel(kernel.dims), "extent": to_expr(kernel.extent)}, syms)
         acc_dtype = DType.float32 if dtype == DType.float16 else dtype
         acc_tt = TL_TYPE[acc_dtype]
         if kernel.kind == "sum":

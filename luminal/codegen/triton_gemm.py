@@ -46,7 +46,7 @@ class GemmRendering:
         M, N = kernel.dims[nb], kernel.dims[nb + 1]
         K = kernel.a_view.dims[nb + 2]
         batch = self._numel(kernel.dims[:nb])
-        lines += self._constant_sizes({"n_batch": batch, "M": M, "N": N, "K": K})
+        lines += self._constant_sizes({"n_batch": batch, "M": M, "N": N, "K": K}, syms)
         lines += ["    pid = tl.program_id(0).to(tl.int64)",
                   "    tiles_m = tl.cdiv(M, BLOCK_M)",
                   "    tiles_n = tl.cdiv(N, BLOCK_N)",
