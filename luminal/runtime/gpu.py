@@ -43,8 +43,8 @@ from ..dtype import DType
 from ..codegen.triton_support import storage_name
 from ..graph import Graph
 from ..shape import ShapeTracker
-from .gpu_gemm import (CUBLAS, GEMM_CANDIDATES, GEMM_CANDIDATES_LOWP, GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key,
-                       gemm_operand_layout, gemm_programs)
+from .gpu_gemm import (GEMM_SEARCH_MIN_WORK, GemmConfig, _gemm_tuning_key, gemm_operand_layout, gemm_programs,
+                       measure_gemm)
 from .gpu_compile import NO_FP_FUSION, _load_module, compile_parallel
 from .gpu_memory import INSTALL_HINT, CuPyMemory, TorchCPUMemory
 
@@ -435,62 +435,8 @@ class GPURuntime:
                 self.memory.cupy.matmul(a, b, out=c)
 
     def _measure_gemm(self, launch, fn, args, extra, default: "GemmConfig", bindings) -> "GemmConfig":
-        """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS on its real
-        operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
-        differs from the default configuration's beyond float32 accumulation-order noise is dropped. Returns the
-        fastest."""
-        cupy = self.memory.cupy
-        stream = self.memory.stream
-        out = self._buffers[launch.out]
-        n_out = self._sizes[launch.out]
-        results = []
-        ref = None
-        cands = GEMM_CANDIDATES_LOWP if "num_warps" in launch.constexprs else GEMM_CANDIDATES
-        pool = cands if self.search == "full" else cands[:3]
-        pool = [default] + [c for c in pool if c != default]
-        views = self._cublas_views(launch, bindings)
-        if views is not None:
-            pool.append(CUBLAS)
-
-        def run(cfg):
-            if cfg.cublas:
-                self._cublas(launch, bindings, views)
-            else:
-                fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs(), **NO_FP_FUSION)
-
-        compile_parallel([(fn, args, cfg.launch_kwargs()) for cfg in pool if not cfg.cublas])
-        for cfg in pool:
-            try:
-                run(cfg)  # compile + warm up
-                stream.synchronize()
-            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory for a large tile
-                self.search_log.append({"kernel": launch.name, "config": cfg.name, "error": str(e)[:200]})
-                continue
-            if ref is None:
-                ref = out[:n_out].copy()
-                scale = float(cupy.max(cupy.abs(ref))) if n_out else 0.0
-            else:
-                err = float(cupy.max(cupy.abs(out[:n_out] - ref))) if n_out else 0.0
-                if not err <= 1e-4 * max(scale, 1.0) * max(1.0, extra[3] ** 0.5 / 8):
-                    self.search_log.append({"kernel": launch.name, "config": cfg.name, "wrong": err})
-                    continue
-            best = float("inf")
-            for _ in range(3):
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(stream)
-                for _ in range(3):
-                    run(cfg)
-                end.record(stream)
-                end.synchronize()
-                best = min(best, cupy.cuda.get_elapsed_time(start, end) / 3 * 1e-3)
-            results.append((best, cfg))
-            self.search_log.append({"kernel": launch.name, "config": cfg.name, "seconds": best,
-                                    "M": extra[1], "N": extra[2], "K": extra[3], "batch": extra[0]})
-        if ref is not None:  # leave the default configuration's result in the output buffer
-            with stream:
-                out[:n_out] = ref
-        best, cfg = min(results, key=lambda r: r[0])
-        return GemmConfig(cfg.bm, cfg.bn, cfg.bk, cfg.warps, cfg.stages, cfg.cublas, seconds=best)
+        """Time one GEMM's candidates on the device (:func:`luminal.runtime.gpu_gemm.measure_gemm`)."""
+        return measure_gemm(self, launch, fn, args, extra, default, bindings)
 
     def _finish(self, graph: Graph, bindings) -> None:
         """Wait for the kernels, raise the errors they reported, copy the kept results device -> host."""

@@ -1,6 +1,6 @@
 """GEMMs on ``cuda``: the tile configurations and cuBLAS candidates of the measured search, the grid of a
 configuration, the operands' strided layout for a BLAS call, and the tuning-cache key (GPU model, Triton
-version, kernel source, sizes). The timing itself is :meth:`luminal.runtime.gpu.GPURuntime._measure_gemm`."""
+version, kernel source, sizes) and the timing itself (:func:`measure_gemm`)."""
 
 from __future__ import annotations
 
@@ -107,3 +107,65 @@ def _gpu_name() -> str:
         return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     except Exception:  # noqa: BLE001
         return "unknown-gpu"
+
+
+def measure_gemm(rt, launch, fn, args, extra, default: GemmConfig, bindings) -> GemmConfig:
+    """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS on its real
+    operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
+    differs from the default configuration's beyond float32 accumulation-order noise is dropped. Returns the
+    fastest. ``rt``: the :class:`luminal.runtime.gpu.GPURuntime` (its buffers, cuBLAS views, search level and
+    log)."""
+    from .gpu_compile import NO_FP_FUSION, compile_parallel
+
+    cupy = rt.memory.cupy
+    stream = rt.memory.stream
+    out = rt._buffers[launch.out]
+    n_out = rt._sizes[launch.out]
+    results = []
+    ref = None
+    cands = GEMM_CANDIDATES_LOWP if "num_warps" in launch.constexprs else GEMM_CANDIDATES
+    pool = cands if rt.search == "full" else cands[:3]
+    pool = [default] + [c for c in pool if c != default]
+    views = rt._cublas_views(launch, bindings)
+    if views is not None:
+        pool.append(CUBLAS)
+
+    def run(cfg):
+        if cfg.cublas:
+            rt._cublas(launch, bindings, views)
+        else:
+            fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs(), **NO_FP_FUSION)
+
+    compile_parallel([(fn, args, cfg.launch_kwargs()) for cfg in pool if not cfg.cublas])
+    for cfg in pool:
+        try:
+            run(cfg)  # compile + warm up
+            stream.synchronize()
+        except Exception as e:  # noqa: BLE001 - e.g. out of shared memory for a large tile
+            rt.search_log.append({"kernel": launch.name, "config": cfg.name, "error": str(e)[:200]})
+            continue
+        if ref is None:
+            ref = out[:n_out].copy()
+            scale = float(cupy.max(cupy.abs(ref))) if n_out else 0.0
+        else:
+            err = float(cupy.max(cupy.abs(out[:n_out] - ref))) if n_out else 0.0
+            if not err <= 1e-4 * max(scale, 1.0) * max(1.0, extra[3] ** 0.5 / 8):
+                rt.search_log.append({"kernel": launch.name, "config": cfg.name, "wrong": err})
+                continue
+        best = float("inf")
+        for _ in range(3):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            for _ in range(3):
+                run(cfg)
+            end.record(stream)
+            end.synchronize()
+            best = min(best, cupy.cuda.get_elapsed_time(start, end) / 3 * 1e-3)
+        results.append((best, cfg))
+        rt.search_log.append({"kernel": launch.name, "config": cfg.name, "seconds": best,
+                            "M": extra[1], "N": extra[2], "K": extra[3], "batch": extra[0]})
+    if ref is not None:  # leave the default configuration's result in the output buffer
+        with stream:
+            out[:n_out] = ref
+    best, cfg = min(results, key=lambda r: r[0])
+    return GemmConfig(cfg.bm, cfg.bn, cfg.bk, cfg.warps, cfg.stages, cfg.cublas, seconds=best)
