@@ -27,6 +27,7 @@ from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, kernel_groups
+from .mask_split import split_masked
 from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, program_symbols, refine_space,
                      work_per_element)
 from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
@@ -292,13 +293,18 @@ class CRenderer(ReduceRendering):
                 n = len(active)
             else:  # interchange: the tiny loops go outside the vector loop (strided, but vectorized)
                 active = active[:simd_pos] + active[simd_pos + 1:] + [active[simd_pos]]
-        for pos, j in enumerate(active):
+        # the vector loop split at the edges of its masked reads (luminal.codegen.mask_split): inner loop only
+        edges = None
+        if simd_inner and n > 1 and dims[active[-1]].to_int() is not None:
+            edges = split_masked(body, f"i{active[-1]}", dims[active[-1]].to_int())
+        loops = active[:-1] if edges is not None else active
+        for pos, j in enumerate(loops):
             if pos == n - 1 and n > 1 and simd_inner:
                 lines.append(f"{indent}{'    ' * pos}#pragma omp simd")
             lines.append(f"{indent}{'    ' * pos}for (long long i{j} = 0; i{j} < {self.index(dims[j])}; i{j}++) {{")
-        inner = indent + "    " * n
-        lines += [inner + b for b in body]
-        for pos in range(n - 1, -1, -1):
+        inner = indent + "    " * len(loops)
+        lines += [inner + b for b in (edges if edges is not None else body)]
+        for pos in range(len(loops) - 1, -1, -1):
             lines.append(f"{indent}{'    ' * pos}}}")
         if split:
             lines.append(f"{indent}}}")
