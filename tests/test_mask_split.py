@@ -51,6 +51,8 @@ def test_split_single_variable_checks():
     ["float t0 = (((-1 + i7) < 16) || ((-1 + i7) >= 0)) ? b0[i7] : (float)0;", "b1[i7] = t0;"],
     # no masked read at all
     ["b1[i7] = b0[i7] * 2.0f;"],
+    # a select of a non-zero constant
+    ["float t0 = (((-1 + i7) < 16) && ((-1 + i7) >= 0)) ? b0[i7] : (float)0.5;", "b1[i7] = t0;"],
 ])
 def test_split_refuses_other_forms(body):
     assert split_masked(body, "i7", 16) is None

@@ -19,7 +19,7 @@ import re
 # or (i4 < 15) / (i4 >= 1) on one variable
 _ATOM = re.compile(r"\((?:\(([^()]*)\)|(\w+)) (<|>=) (-?\d+)\)")
 _ZERO = re.compile(r" : \((?:float|double|_Float16|long long|int|short|signed char|unsigned char|unsigned short|"
-                   r"unsigned int|unsigned long long)\)0\b")
+                   r"unsigned int|unsigned long long)\)0(?![\w.])")
 
 
 def _open_paren(text: str, close: int) -> int:
