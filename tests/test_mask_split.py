@@ -51,6 +51,9 @@ def test_split_single_variable_checks():
     ["float t0 = (((-1 + i7) < 16) || ((-1 + i7) >= 0)) ? b0[i7] : (float)0;", "b1[i7] = t0;"],
     # no masked read at all
     ["b1[i7] = b0[i7] * 2.0f;"],
+    # a check on a value computed in the body (a gathered index), not known outside the loop
+    ["long long g1 = (long long)(t0);", "float t1 = (((1 + g1) < 9) && ((-1 + i7) >= 0)) ? b0[i7] : (float)0;",
+     "b1[i7] = t1;"],
     # a select of a non-zero constant
     ["float t0 = (((-1 + i7) < 16) && ((-1 + i7) >= 0)) ? b0[i7] : (float)0.5;", "b1[i7] = t0;"],
 ])

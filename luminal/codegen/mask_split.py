@@ -53,12 +53,14 @@ def _ternaries(text: str):
 
 def _bounds(cond: str, var: str):
     """``(lower bounds, upper bounds, row checks)`` of ``var`` implied by ``cond`` (a pure conjunction of range
-    checks; ``var`` only as a ``+ var`` term), or None when ``cond`` has another form."""
+    checks over loop indices only; ``var`` only as a ``+ var`` term), or None when ``cond`` has another form."""
     lows, highs, row = [], [], []
     rest = _ATOM.sub("", cond)
     if rest.replace("(", "").replace(")", "").replace("&&", "").strip():
         return None
     for m in _ATOM.finditer(cond):
+        if any(not re.fullmatch(r"i\d+", name) for name in re.findall(r"[A-Za-z_]\w*", m.group(0))):
+            return None  # a value computed in the body (a gathered index): not known outside the loop
         terms = [t.strip() for t in (m.group(1) or m.group(2)).split(" + ")]
         with_var = [t for t in terms if re.search(rf"\b{var}\b", t)]
         if not with_var:
