@@ -54,6 +54,8 @@ def test_split_single_variable_checks():
     # a check on a value computed in the body (a gathered index), not known outside the loop
     ["long long g1 = (long long)(t0);", "float t1 = (((1 + g1) < 9) && ((-1 + i7) >= 0)) ? b0[i7] : (float)0;",
      "b1[i7] = t1;"],
+    # a nested select
+    ["float t0 = (((-1 + i7) < 16) && ((-1 + i7) >= 0)) ? ((t2 > 0) ? b0[i7] : t3) : (float)0;", "b1[i7] = t0;"],
     # a select of a non-zero constant
     ["float t0 = (((-1 + i7) < 16) && ((-1 + i7) >= 0)) ? b0[i7] : (float)0.5;", "b1[i7] = t0;"],
 ])

@@ -47,7 +47,10 @@ def _ternaries(text: str):
         zero = _ZERO.search(text, m.end())
         if zero is None or ";" in text[m.end():zero.start()] or "?" in text[m.end():zero.start()]:
             return None
-        out.append((start, zero.end(), text[start + 1:close], text[m.end():zero.start()]))
+        value = text[m.end():zero.start()]
+        if " : " in value or value.count("(") != value.count(")"):
+            return None  # a nested select: not the emitter's masked read
+        out.append((start, zero.end(), text[start + 1:close], value))
     return out
 
 
