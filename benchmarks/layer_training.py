@@ -18,7 +18,9 @@ PyTorch's GEMM + col2im algorithm); strided (downsampling) convolutions at 2.9-3
 gather over every window offset; now zero-interleaved, shifted copies); a Conv1d-BatchNorm1d-GELU-MaxPool1d
 block at 1.8-2x (the layout pass stored it channels-last, counting per-channel parameter reads as strided; now
 1.0x, 0.7x after the loop split of divided indices); a reflect-padded conv + InstanceNorm at 1.13-1.38x (the pad's
-gradient a ScatterAdd: now slices of the upstream gradient). Asserts nothing about timings;
+gradient a ScatterAdd: now slices of the upstream gradient); a Conv3d-BatchNorm3d pair at 1.5-2x (skinny
+fused-prologue GEMMs on edge tiles, masked im2col/col2im loops: 1.26x after the small-M configuration and the
+masked-loop split, 2026-11-27). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os
