@@ -115,7 +115,7 @@ def _low_value(kernel, store_as: tuple, exact: set):
     inner = _cast_of(kernel.value)
     if inner is not None and inner.dtype in store_as:
         return inner
-    if kernel.out in exact:
+    if kernel.out in exact:  # every value is a bfloat16 value already: stored as one, exactly
         return Compute(ops.Cast(DType.bfloat16), (kernel.value,), DType.bfloat16)
     return None
 
@@ -195,12 +195,10 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
         src = _conversion_source(kernel)
         if src is not None and (round_on_load or not src[1]):
             drop[buf] = src
-        elif isinstance(kernel, ElementwiseKernel) and kernel.dtype == DType.float32:
-            inner = _cast_of(kernel.value)
-            if inner is not None and inner.dtype in store_as:
-                narrow[buf] = inner
-            elif buf in exact:  # every value is a bfloat16 value already: stored as one, exactly
-                narrow[buf] = Compute(ops.Cast(DType.bfloat16), (kernel.value,), DType.bfloat16)
+        else:
+            value = _low_value(kernel, store_as, exact)
+            if value is not None:
+                narrow[buf] = value
     if not drop and not narrow:
         return program
     kernels = []

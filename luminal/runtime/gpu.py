@@ -103,6 +103,7 @@ class GPURuntime:
         # carried inputs whose buffer is currently swapped with the output carried into them (see _upload); part
         # of the plan key: a captured CUDA graph holds the pointers of one assignment
         self._swapped: frozenset = frozenset()
+        self._swap_carries = os.environ.get("LUMINAL_CARRY_SWAP", "1") != "0"  # (read once: not per execute)
         self._carried_cache: tuple | None = None  # (graph version, carries) -> resolved carried outputs
         self._compiled = False                    # every kernel compiled (in parallel) before its first launch
         self.graph_replays = 0                    # executes served by a captured CUDA graph (for tests, stats)
@@ -240,7 +241,7 @@ class GPURuntime:
         the same size and type (not the arena, not aliased), and ``source`` is carried into no other input. The
         input's old buffer becomes the output's, which this step overwrites. A CUDA graph is captured per
         assignment (two alternate)."""
-        if os.environ.get("LUMINAL_CARRY_SWAP", "1") == "0":
+        if not self._swap_carries:
             return False
         aliased = self.program.aliases
         if node_id in self._in_arena or source in self._in_arena or source in self.program.inputs or \

@@ -259,7 +259,7 @@ def fused_config(g: GemmKernel):
     from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
     dtype = g.dtype.value
-    m = g.dims[-2].to_int() if hasattr(g.dims[-2], "to_int") else int(g.dims[-2])
+    m = to_expr(g.dims[-2]).to_int()
     if m is not None and m <= AUTO_SMALL_M:
         return small_config(dtype)
     return default_config(dtype)
