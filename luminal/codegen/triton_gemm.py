@@ -19,6 +19,7 @@ GEMM_BLOCKS = (64, 64, 32)  # BLOCK_M, BLOCK_N, BLOCK_K of a float32 GEMM (tl.do
 GEMM_BLOCKS_F64 = (32, 32, 8)
 # a GEMM on tensor cores (both operands bfloat16 or both float16 values): tiles, warps, stages of its default
 GEMM_BLOCKS_LOWP = (128, 128, 64, 8, 3)
+GROUP_M = 8  # rows of output tiles visited together (L2 reuse); see GemmRendering._gemm
 
 
 class GemmRendering:
@@ -52,8 +53,14 @@ class GemmRendering:
                   "    tiles_n = tl.cdiv(N, BLOCK_N)",
                   "    bidx = pid // (tiles_m * tiles_n)",
                   "    tile = pid % (tiles_m * tiles_n)",
-                  "    m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)",
-                  "    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)"]
+                  # tiles in groups of GROUP_M rows of tiles, column by column within a group: programs running
+                  # at the same time share A's row panels and B's column panels in L2 (row-major tile order
+                  # streams all of B for every row of tiles)
+                  f"    in_group = {GROUP_M} * tiles_n",
+                  f"    first_m = (tile // in_group) * {GROUP_M}",
+                  f"    group_m = tl.minimum(tiles_m - first_m, {GROUP_M})",
+                  "    m = (first_m + (tile % in_group) % group_m) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    n = ((tile % in_group) // group_m) * BLOCK_N + tl.arange(0, BLOCK_N)"]
         unravel, bvars = self._unravel(kernel.dims[:nb], "bidx", "lm_j")
         lines += unravel
         mv, nv, kv = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_bn", N), ("lm_kk", K)))
@@ -67,12 +74,17 @@ class GemmRendering:
         kinds = (self._operand_kind(kernel.a, kernel.a_round), self._operand_kind(kernel.b, kernel.b_round))
         low = kinds[0] if kinds[0] == kinds[1] and kinds[0] in ("bfloat16", "float16") else None
         tensor_bf16 = low == "bfloat16" and not self.interpret
-        loads = []
+        loads, ptr = [], {"a": self.pointer(kernel.a), "b": self.pointer(kernel.b)}
         for side, kind in zip("ab", kinds):
             x, rounded = side, self._rounded(kernel, side)
-            if kind == "bfloat16" and tensor_bf16:  # the stored bits are the operand (no conversion)
-                loads.append(f"{ind}{x} = " + (f"_lm_bf16r({x}).to(tl.bfloat16)" if rounded else
-                                               f"{x}.to(tl.bfloat16, bitcast=True)"))
+            if kind == "bfloat16" and tensor_bf16 and not rounded:
+                # the stored bits are the operand: read through a bfloat16 pointer, so the tile goes from global
+                # to shared memory and into the tensor cores as loaded (a bitcast of the loaded bits made Triton
+                # copy every B tile through registers back into shared memory and wait for each MMA)
+                lines.append(f"    lm_p{x} = {ptr[x]}.to(tl.pointer_type(tl.bfloat16))")
+                ptr[x] = f"lm_p{x}"
+            elif kind == "bfloat16" and tensor_bf16:  # float32 read rounded
+                loads.append(f"{ind}{x} = _lm_bf16r({x}).to(tl.bfloat16)")
             elif kind == "bfloat16":  # stored bits or float32 rounded to bfloat16 (autocast's operand), as float32
                 loads.append(f"{ind}{x} = {'_lm_bf16r' if rounded else '_lm_bf16_load'}({x})")
             elif kind == "float16" and low is None:
@@ -85,13 +97,13 @@ class GemmRendering:
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]",
                   *([f"{ind}zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)"] if a_zi else []),
                   f"{ind}amask = (lm_am < M) & (lm_kk < K)" + ("" if a_valid == 1 else f" & {self.ex.bool_(a_valid)}"),
-                  f"{ind}a = tl.load({self.pointer(kernel.a)} + ({self.ex.int_(a_off)}{' + zi' if a_zi else ''}), mask=amask, other=0)",
+                  f"{ind}a = tl.load({ptr['a']} + ({self.ex.int_(a_off)}{' + zi' if a_zi else ''}), mask=amask, other=0)",
                   f"{ind}# B tile [BLOCK_K, BLOCK_N]",
                   f"{ind}lm_bn = n[None, :]",
                   f"{ind}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]",
                   *([f"{ind}zi = tl.zeros([BLOCK_K, BLOCK_N], tl.int64)"] if b_zi else []),
                   f"{ind}bmask = (lm_bn < N) & (lm_kk < K)" + ("" if b_valid == 1 else f" & {self.ex.bool_(b_valid)}"),
-                  f"{ind}b = tl.load({self.pointer(kernel.b)} + ({self.ex.int_(b_off)}{' + zi' if b_zi else ''}), mask=bmask, other=0)"]
+                  f"{ind}b = tl.load({ptr['b']} + ({self.ex.int_(b_off)}{' + zi' if b_zi else ''}), mask=bmask, other=0)"]
         lines += loads
         if tensor_bf16 or low == "float16":
             # tensor cores: the products of bfloat16 / float16 values are exact, summed in float32 (the reference's
