@@ -5,10 +5,12 @@ and weights; dtypes are compared with the dtype torch returns. Tolerances (bf16 
 decimal digits; float16 11 bits):
 
 * single GEMM-shaped ops (linear, matmul, conv, einsum): every element within 1 ulp of the low-precision type
-  (``rtol = 2**-7`` for bf16, ``2**-10`` for float16), and at least 90 % of the elements bit-identical to
-  torch's (the inputs are rounded, the sums run in float32 and the result is rounded once, as torch; only a
-  different summation order can flip the last bit). Computing in float32 without rounding the inputs would
-  miss the bit-identical share.
+  (``rtol = 2**-7`` for bf16, ``2**-10`` for float16), and at least 90 % of the elements bit-identical to the
+  op computed by torch in float64 on the inputs rounded to the low type, rounded once (autocast's contract: the
+  inputs are rounded, the sums run in float32 and the result is rounded once; only a different summation order
+  can flip the last bit); and within 4 ulps of torch's own autocast kernels, half of the elements
+  bit-identical (their accuracy depends on the CPU: see the test). Computing in float32 without rounding the
+  inputs would miss the bit-identical share.
 * models (MLP, CNN) and gradients: a 1-ulp difference in a hidden layer propagates, so ``rtol = 4 ulp`` with an
   absolute floor of 1 % of the largest magnitude.
 * GradScaler: scales, skipped steps and losses equal torch's; parameters within 1e-5.
@@ -118,7 +120,14 @@ def test_gemm_ops_match_torch_autocast(name, low, device):
     got_dt, got = _run(lm_fn, arrays, device, lm_dt)
     assert want_dt == lm_dt  # torch's CPU autocast returns the low type for these ops
     assert got_dt == want_dt
-    _assert_lowp_close(got, want, ulp)
+    # autocast's contract: inputs rounded to the low type, sums in (at least) float32, the result rounded once;
+    # the same op in float64 on the rounded inputs, rounded once, is that result up to the order of the sums
+    with torch.no_grad():
+        exact = torch_fn(*[torch.from_numpy(a).to(torch_dt).double() for a in arrays]).to(torch_dt).float().numpy()
+    _assert_lowp_close(got, exact, ulp)
+    # and torch's own kernels agree within a few ulps: on an AMD EPYC (AVX-512, no AMX) torch 2.13's float16
+    # conv_transpose2d is 4 ulps off the rounded float64 result in places, 37 % of its elements not bit-identical
+    _assert_lowp_close(got, want, ulp, ulps=4, exact_share=0.5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

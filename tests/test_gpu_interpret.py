@@ -310,6 +310,27 @@ def test_matmul_tile_order_covers_every_tile_once():
     compare(make, [(rand((2, m, 9), 1), rand((9, n), 2))], rtol=1e-5, atol=1e-5)
 
 
+def test_repeated_layers_share_one_function_per_distinct_kernel():
+    """Kernels whose source is the same up to their names (every layer of a stack after the first) are one
+    Triton function, compiled once, launched once per kernel on that kernel's own buffers: results equal the
+    reference's, and the source holds one function per distinct kernel."""
+    from luminal import nn
+
+    def make(cx):
+        nn.init.manual_seed(3)
+        m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4)])
+        x = cx.tensor((5, 16))
+        return [x], [m(x) * 1.0]
+
+    runtime = compare(make, [(rand((5, 16), 1),), (rand((5, 16), 2),)], **CHAIN)
+    launches = runtime.tprogram.launches
+    names = [launch.name for launch in launches]
+    gemms = [launch for launch in launches if launch.kind == "gemm"]
+    assert len(gemms) == 4 and len({g.name for g in gemms}) == 1, names  # four layers, one GEMM function
+    assert len({launch.out for launch in launches}) == len(launches)     # each writes its own buffer
+    assert runtime.tprogram.source.count("\ndef kernel_") == len(set(names)) < len(names)
+
+
 # ---------------------------------------------------------------------------- gather
 def test_gather_embedding_and_index_errors():
     table = rand((10, 4))

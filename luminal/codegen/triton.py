@@ -1,5 +1,7 @@
 """Render a lowered :class:`~luminal.codegen.kernel.Program` as Triton source: one ``@triton.jit`` function per
-kernel, for the GPU runtime (:mod:`luminal.runtime.gpu`).
+distinct kernel, for the GPU runtime (:mod:`luminal.runtime.gpu`). Kernels whose source is the same up to their
+name (every layer of a transformer stack after the first) share one function, compiled once: a 6-layer BERT
+encoder's 190 kernels are 40 functions.
 
 The kernels are the CPU backend's (same lowering, same fusion); only the rendering differs:
 
@@ -34,6 +36,7 @@ buffer (1 and 2, the C backend's codes) that the runtime reads after a run.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .. import ops
@@ -321,6 +324,12 @@ class Launch:
     out: int = -1
 
 
+def _anonymous(text: str, name: str) -> str:
+    """A kernel's source without its function name (``kernel_7``, ``kernel_7_zero``) and the buffer id in its
+    header comment: two kernels with the same anonymous text are the same function."""
+    return re.sub(r"-> buffer \d+", "->", re.sub(rf"\b{name}(?![0-9])", "kernel", text))
+
+
 @dataclass
 class TritonProgram:
     """Triton source of a program plus the launch of each kernel (in execution order)."""
@@ -348,6 +357,7 @@ class TritonRenderer(GemmRendering):
                  "from triton.language.extra import libdevice  # noqa: F401 (exact fmod on the device)", "", "",
                  HELPERS, "", fmod_helper(self.interpret)]
         launches = []
+        first_of: dict[str, str] = {}  # a kernel's text with its name taken out -> the function that has it
         for k, kernel in enumerate(self.program.kernels):
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel)
@@ -359,8 +369,15 @@ class TritonRenderer(GemmRendering):
                 text, launch = self._scatter(k, kernel)
             else:
                 raise NotImplementedError(f"Triton backend: no rendering for kernel kind {type(kernel).__name__}")
-            parts += ["", text]
-            launches += launch if isinstance(launch, list) else [launch]
+            launch = launch if isinstance(launch, list) else [launch]
+            own = f"kernel_{k}"
+            first = first_of.setdefault(_anonymous(text, own), own)
+            if first == own:
+                parts += ["", text]
+            else:  # the same kernel as an earlier one (the same layer again): launch that function
+                for item in launch:
+                    item.name = first + item.name[len(own):]
+            launches += launch
         return TritonProgram("\n".join(parts) + "\n", launches, self.symbols)
 
     # -- shared pieces

@@ -297,7 +297,7 @@ class GPURuntime:
         if anything fails here, the kernels compile at their launch as before."""
         if self.device != "cuda":
             return
-        jobs = []
+        jobs, seen = [], set()
         for launch in self.tprogram.launches:
             fn = getattr(self.module, launch.name)
             args, extra = self._launch_args(launch, bindings)
@@ -306,7 +306,10 @@ class GPURuntime:
                 kwargs = cfg.launch_kwargs() if cfg is not None and not cfg.cublas else launch.constexprs
             else:
                 kwargs = launch.constexprs
-            jobs.append((fn, args, kwargs))
+            key = (launch.name, tuple(sorted(kwargs.items())))
+            if key not in seen:  # kernels sharing a function (repeated layers) compile once
+                seen.add(key)
+                jobs.append((fn, args, kwargs))
         compile_parallel(jobs)
 
     def _replay(self, plan, stream) -> None:
