@@ -310,6 +310,32 @@ def test_matmul_tile_order_covers_every_tile_once():
     compare(make, [(rand((2, m, 9), 1), rand((9, n), 2))], rtol=1e-5, atol=1e-5)
 
 
+def test_gemm_epilogues_are_computed_in_the_gemm_tiles():
+    """The elementwise kernel after an unbatched GEMM that reads the product only at its own element (a bias, an
+    activation, autocast's rounding, a residual) runs in the GEMM's launch, on the accumulator tile: one launch
+    fewer, and the product is not stored unless something else reads it. The epilogue's output is planned in the
+    arena as written during the GEMM (it must not take the place of an operand the GEMM is still reading: ``t``
+    below dies at the GEMM, ``h`` is born there). Its own function stays for a product computed by cuBLAS."""
+    def make(cx):
+        x, w, w2, b = cx.tensor(("m", 128)), cx.tensor((128, 128)), cx.tensor((128, 96)), cx.tensor((128,))
+        t = x * 2.0 - 1.0                      # an intermediate GEMM operand, last read by the GEMM
+        h = ((t @ w) + b).relu()               # bias + relu epilogue; the product is read by nothing else
+        p = h @ w2
+        return [x, w, w2, b], [(p + h[:, :96]) * 0.5, p.sum(0)]  # p is read twice: stored, epilogue too
+
+    feeds = [(rand((70, 128), 1), rand((128, 128), 2) / 8, rand((128, 96), 3) / 8, rand((128,), 4)),
+             (rand((5, 128), 5), rand((128, 128), 6) / 8, rand((128, 96), 7) / 8, rand((128,), 8))]
+    runtime = compare(make, feeds, **CHAIN)
+    gemms = [launch for launch in runtime.tprogram.launches if launch.kind == "gemm"]
+    assert len(gemms) == 2 and all(g.epilogue is not None for g in gemms)
+    assert len(runtime.tprogram.launches) < len(runtime.program.kernels)
+    source = runtime.tprogram.source
+    first = source[source.find(f"def {gemms[0].name}("):source.find(f"def {gemms[0].epilogue.name}(")]
+    assert "# epilogue" in first and "acc, mask=" not in first  # h's product is never stored
+    second = source[source.find(f"def {gemms[1].name}("):]
+    assert "acc, mask=" in second.split("# epilogue")[0]         # p's is (p.sum reads it)
+
+
 def test_repeated_layers_share_one_function_per_distinct_kernel():
     """Kernels whose source is the same up to their names (every layer of a stack after the first) are one
     Triton function, compiled once, launched once per kernel on that kernel's own buffers: results equal the
@@ -324,11 +350,12 @@ def test_repeated_layers_share_one_function_per_distinct_kernel():
 
     runtime = compare(make, [(rand((5, 16), 1),), (rand((5, 16), 2),)], **CHAIN)
     launches = runtime.tprogram.launches
-    names = [launch.name for launch in launches]
     gemms = [launch for launch in launches if launch.kind == "gemm"]
-    assert len(gemms) == 4 and len({g.name for g in gemms}) == 1, names  # four layers, one GEMM function
-    assert len({launch.out for launch in launches}) == len(launches)     # each writes its own buffer
-    assert runtime.tprogram.source.count("\ndef kernel_") == len(set(names)) < len(names)
+    assert len(gemms) == 4 and len({g.name for g in gemms}) == 1, launches  # four layers, one GEMM function
+    assert len({launch.out for launch in launches}) == len(launches)        # each writes its own buffer
+    # (each GEMM computes its bias + tanh as an epilogue, whose own function is there for a cuBLAS product)
+    names = {launch.name for launch in launches} | {g.epilogue.name for g in gemms if g.epilogue is not None}
+    assert runtime.tprogram.source.count("\ndef kernel_") == len(names) < len(runtime.program.kernels)
 
 
 # ---------------------------------------------------------------------------- gather
@@ -1076,7 +1103,8 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})
         def smem_fed(a):  # wgmma reads both tiles from shared memory as copied there, and overlaps the next copy
-            return ("ldmatrix" not in a["ptx"] and "ttg.local_alloc %" not in a["ttgir"]
+            dots = [l for l in a["ttgir"].splitlines() if "ttng.warp_group_dot " in l]
+            return (len(dots) == 1 and ": !ttg.memdesc<" in dots[0] and "> * !ttg.memdesc<" in dots[0]
                     and "pendings = 1" in a["ttgir"])
         out = [{"kind": l.kind, "cubin": len(asm[l.name]["cubin"]), "ptx": asm[l.name]["ptx"],
                 "smem_fed": smem_fed(asm[l.name])} for l in tp.launches]

@@ -17,7 +17,10 @@ The kernels are the CPU backend's (same lowering, same fusion); only the renderi
 * **GEMMs**: ``C[b] = A[b] @ B[b]^T`` through the operands' strided views on ``BLOCK_M x BLOCK_N`` output tiles,
   ``tl.dot`` over ``BLOCK_K`` slices (float32: ``input_precision="ieee"``, i.e. no TF32, so results match the
   reference to float32 rounding; float64: a broadcast multiply and ``tl.sum``), masks on the ragged edges; the
-  batch index and the tile index share grid axis 0.
+  batch index and the tile index share grid axis 0. The elementwise kernel after an unbatched GEMM that reads
+  the product only at its own element (:func:`~luminal.codegen.groups.epilogue_value`: bias, activation,
+  rounding) is computed on the accumulator tile in the GEMM's launch (its own function stays, for a product
+  computed by cuBLAS: ``Launch.epilogue``; ``TritonProgram.fused`` tells the arena planner).
 * **Row groups** (the C backend renders softmax / layer norm's reduce + normalize kernels as one loop nest,
   :mod:`luminal.codegen.groups`) are *not* rendered here: each kernel of a group runs as its own Triton kernel.
   Lowering needs no switch for this: row groups are a C-renderer decision, not part of the kernel IR.
@@ -47,7 +50,8 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
 from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
-from .values import gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
+from .groups import epilogue_value
+from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
 ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
 SCATTER_BLOCK = 128        # positions (off the scattered axis) per program of a ScatterAdd: more programs for narrow rows
@@ -72,6 +76,7 @@ class BodyWriter:
         self.memo: dict = {}
         self.counter = 0
         self.ex = renderer.ex
+        self.substitute: dict[int, str] = {}  # buffer -> the name of a block holding it at the body's index
 
     # -- helpers
     def temp(self, expr: str) -> str:
@@ -112,6 +117,8 @@ class BodyWriter:
 
     def load(self, buffer: int, view: ShapeTracker, vars_, dtype: DType) -> str:
         off, valid = view.axis_expressions(vars_)
+        if buffer in self.substitute:  # a value the kernel holds already (a GEMM's accumulator in its epilogue),
+            return self.masked(valid, self.substitute[buffer], dtype)  # read at its own element where valid
         if valid == 0:
             return self.zero(dtype)
         mask = self.live if valid == 1 else f"{self.live} & {self.ex.bool_(valid)}"
@@ -322,6 +329,9 @@ class Launch:
     constexprs: dict
     grid: tuple
     out: int = -1
+    # a GEMM computing the next kernel as its epilogue: that kernel's own launch, run after the GEMM when cuBLAS
+    # computes the product instead (the fused Triton kernel needs none)
+    epilogue: "Launch | None" = None
 
 
 def _anonymous(text: str, name: str) -> str:
@@ -336,6 +346,7 @@ class TritonProgram:
     source: str
     launches: list = field(default_factory=list)
     symbols: list = field(default_factory=list)
+    fused: dict = field(default_factory=dict)  # kernel index -> the GEMM kernel index whose launch computes it
 
 
 class TritonRenderer(GemmRendering):
@@ -358,13 +369,22 @@ class TritonRenderer(GemmRendering):
                  HELPERS, "", fmod_helper(self.interpret)]
         launches = []
         first_of: dict[str, str] = {}  # a kernel's text with its name taken out -> the function that has it
-        for k, kernel in enumerate(self.program.kernels):
+        kernels = self.program.kernels
+        _, readers, pinned = buffer_uses(self.program)
+        fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
+        for k, kernel in enumerate(kernels):
+            epilogue = None
+            if isinstance(kernel, GemmKernel) and k + 1 < len(kernels):
+                found = epilogue_value(kernel, kernels[k + 1])
+                if found is not None:
+                    store = kernel.out in pinned or bool(set(readers.get(kernel.out, ())) - {k + 1})
+                    epilogue = (kernels[k + 1], *found, store)
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel)
             elif isinstance(kernel, ReduceKernel):
                 text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
-                text, launch = self._gemm(k, kernel)
+                text, launch = self._gemm(k, kernel, epilogue)
             elif isinstance(kernel, ScatterKernel):
                 text, launch = self._scatter(k, kernel)
             else:
@@ -377,19 +397,30 @@ class TritonRenderer(GemmRendering):
             else:  # the same kernel as an earlier one (the same layer again): launch that function
                 for item in launch:
                     item.name = first + item.name[len(own):]
+            if k in fused:
+                fused[k].epilogue = launch[0]
+                continue
+            if epilogue is not None:
+                fused[k + 1] = launch[0]
             launches += launch
-        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols)
+        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, {k: k - 1 for k in fused})
 
     # -- shared pieces
-    def _header(self, k: int, kernel, extra: list[str], constexprs: list[str]):
-        """The ``def`` line (pointers, error buffer, symbols, extra ints, constexprs) and the symbol casts."""
+    def _header(self, k: int, kernel, extra: list[str], constexprs: list[str], also=None):
+        """The ``def`` line (pointers, error buffer, symbols, extra ints, constexprs) and the symbol casts.
+        ``also``: a kernel computed in the same function (a GEMM's epilogue), whose buffers and symbols follow."""
         if isinstance(kernel, GemmKernel):
             buffers = list(dict.fromkeys([kernel.out, kernel.a, kernel.b]))  # (a @ a.T reads one buffer twice)
         else:
             buffers = [kernel.out] + sorted(b for b in kernel_buffers(kernel) if b != kernel.out)
-        syms = sorted(s for s in kernel_symbols(kernel) if s != "z")
-        for d in kernel.dims:
-            syms = sorted(set(syms) | set(d.symbols()))
+        syms = set()
+        for each in (kernel,) if also is None else (kernel, also):
+            if each is also:
+                buffers = list(dict.fromkeys(buffers + [also.out] + sorted(kernel_buffers(also))))
+            syms |= {s for s in kernel_symbols(each) if s != "z"}
+            for d in each.dims:
+                syms |= set(d.symbols())
+        syms = sorted(syms)
         self._ptr = {b: f"b{j}" for j, b in enumerate(buffers)}
         ints = [self.names[s] for s in syms] + extra
         args = [self._ptr[b] for b in buffers] + ["err_ptr"] + ints + [f"{c}: tl.constexpr" for c in constexprs]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..dtype import DType
 from ..shape import Expression, to_expr
 from .kernel import GemmKernel
+from .triton_support import TL_TYPE
 
 GEMM_BLOCKS = (64, 64, 32)  # BLOCK_M, BLOCK_N, BLOCK_K of a float32 GEMM (tl.dot needs >= 16 each)
 GEMM_BLOCKS_F64 = (32, 32, 8)
@@ -37,13 +38,19 @@ class GemmRendering:
     def _rounded(kernel: GemmKernel, side: str) -> bool:
         return getattr(kernel, side + "_round") == DType.bfloat16
 
-    def _gemm(self, k: int, kernel: GemmKernel):
-        from .triton import Launch
+    def _gemm(self, k: int, kernel: GemmKernel, epilogue=None):
+        """The GEMM kernel's source and launch. ``epilogue``: ``(kernel, value, vars, store_product)`` of the
+        elementwise kernel after an unbatched GEMM that reads the product only at its own element
+        (:func:`luminal.codegen.groups.epilogue_value`: a bias, an activation, autocast's rounding): it is
+        computed on the accumulator tile before it leaves the registers and stored; the product itself is stored
+        only when ``store_product`` (another kernel or the host reads it)."""
+        from .triton import BodyWriter, Launch
         dtype = kernel.dtype
         if dtype not in (DType.float32, DType.float64):
             raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
         nb = len(kernel.dims) - 2
-        lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"])
+        lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+                                            also=None if epilogue is None else epilogue[0])
         M, N = kernel.dims[nb], kernel.dims[nb + 1]
         K = kernel.a_view.dims[nb + 2]
         batch = self._numel(kernel.dims[:nb])
@@ -115,9 +122,23 @@ class GemmRendering:
         else:
             lines.append(f"{ind}acc = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
         lines += ["    cm = m[:, None]",
-                  "    cn = n[None, :]",
-                  f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
-                  "mask=(cm < M) & (cn < N))"]
+                  "    cn = n[None, :]"]
+        if epilogue is None or epilogue[3]:
+            lines.append(f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
+                         "mask=(cm < M) & (cn < N))")
+        if epilogue is not None:
+            epi, value, vars_, _ = epilogue
+            lines += [f"    # epilogue -> buffer {epi.out}",
+                      "    cmask = (cm < M) & (cn < N)",
+                      "    zt = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)",
+                      "    i0 = cm",
+                      "    i1 = cn"]
+            w = BodyWriter(self, "[BLOCK_M, BLOCK_N]", live="cmask", zi="zt")
+            w.substitute = {kernel.out: "acc"}  # the product at the element's own index: the accumulator
+            result = w.emit(value, vars_)
+            lines += w.lines
+            lines.append(self._store(epi, f"{result}.to({TL_TYPE[epi.dtype]})" if epi.dtype != DType.bool
+                                     else result, "cm * N + cn", "cmask"))
         batch = self._numel(kernel.dims[:nb])
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}

@@ -138,7 +138,9 @@ class GPURuntime:
         self._swapped = frozenset()
         from .arena import lifetimes, place
 
-        offsets, total = place(lifetimes(self.program, bindings), align=256)
+        fused = self.tprogram.fused  # a GEMM's epilogue kernel runs in the GEMM's launch: the same step
+        steps = [fused.get(i, i) for i in range(len(self.program.kernels))]
+        offsets, total = place(lifetimes(self.program, bindings, steps), align=256)
         self._in_arena = set(offsets)
         self.arena_bytes = total
         self._arena = None
@@ -373,15 +375,25 @@ class GPURuntime:
                 cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
                 if cfg.cublas:  # the views are made once: the buffers stay until the bindings change
                     yield False, functools.partial(self._cublas, launch, None, self._cublas_views(launch, bindings))
+                    if launch.epilogue is not None:  # the epilogue the Triton GEMM would have fused
+                        yield True, self._plain_call(launch.epilogue, bindings)
                     continue
                 programs = gemm_programs(extra, cfg)
                 if programs > 0:
                     yield True, functools.partial(_run_triton, fn, programs, args, cfg.launch_kwargs())
                 continue
-            count = launch.grid[0].evaluate(bindings)
-            programs = -(-count // launch.grid[1])
-            if programs > 0:
-                yield True, functools.partial(_run_triton, fn, programs, args, launch.constexprs)
+            call = self._plain_call(launch, bindings, fn, args)
+            if call is not None:
+                yield True, call
+
+    def _plain_call(self, launch, bindings, fn=None, args=None):
+        """A call launching a non-GEMM kernel on its grid (None when the grid is empty)."""
+        if fn is None:
+            fn = getattr(self.module, launch.name)
+            args, _ = self._launch_args(launch, bindings)
+        count = launch.grid[0].evaluate(bindings)
+        programs = -(-count // launch.grid[1])
+        return functools.partial(_run_triton, fn, programs, args, launch.constexprs) if programs > 0 else None
 
     def _gemm_config(self, launch, fn, args, extra, tune: bool, bindings) -> "GemmConfig":
         batch, M, N, K = extra

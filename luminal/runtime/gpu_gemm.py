@@ -110,8 +110,8 @@ def _gpu_name() -> str:
 
 
 def measure_gemm(rt, launch, fn, args, extra, default: GemmConfig, bindings) -> GemmConfig:
-    """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS on its real
-    operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
+    """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS (followed by the
+    GEMM's epilogue kernel, which the Triton candidates compute in their tiles) on its real operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
     differs from the default configuration's beyond float32 accumulation-order noise is dropped. Returns the
     fastest. ``rt``: the :class:`luminal.runtime.gpu.GPURuntime` (its buffers, cuBLAS views, search level and
     log)."""
@@ -119,8 +119,11 @@ def measure_gemm(rt, launch, fn, args, extra, default: GemmConfig, bindings) -> 
 
     cupy = rt.memory.cupy
     stream = rt.memory.stream
-    out = rt._buffers[launch.out]
-    n_out = rt._sizes[launch.out]
+    # the value a candidate computes: the fused epilogue's output where the GEMM has one (cuBLAS runs it after)
+    checked = launch.out if launch.epilogue is None else launch.epilogue.out
+    out = rt._buffers[checked]
+    n_out = rt._sizes[checked]
+    epilogue = None if launch.epilogue is None else rt._plain_call(launch.epilogue, bindings)
     results = []
     ref = None
     cands = GEMM_CANDIDATES_LOWP if "num_warps" in launch.constexprs else GEMM_CANDIDATES
@@ -133,6 +136,8 @@ def measure_gemm(rt, launch, fn, args, extra, default: GemmConfig, bindings) -> 
     def run(cfg):
         if cfg.cublas:
             rt._cublas(launch, bindings, views)
+            if epilogue is not None:
+                epilogue()
         else:
             fn[(gemm_programs(extra, cfg),)](*args, **cfg.launch_kwargs(), **NO_FP_FUSION)
 
