@@ -336,6 +336,37 @@ def test_gemm_epilogues_are_computed_in_the_gemm_tiles():
     assert "acc, mask=" in second.split("# epilogue")[0]         # p's is (p.sum reads it)
 
 
+def test_runs_of_elementwise_kernels_share_one_launch():
+    """Consecutive elementwise kernels over the same elements (Adam's moment and weight updates of a parameter,
+    each reading the gradient) run in one launch, a later one taking an earlier one's output from registers
+    (the C backend's runs). Weights and moments equal the reference interpreter's after every step."""
+    from luminal import nn
+    from luminal.training import Adam
+
+    _require()
+    X, Y = rand((8, 5), 4), rand((8, 3), 5)
+    state = {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        nn.init.manual_seed(1)
+        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        x, y = cx.tensor((8, 5)).set(X), cx.tensor((8, 3)).set(Y)
+        opt = Adam(m.parameters(), lr=0.05)
+        opt.minimize(((m(x) - y) ** 2).mean())
+        cx.compile(device=device)
+        for _ in range(3):
+            cx.execute()
+        state[device] = {k: np.array(v) for k, v in m.state_dict().items()}
+        if device == DEV:
+            tp = cx.runtime.tprogram
+            stores = [tp.source.split(f"def {launch.name}(")[1].split("\ndef ")[0].count("tl.store(")
+                      for launch in tp.launches if launch.kind == "elementwise"]
+            assert max(stores) >= 3, stores  # a moment, the other moment and the weight in one launch
+            assert len(tp.launches) + len(tp.fused) == len(cx.runtime.program.kernels)
+    for k, v in state["reference"].items():
+        np.testing.assert_allclose(state[DEV][k], v, **CHAIN)
+
+
 def test_repeated_layers_share_one_function_per_distinct_kernel():
     """Kernels whose source is the same up to their names (every layer of a stack after the first) are one
     Triton function, compiled once, launched once per kernel on that kernel's own buffers: results equal the

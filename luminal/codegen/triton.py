@@ -50,7 +50,7 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
 from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
-from .groups import epilogue_value
+from .groups import epilogue_value, kernel_groups
 from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
 ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
@@ -77,6 +77,7 @@ class BodyWriter:
         self.counter = 0
         self.ex = renderer.ex
         self.substitute: dict[int, str] = {}  # buffer -> the name of a block holding it at the body's index
+        self.loads: dict[str, str] = {}  # load expression -> the temporary holding it
 
     # -- helpers
     def temp(self, expr: str) -> str:
@@ -128,7 +129,9 @@ class BodyWriter:
             loaded = f"({loaded} != 0)"
         elif dtype == DType.bfloat16:
             loaded = f"_lm_bf16_load({loaded})"
-        return self.temp(loaded)
+        if loaded not in self.loads:  # the same element read twice (x * x; a gradient read by each update of a
+            self.loads[loaded] = self.temp(loaded)  # run): one load (nothing this kernel writes is loaded)
+        return self.loads[loaded]
 
     # -- values
     def emit(self, value, vars_: tuple) -> str:
@@ -372,7 +375,14 @@ class TritonRenderer(GemmRendering):
         kernels = self.program.kernels
         _, readers, pinned = buffer_uses(self.program)
         fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
+        runs, in_run = {}, {}  # runs of elementwise kernels over the same elements: first index -> the others
+        for group in kernel_groups(self.program):
+            if len(group) > 1 and all(isinstance(kernels[i], ElementwiseKernel) for i in group):
+                runs[group[0]] = [kernels[i] for i in group[1:]]
+                in_run.update({i: group[0] for i in group[1:]})
         for k, kernel in enumerate(kernels):
+            if k in in_run:
+                continue  # computed by the run's first kernel
             epilogue = None
             if isinstance(kernel, GemmKernel) and k + 1 < len(kernels):
                 found = epilogue_value(kernel, kernels[k + 1])
@@ -380,7 +390,7 @@ class TritonRenderer(GemmRendering):
                     store = kernel.out in pinned or bool(set(readers.get(kernel.out, ())) - {k + 1})
                     epilogue = (kernels[k + 1], *found, store)
             if isinstance(kernel, ElementwiseKernel):
-                text, launch = self._elementwise(k, kernel)
+                text, launch = self._elementwise(k, kernel, runs.get(k, ()))
             elif isinstance(kernel, ReduceKernel):
                 text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
@@ -403,20 +413,21 @@ class TritonRenderer(GemmRendering):
             if epilogue is not None:
                 fused[k + 1] = launch[0]
             launches += launch
-        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, {k: k - 1 for k in fused})
+        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, {k: k - 1 for k in fused} | in_run)
 
     # -- shared pieces
-    def _header(self, k: int, kernel, extra: list[str], constexprs: list[str], also=None):
+    def _header(self, k: int, kernel, extra: list[str], constexprs: list[str], also=()):
         """The ``def`` line (pointers, error buffer, symbols, extra ints, constexprs) and the symbol casts.
-        ``also``: a kernel computed in the same function (a GEMM's epilogue), whose buffers and symbols follow."""
+        ``also``: kernels computed in the same function (a GEMM's epilogue, the rest of a run of elementwise
+        kernels), whose buffers and symbols follow."""
         if isinstance(kernel, GemmKernel):
             buffers = list(dict.fromkeys([kernel.out, kernel.a, kernel.b]))  # (a @ a.T reads one buffer twice)
         else:
             buffers = [kernel.out] + sorted(b for b in kernel_buffers(kernel) if b != kernel.out)
         syms = set()
-        for each in (kernel,) if also is None else (kernel, also):
-            if each is also:
-                buffers = list(dict.fromkeys(buffers + [also.out] + sorted(kernel_buffers(also))))
+        for each in (kernel, *also):
+            if each is not kernel:
+                buffers = list(dict.fromkeys(buffers + [each.out] + sorted(kernel_buffers(each))))
             syms |= {s for s in kernel_symbols(each) if s != "z"}
             for d in each.dims:
                 syms |= set(d.symbols())
@@ -482,8 +493,12 @@ class TritonRenderer(GemmRendering):
                 out.append(f"    {name} = {self.ex.int_(size)}")
         return out
 
-    def _elementwise(self, k: int, kernel: ElementwiseKernel):
-        lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"])
+    def _elementwise(self, k: int, kernel: ElementwiseKernel, run=()):
+        """An elementwise kernel; ``run``: the kernels after it in a run over the same elements
+        (:func:`~luminal.codegen.groups.kernel_groups`: an optimizer's weight and moment updates), computed in the
+        same function, each reading the outputs of the earlier ones only at its own element: those values are
+        taken from the registers, not loaded again."""
+        lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"], also=run)
         lines += self._constant_sizes({"numel": self._numel(kernel.dims)}, syms)
         lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
                   "    live = offs < numel",
@@ -491,10 +506,14 @@ class TritonRenderer(GemmRendering):
         unravel, vars_ = self._unravel(kernel.dims, "offs", "lm_i")
         lines += unravel
         w = BodyWriter(self, "[BLOCK]")
-        result = w.emit(kernel.value, vars_)
+        for member in (kernel, *run):
+            result = w.emit(member.value, vars_)
+            stored = f"{result}.to({TL_TYPE[member.dtype]})" if member.dtype != DType.bool else result
+            w.lines.append(self._store(member, stored, "offs", "live"))
+            # a later member reads this output as stored: bfloat16 values are bfloat16 already (float32 blocks,
+            # as loads give them), other types are what the store converts to
+            w.substitute[member.out] = result if member.dtype in (DType.bool, DType.bfloat16) else w.temp(stored)
         lines += w.lines
-        lines.append(self._store(kernel, f"{result}.to({TL_TYPE[kernel.dtype]})" if kernel.dtype != DType.bool
-                                 else result, "offs", "live"))
         numel = self._numel(kernel.dims)
         launch = Launch(f"kernel_{k}", "elementwise", buffers, syms, [numel], {"BLOCK": ELEMENTWISE_BLOCK},
                         (numel, ELEMENTWISE_BLOCK), kernel.out)

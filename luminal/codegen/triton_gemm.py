@@ -50,7 +50,7 @@ class GemmRendering:
             raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
         nb = len(kernel.dims) - 2
         lines, buffers, syms = self._header(k, kernel, ["n_batch", "M", "N", "K"], ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-                                            also=None if epilogue is None else epilogue[0])
+                                            also=() if epilogue is None else (epilogue[0],))
         M, N = kernel.dims[nb], kernel.dims[nb + 1]
         K = kernel.a_view.dims[nb + 2]
         batch = self._numel(kernel.dims[:nb])
