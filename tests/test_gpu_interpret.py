@@ -336,6 +336,36 @@ def test_gemm_epilogues_are_computed_in_the_gemm_tiles():
     assert "acc, mask=" in second.split("# epilogue")[0]         # p's is (p.sum reads it)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_groups_run_as_one_kernel(dtype):
+    """Softmax, log-softmax, layer norm (mean, variance, normalize) and a masked softmax over rows are row groups
+    (the C backend's fused loop nests): each is one launch whose program holds its rows in registers, the
+    reductions and row-wise kernels reading the earlier ones' results from there. Rows with -inf (masked), NaN,
+    all -inf (softmax NaN), a wide spread; an odd extent (37, masked lanes); a symbolic row count; results equal
+    the reference's."""
+    dt = lm.DType(np.dtype(dtype).name)
+
+    def make(cx):
+        x, keep = cx.tensor(("r", 37), dt), cx.tensor((37,), "bool")
+        masked = lm.where(keep, x, float("-inf")).softmax(-1)
+        return [x, keep], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1), masked]
+
+    x = rand((12, 37), 1, dtype) * 4
+    x[0, ::3] = -np.inf
+    x[1, 5] = np.nan
+    x[2, :] = -np.inf
+    x[3] *= 1e3
+    keep = rand((37,), 2, np.bool_)
+    runtime = compare(make, [(x, keep), (x[:9] * 0.5, ~keep)], rtol=1e-5, atol=1e-6)
+    tp, kernels = runtime.tprogram, runtime.program.kernels
+    assert len(tp.launches) + len(tp.fused) == len(kernels)
+    # the reductions over x's rows (softmax's, log-softmax's, layer norm's) and the row-wise kernels after them
+    # are one group; the masked softmax another (its mask's where() is a kernel of its own before it)
+    assert len(kernels) >= 15 and len(tp.launches) <= 4, [(launch.name, launch.kind) for launch in tp.launches]
+    assert all(i in tp.fused or f"kernel_{i}" in {launch.name for launch in tp.launches}
+               for i, k in enumerate(kernels) if type(k).__name__ == "ReduceKernel")
+
+
 def test_runs_of_elementwise_kernels_share_one_launch():
     """Consecutive elementwise kernels over the same elements (Adam's moment and weight updates of a parameter,
     each reading the gradient) run in one launch, a later one taking an earlier one's output from registers

@@ -21,9 +21,11 @@ The kernels are the CPU backend's (same lowering, same fusion); only the renderi
   the product only at its own element (:func:`~luminal.codegen.groups.epilogue_value`: bias, activation,
   rounding) is computed on the accumulator tile in the GEMM's launch (its own function stays, for a product
   computed by cuBLAS: ``Launch.epilogue``; ``TritonProgram.fused`` tells the arena planner).
-* **Row groups** (the C backend renders softmax / layer norm's reduce + normalize kernels as one loop nest,
-  :mod:`luminal.codegen.groups`) are *not* rendered here: each kernel of a group runs as its own Triton kernel.
-  Lowering needs no switch for this: row groups are a C-renderer decision, not part of the kernel IR.
+* **Row groups** (softmax / layer norm's reductions and row-wise kernels, :mod:`luminal.codegen.groups`, as the C
+  backend's loop nests) are one kernel holding its rows in registers (:mod:`luminal.codegen.triton_reduce`)
+  when the row is one constant chunk and the outputs float32/float64; **runs** of elementwise kernels over the
+  same elements (an optimizer's updates) are one kernel. Lowering needs no switch: these are renderer
+  decisions, not part of the kernel IR.
 
 Semantics follow the reference exactly where the hardware allows: integer floor division/modulo (Triton's
 ``//``/``%`` truncate, like C, so the same correction as ``LUMINAL_FLOORDIV``/``LUMINAL_FLOORMOD`` is applied
@@ -47,17 +49,14 @@ from ..dtype import DType, wrap_int
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped, ScatterKernel)
-from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text, _pow2,
+from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text,
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
+from .triton_reduce import ReduceRendering, row_group_fusable
 from .groups import epilogue_value, kernel_groups
 from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
 ELEMENTWISE_BLOCK = 1024   # outputs per program of an elementwise kernel
-SCATTER_BLOCK = 128        # positions (off the scattered axis) per program of a ScatterAdd: more programs for narrow rows
-REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
-REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to this is one chunk)
-REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
 
 # ---------------------------------------------------------------------------- kernel bodies
 class BodyWriter:
@@ -352,7 +351,7 @@ class TritonProgram:
     fused: dict = field(default_factory=dict)  # kernel index -> the GEMM kernel index whose launch computes it
 
 
-class TritonRenderer(GemmRendering):
+class TritonRenderer(GemmRendering, ReduceRendering):
     """Turns a :class:`Program` into a :class:`TritonProgram` (see the module docstring)."""
 
     def __init__(self, program: Program, interpret: bool = False):
@@ -375,11 +374,19 @@ class TritonRenderer(GemmRendering):
         kernels = self.program.kernels
         _, readers, pinned = buffer_uses(self.program)
         fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
-        runs, in_run = {}, {}  # runs of elementwise kernels over the same elements: first index -> the others
+        # runs of elementwise kernels over the same elements, and row groups: first index -> the others
+        runs, row_groups, in_run = {}, {}, {}
         for group in kernel_groups(self.program):
-            if len(group) > 1 and all(isinstance(kernels[i], ElementwiseKernel) for i in group):
-                runs[group[0]] = [kernels[i] for i in group[1:]]
-                in_run.update({i: group[0] for i in group[1:]})
+            if len(group) < 2:
+                continue
+            members = [kernels[i] for i in group]
+            if all(isinstance(m, ElementwiseKernel) for m in members):
+                runs[group[0]] = members[1:]
+            elif isinstance(members[0], ReduceKernel) and row_group_fusable(members):
+                row_groups[group[0]] = members
+            else:
+                continue
+            in_run.update({i: group[0] for i in group[1:]})
         for k, kernel in enumerate(kernels):
             if k in in_run:
                 continue  # computed by the run's first kernel
@@ -391,6 +398,8 @@ class TritonRenderer(GemmRendering):
                     epilogue = (kernels[k + 1], *found, store)
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()))
+            elif k in row_groups:
+                text, launch = self._row_group(k, row_groups[k])
             elif isinstance(kernel, ReduceKernel):
                 text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
@@ -518,107 +527,6 @@ class TritonRenderer(GemmRendering):
         launch = Launch(f"kernel_{k}", "elementwise", buffers, syms, [numel], {"BLOCK": ELEMENTWISE_BLOCK},
                         (numel, ELEMENTWISE_BLOCK), kernel.out)
         return "\n".join(lines), launch
-
-    def _reduce(self, k: int, kernel: ReduceKernel):
-        dtype = kernel.dtype
-        if dtype == DType.bool:
-            raise NotImplementedError("Triton backend: reduction over bool")
-        lines, buffers, syms = self._header(k, kernel, ["n_rows", "extent"], ["BLOCK_M", "BLOCK_K"])
-        lines += self._constant_sizes({"n_rows": self._numel(kernel.dims), "extent": to_expr(kernel.extent)}, syms)
-        acc_dtype = DType.float32 if dtype == DType.float16 else dtype
-        acc_tt = TL_TYPE[acc_dtype]
-        if kernel.kind == "sum":
-            ident = "0"
-        elif dtype.is_float:
-            ident = 'float("-inf")'
-        else:
-            ident = _int_text(dtype.min, dtype)
-        lines += ["    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)",
-                  "    rows_live = rows < n_rows",
-                  "    rr = rows[:, None]",
-                  "    row_live = rr < n_rows"]
-        unravel, out_vars = self._unravel(kernel.dims, "rr", "lm_i")
-        lines += unravel
-        lines.append(f"    acc = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc_tt})")
-        lines.append("    for k0 in range(0, extent, BLOCK_K):")
-        ind = "        "
-        lines += [f"{ind}lm_r = k0 + tl.arange(0, BLOCK_K)[None, :]",
-                  f"{ind}live = row_live & (lm_r < extent)",
-                  f"{ind}zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)"]
-        rvar = Expression.symbol("lm_r", kernel.extent - 1)
-        in_vars = out_vars[:kernel.axis] + (rvar,) + out_vars[kernel.axis:]
-        w = BodyWriter(self, "[BLOCK_M, BLOCK_K]", indent=ind)
-        v = w.emit(kernel.value, in_vars)
-        lines += w.lines
-        v = f"{v}.to({acc_tt})"
-        if kernel.kind == "sum":
-            lines.append(f"{ind}acc = acc + tl.where(live, {v}, 0)")
-            lines.append("    out = tl.sum(acc, axis=1)")
-        else:
-            lines.append(f"{ind}acc = _lm_max(acc, tl.where(live, {v}, {ident}))")
-            lines.append("    out = tl.max(acc, axis=1)")
-            if dtype.is_float:  # a NaN lane makes the row NaN (tl.max itself need not propagate it)
-                lines.append("    out = tl.where(tl.max((acc != acc).to(tl.int32), axis=1) > 0, float(\"nan\"), out)")
-        lines.append(self._store(kernel, f"out.to({TL_TYPE[dtype]})", "rows", "rows_live"))
-        ext = kernel.extent.to_int()
-        bk = min(_pow2(ext), REDUCE_MAX_K) if ext is not None else REDUCE_SYMBOLIC_K
-        bk = max(bk, 2)
-        n_rows = self._numel(kernel.dims)
-        bm = max(1, REDUCE_TILE // bk)
-        if n_rows.to_int() is not None:
-            bm = min(bm, _pow2(n_rows.to_int()))
-        bm = max(bm, 2)
-        launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, kernel.extent],
-                        {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), kernel.out)
-        return "\n".join(lines), launch
-
-    def _scatter(self, k: int, kernel: ScatterKernel):
-        """A ScatterAdd without atomics, deterministic, as two launches: ``kernel_<k>_zero`` fills the output with
-        zeros (all of it in parallel), then in ``kernel_<k>`` a program owns ``SCATTER_BLOCK`` positions of the
-        axes other than the scattered one and walks the scattered axis in order, adding each source value at the
-        row its index names (its lanes always write distinct elements). The walk is sequential per program: an
-        embedding table of width 384 is 3 programs walking every token (not measured on a GPU yet)."""
-        dtype, axis, dims = kernel.dtype, kernel.axis, tuple(kernel.dims)
-        if dtype not in TL_TYPE or dtype in (DType.bool, DType.float16, DType.bfloat16):
-            raise NotImplementedError(f"Triton backend: ScatterAdd in {dtype}")
-        lines, buffers, syms = self._header(k, kernel, ["n_rest", "n_axis", "size"], ["BLOCK"])
-        rest = dims[:axis] + dims[axis + 1:]
-        lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-                  "    live = offs < n_rest",
-                  "    zi = tl.zeros([BLOCK], tl.int64)"]
-        unravel, rvars = self._unravel(rest, "offs", "lm_i")
-        lines += unravel
-        out_dims = dims[:axis] + (to_expr(kernel.size),) + dims[axis + 1:]
-        strides = ShapeTracker.contiguous_of(out_dims).strides
-        base = to_expr(0)
-        for v, s in zip(rvars, strides[:axis] + strides[axis + 1:]):
-            base = base + v * s
-        ptr = self.pointer(kernel.out)
-        tt = TL_TYPE[dtype]
-        lines += [f"    lm_base = {self.ex.int_(base)} + zi",
-                  "    for lm_a in range(0, n_axis):"]
-        avar = Expression.symbol("lm_a", dims[axis] - 1)
-        w = BodyWriter(self, "[BLOCK]", indent="        ")
-        vars_ = rvars[:axis] + (avar,) + rvars[axis:]
-        idx = w.emit(kernel.value.args[0], vars_)
-        src = w.emit(kernel.value.args[1], vars_)
-        lines += w.lines
-        lines += [f"        lm_k = {idx}.to(tl.int64) + zi",
-                  "        lm_bad = live & ((lm_k < 0) | (lm_k >= size))",
-                  "        tl.store(err_ptr + zi, tl.full([BLOCK], 4, tl.int32), mask=lm_bad)",
-                  "        lm_ok = live & (lm_k >= 0) & (lm_k < size)",
-                  f"        lm_at = {ptr} + lm_base + lm_k * {self.ex.int_(strides[axis])}",
-                  f"        tl.store(lm_at, tl.load(lm_at, mask=lm_ok, other=0) + ({src}).to({tt}), mask=lm_ok)"]
-        n_rest = self._numel(rest)
-        launch = Launch(f"kernel_{k}", "scatter", buffers, syms, [n_rest, dims[axis], to_expr(kernel.size)],
-                        {"BLOCK": SCATTER_BLOCK}, (n_rest, SCATTER_BLOCK), kernel.out)
-        n_out = self._numel(out_dims)
-        zero = [f"@triton.jit(do_not_specialize=['numel'])", f"def kernel_{k}_zero(out, err_ptr, numel, BLOCK: tl.constexpr):",
-                "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-                f"    tl.store(out + offs, tl.zeros([BLOCK], {tt}), mask=offs < numel)"]
-        zero_launch = Launch(f"kernel_{k}_zero", "elementwise", [kernel.out], [], [n_out],
-                             {"BLOCK": ELEMENTWISE_BLOCK}, (n_out, ELEMENTWISE_BLOCK), kernel.out)
-        return "\n".join(zero + ["", ""] + lines), [zero_launch, launch]
 
 
 def render(program: Program, interpret: bool = False) -> TritonProgram:
