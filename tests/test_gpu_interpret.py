@@ -364,6 +364,12 @@ def test_row_groups_run_as_one_kernel(dtype):
     assert len(kernels) >= 15 and len(tp.launches) <= 4, [(launch.name, launch.kind) for launch in tp.launches]
     assert all(i in tp.fused or f"kernel_{i}" in {launch.name for launch in tp.launches}
                for i, k in enumerate(kernels) if type(k).__name__ == "ReduceKernel")
+    # a group stores its results only (the maxima, sums, means, variances, exponentials stay in registers)
+    for lead in {g for g in tp.fused.values()}:
+        members = [lead] + [i for i, g in tp.fused.items() if g == lead]
+        results = sum(kernels[i].out in runtime.program.outputs for i in members)
+        text = tp.source.split(f"def kernel_{lead}(")[1].split("\ndef ")[0]
+        assert text.count("tl.store(b") == results < len(members)
 
 
 def test_runs_of_elementwise_kernels_share_one_launch():

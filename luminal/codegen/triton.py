@@ -375,7 +375,7 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         _, readers, pinned = buffer_uses(self.program)
         fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
         # runs of elementwise kernels over the same elements, and row groups: first index -> the others
-        runs, row_groups, in_run = {}, {}, {}
+        runs, row_groups, in_run, unread = {}, {}, {}, set()
         for group in kernel_groups(self.program):
             if len(group) < 2:
                 continue
@@ -387,6 +387,9 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             else:
                 continue
             in_run.update({i: group[0] for i in group[1:]})
+            # outputs read only inside their group (an exp that the sum and the normalize read) are not stored
+            unread.update(m.out for i, m in zip(group, members)
+                          if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
         for k, kernel in enumerate(kernels):
             if k in in_run:
                 continue  # computed by the run's first kernel
@@ -397,9 +400,9 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                     store = kernel.out in pinned or bool(set(readers.get(kernel.out, ())) - {k + 1})
                     epilogue = (kernels[k + 1], *found, store)
             if isinstance(kernel, ElementwiseKernel):
-                text, launch = self._elementwise(k, kernel, runs.get(k, ()))
+                text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
-                text, launch = self._row_group(k, row_groups[k])
+                text, launch = self._row_group(k, row_groups[k], unread)
             elif isinstance(kernel, ReduceKernel):
                 text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
@@ -502,11 +505,12 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 out.append(f"    {name} = {self.ex.int_(size)}")
         return out
 
-    def _elementwise(self, k: int, kernel: ElementwiseKernel, run=()):
+    def _elementwise(self, k: int, kernel: ElementwiseKernel, run=(), unread=frozenset()):
         """An elementwise kernel; ``run``: the kernels after it in a run over the same elements
         (:func:`~luminal.codegen.groups.kernel_groups`: an optimizer's weight and moment updates), computed in the
         same function, each reading the outputs of the earlier ones only at its own element: those values are
-        taken from the registers, not loaded again."""
+        taken from the registers, not loaded again. Outputs in ``unread`` (read only by the run) are not
+        stored."""
         lines, buffers, syms = self._header(k, kernel, ["numel"], ["BLOCK"], also=run)
         lines += self._constant_sizes({"numel": self._numel(kernel.dims)}, syms)
         lines += ["    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
@@ -518,7 +522,8 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         for member in (kernel, *run):
             result = w.emit(member.value, vars_)
             stored = f"{result}.to({TL_TYPE[member.dtype]})" if member.dtype != DType.bool else result
-            w.lines.append(self._store(member, stored, "offs", "live"))
+            if member.out not in unread:
+                w.lines.append(self._store(member, stored, "offs", "live"))
             # a later member reads this output as stored: bfloat16 values are bfloat16 already (float32 blocks,
             # as loads give them), other types are what the store converts to
             w.substitute[member.out] = result if member.dtype in (DType.bool, DType.bfloat16) else w.temp(stored)

@@ -72,11 +72,12 @@ class ReduceRendering:
     """The reduction part of the renderer (needs the renderer's ``program``, ``ex``, ``pointer``, ``_header``,
     ``_unravel``, ``_numel``, ``_constant_sizes`` and ``_store``)."""
 
-    def _row_group(self, k: int, members: list):
+    def _row_group(self, k: int, members: list, unread=frozenset()):
         """One kernel computing a row group (``members``: its kernels, the first a reduction over the innermost
         axis of its rows, :func:`row_group_fusable`): a program owns ``BLOCK_M`` rows, each a single
         ``BLOCK_K`` chunk, and computes the members in order; a member reads an earlier one's output from
-        registers (a row's scalar broadcast along the row, or the same element), never from memory."""
+        registers (a row's scalar broadcast along the row, or the same element), never from memory. Outputs in
+        ``unread`` (read only inside the group) are not stored."""
         from .triton import BodyWriter, Launch
         red = members[0]
         rows = tuple(red.dims)
@@ -108,12 +109,14 @@ class ReduceRendering:
                 v = w.emit(member.value, out_vars + (rvar,))
                 w.lines.append(f"    lm_acc{j} = tl.where(live, {v}.to({acc_tt}), {ident})")
                 w.lines += _across_lanes(member, f"lm_acc{j}", f"lm_out{j}")
-                w.lines.append(self._store(member, f"lm_out{j}.to({tt})", "rows", "rows_live"))
+                if member.out not in unread:
+                    w.lines.append(self._store(member, f"lm_out{j}.to({tt})", "rows", "rows_live"))
                 substitute[member.out] = w.temp(f"lm_out{j}.to({tt})[:, None]")
             else:
                 v = w.emit(member.value, out_vars + ((rvar,) if inner else (to_expr(0),) * (len(member.dims) - n)))
-                w.lines.append(self._store(member, f"{v}.to({tt})", "rr * extent + lm_r" if inner else "rr",
-                                           "live" if inner else "row_live"))
+                if member.out not in unread:
+                    w.lines.append(self._store(member, f"{v}.to({tt})", "rr * extent + lm_r" if inner else "rr",
+                                               "live" if inner else "row_live"))
                 substitute[member.out] = w.temp(f"{v}.to({tt})")
             counter = w.counter
             lines += w.lines
