@@ -372,6 +372,20 @@ def test_row_groups_run_as_one_kernel(dtype):
         assert text.count("tl.store(b") == results < len(members)
 
 
+def test_row_groups_with_bfloat16_results_are_bit_exact():
+    """A bfloat16 softmax / log-softmax (computed in float32, rounded once: PyTorch's CPU kernels) is a row group
+    with a bfloat16 member; fused, its results are the reference's bit for bit."""
+    def make(cx):
+        x = cx.tensor((16, 40), "bfloat16")
+        return [x], [x.softmax(-1), x.log_softmax(-1)]
+
+    x = (rand((16, 40), 3) * 5).astype(lm.bfloat16.numpy)
+    x[0, :7] = -np.inf
+    runtime = compare(make, [(x,)], rtol=0, atol=0)
+    assert runtime.tprogram.fused and any(type(runtime.program.kernels[g]).__name__ == "ReduceKernel"
+                                          for g in runtime.tprogram.fused.values())
+
+
 def test_runs_of_elementwise_kernels_share_one_launch():
     """Consecutive elementwise kernels over the same elements (Adam's moment and weight updates of a parameter,
     each reading the gradient) run in one launch, a later one taking an earlier one's output from registers

@@ -17,7 +17,7 @@ SCATTER_BLOCK = 128        # positions (off the scattered axis) per program of a
 REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
 REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to this is one chunk)
 REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
-ROW_GROUP_TYPES = (DType.float32, DType.float64)  # row groups whose every output is of these types are fused
+ROW_GROUP_TYPES = (DType.float32, DType.float64)  # the reductions of a fused row group are of these types
 
 
 def _accumulator(kernel: ReduceKernel) -> tuple[str, str]:
@@ -52,12 +52,14 @@ def _blocks(extent, n_rows) -> tuple[int, int]:
 
 def row_group_fusable(members) -> bool:
     """Whether a row group (its kernels, from :func:`~luminal.codegen.groups.kernel_groups`) can be one Triton
-    kernel: the reduced extent is a constant of one chunk (at most ``REDUCE_MAX_K``), every output is float32 or
-    float64, and no per-row kernel reads an output over the rows' elements (it would read one element of the
-    row, which the kernel does not hold as such)."""
+    kernel: the reduced extent is a constant of one chunk (at most ``REDUCE_MAX_K``), every reduction is float32
+    or float64 (the elementwise members may be of any type: autocast's rounding of a softmax to bfloat16), and
+    no per-row kernel reads an output over the rows' elements (it would read one element of the row, which the
+    kernel does not hold as such)."""
     red = members[0]
     ext = to_expr(red.extent).to_int()
-    if ext is None or ext > REDUCE_MAX_K or any(m.dtype not in ROW_GROUP_TYPES for m in members):
+    if ext is None or ext > REDUCE_MAX_K or any(
+            m.dtype not in ROW_GROUP_TYPES for m in members if isinstance(m, ReduceKernel)):
         return False
     n = len(red.dims)
     interior = {m.out for m in members if isinstance(m, ElementwiseKernel) and len(m.dims) > n and m.dims[n] != 1}
@@ -114,10 +116,12 @@ class ReduceRendering:
                 substitute[member.out] = w.temp(f"lm_out{j}.to({tt})[:, None]")
             else:
                 v = w.emit(member.value, out_vars + ((rvar,) if inner else (to_expr(0),) * (len(member.dims) - n)))
+                stored = f"{v}.to({tt})" if member.dtype != DType.bool else v
                 if member.out not in unread:
-                    w.lines.append(self._store(member, f"{v}.to({tt})", "rr * extent + lm_r" if inner else "rr",
+                    w.lines.append(self._store(member, stored, "rr * extent + lm_r" if inner else "rr",
                                                "live" if inner else "row_live"))
-                substitute[member.out] = w.temp(f"{v}.to({tt})")
+                # as stored (bfloat16 values are bfloat16 already, in float32 blocks as loads give them)
+                substitute[member.out] = v if member.dtype in (DType.bool, DType.bfloat16) else w.temp(stored)
             counter = w.counter
             lines += w.lines
         bm, bk = _blocks(red.extent, n_rows)
