@@ -90,6 +90,20 @@ def compare(make, feeds, rtol=1e-5, atol=1e-5):
     return runtime
 
 
+def _mlp_training_step(make_optimizer):
+    """A graph training a 5-8-3 tanh MLP (seeded weights) on one fixed batch with ``make_optimizer(parameters)``:
+    ``(graph, model, x, x's array)``."""
+    from luminal import nn
+
+    X, Y = rand((8, 5), 4), rand((8, 3), 5)
+    cx = lm.Graph()
+    nn.init.manual_seed(1)
+    m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    x, y = cx.tensor((8, 5)).set(X), cx.tensor((8, 3)).set(Y)
+    make_optimizer(m.parameters()).minimize(((m(x) - y) ** 2).mean())
+    return cx, m, x, X
+
+
 def rand(shape, seed=0, dtype=np.float32, low=-3, high=3):
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind == "i":
@@ -390,19 +404,12 @@ def test_runs_of_elementwise_kernels_share_one_launch():
     """Consecutive elementwise kernels over the same elements (Adam's moment and weight updates of a parameter,
     each reading the gradient) run in one launch, a later one taking an earlier one's output from registers
     (the C backend's runs). Weights and moments equal the reference interpreter's after every step."""
-    from luminal import nn
     from luminal.training import Adam
 
     _require()
-    X, Y = rand((8, 5), 4), rand((8, 3), 5)
     state = {}
     for device in ("reference", DEV):
-        cx = lm.Graph()
-        nn.init.manual_seed(1)
-        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
-        x, y = cx.tensor((8, 5)).set(X), cx.tensor((8, 3)).set(Y)
-        opt = Adam(m.parameters(), lr=0.05)
-        opt.minimize(((m(x) - y) ** 2).mean())
+        cx, m, _, _ = _mlp_training_step(lambda params: Adam(params, lr=0.05))
         cx.compile(device=device)
         for _ in range(3):
             cx.execute()
@@ -674,18 +681,12 @@ def test_carried_training_state_stays_on_the_device():
     """SGD + momentum with a fixed batch: after the first step the weights and moments are not copied to the
     device again (only the batch, the hyperparameters and the error flag), the carried arrays are read-only, and the weights equal
     the reference interpreter's after every step."""
-    from luminal import nn
     from luminal.training import SGD
 
     _require()
-    X, Y = rand((8, 5), 4), rand((8, 3), 5)
     weights = {}
     for device in ("reference", DEV):
-        cx = lm.Graph()
-        nn.init.manual_seed(1)
-        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
-        x, y = cx.tensor((8, 5)).set(X), cx.tensor((8, 3)).set(Y)
-        SGD(m.parameters(), lr=0.1, momentum=0.9).minimize(((m(x) - y) ** 2).mean())
+        cx, m, x, X = _mlp_training_step(lambda params: SGD(params, lr=0.1, momentum=0.9))
         cx.compile(device=device)
         calls = _count_uploads(cx.runtime) if device == DEV else []
         for step in range(4):
