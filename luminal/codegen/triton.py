@@ -348,7 +348,7 @@ class TritonProgram:
     source: str
     launches: list = field(default_factory=list)
     symbols: list = field(default_factory=list)
-    fused: dict = field(default_factory=dict)  # kernel index -> the GEMM kernel index whose launch computes it
+    fused: dict = field(default_factory=dict)  # kernel index -> the kernel index whose launch computes it
 
 
 class TritonRenderer(GemmRendering, ReduceRendering):
@@ -374,31 +374,32 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         kernels = self.program.kernels
         _, readers, pinned = buffer_uses(self.program)
         fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
-        # runs of elementwise kernels over the same elements, and row groups: first index -> the others
-        runs, row_groups, in_run, unread = {}, {}, {}, set()
+        # the renderers' groups (kernel_groups): a GEMM and its epilogue, runs of elementwise kernels over the same
+        # elements, row groups; first index -> the epilogue kernel / the other members
+        epilogues, runs, row_groups, in_run, unread = {}, {}, {}, {}, set()
         for group in kernel_groups(self.program):
             if len(group) < 2:
                 continue
             members = [kernels[i] for i in group]
-            if all(isinstance(m, ElementwiseKernel) for m in members):
+            if isinstance(members[0], GemmKernel):
+                epilogues[group[0]] = members[1]
+            elif all(isinstance(m, ElementwiseKernel) for m in members):
                 runs[group[0]] = members[1:]
             elif isinstance(members[0], ReduceKernel) and row_group_fusable(members):
                 row_groups[group[0]] = members
             else:
                 continue
-            in_run.update({i: group[0] for i in group[1:]})
-            # outputs read only inside their group (an exp that the sum and the normalize read) are not stored
-            unread.update(m.out for i, m in zip(group, members)
-                          if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
+            if not isinstance(members[0], GemmKernel):  # (an epilogue's own function is rendered: see Launch)
+                in_run.update({i: group[0] for i in group[1:]})
+            # outputs read only inside their group (a product its epilogue reads, an exp that the sum and the
+            # normalize read) are not stored
+            unread.update(m.out for m in members if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
         for k, kernel in enumerate(kernels):
             if k in in_run:
                 continue  # computed by the run's first kernel
             epilogue = None
-            if isinstance(kernel, GemmKernel) and k + 1 < len(kernels):
-                found = epilogue_value(kernel, kernels[k + 1])
-                if found is not None:
-                    store = kernel.out in pinned or bool(set(readers.get(kernel.out, ())) - {k + 1})
-                    epilogue = (kernels[k + 1], *found, store)
+            if k in epilogues:
+                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k]), kernel.out not in unread)
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
