@@ -386,6 +386,31 @@ def test_row_groups_run_as_one_kernel(dtype):
         assert text.count("tl.store(b") == results < len(members)
 
 
+def test_row_groups_over_a_symbolic_extent_size_at_each_binding(monkeypatch):
+    """A row group over a symbolic extent (attention's softmax over a symbolic key length) is one kernel whose
+    block sizes are chosen at each binding; where the rows are longer than one chunk (1100 > 1024) its kernels
+    run one by one instead. Results equal the reference's at both bindings; the fused kernel runs at the
+    short binding only."""
+    import luminal.runtime.gpu as gpu
+
+    ran = []
+    real = gpu._run_triton
+    monkeypatch.setattr(gpu, "_run_triton", lambda fn, programs, args, kwargs: (
+        ran.append((fn.__name__, kwargs.get("BLOCK_K"))), real(fn, programs, args, kwargs))[1])
+
+    def make(cx):
+        x = cx.tensor(("r", "n"))
+        return [x], [x.softmax(-1), x.layer_norm(-1)]
+
+    feeds = [(rand((9, 37), 1),), (rand((3, 1100), 2),), (rand((10, 200), 3),)]
+    runtime = compare(make, feeds, rtol=1e-5, atol=1e-6)
+    group = [launch for launch in runtime.tprogram.launches if launch.fallback]
+    assert len(group) == 1 and group[0].row_extent is not None
+    fused = [block for name, block in ran if name == group[0].name]
+    assert fused == [64, 256], ran  # n = 37 and n = 200 (first execute of each binding); 1100: one by one
+    assert {f.name for f in group[0].fallback} & {name for name, _ in ran}
+
+
 def test_row_groups_with_bfloat16_results_are_bit_exact():
     """A bfloat16 softmax / log-softmax (computed in float32, rounded once: PyTorch's CPU kernels) is a row group
     with a bfloat16 member; fused, its results are the reference's bit for bit."""

@@ -334,6 +334,11 @@ class Launch:
     # a GEMM computing the next kernel as its epilogue: that kernel's own launch, run after the GEMM when cuBLAS
     # computes the product instead (the fused Triton kernel needs none)
     epilogue: "Launch | None" = None
+    # a row group over a symbolic extent: the extent (its block sizes are chosen at each binding, the grid over
+    # ``grid[0]`` rows) and the launches of its kernels one by one, run instead where the extent is longer than
+    # one chunk
+    row_extent: "Expression | None" = None
+    fallback: list = field(default_factory=list)
 
 
 def _anonymous(text: str, name: str) -> str:
@@ -376,7 +381,7 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
         # the renderers' groups (kernel_groups): a GEMM and its epilogue, runs of elementwise kernels over the same
         # elements, row groups; first index -> the epilogue kernel / the other members
-        epilogues, runs, row_groups, in_run, unread = {}, {}, {}, {}, set()
+        epilogues, runs, row_groups, row_group_index, in_run, unread = {}, {}, {}, {}, {}, set()
         for group in kernel_groups(self.program):
             if len(group) < 2:
                 continue
@@ -387,6 +392,7 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 runs[group[0]] = members[1:]
             elif isinstance(members[0], ReduceKernel) and row_group_fusable(members):
                 row_groups[group[0]] = members
+                row_group_index[group[0]] = group
             else:
                 continue
             if not isinstance(members[0], GemmKernel):  # (an epilogue's own function is rendered: see Launch)
@@ -394,6 +400,20 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             # outputs read only inside their group (a product its epilogue reads, an exp that the sum and the
             # normalize read) are not stored
             unread.update(m.out for m in members if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
+        def add(k, text: str, launch) -> list:
+            """Put the function of kernel ``k`` (its index, or a label: ``5_one``) into the module unless an
+            earlier kernel has the same one (the same layer again: its launches then call that function);
+            returns the launches."""
+            launch = launch if isinstance(launch, list) else [launch]
+            own = f"kernel_{k}"
+            first = first_of.setdefault(_anonymous(text, own), own)
+            if first == own:
+                parts.extend(["", text])
+            else:
+                for item in launch:
+                    item.name = first + item.name[len(own):]
+            return launch
+
         for k, kernel in enumerate(kernels):
             if k in in_run:
                 continue  # computed by the run's first kernel
@@ -404,22 +424,14 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
                 text, launch = self._row_group(k, row_groups[k], unread)
-            elif isinstance(kernel, ReduceKernel):
-                text, launch = self._reduce(k, kernel)
             elif isinstance(kernel, GemmKernel):
                 text, launch = self._gemm(k, kernel, epilogue)
-            elif isinstance(kernel, ScatterKernel):
-                text, launch = self._scatter(k, kernel)
             else:
-                raise NotImplementedError(f"Triton backend: no rendering for kernel kind {type(kernel).__name__}")
-            launch = launch if isinstance(launch, list) else [launch]
-            own = f"kernel_{k}"
-            first = first_of.setdefault(_anonymous(text, own), own)
-            if first == own:
-                parts += ["", text]
-            else:  # the same kernel as an earlier one (the same layer again): launch that function
-                for item in launch:
-                    item.name = first + item.name[len(own):]
+                text, launch = self._single(k, kernel)
+            launch = add(k, text, launch)
+            if k in row_groups and launch[0].row_extent is not None:  # each kernel on its own, for long rows
+                launch[0].fallback = [item for i in row_group_index[k]
+                                      for item in add(f"{i}_one", *self._single(f"{i}_one", kernels[i]))]
             if k in fused:
                 fused[k].epilogue = launch[0]
                 continue
@@ -427,6 +439,19 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 fused[k + 1] = launch[0]
             launches += launch
         return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, {k: k - 1 for k in fused} | in_run)
+
+    def _single(self, k, kernel):
+        """The source and launch(es) of kernel ``k`` rendered on its own (``k``: its index, or a label for a
+        second rendering of it)."""
+        if isinstance(kernel, ElementwiseKernel):
+            return self._elementwise(k, kernel)
+        if isinstance(kernel, ReduceKernel):
+            return self._reduce(k, kernel)
+        if isinstance(kernel, GemmKernel):
+            return self._gemm(k, kernel)
+        if isinstance(kernel, ScatterKernel):
+            return self._scatter(k, kernel)
+        raise NotImplementedError(f"Triton backend: no rendering for kernel kind {type(kernel).__name__}")
 
     # -- shared pieces
     def _header(self, k: int, kernel, extra: list[str], constexprs: list[str], also=()):

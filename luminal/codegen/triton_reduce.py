@@ -52,13 +52,14 @@ def _blocks(extent, n_rows) -> tuple[int, int]:
 
 def row_group_fusable(members) -> bool:
     """Whether a row group (its kernels, from :func:`~luminal.codegen.groups.kernel_groups`) can be one Triton
-    kernel: the reduced extent is a constant of one chunk (at most ``REDUCE_MAX_K``), every reduction is float32
+    kernel: the reduced extent is a constant of one chunk (at most ``REDUCE_MAX_K``) or symbolic (sized at each
+    binding; longer rows run the kernels one by one: ``Launch.fallback``), every reduction is float32
     or float64 (the elementwise members may be of any type: autocast's rounding of a softmax to bfloat16), and
     no per-row kernel reads an output over the rows' elements (it would read one element of the row, which the
     kernel does not hold as such)."""
     red = members[0]
     ext = to_expr(red.extent).to_int()
-    if ext is None or ext > REDUCE_MAX_K or any(
+    if (ext is not None and ext > REDUCE_MAX_K) or any(
             m.dtype not in ROW_GROUP_TYPES for m in members if isinstance(m, ReduceKernel)):
         return False
     n = len(red.dims)
@@ -126,8 +127,10 @@ class ReduceRendering:
             lines += w.lines
         bm, bk = _blocks(red.extent, n_rows)
         launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, red.extent],
-                        {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), red.out)
+                        {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), red.out,
+                        row_extent=None if to_expr(red.extent).is_constant() else to_expr(red.extent))
         return "\n".join(lines), launch
+
 
     def _reduce(self, k: int, kernel: ReduceKernel):
         from .triton import BodyWriter, Launch
@@ -215,3 +218,16 @@ class ReduceRendering:
         zero_launch = Launch(f"kernel_{k}_zero", "elementwise", [kernel.out], [], [n_out],
                              {"BLOCK": ELEMENTWISE_BLOCK}, (n_out, ELEMENTWISE_BLOCK), kernel.out)
         return "\n".join(zero + ["", ""] + lines), [zero_launch, launch]
+
+
+def launch_sizes(launch, bindings) -> tuple[dict, int] | None:
+    """``(constexprs, programs)`` of a non-GEMM launch at ``bindings``; None for a row group whose rows are longer
+    than one chunk there (its ``fallback`` launches run instead)."""
+    count = launch.grid[0].evaluate(bindings)
+    if launch.row_extent is None:
+        return launch.constexprs, -(-count // launch.grid[1])
+    extent = launch.row_extent.evaluate(bindings)
+    if extent > REDUCE_MAX_K:
+        return None
+    bm, bk = _blocks(extent, to_expr(count))
+    return {"BLOCK_M": bm, "BLOCK_K": bk}, -(-count // bm)

@@ -39,6 +39,7 @@ import numpy as np
 from ..codegen.gemm_lowp import narrow_operands
 from ..codegen.kernel import Program, lower
 from ..codegen.triton import TritonProgram, render
+from ..codegen.triton_reduce import launch_sizes
 from ..dtype import DType
 from ..codegen.triton_support import storage_name
 from ..graph import Graph
@@ -307,7 +308,10 @@ class GPURuntime:
                 cfg = self._gemm_choice.get((launch.name, *extra))
                 kwargs = cfg.launch_kwargs() if cfg is not None and not cfg.cublas else launch.constexprs
             else:
-                kwargs = launch.constexprs
+                sizes = launch_sizes(launch, bindings)
+                if sizes is None:  # (a long-rowed group's kernels one by one compile at their first launch)
+                    continue
+                kwargs = sizes[0]
             key = (launch.name, tuple(sorted(kwargs.items())))
             if key not in seen:  # kernels sharing a function (repeated layers) compile once
                 seen.add(key)
@@ -387,13 +391,17 @@ class GPURuntime:
                 yield True, call
 
     def _plain_call(self, launch, bindings, fn=None, args=None):
-        """A call launching a non-GEMM kernel on its grid (None when the grid is empty)."""
+        """A call launching a non-GEMM kernel on its grid (None when the grid is empty); a row group whose rows
+        are longer than one chunk at ``bindings`` runs its kernels one by one (``launch.fallback``)."""
+        sizes = launch_sizes(launch, bindings)
+        if sizes is None:
+            calls = [c for c in (self._plain_call(item, bindings) for item in launch.fallback) if c is not None]
+            return functools.partial(_run_all, calls) if calls else None
         if fn is None:
             fn = getattr(self.module, launch.name)
             args, _ = self._launch_args(launch, bindings)
-        count = launch.grid[0].evaluate(bindings)
-        programs = -(-count // launch.grid[1])
-        return functools.partial(_run_triton, fn, programs, args, launch.constexprs) if programs > 0 else None
+        constexprs, programs = sizes
+        return functools.partial(_run_triton, fn, programs, args, constexprs) if programs > 0 else None
 
     def _gemm_config(self, launch, fn, args, extra, tune: bool, bindings) -> "GemmConfig":
         batch, M, N, K = extra
@@ -549,6 +557,11 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
+
+def _run_all(calls) -> None:
+    for call in calls:
+        call()
+
 
 def _run_triton(fn, programs: int, args, kwargs) -> None:
     with np.errstate(all="ignore"):  # (the interpreter computes masked-out lanes with numpy too)
