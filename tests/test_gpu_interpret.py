@@ -449,6 +449,22 @@ def test_runs_of_elementwise_kernels_share_one_launch():
         np.testing.assert_allclose(state[DEV][k], v, **CHAIN)
 
 
+def test_batched_gemm_epilogue_reads_its_batch_and_rows():
+    """A batched GEMM's epilogue (a bias per row of each batch, a relu) runs on its tiles too: the epilogue's
+    element of batch ``b``, row ``m`` is the product's row ``b * M + m``. A symbolic batch; results equal the
+    reference's."""
+    def make(cx):
+        a, w, bias = cx.tensor(("b", 70, 40)), cx.tensor(("b", 40, 66)), cx.tensor(("b", 70, 1))
+        return [a, w, bias], [((a @ w) + bias).relu()]
+
+    feeds = [(rand((3, 70, 40), 1), rand((3, 40, 66), 2), rand((3, 70, 1), 3)),
+             (rand((2, 70, 40), 4), rand((2, 40, 66), 5), rand((2, 70, 1), 6))]
+    runtime = compare(make, feeds, **CHAIN)
+    gemms = [launch for launch in runtime.tprogram.launches if launch.kind == "gemm"]
+    assert len(gemms) == 1 and gemms[0].epilogue is not None and len(runtime.tprogram.launches) == 1
+    assert len(runtime.program.kernels[0].dims) == 3  # (b, 70, 66): a batched GEMM
+
+
 def test_repeated_layers_share_one_function_per_distinct_kernel():
     """Kernels whose source is the same up to their names (every layer of a stack after the first) are one
     Triton function, compiled once, launched once per kernel on that kernel's own buffers: results equal the

@@ -8,7 +8,7 @@ from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, P
 from .values import merge_value, read_offsets, walk
 
 
-def kernel_groups(program: Program) -> list[list[int]]:
+def kernel_groups(program: Program, batched_epilogues: bool = False) -> list[list[int]]:
     """Kernels rendered together as one loop nest:
 
     * a *row group*: a reduction over the innermost axis and the kernels after it that work row by row --
@@ -22,7 +22,9 @@ def kernel_groups(program: Program) -> list[list[int]]:
     * a GEMM and its *epilogue*: the elementwise kernel right after an unbatched GEMM, over the GEMM's
       ``M x N`` elements, reading the product only at its own element (a bias, an activation, a residual
       add). Each thread runs the epilogue over its block of the product right after its BLAS call, while the
-      block is in cache and without another fork/join (see :func:`epilogue_value`).
+      block is in cache and without another fork/join (see :func:`epilogue_value`). With
+      ``batched_epilogues`` (the Triton renderer, whose GEMM tiles know their batch index) a batched GEMM gets
+      one too.
     """
     groups: list[list[int]] = []
     k = 0
@@ -33,7 +35,7 @@ def kernel_groups(program: Program) -> list[list[int]]:
             k += len(row)
             continue
         kernel = program.kernels[k]
-        if k + 1 < len(program.kernels) and epilogue_value(kernel, program.kernels[k + 1]):
+        if k + 1 < len(program.kernels) and epilogue_value(kernel, program.kernels[k + 1], batched_epilogues):
             groups.append([k, k + 1])
             k += 2
             continue
@@ -49,16 +51,20 @@ def kernel_groups(program: Program) -> list[list[int]]:
     return groups
 
 
-def epilogue_value(gemm, kernel):
+def epilogue_value(gemm, kernel, batched: bool = False):
     """``(value, vars)`` when ``kernel`` can run as ``gemm``'s epilogue (see :func:`kernel_groups`), else None:
     ``kernel``'s value, evaluated at index ``vars`` -- expressions over ``i0`` (the product's row) and ``i1``
     (its column) -- gives the output's element ``i0 * N + i1``. The kernel's space must be the product's
     elements: leading axes whose sizes multiply to ``M`` (their indices are taken apart from ``i0``, once per
     row) and trailing ones that multiply to ``N`` (those longer than 1 merge into one affine axis, walked by
-    ``i1``); and the value must read the product only at its own element."""
-    if not isinstance(gemm, GemmKernel) or len(gemm.dims) != 2 or not isinstance(kernel, ElementwiseKernel):
+    ``i1``); and the value must read the product only at its own element. ``batched``: a batched GEMM too,
+    its rows being ``batch * M`` (``i0 = b * M + m``)."""
+    if not isinstance(gemm, GemmKernel) or not isinstance(kernel, ElementwiseKernel) or \
+            len(gemm.dims) < 2 or (len(gemm.dims) != 2 and not batched):
         return None
-    m, n = gemm.dims
+    m, n = to_expr(1), gemm.dims[-1]
+    for d in gemm.dims[:-1]:
+        m = m * d
     dims, value = tuple(kernel.dims), kernel.value
     split, prefix = None, to_expr(1)
     for s in range(1, len(dims)):

@@ -382,7 +382,7 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         # the renderers' groups (kernel_groups): a GEMM and its epilogue, runs of elementwise kernels over the same
         # elements, row groups; first index -> the epilogue kernel / the other members
         epilogues, runs, row_groups, row_group_index, in_run, unread = {}, {}, {}, {}, {}, set()
-        for group in kernel_groups(self.program):
+        for group in kernel_groups(self.program, batched_epilogues=True):
             if len(group) < 2:
                 continue
             members = [kernels[i] for i in group]
@@ -419,7 +419,8 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 continue  # computed by the run's first kernel
             epilogue = None
             if k in epilogues:
-                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k]), kernel.out not in unread)
+                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True),
+                            kernel.out not in unread)
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:

@@ -40,7 +40,7 @@ class GemmRendering:
 
     def _gemm(self, k: int, kernel: GemmKernel, epilogue=None):
         """The GEMM kernel's source and launch. ``epilogue``: ``(kernel, value, vars, store_product)`` of the
-        elementwise kernel after an unbatched GEMM that reads the product only at its own element
+        elementwise kernel after the GEMM that reads the product only at its own element
         (:func:`luminal.codegen.groups.epilogue_value`: a bias, an activation, autocast's rounding): it is
         computed on the accumulator tile before it leaves the registers and stored; the product itself is stored
         only when ``store_product`` (another kernel or the host reads it)."""
@@ -131,14 +131,14 @@ class GemmRendering:
             lines += [f"    # epilogue -> buffer {epi.out}",
                       "    cmask = (cm < M) & (cn < N)",
                       "    zt = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)",
-                      "    i0 = cm",
+                      "    i0 = bidx * M + cm",  # the product's row over all batches
                       "    i1 = cn"]
             w = BodyWriter(self, "[BLOCK_M, BLOCK_N]", live="cmask", zi="zt")
             w.substitute = {kernel.out: "acc"}  # the product at the element's own index: the accumulator
             result = w.emit(value, vars_)
             lines += w.lines
             lines.append(self._store(epi, f"{result}.to({TL_TYPE[epi.dtype]})" if epi.dtype != DType.bool
-                                     else result, "cm * N + cn", "cmask"))
+                                     else result, "i0 * N + cn", "cmask"))
         batch = self._numel(kernel.dims[:nb])
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
