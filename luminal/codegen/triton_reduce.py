@@ -131,7 +131,6 @@ class ReduceRendering:
                         row_extent=None if to_expr(red.extent).is_constant() else to_expr(red.extent))
         return "\n".join(lines), launch
 
-
     def _reduce(self, k: int, kernel: ReduceKernel):
         from .triton import BodyWriter, Launch
         dtype = kernel.dtype
