@@ -139,7 +139,7 @@ class GPURuntime:
         self._swapped = frozenset()
         from .arena import lifetimes, place
 
-        fused = self.tprogram.fused  # a GEMM's epilogue kernel runs in the GEMM's launch: the same step
+        fused = self.tprogram.fused  # kernels computed in another's launch (epilogue, run, row group): its step
         steps = [fused.get(i, i) for i in range(len(self.program.kernels))]
         offsets, total = place(lifetimes(self.program, bindings, steps), align=256)
         self._in_arena = set(offsets)
@@ -557,6 +557,7 @@ class GPURuntime:
                 times.append(time.perf_counter() - t0)
             self._finish(graph, bindings)
         return times
+
 
 def _run_all(calls) -> None:
     for call in calls:

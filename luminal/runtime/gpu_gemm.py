@@ -111,7 +111,8 @@ def _gpu_name() -> str:
 
 def measure_gemm(rt, launch, fn, args, extra, default: GemmConfig, bindings) -> GemmConfig:
     """Time the candidate tile configurations of one GEMM (``quick``: 3, ``full``: 6) and cuBLAS (followed by the
-    GEMM's epilogue kernel, which the Triton candidates compute in their tiles) on its real operands (CUDA events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
+    GEMM's epilogue kernel, which the Triton candidates compute in their tiles) on its real operands (CUDA
+    events, warm-up plus the minimum of 3 rounds of 3 launches); a candidate whose result
     differs from the default configuration's beyond float32 accumulation-order noise is dropped. Returns the
     fastest. ``rt``: the :class:`luminal.runtime.gpu.GPURuntime` (its buffers, cuBLAS views, search level and
     log)."""
