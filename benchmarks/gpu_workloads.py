@@ -1,7 +1,8 @@
 """GPU workloads (../shared/BENCHMARKS.md scaled to a GPU) on luminal ``device="cuda"`` beside PyTorch on the same
 GPU, in one run. Needs a CUDA device, triton, cupy and a CUDA build of torch (the peer); prints one table.
 
-    python benchmarks/gpu_workloads.py [--only W1-4096,W2,...] [--seconds 2]
+    python benchmarks/gpu_workloads.py [--only W1-4096,W2,...] [--seconds 2]   (default: every case below, the
+    bf16 autocast ones included, W1 at 4096 and 8192)
 
 Cases (float32, no TF32 anywhere: ``torch.backends.cuda.matmul.allow_tf32 = False``, luminal's ``tl.dot`` runs
 with ``input_precision="ieee"``):
@@ -219,7 +220,7 @@ def run(case: str, seconds: float, compiled: bool, search: str = "off") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="W1-4096,W1-8192,W2,W6x16,W3x16")
+    ap.add_argument("--only", default="W1-4096,W1-4096-bf16,W1-8192,W2,W6x16,W6x16-bf16,W3x16,W3x16-bf16")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--search", default="quick", choices=["off", "quick", "full"],
