@@ -1278,9 +1278,11 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     assert any(k["kind"] == "reduce" for k in kernels)
 
 
-def test_carried_state_swaps_buffers_instead_of_copying():
-    """host_outputs=False: a carried weight / moment takes over the buffer its new value was written to (the old
-    one becomes the output's): no device->device copy per step; the swapped assignment alternates. Reading a
+@pytest.mark.parametrize("host_outputs", [False, True])
+def test_carried_state_swaps_buffers_instead_of_copying(host_outputs):
+    """A carried weight / moment takes over the buffer its new value was written to (the old one becomes the
+    output's): no device->device copy per step, whether the results stay on the device or are also copied to
+    the host (the default); the swapped assignment alternates. Reading a
     weight between steps, setting a new one and a new batch size (re-allocation) keep every result equal to the
     reference's, as does the same run with swapping off (``LUMINAL_CARRY_SWAP=0``, which copies). (A weight set
     by the user between steps keeps its own assignment: up to four captured CUDA graphs then alternate.)"""
@@ -1304,7 +1306,7 @@ def test_carried_state_swaps_buffers_instead_of_copying():
             cx.compile(device=device)
             copies, swapped = [], []
             if device == DEV:
-                cx.runtime.host_outputs = False
+                cx.runtime.host_outputs = host_outputs
                 real_copy = cx.runtime.memory.copy
                 cx.runtime.memory.copy = lambda *a: copies.append(a[2]) or real_copy(*a)
             out = []

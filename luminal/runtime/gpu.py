@@ -28,6 +28,7 @@ The memory classes live in :mod:`.gpu_memory`, the GEMM configurations and cuBLA
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import sys
@@ -105,7 +106,7 @@ class GPURuntime:
         # of the plan key: a captured CUDA graph holds the pointers of one assignment
         self._swapped: frozenset = frozenset()
         self._swap_carries = os.environ.get("LUMINAL_CARRY_SWAP", "1") != "0"  # (read once: not per execute)
-        self._carried_cache: tuple | None = None  # (graph version, carries) -> resolved carried outputs
+        self._carried_cache: tuple | None = None  # (graph version, carries) -> carried output: inputs it feeds
         self._compiled = False                    # every kernel compiled (in parallel) before its first launch
         self.graph_replays = 0                    # executes served by a captured CUDA graph (for tests, stats)
         self.search = search
@@ -207,9 +208,7 @@ class GPURuntime:
             if arr is None and source is not None and not deferred:  # carried state that stayed on the device
                 if source != node_id:
                     if self._can_swap(node_id, source):  # the output's buffer becomes the input's: no copy
-                        b = self._buffers
-                        b[node_id], b[source] = b[source], b[node_id]
-                        self._swapped = self._swapped ^ {node_id}
+                        self._swap(node_id, source)
                     else:
                         memory.copy(self._buffers[node_id], self._buffers[source], self._sizes[node_id])
                     self._carried_in[node_id] = node_id
@@ -226,8 +225,11 @@ class GPURuntime:
             if self._uploaded.get(node_id) is arr and not deferred:
                 continue
             resident = self._resident.get(id(arr))
-            if resident is not None and resident[0] is arr:
-                memory.copy(buf, self._buffers[resident[1]], self._sizes[node_id])
+            if resident is not None and resident[0] is arr:  # the host copy of a carried output (training state)
+                if self._can_swap(node_id, resident[1], self._carried_cache[1][resident[1]]):
+                    self._swap(node_id, resident[1])  # its buffer becomes the input's, as on the device path
+                else:
+                    memory.copy(buf, self._buffers[resident[1]], self._sizes[node_id])
             else:
                 dtype = self.program.buffers[node_id][1]
                 host = np.ascontiguousarray(arr, dtype=dtype.numpy)
@@ -238,12 +240,13 @@ class GPURuntime:
         memory.upload(self._err, np.zeros(1, np.int32))
         return bindings
 
-    def _can_swap(self, node_id: int, source: int) -> bool:
+    def _can_swap(self, node_id: int, source: int, carried_into: int | None = None) -> bool:
         """Whether carried input ``node_id`` may take over the buffer of ``source``, the output carried into it
         (training state: weights, optimizer moments), instead of copying it: both have their own allocation of
-        the same size and type (not the arena, not aliased), and ``source`` is carried into no other input. The
-        input's old buffer becomes the output's, which this step overwrites. A CUDA graph is captured per
-        assignment (two alternate)."""
+        the same size and type (not the arena, not aliased), and ``source`` is carried into no other input
+        (``carried_into``: into how many, where the caller knows; else counted among the values that stayed on
+        the device). The input's old buffer becomes the output's, which this step overwrites. A CUDA graph is
+        captured per assignment (two alternate)."""
         if not self._swap_carries:
             return False
         aliased = self.program.aliases
@@ -253,7 +256,14 @@ class GPURuntime:
         if self._sizes[node_id] != self._sizes[source] or \
                 self.program.buffers[node_id][1] != self.program.buffers[source][1]:
             return False
-        return sum(1 for s in self._carried_in.values() if s == source) == 1
+        if carried_into is None:
+            carried_into = sum(1 for s in self._carried_in.values() if s == source)
+        return carried_into == 1
+
+    def _swap(self, node_id: int, source: int) -> None:
+        b = self._buffers
+        b[node_id], b[source] = b[source], b[node_id]
+        self._swapped = self._swapped ^ {node_id}
 
     def _plan_key(self) -> tuple:
         return self._key, self._swapped
@@ -474,8 +484,8 @@ class GPURuntime:
         tensors = graph.tensors
         cache = self._carried_cache
         if cache is None or cache[0] != (graph.version, tuple(graph.carries)):
-            cache = self._carried_cache = ((graph.version, tuple(graph.carries)), {
-                graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries})
+            cache = self._carried_cache = ((graph.version, tuple(graph.carries)), collections.Counter(
+                graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries))
         carried = cache[1]
         self._resident.clear()
         self._pending = {}
