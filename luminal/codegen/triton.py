@@ -378,10 +378,10 @@ class TritonRenderer(GemmRendering, ReduceRendering):
         first_of: dict[str, str] = {}  # a kernel's text with its name taken out -> the function that has it
         kernels = self.program.kernels
         _, readers, pinned = buffer_uses(self.program)
-        fused: dict[int, Launch] = {}  # epilogue kernel index -> its own launch (for a GEMM run by cuBLAS)
         # the renderers' groups (kernel_groups): a GEMM and its epilogue, runs of elementwise kernels over the same
-        # elements, row groups; first index -> the epilogue kernel / the other members
-        epilogues, runs, row_groups, row_group_index, in_run, unread = {}, {}, {}, {}, {}, set()
+        # elements, row groups; first index -> the epilogue kernel / the run's other kernels / the group's indices
+        epilogues, runs, row_groups, unread = {}, {}, {}, set()
+        in_launch: dict[int, int] = {}  # kernel index -> the kernel whose launch computes it
         for group in kernel_groups(self.program, batched_epilogues=True):
             if len(group) < 2:
                 continue
@@ -391,15 +391,14 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             elif all(isinstance(m, ElementwiseKernel) for m in members):
                 runs[group[0]] = members[1:]
             elif isinstance(members[0], ReduceKernel) and row_group_fusable(members):
-                row_groups[group[0]] = members
-                row_group_index[group[0]] = group
+                row_groups[group[0]] = group
             else:
                 continue
-            if not isinstance(members[0], GemmKernel):  # (an epilogue's own function is rendered: see Launch)
-                in_run.update({i: group[0] for i in group[1:]})
+            in_launch.update({i: group[0] for i in group[1:]})
             # outputs read only inside their group (a product its epilogue reads, an exp that the sum and the
             # normalize read) are not stored
             unread.update(m.out for m in members if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
+
         def add(k, text: str, launch) -> list:
             """Put the function of kernel ``k`` (its index, or a label: ``5_one``) into the module unless an
             earlier kernel has the same one (the same layer again: its launches then call that function);
@@ -415,31 +414,25 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             return launch
 
         for k, kernel in enumerate(kernels):
-            if k in in_run:
-                continue  # computed by the run's first kernel
-            epilogue = None
-            if k in epilogues:
-                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True),
-                            kernel.out not in unread)
+            if k in in_launch:
+                continue  # computed in an earlier kernel's launch
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
-                text, launch = self._row_group(k, row_groups[k], unread)
-            elif isinstance(kernel, GemmKernel):
+                text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread)
+            elif k in epilogues:
+                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True), kernel.out not in unread)
                 text, launch = self._gemm(k, kernel, epilogue)
             else:
                 text, launch = self._single(k, kernel)
             launch = add(k, text, launch)
+            if k in epilogues:  # the epilogue's own function, for a product computed by cuBLAS
+                launch[0].epilogue = add(k + 1, *self._single(k + 1, epilogues[k]))[0]
             if k in row_groups and launch[0].row_extent is not None:  # each kernel on its own, for long rows
-                launch[0].fallback = [item for i in row_group_index[k]
+                launch[0].fallback = [item for i in row_groups[k]
                                       for item in add(f"{i}_one", *self._single(f"{i}_one", kernels[i]))]
-            if k in fused:
-                fused[k].epilogue = launch[0]
-                continue
-            if epilogue is not None:
-                fused[k + 1] = launch[0]
             launches += launch
-        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, {k: k - 1 for k in fused} | in_run)
+        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, in_launch)
 
     def _single(self, k, kernel):
         """The source and launch(es) of kernel ``k`` rendered on its own (``k``: its index, or a label for a

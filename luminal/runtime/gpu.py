@@ -389,8 +389,9 @@ class GPURuntime:
                 cfg = self._gemm_config(launch, fn, args, extra, tune, bindings)
                 if cfg.cublas:  # the views are made once: the buffers stay until the bindings change
                     yield False, functools.partial(self._cublas, launch, None, self._cublas_views(launch, bindings))
-                    if launch.epilogue is not None:  # the epilogue the Triton GEMM would have fused
-                        yield True, self._plain_call(launch.epilogue, bindings)
+                    call = launch.epilogue and self._plain_call(launch.epilogue, bindings)
+                    if call is not None:  # the epilogue the Triton GEMM would have fused (None: no elements)
+                        yield True, call
                     continue
                 programs = gemm_programs(extra, cfg)
                 if programs > 0:
