@@ -139,7 +139,6 @@ class GemmRendering:
             lines += w.lines
             lines.append(self._store(epi, f"{result}.to({TL_TYPE[epi.dtype]})" if epi.dtype != DType.bool
                                      else result, "i0 * N + cn", "cmask"))
-        batch = self._numel(kernel.dims[:nb])
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if low is not None:
