@@ -454,7 +454,7 @@ class Graph(GraphCreation):
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
 
-            compiler = GenericCompiler()
+            compiler = GenericCompiler(device)
         if compiler is not None:
             from .compiler.base import run  # passes live above the graph layer; this is the user's entry point
 

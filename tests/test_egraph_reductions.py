@@ -134,3 +134,94 @@ def test_default_pipeline_removes_unit_axis_reductions_without_the_pass(device):
     np.testing.assert_allclose(a.data(), xv.sum(1) * 2 + xv.max(1), rtol=1e-6)
     np.testing.assert_allclose(b.data(), np.exp(zv.transpose(2, 1, 0).sum(0)), rtol=1e-6)
     np.testing.assert_allclose(c.data(), xv.sum(1, keepdims=True), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- split reductions
+def test_split_choice_offers_a_divisor_that_fills_the_device():
+    """The inner extent divides the axis, lies in SPLIT_INNER, and leaves the first stage SPLIT_ROWS outputs
+    when a divisor allows it; short axes, many outputs, symbolic sizes and prime extents get no split."""
+    from luminal.compiler.egraph.encode import SPLIT_INNER, SPLIT_ROWS, split_choice
+    from luminal.shape import ShapeTracker
+
+    lo, hi = SPLIT_INNER
+    for dims, axis in (((10 ** 6,), 0), ((64, 36864), 1), ((36864, 64), 0), ((768, 8192), 1), ((3, 40000), 1)):
+        st = ShapeTracker.contiguous_of(dims)
+        q = split_choice(st, axis)
+        n, rows = dims[axis], int(np.prod(dims)) // dims[axis]
+        assert q is not None and n % q == 0 and lo <= q <= hi and n // q >= 2, (dims, q)
+        better = [d for d in range(q + 1, hi + 1) if n % d == 0 and rows * (n // d) >= SPLIT_ROWS]
+        assert not better, (dims, q, better)  # the largest divisor that still fills the device
+        if any(n % d == 0 and rows * (n // d) >= SPLIT_ROWS for d in range(lo, hi + 1)):
+            assert rows * (n // q) >= SPLIT_ROWS
+    assert split_choice(ShapeTracker.contiguous_of((4096,)), 0) is None          # short
+    assert split_choice(ShapeTracker.contiguous_of((4096, 8192)), 1) is None     # enough outputs already
+    assert split_choice(ShapeTracker.contiguous_of((1000003,)), 0) is None       # prime
+    assert split_choice(ShapeTracker.contiguous_of(("n", 65536)), 1) is None     # symbolic outputs
+    assert split_choice(ShapeTracker.contiguous_of((2, "n")), 1) is None         # symbolic extent
+
+
+def _long_reductions(cx):
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((3, 40000)).astype(np.float32)
+    wv = (rng.standard_normal(100000) * 100).astype(np.float32)
+    iv = rng.integers(-2 ** 31, 2 ** 31 - 1, 65536).astype(np.int64)
+    x, w, i = cx.tensor((3, 40000)).set(xv), cx.tensor((100000,)).set(wv), cx.tensor((65536,), "int64").set(iv)
+    outs = [x.sum(1), x.max(1), w.mean(), (w * w).sum(), i.sum(), x.sum(0)]  # the last: 40000 outputs, no split
+    want = [xv.astype(np.float64).sum(1), xv.max(1), wv.astype(np.float64).mean(),
+            (wv.astype(np.float64) ** 2).sum(), iv.sum(), xv.astype(np.float64).sum(0)]
+    return [o.retrieve() for o in outs], want
+
+
+def _reductions(cx):
+    from luminal import ops
+    return sorted((type(n.op).__name__, tuple(str(d) for d in n.dims)) for n in cx.nodes.values()
+                  if isinstance(n.op, (ops.SumReduce, ops.MaxReduce)))
+
+
+def test_gpu_cost_model_splits_long_reductions_with_few_outputs():
+    """With cost_backend="gpu" the sums and maxima over 40000 / 100000 / 65536 elements with at most 3 outputs
+    run in two stages (split-sum / split-max), and the values stay those of numpy (float64 sums within the
+    reordering tolerance, integer sums exactly, maxima exactly); the CPU's cost model keeps one stage."""
+    cx = lm.Graph()
+    outs, want = _long_reductions(cx)
+    before = _reductions(cx)
+    p = EqualitySaturation(cost_backend="gpu")
+    cx.compile(p, outs)
+    cx.execute()
+    fired = p.report.rules_fired
+    assert fired.get("split-sum") and fired.get("split-max"), fired
+    after = _reductions(cx)
+    assert len(after) == len(before) + 5, (before, after)  # every reduction but the 40000-output one
+    assert ("SumReduce", ("40000",)) in after and not any(d[-1:] == ("40000",) and len(d) > 1 for _, d in after)
+    for o, w in zip(outs, want):
+        if o.dtype.is_float:
+            np.testing.assert_allclose(o.data(), w, rtol=2e-5, atol=1e-3)
+        else:
+            np.testing.assert_array_equal(o.data(), w)
+    assert "split-sum" in explain(cx)
+
+    cx2 = lm.Graph()
+    outs2, _ = _long_reductions(cx2)
+    before2 = _reductions(cx2)
+    p2 = EqualitySaturation()
+    cx2.compile(p2, outs2)
+    assert _reductions(cx2) == before2 and not p2.report.rules_fired.get("split-sum")
+
+
+def test_default_pipeline_splits_only_for_gpu_devices():
+    """compile(device=...) picks the cost model from the device: "cpu" keeps one-stage reductions (its C code
+    parallelizes a long row itself), the Triton devices get the split."""
+    from luminal.compiler.generic import GenericCompiler
+
+    cx = lm.Graph()
+    outs, want = _long_reductions(cx)
+    before = _reductions(cx)
+    cx.compile(device="cpu")
+    cx.execute()
+    assert _reductions(cx) == before
+    for o, w in zip(outs, want):
+        np.testing.assert_allclose(o.data(), w, rtol=2e-5, atol=1e-3)
+    passes = GenericCompiler("gpu-interpret")
+    sat = next(p for p in passes if isinstance(p, EqualitySaturation))
+    assert sat.cost_backend == "gpu"
+    assert next(p for p in GenericCompiler("cpu") if isinstance(p, EqualitySaturation)).cost_backend == "cpu"

@@ -275,6 +275,25 @@ def test_reductions_symbolic_extent_long_rows_ints_and_empty():
     compare(make_empty, [(empty,)])
 
 
+def test_long_reductions_with_few_outputs_run_in_two_stages():
+    """A sum / max / mean over 50000 elements with at most 3 outputs (a loss, a gradient norm, batch statistics)
+    is split by the e-graph's split-* rules (the "gpu" cost model: one program per few rows would loop over the
+    whole row): the first stage's many partial results, then a short second stage, as two reduce launches; a
+    reduction with many outputs keeps one. Values: the reference's (sums reordered: float tolerance)."""
+    def make(cx):
+        t, u, w = cx.tensor((3, 50000)), cx.tensor((60000,)), cx.tensor((50000, 4))
+        return [t, u, w], [t.sum(1), t.max(1), u.mean(), (w * w).sum(0), w.sum(1)]
+
+    x, u, w = rand((3, 50000), 1), rand((60000,), 3), rand((50000, 4), 2)
+    x[1, 777] = np.nan
+    runtime = compare(make, [(x, u, w)], rtol=1e-4, atol=1e-3)
+    from luminal import ops
+    reductions = [n for n in runtime.graph.nodes.values() if isinstance(n.op, (ops.SumReduce, ops.MaxReduce))]
+    # five reductions built; all but w.sum(1) (50000 outputs) get a first stage
+    assert len(reductions) == 9, [(type(n.op).__name__, [str(d) for d in n.dims]) for n in reductions]
+    assert sum(launch.kind == "reduce" for launch in runtime.tprogram.launches) == 9
+
+
 def test_softmax_and_layer_norm_rebound():
     def make(cx):
         x = cx.tensor(("b", 24))
@@ -1222,6 +1241,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         (a % 1.5).retrieve()
         a.cast(lm.int8).retrieve()
         a.softmax(-1).retrieve()
+        cx.tensor((512, 96)).sum(0).retrieve()  # over the rows of a row-major matrix (a bias gradient)
         p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False)
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})
@@ -1230,7 +1250,8 @@ def test_kernels_compile_for_hopper_without_a_gpu():
             return (len(dots) == 1 and ": !ttg.memdesc<" in dots[0] and "> * !ttg.memdesc<" in dots[0]
                     and "pendings = 1" in a["ttgir"])
         out = [{"kind": l.kind, "cubin": len(asm[l.name]["cubin"]), "ptx": asm[l.name]["ptx"],
-                "smem_fed": smem_fed(asm[l.name])} for l in tp.launches]
+                "smem_fed": smem_fed(asm[l.name]),
+                "layouts": [t for t in asm[l.name]["ttgir"].splitlines() if "#ttg.blocked<" in t]} for l in tp.launches]
         # an autocast training step: every GEMM (forward, input and weight gradients) on tensor cores
         from luminal import nn
         from luminal.training import SGD
@@ -1276,6 +1297,16 @@ def test_kernels_compile_for_hopper_without_a_gpu():
             assert "ld.global.v4" in k["ptx"] or "ld.global.v2" in k["ptx"], k["kind"]
     assert any("cvt.f64.f32" in e for e in elementwise)  # the float32 fmod, computed in float64
     assert any(k["kind"] == "reduce" for k in kernels)
+    # the sum over the rows of a (512, 96) matrix: each warp reads runs of at least 8 memory-adjacent elements of
+    # the output axis, whole 32-byte sectors (4 rows per program used half of each)
+    import re
+    wide = []
+    for k in kernels:
+        for t in k["layouts"] if k["kind"] == "reduce" else ():
+            m = re.search(r"sizePerThread = \[(\d+), \d+\], threadsPerWarp = \[(\d+), \d+\].*order = \[0, 1\]", t)
+            if m and int(m.group(1)) * int(m.group(2)) >= 8:
+                wide.append(t)
+    assert wide, [k["layouts"] for k in kernels if k["kind"] == "reduce"]
 
 
 @pytest.mark.parametrize("host_outputs", [False, True])

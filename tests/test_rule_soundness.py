@@ -12,7 +12,10 @@ execute time. ``Sum``/``Max`` reduce a drawn axis of a drawn extent (0, 1, small
 ``Cast`` operands get any dtype of DTYPES, ``BitCast`` operands any of the target's width; ``Gather`` indices are int32/int64 in range of the gathered axis.
 ``:when`` conditions are honoured (Contig/NoMask pick the views, NonNeg the inputs, Extent facts and comparisons
 are satisfied by rejection sampling; a GemmKey's operands are read as matrices: each broadcast along the other's
-output axis, stored in a random axis order, i.e. transposed, and luminal.codegen.kernel.gemm_views must agree); ``;; domain:`` restricts the inputs of approximate rules. A rule the
+output axis, stored in a random axis order, i.e. transposed, and luminal.codegen.kernel.gemm_views must agree; a
+SplitKey's reduction gets an extent with divisors (SPLIT_EXTENTS), split at a random divisor);
+``;; domain:`` restricts the inputs of approximate rules; ``;; tolerance: reorder`` (the same terms summed in
+another order) is checked against ``2 n eps sum|terms|`` per output (:func:`_reorder_bound`). A rule the
 harness cannot instantiate at least a few times fails.
 """
 
@@ -46,6 +49,7 @@ BINARY = {"Add": ops.Add, "Mul": ops.Mul, "Mod": ops.Mod, "Less": ops.LessThan}
 REDUCE = {"Sum": ops.SumReduce, "Max": ops.MaxReduce}
 FAMILIES = ("contig", "flip", "bcast", "pad")
 EXTENTS = (1, 1, 2, 3, 4, 37, "n", 0)  # of a reduced axis ("n": symbolic, so no Extent fact; 37: rounding adds up)
+SPLIT_EXTENTS = (4, 6, 12, 36)  # of a reduced axis a SplitKey fact splits (a constant with divisors in [2, n/2])
 
 
 class CannotInstantiate(Exception):
@@ -74,7 +78,9 @@ def in_domain(domain: str, dt: np.dtype, v: np.ndarray) -> np.ndarray:
         return special | (a <= lim)
     if domain == "below-max":  # |x| <= max/4: rounding in between cannot overflow
         return special | (a <= float(fi.max) / 4)
-    raise AssertionError(f"unknown domain {domain!r} (the harness knows recip-safe, exp2-safe, below-max)")
+    if domain == "sum-safe":  # no partial sum of the harness's reductions (at most 1024 terms) can overflow
+        return special | (a <= float(fi.max) / 1024)
+    raise AssertionError(f"unknown domain {domain!r} (the harness knows recip-safe, exp2-safe, below-max, sum-safe)")
 
 
 def random_data(rng, dtype: DType, shape, nonneg: bool, domain: str) -> np.ndarray:
@@ -396,6 +402,27 @@ class Instance:
                               vy.tracker) is None:
                     return False
                 continue
+            if head == "SplitKey":  # (SplitKey v a s o): s is v with axis a split, o the read of s summed over a+1
+                if not final:
+                    continue
+                view = self.views.get(c[1])
+                if view is None:
+                    raise CannotInstantiate(f"SplitKey of {c[1]}, which no operand reads through")
+                if c[3] in self.views or c[4] in self.views:
+                    raise CannotInstantiate(f"the left-hand side reads through the split keys {c[3]} / {c[4]}")
+                a = self.literal(c[2], "axis")
+                d = view.tracker.dims[a]
+                if not d.is_constant():  # the loader splits constant extents only
+                    return False
+                n = d.to_int()
+                divisors = [q for q in range(2, n // 2 + 1) if n % q == 0]
+                if not divisors:
+                    return False
+                split = view.tracker.split_dims(a, divisors[int(self.rng.integers(0, len(divisors)))])
+                partial = tuple(split.dims[:a + 1]) + tuple(split.dims[a + 2:])
+                self.views[c[3]] = View(split, view.src, False, "split")
+                self.views[c[4]] = View(ShapeTracker.contiguous_of(partial), partial, False, "reduced")
+                continue
             if head == "Extent":
                 if not final:
                     continue
@@ -468,7 +495,11 @@ class Instance:
                 a = self.axis(pat[2], [a for a in range(len(d)) if d[:a] + d[a + 1:] == want])
             else:
                 a = self.axis(pat[2], list(range(len(want) + 1)))
-                d = want[:a] + (self.extent(),) + want[a:]
+                if any(c[0] == "SplitKey" and c[1] == pat[4] for c in self.facts):  # an extent with divisors
+                    extent = to_expr(SPLIT_EXTENTS[int(self.rng.integers(0, len(SPLIT_EXTENTS)))])
+                else:
+                    extent = self.extent()
+                d = want[:a] + (extent,) + want[a:]
             rest = [j for j in range(len(d)) if j != a]
             for c in self.facts:  # a GemmKey on this sum: its operands are read as matrices (see gemm_view)
                 if c[0] == "GemmKey" and c[1] == pat[4] and len(rest) >= 2 and pat[4] not in self.views:
@@ -603,9 +634,9 @@ class Instance:
 
 
 def _tolerance(text: str, dtype: DType):
-    """(kind, rtol, atol) from a ``;; tolerance:`` line."""
+    """(kind, rtol, atol) from a ``;; tolerance:`` line (``reorder``: see :func:`_reorder_bound`)."""
     text = text.strip() or "exact"
-    if text in ("exact", "signed-zero"):
+    if text in ("exact", "signed-zero", "reorder"):
         return text, 0.0, 0.0
     rtol = atol = 0.0
     dt = dtype.numpy
@@ -626,9 +657,28 @@ def _tolerance(text: str, dtype: DType):
     return "close", rtol, atol
 
 
-def assert_agree(lhs: np.ndarray, rhs: np.ndarray, rule, dtype: DType, context: str) -> None:
+def _reorder_bound(inst, pattern, dtype: DType) -> np.ndarray:
+    """The ``reorder`` tolerance of a rule whose two sides sum the same terms in another order: per output element
+    ``2 * n * eps * sum |terms|`` (any summation order of ``n`` terms is within ``(n - 1) * eps / 2 * sum |terms|``
+    of the exact sum). The left-hand side must be a reduction of a variable; its terms are that variable read
+    through the reduction's view."""
+    if not (isinstance(pattern, list) and pattern[0] in REDUCE and is_var(pattern[3])):
+        raise AssertionError(f"{inst.rule.name}: the reorder tolerance needs a Sum/Max of a variable at the root")
+    a = inst.literal(pattern[2], "axis")
+    data = inst.inputs[pattern[3]][1]
+    terms = inst.views[pattern[4]].tracker.gather_numpy(np.asarray(data).reshape(-1), inst.binding)
+    terms = np.abs(terms.astype(np.float64))
+    n = terms.shape[a]
+    with np.errstate(all="ignore"):
+        bound = (2.0 * n * float(np.finfo(dtype.numpy).eps) * terms.sum(axis=a)).reshape(-1)
+    return np.where(np.isfinite(bound), bound, 0.0)  # an infinite term: both sides must give the same inf / NaN
+
+
+def assert_agree(lhs: np.ndarray, rhs: np.ndarray, rule, dtype: DType, context: str, bound=None) -> None:
     assert lhs.shape == rhs.shape, f"{rule.name}: the two sides have {lhs.size} and {rhs.size} elements"
     kind, rtol, atol = _tolerance(rule.tolerance, dtype)
+    if kind == "reorder":
+        kind, atol = "close", bound
     if not dtype.is_float:
         assert np.array_equal(lhs, rhs), f"{rule.name} {context}: {lhs} != {rhs}"
         return
@@ -723,7 +773,8 @@ def check_once(rule, dtype, dims, binding, rng) -> bool:
         lv = np.broadcast_to(lv, rv.shape)
     if r_scalar:
         rv = np.broadcast_to(rv, lv.shape)
-    assert_agree(lv, rv, rule, out, context)
+    bound = _reorder_bound(inst, pattern, out) if rule.tolerance.strip() == "reorder" and out.is_float else None
+    assert_agree(lv, rv, rule, out, context, bound)
     return True
 
 
@@ -838,6 +889,37 @@ def test_harness_rejects_unsound_reduction_rules(tmp_path):
         "(rewrite (Sum ?d ?a (Copy ?d ?x ?vx) ?vm) (Sum ?d ?a ?x ?vx) :when ((Contig ?vm)) :ruleset reductions)\n"
     )).values()
     with pytest.raises(AssertionError, match=VALUE_MISMATCH + r"|ill-formed|the two sides have"):
+        test_rule_is_sound(rule)
+
+
+def test_harness_rejects_unsound_split_rules(tmp_path):
+    """SplitKey instances split the reduced axis for real, and the ``reorder`` tolerance (any summation order of the
+    same terms) is not loose enough to pass other values: wrong two-stage forms are caught."""
+    bad = _rules_from(tmp_path, "bad_split", (
+        ";; split-sum-exact: the two-stage sum claimed bit-exact (false: the terms are added in another order)\n"
+        "(rewrite (Sum ?d ?a ?x ?v) (Sum ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?o) :when ((SplitKey ?v ?a ?s ?o))\n"
+        "         :ruleset reductions)\n"
+        "\n"
+        ";; split-sum-of-max: the sum of the partial maxima (false)\n"
+        ";; tolerance: reorder\n"
+        ";; domain: sum-safe\n"
+        "(rewrite (Sum ?d ?a ?x ?v) (Sum ?d ?a (Max ?d (+ ?a 1) ?x ?s) ?o) :when ((SplitKey ?v ?a ?s ?o))\n"
+        "         :ruleset reductions)\n"
+        "\n"
+        ";; split-max-of-sums: the maximum of the partial sums (false)\n"
+        ";; tolerance: reorder\n"
+        ";; domain: sum-safe\n"
+        "(rewrite (Sum ?d ?a ?x ?v) (Max ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?o) :when ((SplitKey ?v ?a ?s ?o))\n"
+        "         :ruleset reductions)\n"))
+    for rule in bad.values():
+        with pytest.raises(AssertionError, match=VALUE_MISMATCH):
+            test_rule_is_sound(rule)
+    (rule,) = _rules_from(tmp_path, "bad_split_key", (
+        ";; split-read-wrong: the second stage reads the partial sums through the original view (ill-formed)\n"
+        ";; tolerance: reorder\n"
+        "(rewrite (Sum ?d ?a ?x ?v) (Sum ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?v) :when ((SplitKey ?v ?a ?s ?o))\n"
+        "         :ruleset reductions)\n")).values()
+    with pytest.raises(AssertionError, match=r"reads a buffer of dims|ill-formed"):
         test_rule_is_sound(rule)
 
 

@@ -17,6 +17,8 @@ SCATTER_BLOCK = 128        # positions (off the scattered axis) per program of a
 REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
 REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to this is one chunk)
 REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
+COLUMN_ROWS = 8            # BLOCK_M of a reduction whose rows are adjacent in memory: 8 float32 fill a 32-byte
+                           # sector (4 rows used half of each); more would cost programs (rows / BLOCK_M)
 ROW_GROUP_TYPES = (DType.float32, DType.float64)  # the reductions of a fused row group are of these types
 
 
@@ -40,9 +42,33 @@ def _across_lanes(kernel: ReduceKernel, acc: str, out: str, indent: str = "    "
     return lines
 
 
-def _blocks(extent, n_rows) -> tuple[int, int]:
-    """``(BLOCK_M, BLOCK_K)`` of a reduction over ``extent`` for ``n_rows`` rows."""
+def _column_major(kernel: ReduceKernel) -> bool:
+    """Whether the reduction's operand lies along its rows rather than along the reduced axis: some load has stride
+    1 over the innermost output axis and none over the reduced one (a sum over the rows of a row-major matrix: a
+    bias gradient, batch statistics). Its tile should then be wide along the rows, whose elements are adjacent."""
+    ndim = len(kernel.dims) + 1
+    if kernel.axis == ndim - 1 or not kernel.dims:
+        return False
+    inner = ndim - 1  # the innermost output axis, in the input space
+    along_rows = along_axis = False
+    for v in walk(kernel.value, inlined=False):
+        if isinstance(v, Load):
+            strides = [to_expr(st).to_int() for st in v.view.strides]
+            along_rows |= strides[inner] == 1
+            along_axis |= strides[kernel.axis] == 1
+    return along_rows and not along_axis
+
+
+def _blocks(extent, n_rows, column: bool = False) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_K)`` of a reduction over ``extent`` for ``n_rows`` rows. ``column``
+    (:func:`_column_major`): rows are adjacent in memory, so ``COLUMN_ROWS`` of them per program (whole 32-byte
+    sectors per load) and a shorter chunk of the reduced axis."""
     ext = to_expr(extent).to_int()
+    if column:
+        rows = n_rows.to_int()
+        bm = max(min(COLUMN_ROWS, _pow2(rows)) if rows is not None else COLUMN_ROWS, 2)
+        cap = max(2, REDUCE_TILE // bm)
+        return bm, max(min(_pow2(ext), cap) if ext is not None else min(REDUCE_SYMBOLIC_K, cap), 2)
     bk = max(min(_pow2(ext), REDUCE_MAX_K) if ext is not None else REDUCE_SYMBOLIC_K, 2)
     bm = max(1, REDUCE_TILE // bk)
     if n_rows.to_int() is not None:
@@ -164,7 +190,7 @@ class ReduceRendering:
         lines += _across_lanes(kernel, "acc", "out")
         lines.append(self._store(kernel, f"out.to({TL_TYPE[dtype]})", "rows", "rows_live"))
         n_rows = self._numel(kernel.dims)
-        bm, bk = _blocks(kernel.extent, n_rows)
+        bm, bk = _blocks(kernel.extent, n_rows, _column_major(kernel))
         launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, kernel.extent],
                         {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), kernel.out)
         return "\n".join(lines), launch

@@ -88,12 +88,19 @@ class RemoveSingleReductions(Pass):
         return count
 
 
-def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
+GPU_DEVICES = ("cuda", "gpu-interpret")  # devices whose programs the e-graph prices with the "gpu" cost model
+
+
+def GenericCompiler(device: str | None = None):  # noqa: N802 - reads like a class, as in the seed
     """The default pipeline (what ``Graph.compile(device=...)`` runs when no compiler is given): dead-node
     removal, equality saturation (the algebra, approx, reductions, layout and gemm rulesets of
     ``luminal/compiler/rules``, size-1 reductions included; extraction by cost, duplicates merged), dead nodes
     again, and depth-first scheduling. Without the e-graph (``LUMINAL_EGRAPH=0``, or egglog missing): size-1
-    reductions squeezed by :class:`RemoveSingleReductions` and :class:`CSE` instead of saturation."""
+    reductions squeezed by :class:`RemoveSingleReductions` and :class:`CSE` instead of saturation.
+
+    ``device``: the device the graph is compiled for; ``"cuda"`` and ``"gpu-interpret"`` extract with the
+    ``"gpu"`` cost model (which also gets long reductions with few outputs split in two stages), every other
+    device with the ``"cpu"`` one."""
     import os
 
     from .egraph import EqualitySaturation
@@ -108,7 +115,8 @@ def GenericCompiler():  # noqa: N802 - reads like a class, as in the seed
                       "saturation (pip install 'egglog>=13.2,<14')", stacklevel=3)
         use_egraph = False
     if use_egraph:
-        return (RemoveUnusedNodes(), EqualitySaturation(), RemoveUnusedNodes(), DepthFirst())
+        backend = "gpu" if device in GPU_DEVICES else "cpu"
+        return (RemoveUnusedNodes(), EqualitySaturation(cost_backend=backend), RemoveUnusedNodes(), DepthFirst())
     return (RemoveUnusedNodes(), Looped((RemoveSingleReductions(), RemoveUnusedNodes())), CSE(),
             RemoveUnusedNodes(), DepthFirst())
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...shape import Expression, ShapeTracker
-from .encode import CHILD_SLOTS
+from .encode import CHILD_SLOTS, SPLIT_ROWS
 from .extract import ENode
 
 SYMBOL_VALUE = 64  # a symbolic extent is costed as this (or its upper bound when smaller)
@@ -39,8 +39,12 @@ class BackendCosts:
     write: float
     kernel: float  # per materialized op
     materialized: frozenset  # ops that write their own buffer
+    # a reduction with r outputs runs on about r rows of programs: below parallel_rows its work costs
+    # parallel_rows / r times more (a GPU runs few long rows on few of its cores); 0: no such term
+    parallel_rows: float = 0.0
 
 
+PARALLEL_ROWS = SPLIT_ROWS  # GPU: outputs a reduction needs to fill the device (with 4 rows per program)
 GEMM_WORK = 0.05  # per multiply-add of a MatMul: a GEMM kernel runs tens of times faster than a generic reduction loop
 _COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0,
             "Sum": 1.0, "Max": 1.0, "Gather": 1.0, "Scatter": 1.0, "MatMul": GEMM_WORK, "Mod": 4.0, "Recip": 4.0,
@@ -50,6 +54,11 @@ BACKENDS = {
     # compiled C: elementwise chains, copies and gathers are inlined into one loop; reductions and breaks write
     "cpu": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=64.0,
                         materialized=frozenset({"Sum", "Max", "Break", "Scatter", "MatMul"})),
+    # Triton kernels: fused like the C backend's (the same kernel IR), and a reduction's programs each take a few
+    # rows: fewer than PARALLEL_ROWS outputs leave most of the GPU idle (what the split-* rules remedy)
+    "gpu": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=64.0,
+                        materialized=frozenset({"Sum", "Max", "Break", "Scatter", "MatMul"}),
+                        parallel_rows=float(PARALLEL_ROWS)),
     # the reference interpreter: one numpy call per node, each writing its own array
     "reference": BackendCosts(_COMPUTE, read_contiguous=0.5, read_strided=1.5, write=1.0, kernel=2000.0,
                               materialized=frozenset(_COMPUTE)),
@@ -152,6 +161,8 @@ class SizeCost:
         else:
             work = out = self.elements(keys[0])
         total = c.compute.get(op, 10.0) * work + sum(self.read(k) for k in reads)
+        if c.parallel_rows and op in ("Sum", "Max") and out < c.parallel_rows:
+            total *= c.parallel_rows / max(out, 1.0)
         if op == "Gather":
             total += c.read_strided * out
         if op in c.materialized:

@@ -70,6 +70,7 @@ class Encoding:
     dims_ids: dict = field(default_factory=dict)  # dims tuple -> id
     reduced: set = field(default_factory=set)  # (key, axis, key of the row-major read of the reduced dims)
     gemm: set = field(default_factory=set)  # (sum key, axis, x key, y key): a matrix-shaped sum of products
+    split: set = field(default_factory=set)  # (key, axis, split key, outer key): see split_choice
 
     def text(self) -> str:
         """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
@@ -79,18 +80,20 @@ class Encoding:
         lines += [f"(Dims {k} {s})" for k, s in sorted(self.dims)]
         lines += [f"(ReducedKey {k} {a} {r})" for k, a, r in sorted(self.reduced)]
         lines += [f"(GemmKey {k} {a} {x} {y})" for k, a, x, y in sorted(self.gemm)]
+        lines += [f"(SplitKey {k} {a} {s} {o})" for k, a, s, o in sorted(self.split)]
         lines += [f"(union (Node {n}) {term_text(t)})" for n, t in self.terms.items()]
         return "\n".join(lines)
 
     def rows(self) -> dict[str, list[str]]:
         """Tab-separated rows per relation: ``Row<Constructor>`` (node id first) plus the view facts
-        ``Contig``/``NoMask``/``Extent``/``Dims``/``ReducedKey``/``GemmKey``."""
+        ``Contig``/``NoMask``/``Extent``/``Dims``/``ReducedKey``/``GemmKey``/``SplitKey``."""
         out: dict[str, list[str]] = {"Contig": [str(k) for k in sorted(self.contig)],
                                      "NoMask": [str(k) for k in sorted(self.nomask)],
                                      "Extent": [f"{k}\t{a}\t{n}" for k, a, n in sorted(self.extent)],
                                      "Dims": [f"{k}\t{s}" for k, s in sorted(self.dims)],
                                      "ReducedKey": [f"{k}\t{a}\t{r}" for k, a, r in sorted(self.reduced)],
-                                     "GemmKey": [f"{k}\t{a}\t{x}\t{y}" for k, a, x, y in sorted(self.gemm)]}
+                                     "GemmKey": [f"{k}\t{a}\t{x}\t{y}" for k, a, x, y in sorted(self.gemm)],
+                                     "SplitKey": [f"{k}\t{a}\t{s}\t{o}" for k, a, s, o in sorted(self.split)]}
         for n, t in self.terms.items():
             fields = [str(n)]
             for a in t[1:]:
@@ -107,8 +110,10 @@ def _full_contiguous(graph: Graph, src: int, view: ShapeTracker) -> bool:
     return view.n_elements() == n_src
 
 
-def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
-    """Encode every node of ``graph`` (in topological order) as egglog commands."""
+def encode(graph: Graph, order: list[int] | None = None, split: bool = False) -> Encoding:
+    """Encode every node of ``graph`` (in topological order) as egglog commands. ``split``: also offer the
+    ``split-*`` rules a two-stage form of each long reduction with few outputs (:func:`split_choice`; for a
+    backend whose cost model prices parallelism, the GPU's)."""
     enc = Encoding([], [], set(), set(), {}, {})
     order = list(graph.toposort()) if order is None else order
     nums: dict[int, tuple[str, float]] = {}  # node id -> (dtype, value) when the node is a Num
@@ -173,7 +178,17 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 term = (REDUCE[t], d, op.axis, *args[0])
                 v = enc.views[args[0][1]]  # the key of the row-major read of the reduction's result
                 reduced = ShapeTracker.contiguous_of(tuple(v.dims[:op.axis]) + tuple(v.dims[op.axis + 1:]))
-                enc.reduced.add((args[0][1], op.axis, intern(reduced, True)))
+                reduced_key = intern(reduced, True)
+                enc.reduced.add((args[0][1], op.axis, reduced_key))
+                inner = split_choice(v, op.axis) if split else None
+                if inner is not None:  # (SplitKey v a s o): the axis split into (n / inner, inner), see split_choice
+                    sv = v.split_dims(op.axis, inner)
+                    s_key = key_of(ins[0].src, sv)
+                    partial = ShapeTracker.contiguous_of(tuple(sv.dims[:op.axis + 1]) + tuple(sv.dims[op.axis + 2:]))
+                    o_key = intern(partial, True)
+                    enc.reduced.add((s_key, op.axis + 1, o_key))
+                    enc.reduced.add((o_key, op.axis, reduced_key))
+                    enc.split.add((args[0][1], op.axis, s_key, o_key))
                 mul = graph.nodes[ins[0].src]
                 if t is ops.SumReduce and isinstance(mul.op, ops.Mul) and node.dtype in (DType.float32, DType.float64) \
                         and enc.terms.get(ins[0].src, ("Leaf",))[0] == "Mul":
@@ -192,6 +207,40 @@ def encode(graph: Graph, order: list[int] | None = None) -> Encoding:
                 term = ("Leaf", nid, d)
         enc.terms[nid] = term
     return enc
+
+
+SPLIT_MIN_EXTENT = 8192   # a reduced axis at least this long may be split (split_choice)
+SPLIT_ROWS = 4096         # ... when the reduction has fewer outputs than this (the GPU cost model's PARALLEL_ROWS)
+SPLIT_INNER = (256, 4096)  # the inner extent of a split: a divisor of the extent in this range
+
+
+def split_choice(view: ShapeTracker, axis: int) -> int | None:
+    """The inner extent ``q`` of the two-stage form of a reduction over ``axis`` of ``view`` (``sum_a x`` as
+    ``sum_p (sum_q x split (p, q))``), or None when none is offered.
+
+    Offered when the reduced extent ``n`` is a constant of at least :data:`SPLIT_MIN_EXTENT` and the reduction has
+    a constant number ``r`` of outputs below :data:`SPLIT_ROWS`: then a GPU runs it on few programs, each looping
+    over a long row. ``q`` is the largest divisor of ``n`` in :data:`SPLIT_INNER` that still gives the first stage
+    at least ``SPLIT_ROWS`` outputs (``r * n / q``), else the smallest divisor in that range; None if ``n`` has no
+    divisor there (a prime extent)."""
+    n = view.dims[axis]
+    if not n.is_constant() or n.to_int() < SPLIT_MIN_EXTENT:
+        return None
+    rows = 1
+    for j, d in enumerate(view.dims):
+        if j != axis:
+            if not d.is_constant():
+                return None
+            rows *= d.to_int()
+    n = n.to_int()
+    if rows >= SPLIT_ROWS or rows == 0:
+        return None
+    lo, hi = SPLIT_INNER
+    divisors = [q for q in range(lo, min(hi, n // 2) + 1) if n % q == 0]
+    if not divisors:
+        return None
+    fits = [q for q in divisors if rows * (n // q) >= SPLIT_ROWS]
+    return max(fits) if fits else min(divisors)
 
 
 def _gemm_fact(enc: Encoding, graph: Graph, mul, sum_key: int, axis: int, sum_view: ShapeTracker) -> None:

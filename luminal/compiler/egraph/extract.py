@@ -22,7 +22,7 @@ OP_COST = {"Leaf": 0.01, "Num": 0.01, "Break": 1.0, "Copy": 1.5, "Add": 2.0, "Mu
            "Sum": 3.0, "Max": 3.0, "MatMul": 3.0, "Gather": 3.0, "Scatter": 3.0, "Mod": 4.0, "Recip": 4.0, "Sqrt": 4.0, "Log2": 8.0, "Exp2": 8.0,
            "Sin": 8.0}
 OP_RANK = {name: i for i, name in enumerate(sorted(OP_COST))}
-_FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey", "GemmKey")  # the relations read back (for explain's condition checks)
+_FACTS = ("NonNeg", "Contig", "NoMask", "Extent", "Dims", "ReducedKey", "GemmKey", "SplitKey")  # the relations read back (for explain's condition checks)
 INF = float("inf")
 
 
@@ -58,6 +58,7 @@ class EGraphData:
     dims: dict[int, int] = field(default_factory=dict)  # view key -> interned dims id
     reduced: dict[tuple[int, int], int] = field(default_factory=dict)  # (view key, axis) -> reduced key
     gemm: set[tuple] = field(default_factory=set)  # (sum key, axis, x key, y key) of matrix-shaped products
+    split: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (key, axis) -> (split, outer key)
 
     @property
     def n_enodes(self) -> int:
@@ -83,7 +84,7 @@ def parse_serialized(text: str) -> EGraphData:
     types = {cid: v.get("type", "") for cid, v in data.get("class_data", {}).items()}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent, dims, reduced, gemm = set(), set(), set(), {}, {}, {}, set()
+    nonneg, contig, nomask, extent, dims, reduced, gemm, split = set(), set(), set(), {}, {}, {}, set(), {}
     for n in nodes.values():  # egglog writes them in a deterministic order; classes are sorted below
         op = n["op"]
         if op not in CHILD_SLOTS and op not in _FACTS:
@@ -107,6 +108,8 @@ def parse_serialized(text: str) -> EGraphData:
                 reduced[(args[0], args[1])] = args[2]
             elif op == "GemmKey":
                 gemm.add(tuple(args))
+            elif op == "SplitKey":
+                split[(args[0], args[1])] = (args[2], args[3])
             else:
                 extent[(args[0], args[1])] = args[2]
             continue
@@ -118,7 +121,7 @@ def parse_serialized(text: str) -> EGraphData:
         classes.setdefault(cls, []).append(ENode(op, tuple(args), cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm, split)
 
 
 def from_frozen(egraph) -> EGraphData:
@@ -138,7 +141,7 @@ def from_frozen(egraph) -> EGraphData:
             "bool": egraph.value_to_bool}
     classes: dict[str, list[ENode]] = {}
     node_class: dict[int, str] = {}
-    nonneg, contig, nomask, extent, dims, reduced, gemm = set(), set(), set(), {}, {}, {}, set()
+    nonneg, contig, nomask, extent, dims, reduced, gemm, split = set(), set(), set(), {}, {}, {}, set(), {}
     for name in sorted(frozen.functions):
         fn = frozen.functions[name]
         if name not in CHILD_SLOTS and name not in _FACTS:
@@ -162,6 +165,8 @@ def from_frozen(egraph) -> EGraphData:
                 reduced[(args[0], args[1])] = args[2]
             elif name == "GemmKey":
                 gemm.add(args)
+            elif name == "SplitKey":
+                split[(args[0], args[1])] = (args[2], args[3])
             elif name == "Node":
                 node_class[args[0]] = cid(row.output)
             else:
@@ -169,7 +174,7 @@ def from_frozen(egraph) -> EGraphData:
                 classes.setdefault(cls, []).append(ENode(name, args, cls))
     for cls in classes:
         classes[cls] = sorted(set(classes[cls]), key=_stable_key)
-    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm)
+    return EGraphData(classes, node_class, nonneg, contig, nomask, extent, dims, reduced, gemm, split)
 
 
 def _stable_key(e: ENode) -> tuple:

@@ -83,13 +83,22 @@ def _match(pat, cls_or_lit, eg: EGraphData, env: dict, is_class: bool, only=None
 
 
 def _conditions_env(conds, env: dict, eg: EGraphData) -> dict | None:
-    """``env`` extended by the variables the conditions bind (an Extent's extent, a Dims id, a ReducedKey's key)
-    when they all hold, else None."""
+    """``env`` extended by the variables the conditions bind (an Extent's extent, a Dims id, a ReducedKey's key,
+    a SplitKey's keys) when they all hold, else None."""
     env = dict(env)
-    binding = ("Extent", "Dims", "ReducedKey")
+    binding = ("Extent", "Dims", "ReducedKey", "SplitKey")
     for c in sorted(conds, key=lambda c: c[0] not in binding):  # facts that may bind a variable first
         head = c[0]
-        if head in ("Dims", "ReducedKey"):
+        if head == "SplitKey":  # (SplitKey v a s o): binds the split key and the outer key
+            keys = eg.split.get((eval_prim(c[1], env), eval_prim(c[2], env)))
+            if keys is None:
+                return None
+            for var, value in zip(c[3:5], keys):
+                if is_var(var) and var not in env:
+                    env[var] = value
+                elif eval_prim(var, env) != value:
+                    return None
+        elif head in ("Dims", "ReducedKey"):
             key = tuple(eval_prim(a, env) for a in c[1:-1])
             value = eg.dims.get(key[0]) if head == "Dims" else eg.reduced.get(key)
             if value is None:

@@ -99,8 +99,10 @@ def _bindings():
 class Saturation:
     """One graph's e-graph: ``load()``, ``run(...)``, ``data()`` (the serialized e-graph)."""
 
-    def __init__(self, graph: Graph, rulesets: Sequence[str] = DEFAULT_RULESETS, rule_paths=None):
+    def __init__(self, graph: Graph, rulesets: Sequence[str] = DEFAULT_RULESETS, rule_paths=None,
+                 split: bool = False):
         self.graph = graph
+        self.split = split  # offer two-stage reductions (encode(split=True): the GPU cost backend's)
         self.rulesets = tuple(rulesets)
         self.prelude, rules = sexpr.load_rules(rule_paths)
         known = {str(f[1]) for f in self.prelude if isinstance(f, list) and f and f[0] == "ruleset"}
@@ -118,7 +120,7 @@ class Saturation:
         the loader reads from files. Together with the view table they are the saturation's whole input."""
         if self._program is None:
             start = time.perf_counter()
-            self.encoding = enc = encode(self.graph)
+            self.encoding = enc = encode(self.graph, split=self.split)
             text = "\n".join(sexpr.to_text(f) for f in self.prelude)
             text += "\n" + "\n".join(r.egglog_text() for r in self.rules)
             text += "\n" + "\n".join(enc.lines)
@@ -394,7 +396,7 @@ class EqualitySaturation(Pass):
     holds the rewrites that change results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop
     it for bit-exact results.
     Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
-    Cost: ``cost_backend`` (``"cpu"``, the default, or ``"reference"``) picks the size-aware model of
+    Cost: ``cost_backend`` (``"cpu"``, the default, ``"gpu"`` or ``"reference"``) picks the size-aware model of
     :mod:`~luminal.compiler.egraph.cost` (work and memory traffic per element times the element counts of each
     e-node's views); ``op_cost=f`` replaces it with any ``f(ENode) -> float`` (e.g. the per-op constants of
     :func:`~luminal.compiler.egraph.extract.default_cost`).
@@ -413,7 +415,9 @@ class EqualitySaturation(Pass):
         self.max_seconds = max_seconds
         self.op_cost = op_cost
         self.cost_backend = cost_backend
-        SizeCost([], cost_backend)  # an unknown backend fails here, not after saturating
+        # an unknown backend fails here, not after saturating; a backend that prices parallelism gets split
+        # reductions offered (the split-* rules of reductions.egg)
+        self._split = SizeCost([], cost_backend).costs.parallel_rows > 0
         self._cost = op_cost or default_cost
         self.rule_paths = rule_paths
         self.report: SaturationReport | None = None
@@ -424,7 +428,7 @@ class EqualitySaturation(Pass):
         graph for it (the run goes on with it)."""
         if not force and (self.op_cost is not None or not memo.enabled()):
             return None, None
-        sat = Saturation(graph, self.rulesets, self.rule_paths)
+        sat = Saturation(graph, self.rulesets, self.rule_paths, self._split)
         text, rows = sat.program()
         settings = (self.rulesets, self.max_iterations, self.max_enodes, self.cost_backend, self.readback)
         return memo.key(text, rows, sat.encoding.views, _root_nodes(graph, sat.encoding), settings), sat
@@ -432,7 +436,7 @@ class EqualitySaturation(Pass):
     def saturate(self, graph: Graph, sat: Saturation | None = None) -> tuple[Saturation, EGraphData, list[str]]:
         """Load and saturate ``graph`` (in ``sat``, a fresh session of it, when given); returns the session, the
         serialized e-graph and the root e-classes."""
-        sat = sat or Saturation(graph, self.rulesets, self.rule_paths)
+        sat = sat or Saturation(graph, self.rulesets, self.rule_paths, self._split)
         enc = sat.load()
         sat.run(self.max_iterations, self.max_enodes, self.max_seconds)
         eg = sat.data(self.readback)
