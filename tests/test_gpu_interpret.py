@@ -405,11 +405,35 @@ def test_row_groups_run_as_one_kernel(dtype):
         assert text.count("tl.store(b") == results < len(members)
 
 
+def test_row_groups_over_rows_longer_than_a_chunk_loop_in_one_kernel():
+    """Rows of 3000 (over REDUCE_MAX_K: a vocabulary's softmax) are still one launch per row group: each
+    reduction and each per-element member loops over the row in chunks, row scalars (maxima, sums, statistics)
+    stay in registers, and a per-element output a later member reads (the masked softmax's exponentials) is
+    stored and read back after a barrier. Masked, NaN, all -inf and wide rows; results equal the reference's."""
+    def make(cx):
+        x, keep = cx.tensor(("r", 3000)), cx.tensor((3000,), "bool")
+        masked = lm.where(keep, x, float("-inf")).softmax(-1)
+        return [x, keep], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1), masked]
+
+    x = rand((12, 3000), 1) * 4
+    x[0, ::3] = -np.inf
+    x[1, 5] = np.nan
+    x[2, :] = -np.inf
+    x[3] *= 1e3
+    keep = rand((3000,), 2, np.bool_)
+    runtime = compare(make, [(x, keep), (x[:9] * 0.5, ~keep)], rtol=1e-5, atol=1e-6)
+    tp = runtime.tprogram
+    reduces = [launch for launch in tp.launches if launch.kind == "reduce"]
+    assert len(reduces) == 1 and len(tp.launches) == 2, [(launch.name, launch.kind) for launch in tp.launches]
+    text = tp.source.split(f"def {reduces[0].name}(")[1].split("\ndef ")[0]
+    assert text.count("for k0 in range(0, extent, BLOCK_K):") >= 8 and "tl.debug_barrier()" in text
+
+
 def test_row_groups_over_a_symbolic_extent_size_at_each_binding(monkeypatch):
     """A row group over a symbolic extent (attention's softmax over a symbolic key length) is one kernel whose
-    block sizes are chosen at each binding; where the rows are longer than one chunk (1100 > 1024) its kernels
-    run one by one instead. Results equal the reference's at both bindings; the fused kernel runs at the
-    short binding only."""
+    block sizes are chosen at each binding; where the rows are longer than one chunk (1100 > 1024) the group's
+    looping kernel runs instead (one launch too). Results equal the reference's at every binding; the
+    one-chunk kernel runs at the short bindings only."""
     import luminal.runtime.gpu as gpu
 
     ran = []
@@ -426,8 +450,9 @@ def test_row_groups_over_a_symbolic_extent_size_at_each_binding(monkeypatch):
     group = [launch for launch in runtime.tprogram.launches if launch.fallback]
     assert len(group) == 1 and group[0].row_extent is not None
     fused = [block for name, block in ran if name == group[0].name]
-    assert fused == [64, 256], ran  # n = 37 and n = 200 (first execute of each binding); 1100: one by one
-    assert {f.name for f in group[0].fallback} & {name for name, _ in ran}
+    assert fused == [64, 256], ran  # n = 37 and n = 200 (first execute of each binding); 1100: the loop
+    (loop,) = group[0].fallback
+    assert loop.name.endswith("_loop") and (loop.name, 1024) in ran, ran
 
 
 def test_row_groups_with_bfloat16_results_are_bit_exact():
@@ -1242,6 +1267,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         a.cast(lm.int8).retrieve()
         a.softmax(-1).retrieve()
         cx.tensor((512, 96)).sum(0).retrieve()  # over the rows of a row-major matrix (a bias gradient)
+        cx.tensor((16, 3000)).softmax(-1).retrieve()  # rows longer than a chunk: a looping row group
         p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False)
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})

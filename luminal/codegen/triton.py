@@ -52,7 +52,7 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
 from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text,
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
-from .triton_reduce import ReduceRendering, row_group_fusable
+from .triton_reduce import REDUCE_MAX_K, ReduceRendering, row_group_fusable
 from .groups import epilogue_value, kernel_groups
 from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
@@ -419,7 +419,8 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
-                text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread)
+                long_rows = (to_expr(kernel.extent).to_int() or 0) > REDUCE_MAX_K  # a constant over one chunk
+                text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread, looped=long_rows)
             elif k in epilogues:
                 epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True), kernel.out not in unread)
                 text, launch = self._gemm(k, kernel, epilogue)
@@ -428,9 +429,9 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             launch = add(k, text, launch)
             if k in epilogues:  # the epilogue's own function, for a product computed by cuBLAS
                 launch[0].epilogue = add(k + 1, *self._single(k + 1, epilogues[k]))[0]
-            if k in row_groups and launch[0].row_extent is not None:  # each kernel on its own, for long rows
-                launch[0].fallback = [item for i in row_groups[k]
-                                      for item in add(f"{i}_one", *self._single(f"{i}_one", kernels[i]))]
+            if k in row_groups and launch[0].row_extent is not None:  # the group looping over long rows
+                launch[0].fallback = add(f"{k}_loop", *self._row_group(f"{k}_loop", [kernels[i] for i in row_groups[k]],
+                                                                        unread, looped=True))
             launches += launch
         return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, in_launch)
 

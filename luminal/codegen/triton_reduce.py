@@ -78,15 +78,13 @@ def _blocks(extent, n_rows, column: bool = False) -> tuple[int, int]:
 
 def row_group_fusable(members) -> bool:
     """Whether a row group (its kernels, from :func:`~luminal.codegen.groups.kernel_groups`) can be one Triton
-    kernel: the reduced extent is a constant of one chunk (at most ``REDUCE_MAX_K``) or symbolic (sized at each
-    binding; longer rows run the kernels one by one: ``Launch.fallback``), every reduction is float32
-    or float64 (the elementwise members may be of any type: autocast's rounding of a softmax to bfloat16), and
-    no per-row kernel reads an output over the rows' elements (it would read one element of the row, which the
-    kernel does not hold as such)."""
+    kernel: every reduction is float32 or float64 (the elementwise members may be of any type: autocast's
+    rounding of a softmax to bfloat16), and no per-row kernel reads an output over the rows' elements (it would
+    read one element of the row, which the kernel does not hold as such). Rows of one chunk (a constant extent
+    up to ``REDUCE_MAX_K``, or a symbolic one at a binding where it fits) are held in registers; longer rows are
+    looped over (``_row_group(looped=True)``; a symbolic extent has both, ``Launch.fallback``)."""
     red = members[0]
-    ext = to_expr(red.extent).to_int()
-    if (ext is not None and ext > REDUCE_MAX_K) or any(
-            m.dtype not in ROW_GROUP_TYPES for m in members if isinstance(m, ReduceKernel)):
+    if any(m.dtype not in ROW_GROUP_TYPES for m in members if isinstance(m, ReduceKernel)):
         return False
     n = len(red.dims)
     interior = {m.out for m in members if isinstance(m, ElementwiseKernel) and len(m.dims) > n and m.dims[n] != 1}
@@ -101,12 +99,16 @@ class ReduceRendering:
     """The reduction part of the renderer (needs the renderer's ``program``, ``ex``, ``pointer``, ``_header``,
     ``_unravel``, ``_numel``, ``_constant_sizes`` and ``_store``)."""
 
-    def _row_group(self, k: int, members: list, unread=frozenset()):
+    def _row_group(self, k, members: list, unread=frozenset(), looped: bool = False):
         """One kernel computing a row group (``members``: its kernels, the first a reduction over the innermost
-        axis of its rows, :func:`row_group_fusable`): a program owns ``BLOCK_M`` rows, each a single
-        ``BLOCK_K`` chunk, and computes the members in order; a member reads an earlier one's output from
-        registers (a row's scalar broadcast along the row, or the same element), never from memory. Outputs in
-        ``unread`` (read only inside the group) are not stored."""
+        axis of its rows, :func:`row_group_fusable`): a program owns ``BLOCK_M`` rows and computes the members in
+        order. Rows of one ``BLOCK_K`` chunk (``looped=False``): a member reads an earlier one's output from
+        registers (a row's scalar broadcast along the row, or the same element), never from memory. Longer rows
+        (``looped=True``, for a constant extent over ``REDUCE_MAX_K`` or as the fallback of a symbolic one): each
+        reduction and each per-element member loops over the row in chunks; row scalars stay in registers,
+        per-element outputs a later member reads are stored and read back (the row was just written by this
+        program: from L2, not DRAM), after a barrier. Outputs in ``unread`` (read only inside the group, and not
+        needed from memory) are not stored."""
         from .triton import BodyWriter, Launch
         red = members[0]
         rows = tuple(red.dims)
@@ -117,44 +119,78 @@ class ReduceRendering:
                   "    rows_live = rows < n_rows",
                   "    rr = rows[:, None]",
                   "    row_live = rr < n_rows",
-                  "    lm_r = tl.arange(0, BLOCK_K)[None, :]",
-                  "    live = row_live & (lm_r < extent)",
-                  "    zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)",
                   "    zr = tl.zeros([BLOCK_M, 1], tl.int64)"]
+        chunk = ["lm_r = tl.arange(0, BLOCK_K)[None, :]", "live = row_live & (lm_r < extent)",
+                 "zi = tl.zeros([BLOCK_M, BLOCK_K], tl.int64)"]
+        if not looped:
+            lines += [f"    {t}" for t in chunk]
+        else:
+            chunk[0] = "lm_r = k0 + tl.arange(0, BLOCK_K)[None, :]"
         unravel, out_vars = self._unravel(rows, "rr", "lm_i")
         lines += unravel
         rvar = Expression.symbol("lm_r", red.extent - 1)
         n = len(rows)
         substitute: dict[int, str] = {}
         counter = 0
+        read_later = set()
+        for j, member in enumerate(members):
+            read_later |= {v.buffer for v in walk(member.value) if isinstance(v, Load)} if j else set()
+        stored_rows = False  # a per-element output was stored in a loop that a later loop may read back
         for j, member in enumerate(members):
             inner = not isinstance(member, ElementwiseKernel) or (len(member.dims) > n and member.dims[n] != 1)
+            ind = "        " if looped and inner else "    "
             w = BodyWriter(self, "[BLOCK_M, BLOCK_K]" if inner else "[BLOCK_M, 1]",
-                           live="live" if inner else "row_live", zi="zi" if inner else "zr")
+                           live="live" if inner else "row_live", zi="zi" if inner else "zr", indent=ind)
             w.counter, w.substitute = counter, substitute
             tt = TL_TYPE[member.dtype]
+            head = []
+            if looped and inner:
+                if stored_rows:
+                    head.append("    tl.debug_barrier()  # this program's stores of the row are read back below")
+                    stored_rows = False
+                if isinstance(member, ReduceKernel):
+                    acc_tt, ident = _accumulator(member)
+                    head.append(f"    lm_acc{j} = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc_tt})")
+                head.append("    for k0 in range(0, extent, BLOCK_K):")
+                head += [f"{ind}{t}" for t in chunk]
             if isinstance(member, ReduceKernel):
                 acc_tt, ident = _accumulator(member)
                 v = w.emit(member.value, out_vars + (rvar,))
-                w.lines.append(f"    lm_acc{j} = tl.where(live, {v}.to({acc_tt}), {ident})")
-                w.lines += _across_lanes(member, f"lm_acc{j}", f"lm_out{j}")
+                if looped:
+                    combine = "+" if member.kind == "sum" else None
+                    val = f"tl.where(live, {v}.to({acc_tt}), {ident})"
+                    w.lines.append(f"{ind}lm_acc{j} = lm_acc{j} {combine} {val}" if combine else
+                                   f"{ind}lm_acc{j} = _lm_max(lm_acc{j}, {val})")
+                else:
+                    w.lines.append(f"    lm_acc{j} = tl.where(live, {v}.to({acc_tt}), {ident})")
+                tail = _across_lanes(member, f"lm_acc{j}", f"lm_out{j}")
                 if member.out not in unread:
-                    w.lines.append(self._store(member, f"lm_out{j}.to({tt})", "rows", "rows_live"))
+                    tail.append(self._store(member, f"lm_out{j}.to({tt})", "rows", "rows_live"))
+                if looped:
+                    lines += head + w.lines + tail
+                    w.lines, w.indent = [], "    "
+                else:
+                    w.lines += tail
                 substitute[member.out] = w.temp(f"lm_out{j}.to({tt})[:, None]")
             else:
                 v = w.emit(member.value, out_vars + ((rvar,) if inner else (to_expr(0),) * (len(member.dims) - n)))
                 stored = f"{v}.to({tt})" if member.dtype != DType.bool else v
-                if member.out not in unread:
+                back = looped and inner and member.out in read_later
+                if member.out not in unread or back:
                     w.lines.append(self._store(member, stored, "rr * extent + lm_r" if inner else "rr",
-                                               "live" if inner else "row_live"))
-                # as stored (bfloat16 values are bfloat16 already, in float32 blocks as loads give them)
-                substitute[member.out] = v if member.dtype in (DType.bool, DType.bfloat16) else w.temp(stored)
+                                               "live" if inner else "row_live", indent=ind))
+                    stored_rows |= back
+                if not (looped and inner):  # (a looped per-element output is read back from memory)
+                    # as stored (bfloat16 values are bfloat16 already, in float32 blocks as loads give them)
+                    substitute[member.out] = v if member.dtype in (DType.bool, DType.bfloat16) else w.temp(stored)
+                lines += head
             counter = w.counter
             lines += w.lines
-        bm, bk = _blocks(red.extent, n_rows)
+        bm, bk = _blocks(red.extent, n_rows) if not looped else _blocks(max(REDUCE_MAX_K, 2), n_rows)
+        symbolic = not to_expr(red.extent).is_constant()
         launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, red.extent],
                         {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), red.out,
-                        row_extent=None if to_expr(red.extent).is_constant() else to_expr(red.extent))
+                        row_extent=to_expr(red.extent) if symbolic and not looped else None)
         return "\n".join(lines), launch
 
     def _reduce(self, k: int, kernel: ReduceKernel):
