@@ -1335,6 +1335,82 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     assert wide, [k["layouts"] for k in kernels if k["kind"] == "reduce"]
 
 
+def test_kernels_compile_for_amd_mi300_without_a_gpu():
+    """The AMD path, checked without an AMD GPU: Triton's HIP backend takes every generated kernel kind down to
+    AMDGCN and a code object for an MI300 (gfx942, 64-wide wavefronts): autocast's bfloat16 GEMMs (also every GEMM
+    of an autocast training step) run on the matrix cores (``v_mfma_*_bf16``), the float32 GEMM uses full-precision
+    ``v_mfma_f32_*_f32`` (no xf32: ``input_precision="ieee"``), the options reach the AMD backend (``a * b + c``
+    is not contracted into a fused multiply-add), the float32 fmod goes through float64, elementwise and reduction
+    kernels use 128-bit loads. Runs in a fresh process (this module's other tests put Triton into interpreter
+    mode). Not run on AMD hardware."""
+    _require()
+    code = textwrap.dedent("""
+        import json, re, luminal as lm
+        from luminal.codegen.gemm_lowp import narrow_operands
+        from luminal.codegen.kernel import lower
+        from luminal.codegen.triton import render
+        from luminal.codegen.triton_support import storage_name
+        from luminal.runtime.gpu_compile import compile_for_target
+
+        def amd(p, kinds=None):
+            tp = render(p)
+            asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()}, arch="gfx942",
+                                     backend="hip", kinds=kinds)
+            return [{"kind": l.kind, "hsaco": len(asm[l.name]["hsaco"]), "gcn": asm[l.name]["amdgcn"],
+                     "source": tp.source.split(f"def {l.name}(")[1].split("\\ndef ")[0]}
+                    for l in tp.launches if l.name in asm]
+        cx = lm.Graph()
+        x, w, a = cx.tensor((64, 128)), cx.tensor((96, 128)), cx.tensor((64, 96))
+        with lm.autocast(dtype=lm.bfloat16):
+            (x @ w.T).retrieve()
+        (x @ w.T).retrieve()
+        (a * 1.5 + 0.5).tanh().retrieve()
+        (a % 1.5).retrieve()
+        a.cast(lm.int8).retrieve()
+        a.softmax(-1).retrieve()
+        cx.tensor((512, 96)).sum(0).retrieve()
+        cx.tensor((16, 3000)).softmax(-1).retrieve()
+        kernels = amd(narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False))
+        cx = lm.Graph()
+        (cx.tensor((64, 96)) * cx.tensor((64, 96)) + cx.tensor((64, 96))).retrieve()
+        fma = amd(lower(cx))
+        from luminal import nn
+        from luminal.training import SGD
+        cx = lm.Graph()
+        m = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 128))
+        x, y = cx.tensor((256, 256)), cx.tensor((256, 128))
+        with lm.autocast(dtype=lm.bfloat16):
+            h = m(x)
+        SGD(m.parameters(), lr=0.1).minimize(((h.cast("float32") - y) ** 2).mean().retrieve())
+        train = amd(narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False,
+                                    widen_readers=True), kinds=("gemm",))
+        strip = lambda ks: [{k: v for k, v in e.items() if k != "source"} for e in ks]
+        print("RESULT" + json.dumps({"kernels": kernels, "fma": strip(fma), "train": strip(train)}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
+    assert line, out.stderr[-3000:]
+    import json
+    import re
+    result = json.loads(line[0][6:])
+    kernels = result["kernels"]
+    assert kernels and all(k["hsaco"] > 0 for k in kernels)
+    gemms = [k["gcn"] for k in kernels if k["kind"] == "gemm"]
+    assert len(gemms) == 2
+    assert sum(bool(re.search(r"v_mfma_f32_\w+_bf16", g)) for g in gemms) == 1, "the bfloat16 GEMM is not on MFMA"
+    assert any(re.search(r"v_mfma_f32_\w+x\d+_f32", g) for g in gemms)  # float32 on full-precision matrix cores
+    assert not any("xf32" in g for g in gemms)
+    train = result["train"]
+    assert len(train) >= 5 and all(re.search(r"v_mfma_f32_\w+_bf16", k["gcn"]) for k in train)
+    (fma,) = result["fma"]
+    assert not re.search(r"v_(pk_)?fma(c|mk|ak)?_f32", fma["gcn"]), "a * b + c was contracted"
+    assert any("lm_fmod" in k["source"] and "v_cvt_f64_f32" in k["gcn"] for k in kernels)
+    for k in kernels:
+        if k["kind"] in ("elementwise", "reduce"):
+            assert re.search(r"(global|buffer)_load_dwordx4", k["gcn"]), k["kind"]
+
+
 @pytest.mark.parametrize("host_outputs", [False, True])
 def test_carried_state_swaps_buffers_instead_of_copying(host_outputs):
     """A carried weight / moment takes over the buffer its new value was written to (the old one becomes the

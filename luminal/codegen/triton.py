@@ -400,7 +400,7 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             unread.update(m.out for m in members if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
 
         def add(k, text: str, launch) -> list:
-            """Put the function of kernel ``k`` (its index, or a label: ``5_one``) into the module unless an
+            """Put the function of kernel ``k`` (its index, or a label: ``5_loop``) into the module unless an
             earlier kernel has the same one (the same layer again: its launches then call that function);
             returns the launches."""
             launch = launch if isinstance(launch, list) else [launch]

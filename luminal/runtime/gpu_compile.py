@@ -1,8 +1,8 @@
 """Compiling the GPU backend's generated Triton module: importing it (:func:`_load_module`), compiling its kernels
 concurrently before their first launch (:func:`compile_parallel`), and compiling them ahead of time for a GPU
-architecture on a machine without one (:func:`compile_for_target`: Triton's real compiler down to PTX and a cubin,
-which is how the test suite checks on a CPU-only machine that every kernel kind compiles, uses tensor cores where
-it should and contains no fused multiply-add).
+architecture on a machine without one (:func:`compile_for_target`: Triton's real compiler down to PTX and a cubin
+for NVIDIA, or AMDGCN and a code object for AMD, which is how the test suite checks on a CPU-only machine that
+every kernel kind compiles, uses tensor cores / matrix cores where it should and contains no fused multiply-add).
 """
 
 from __future__ import annotations
@@ -72,18 +72,23 @@ _POINTER = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "uint16"
             "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64", "uint32": "*u32", "uint64": "*u64"}
 
 
-def compile_for_target(tprogram, buffer_storage: dict, arch: int = 90, warp_size: int = 32, kinds=None) -> dict:
+def compile_for_target(tprogram, buffer_storage: dict, arch: int | str = 90, warp_size: int | None = None,
+                       kinds=None, backend: str = "cuda") -> dict:
     """Compile every kernel of ``tprogram`` (a :class:`luminal.codegen.triton.TritonProgram` rendered for
-    ``cuda``) with Triton's compiler for CUDA compute capability ``arch``, without a GPU: ``{launch name: asm
-    dict}`` (``"ttir"``, ``"ttgir"``, ``"llir"``, ``"ptx"``, ``"cubin"``). ``buffer_storage``: buffer id -> the
-    numpy name of its storage type. Options as the runtime launches them (no FP fusion; a tensor-core GEMM's
-    warps and stages). ``kinds``: only the launches of these kinds (``"gemm"``, ``"elementwise"``, ...). Needs a
-    process where Triton's interpreter is off (``TRITON_INTERPRET`` unset)."""
+    ``cuda``) with Triton's compiler for a GPU architecture, without a GPU: ``{launch name: asm dict}``.
+    ``backend="cuda"``: NVIDIA compute capability ``arch`` (90: H100/H200), asm ``"ttir"``, ``"ttgir"``,
+    ``"llir"``, ``"ptx"``, ``"cubin"``; ``backend="hip"``: AMD ``arch`` such as ``"gfx942"`` (MI300), asm
+    ``"ttgir"``, ``"llir"``, ``"amdgcn"``, ``"hsaco"``. ``warp_size``: 32 on NVIDIA, 64 on AMD CDNA by default.
+    ``buffer_storage``: buffer id -> the numpy name of its storage type. Options as the runtime launches them (no
+    FP fusion; a tensor-core GEMM's warps and stages). ``kinds``: only the launches of these kinds (``"gemm"``,
+    ``"elementwise"``, ...). Needs a process where Triton's interpreter is off (``TRITON_INTERPRET`` unset)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
+    if backend not in ("cuda", "hip"):
+        raise ValueError(f"compile_for_target: backend must be 'cuda' or 'hip', got {backend!r}")
     module = _load_module(tprogram.source)
-    target = GPUTarget("cuda", arch, warp_size)
+    target = GPUTarget(backend, arch, warp_size or (32 if backend == "cuda" else 64))
     out = {}
     for launch in tprogram.launches:
         if (kinds is not None and launch.kind not in kinds) or launch.name in out:  # (a shared function: once)
