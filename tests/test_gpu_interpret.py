@@ -1240,6 +1240,17 @@ def test_cuda_autocast_gemm_search_on_tensor_cores(dtype):
     assert any(e.get("config", "").endswith(("x64:w8:s3", "x64:w4:s4")) for e in log), log
 
 
+def _compile_check(code: str) -> dict:
+    """Run ``code`` (which compiles kernels with Triton's real compiler and prints ``RESULT<json>``) in a fresh
+    process without Triton's interpreter mode; returns the JSON."""
+    import json
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
+    assert line, out.stderr[-3000:]
+    return json.loads(line[0][6:])
+
+
 def test_kernels_compile_for_hopper_without_a_gpu():
     """Triton's real compiler (not its interpreter) takes every generated kernel kind down to PTX and a cubin for
     an H100/H200 (sm_90) on this CPU-only machine: elementwise (float fmod through libdevice in float64, float ->
@@ -1293,12 +1304,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         train = [("wgmma" in a["ptx"]) and smem_fed(a) for a in asm.values()]
         print("RESULT" + json.dumps({"kernels": out, "training_gemms_on_tensor_cores": train}))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
-    assert line, out.stderr[-3000:]
-    import json
-    result = json.loads(line[0][6:])
+    result = _compile_check(code)
     kernels = result["kernels"]
     assert all(k["cubin"] > 0 for k in kernels)
     train = result["training_gemms_on_tensor_cores"]
@@ -1387,13 +1393,8 @@ def test_kernels_compile_for_amd_mi300_without_a_gpu():
         strip = lambda ks: [{k: v for k, v in e.items() if k != "source"} for e in ks]
         print("RESULT" + json.dumps({"kernels": kernels, "fma": strip(fma), "train": strip(train)}))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT")]
-    assert line, out.stderr[-3000:]
-    import json
     import re
-    result = json.loads(line[0][6:])
+    result = _compile_check(code)
     kernels = result["kernels"]
     assert kernels and all(k["hsaco"] > 0 for k in kernels)
     gemms = [k["gcn"] for k in kernels if k["kind"] == "gemm"]

@@ -99,10 +99,8 @@ def _bindings():
 class Saturation:
     """One graph's e-graph: ``load()``, ``run(...)``, ``data()`` (the serialized e-graph)."""
 
-    def __init__(self, graph: Graph, rulesets: Sequence[str] = DEFAULT_RULESETS, rule_paths=None,
-                 split: bool = False):
-        self.graph = graph
-        self.split = split  # offer two-stage reductions (encode(split=True): the GPU cost backend's)
+    def __init__(self, graph: Graph, rulesets: Sequence[str] = DEFAULT_RULESETS, rule_paths=None, split=False):
+        self.graph, self.split = graph, split  # split: offer two-stage reductions (encode(split=True))
         self.rulesets = tuple(rulesets)
         self.prelude, rules = sexpr.load_rules(rule_paths)
         known = {str(f[1]) for f in self.prelude if isinstance(f, list) and f and f[0] == "ruleset"}
@@ -415,8 +413,7 @@ class EqualitySaturation(Pass):
         self.max_seconds = max_seconds
         self.op_cost = op_cost
         self.cost_backend = cost_backend
-        # an unknown backend fails here, not after saturating; a backend that prices parallelism gets split
-        # reductions offered (the split-* rules of reductions.egg)
+        # (an unknown backend fails here, not after saturating); one that prices parallelism gets splits offered
         self._split = SizeCost([], cost_backend).costs.parallel_rows > 0
         self._cost = op_cost or default_cost
         self.rule_paths = rule_paths
