@@ -429,6 +429,32 @@ def test_row_groups_over_rows_longer_than_a_chunk_loop_in_one_kernel():
     assert text.count("for k0 in range(0, extent, BLOCK_K):") >= 8 and "tl.debug_barrier()" in text
 
 
+def test_language_model_head_trains_over_a_long_vocabulary():
+    """An embedding, a tanh and a Linear head over a 1500-word vocabulary trained with cross-entropy and SGD with
+    momentum for three steps (the weights carried between executes): the loss's log-softmax, its gradient and the
+    head's bias gradient run as looping row groups and a column reduction. Losses and logits equal the
+    reference's at every step. (Not Adam: its first step moves a weight by about lr * sign(gradient), so a
+    gradient that cancels to near 0 turns summation-order rounding into a difference of 2 * lr.)"""
+    from luminal import nn
+    from luminal.training import SGD
+
+    vocab, d, b, t = 1500, 16, 2, 16
+    rng = np.random.default_rng(0)
+    ids, target = rng.integers(0, vocab, (b, t)), rng.integers(0, vocab, (b * t,))
+
+    def make(cx):
+        nn.init.manual_seed(3)
+        emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+        i, y = cx.tensor((b, t), "int64"), cx.tensor((b * t,), "int64")
+        logits = head(emb(i).reshape((b * t, d)).tanh())
+        loss = nn.functional.cross_entropy(logits, y)
+        SGD(list(emb.parameters()) + list(head.parameters()), lr=0.5, momentum=0.9).minimize(loss)
+        return [i, y], [loss, logits]
+
+    runtime = compare(make, [(ids, target)] * 3, rtol=1e-4, atol=1e-5)
+    assert "for k0 in range(0, extent, BLOCK_K):" in runtime.tprogram.source
+
+
 def test_row_groups_over_a_symbolic_extent_size_at_each_binding(monkeypatch):
     """A row group over a symbolic extent (attention's softmax over a symbolic key length) is one kernel whose
     block sizes are chosen at each binding; where the rows are longer than one chunk (1100 > 1024) the group's
