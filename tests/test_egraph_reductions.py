@@ -139,12 +139,13 @@ def test_default_pipeline_removes_unit_axis_reductions_without_the_pass(device):
 # ---------------------------------------------------------------------------------------------- split reductions
 def test_split_choice_offers_a_divisor_that_fills_the_device():
     """The inner extent divides the axis, lies in SPLIT_INNER, and leaves the first stage SPLIT_ROWS outputs
-    when a divisor allows it; short axes, many outputs, symbolic sizes and prime extents get no split."""
+    when a divisor allows it; short axes, many outputs (128 contiguous rows, 1024 strided ones), symbolic sizes
+    and prime extents get no split."""
     from luminal.compiler.egraph.encode import SPLIT_INNER, SPLIT_ROWS, split_choice
     from luminal.shape import ShapeTracker
 
     lo, hi = SPLIT_INNER
-    for dims, axis in (((10 ** 6,), 0), ((64, 36864), 1), ((36864, 64), 0), ((768, 8192), 1), ((3, 40000), 1)):
+    for dims, axis in (((10 ** 6,), 0), ((64, 36864), 1), ((36864, 64), 0), ((8192, 768), 0), ((3, 40000), 1)):
         st = ShapeTracker.contiguous_of(dims)
         q = split_choice(st, axis)
         n, rows = dims[axis], int(np.prod(dims)) // dims[axis]
@@ -154,7 +155,8 @@ def test_split_choice_offers_a_divisor_that_fills_the_device():
         if any(n % d == 0 and rows * (n // d) >= SPLIT_ROWS for d in range(lo, hi + 1)):
             assert rows * (n // q) >= SPLIT_ROWS
     assert split_choice(ShapeTracker.contiguous_of((4096,)), 0) is None          # short
-    assert split_choice(ShapeTracker.contiguous_of((4096, 8192)), 1) is None     # enough outputs already
+    assert split_choice(ShapeTracker.contiguous_of((8192, 4096)), 0) is None     # enough outputs already
+    assert split_choice(ShapeTracker.contiguous_of((512, 50257)), 1) is None     # contiguous rows: 256 programs
     assert split_choice(ShapeTracker.contiguous_of((1000003,)), 0) is None       # prime
     assert split_choice(ShapeTracker.contiguous_of(("n", 65536)), 1) is None     # symbolic outputs
     assert split_choice(ShapeTracker.contiguous_of((2, "n")), 1) is None         # symbolic extent

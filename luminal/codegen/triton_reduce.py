@@ -17,6 +17,7 @@ SCATTER_BLOCK = 128        # positions (off the scattered axis) per program of a
 REDUCE_TILE = 4096         # BLOCK_M * BLOCK_K of a reduction
 REDUCE_MAX_K = 1024        # the largest reduced chunk (a constant extent up to this is one chunk)
 REDUCE_SYMBOLIC_K = 128    # the chunk of a symbolic extent
+LONG_ROWS_FEW = 1024       # fewer rows than this, each at least REDUCE_MAX_K long: 2 rows per program, not 4
 COLUMN_ROWS = 8            # BLOCK_M of a reduction whose rows are adjacent in memory: 8 float32 fill a 32-byte
                            # sector (4 rows used half of each); more would cost programs (rows / BLOCK_M)
 ROW_GROUP_TYPES = (DType.float32, DType.float64)  # the reductions of a fused row group are of these types
@@ -71,8 +72,11 @@ def _blocks(extent, n_rows, column: bool = False) -> tuple[int, int]:
         return bm, max(min(_pow2(ext), cap) if ext is not None else min(REDUCE_SYMBOLIC_K, cap), 2)
     bk = max(min(_pow2(ext), REDUCE_MAX_K) if ext is not None else REDUCE_SYMBOLIC_K, 2)
     bm = max(1, REDUCE_TILE // bk)
-    if n_rows.to_int() is not None:
-        bm = min(bm, _pow2(n_rows.to_int()))
+    rows = n_rows.to_int()
+    if rows is not None:
+        bm = min(bm, _pow2(rows))
+        if bk == REDUCE_MAX_K and rows < LONG_ROWS_FEW:  # long rows, few of them: more programs, each a full chunk
+            bm = 2
     return max(bm, 2), bk
 
 

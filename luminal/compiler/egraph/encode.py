@@ -210,7 +210,8 @@ def encode(graph: Graph, order: list[int] | None = None, split: bool = False) ->
 
 
 SPLIT_MIN_EXTENT = 8192   # a reduced axis at least this long may be split (split_choice)
-SPLIT_ROWS = 4096         # ... when the reduction has fewer outputs than this (the GPU cost model's PARALLEL_ROWS)
+SPLIT_ROWS = 4096         # outputs that fill a GPU (the cost model's PARALLEL_ROWS; a split's first stage aims here)
+SPLIT_BELOW = (128, 1024)  # outputs below which a split is offered: a contiguous row's reduction, a strided one's
 SPLIT_INNER = (256, 4096)  # the inner extent of a split: a divisor of the extent in this range
 
 
@@ -219,10 +220,12 @@ def split_choice(view: ShapeTracker, axis: int) -> int | None:
     ``sum_p (sum_q x split (p, q))``), or None when none is offered.
 
     Offered when the reduced extent ``n`` is a constant of at least :data:`SPLIT_MIN_EXTENT` and the reduction has
-    a constant number ``r`` of outputs below :data:`SPLIT_ROWS`: then a GPU runs it on few programs, each looping
-    over a long row. ``q`` is the largest divisor of ``n`` in :data:`SPLIT_INNER` that still gives the first stage
-    at least ``SPLIT_ROWS`` outputs (``r * n / q``), else the smallest divisor in that range; None if ``n`` has no
-    divisor there (a prime extent)."""
+    a constant number ``r`` of outputs below :data:`SPLIT_BELOW`: then a GPU runs it on few programs, each looping
+    over a long row (the Triton renderer gives a long contiguous row 2 programs' rows and a strided reduction 8,
+    so 128 rows of the first kind already make 64 programs; a softmax over a vocabulary with a few hundred rows
+    stays one looping row group). ``q`` is the largest divisor of ``n`` in :data:`SPLIT_INNER` that still gives the
+    first stage at least ``SPLIT_ROWS`` outputs (``r * n / q``), else the smallest divisor in that range; None if
+    ``n`` has no divisor there (a prime extent)."""
     n = view.dims[axis]
     if not n.is_constant() or n.to_int() < SPLIT_MIN_EXTENT:
         return None
@@ -233,7 +236,8 @@ def split_choice(view: ShapeTracker, axis: int) -> int | None:
                 return None
             rows *= d.to_int()
     n = n.to_int()
-    if rows >= SPLIT_ROWS or rows == 0:
+    contiguous = view.strides[axis] == 1
+    if rows >= SPLIT_BELOW[0 if contiguous else 1] or rows == 0:
         return None
     lo, hi = SPLIT_INNER
     divisors = [q for q in range(lo, min(hi, n // 2) + 1) if n % q == 0]
