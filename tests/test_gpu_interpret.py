@@ -369,6 +369,25 @@ def test_gemm_epilogues_are_computed_in_the_gemm_tiles():
     assert "acc, mask=" in second.split("# epilogue")[0]         # p's is (p.sum reads it)
 
 
+def _row_group_case(width: int, dtype):
+    """``(make, feeds)`` for ``compare``: softmax, log-softmax, layer norm and a masked softmax over ``("r",
+    width)`` rows, fed rows with -inf (masked), NaN, all -inf and a wide spread, then 9 rows and the other mask."""
+    dt = lm.DType(np.dtype(dtype).name)
+
+    def make(cx):
+        x, keep = cx.tensor(("r", width), dt), cx.tensor((width,), "bool")
+        masked = lm.where(keep, x, float("-inf")).softmax(-1)
+        return [x, keep], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1), masked]
+
+    x = rand((12, width), 1, dtype) * 4
+    x[0, ::3] = -np.inf
+    x[1, 5] = np.nan
+    x[2, :] = -np.inf
+    x[3] *= 1e3
+    keep = rand((width,), 2, np.bool_)
+    return make, [(x, keep), (x[:9] * 0.5, ~keep)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_groups_run_as_one_kernel(dtype):
     """Softmax, log-softmax, layer norm (mean, variance, normalize) and a masked softmax over rows are row groups
@@ -376,20 +395,7 @@ def test_row_groups_run_as_one_kernel(dtype):
     reductions and row-wise kernels reading the earlier ones' results from there. Rows with -inf (masked), NaN,
     all -inf (softmax NaN), a wide spread; an odd extent (37, masked lanes); a symbolic row count; results equal
     the reference's."""
-    dt = lm.DType(np.dtype(dtype).name)
-
-    def make(cx):
-        x, keep = cx.tensor(("r", 37), dt), cx.tensor((37,), "bool")
-        masked = lm.where(keep, x, float("-inf")).softmax(-1)
-        return [x, keep], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1), masked]
-
-    x = rand((12, 37), 1, dtype) * 4
-    x[0, ::3] = -np.inf
-    x[1, 5] = np.nan
-    x[2, :] = -np.inf
-    x[3] *= 1e3
-    keep = rand((37,), 2, np.bool_)
-    runtime = compare(make, [(x, keep), (x[:9] * 0.5, ~keep)], rtol=1e-5, atol=1e-6)
+    runtime = compare(*_row_group_case(37, dtype), rtol=1e-5, atol=1e-6)
     tp, kernels = runtime.tprogram, runtime.program.kernels
     assert len(tp.launches) + len(tp.fused) == len(kernels)
     # the reductions over x's rows (softmax's, log-softmax's, layer norm's) and the row-wise kernels after them
@@ -410,18 +416,7 @@ def test_row_groups_over_rows_longer_than_a_chunk_loop_in_one_kernel():
     reduction and each per-element member loops over the row in chunks, row scalars (maxima, sums, statistics)
     stay in registers, and a per-element output a later member reads (the masked softmax's exponentials) is
     stored and read back after a barrier. Masked, NaN, all -inf and wide rows; results equal the reference's."""
-    def make(cx):
-        x, keep = cx.tensor(("r", 3000)), cx.tensor((3000,), "bool")
-        masked = lm.where(keep, x, float("-inf")).softmax(-1)
-        return [x, keep], [x.softmax(-1), x.log_softmax(-1), x.layer_norm(-1), masked]
-
-    x = rand((12, 3000), 1) * 4
-    x[0, ::3] = -np.inf
-    x[1, 5] = np.nan
-    x[2, :] = -np.inf
-    x[3] *= 1e3
-    keep = rand((3000,), 2, np.bool_)
-    runtime = compare(make, [(x, keep), (x[:9] * 0.5, ~keep)], rtol=1e-5, atol=1e-6)
+    runtime = compare(*_row_group_case(3000, np.float32), rtol=1e-5, atol=1e-6)
     tp = runtime.tprogram
     reduces = [launch for launch in tp.launches if launch.kind == "reduce"]
     assert len(reduces) == 1 and len(tp.launches) == 2, [(launch.name, launch.kind) for launch in tp.launches]

@@ -892,10 +892,17 @@ def test_harness_rejects_unsound_reduction_rules(tmp_path):
         test_rule_is_sound(rule)
 
 
+def _all_rejected(tmp_path, name: str, text: str, match: str = VALUE_MISMATCH) -> None:
+    """Every rule of ``text`` (a rule file's contents) fails the soundness check with a message matching ``match``."""
+    for rule in _rules_from(tmp_path, name, text).values():
+        with pytest.raises(AssertionError, match=match):
+            test_rule_is_sound(rule)
+
+
 def test_harness_rejects_unsound_split_rules(tmp_path):
     """SplitKey instances split the reduced axis for real, and the ``reorder`` tolerance (any summation order of the
     same terms) is not loose enough to pass other values: wrong two-stage forms are caught."""
-    bad = _rules_from(tmp_path, "bad_split", (
+    _all_rejected(tmp_path, "bad_split", (
         ";; split-sum-exact: the two-stage sum claimed bit-exact (false: the terms are added in another order)\n"
         "(rewrite (Sum ?d ?a ?x ?v) (Sum ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?o) :when ((SplitKey ?v ?a ?s ?o))\n"
         "         :ruleset reductions)\n"
@@ -911,16 +918,11 @@ def test_harness_rejects_unsound_split_rules(tmp_path):
         ";; domain: sum-safe\n"
         "(rewrite (Sum ?d ?a ?x ?v) (Max ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?o) :when ((SplitKey ?v ?a ?s ?o))\n"
         "         :ruleset reductions)\n"))
-    for rule in bad.values():
-        with pytest.raises(AssertionError, match=VALUE_MISMATCH):
-            test_rule_is_sound(rule)
-    (rule,) = _rules_from(tmp_path, "bad_split_key", (
+    _all_rejected(tmp_path, "bad_split_key", (
         ";; split-read-wrong: the second stage reads the partial sums through the original view (ill-formed)\n"
         ";; tolerance: reorder\n"
         "(rewrite (Sum ?d ?a ?x ?v) (Sum ?d ?a (Sum ?d (+ ?a 1) ?x ?s) ?v) :when ((SplitKey ?v ?a ?s ?o))\n"
-        "         :ruleset reductions)\n")).values()
-    with pytest.raises(AssertionError, match=r"reads a buffer of dims|ill-formed"):
-        test_rule_is_sound(rule)
+        "         :ruleset reductions)\n"), match=r"reads a buffer of dims|ill-formed")
 
 
 def test_harness_rejects_unsound_cast_rules(tmp_path):
