@@ -450,6 +450,65 @@ def test_language_model_head_trains_over_a_long_vocabulary():
     assert "for k0 in range(0, extent, BLOCK_K):" in runtime.tprogram.source
 
 
+def test_attention_runs_as_one_fused_kernel():
+    """softmax(f(Q K^T)) V with a padding mask (a whole row of keys masked: NaN, as the reference), a causal mask,
+    a NaN query, large scores, symbolic sequence lengths rebound from 7 to 100 (two key blocks), head dims 24 and
+    80 (two K steps): one fused "attention" launch per chain (online softmax; scores and probabilities never
+    stored), results equal to the reference's."""
+    from luminal.nn.functional import scaled_dot_product_attention as sdpa
+
+    def make(cx):
+        q, k, v = cx.tensor((2, 3, "s", 24)), cx.tensor((2, 3, "s", 24)), cx.tensor((2, 3, "s", 24))
+        pad = cx.tensor((2, "s"), "bool")
+        mask = lm.where(pad.reshape((2, 1, 1, "s")), float("-inf"), 0.0)
+        c = cx.tensor((1, 2, "s", 80))
+        return [q, k, v, pad, c], [sdpa(q, k, v, attn_mask=mask), sdpa(c, c * 0.5, c, is_causal=True)]
+
+    feeds = []
+    for n, seed in ((7, 1), (100, 2)):
+        q, k, v = rand((2, 3, n, 24), seed) * 3, rand((2, 3, n, 24), seed + 1), rand((2, 3, n, 24), seed + 2)
+        pad = np.zeros((2, n), bool)
+        pad[1, n // 2:] = True
+        q[0, 1, 2, 5] = np.nan
+        q[1, 2] *= 100.0  # scores in the thousands
+        feeds.append((q, k, v, pad, rand((1, 2, n, 80), seed + 3)))
+    pad = feeds[0][3].copy()
+    pad[0] = True  # every key of batch 0 masked: softmax of -inf rows is NaN
+    feeds.append(feeds[0][:3] + (pad, feeds[0][4]))
+    runtime = compare(make, feeds, rtol=1e-5, atol=1e-5)
+    kinds = [launch.kind for launch in runtime.tprogram.launches]
+    assert kinds.count("attention") == 2 and "gemm" not in kinds, kinds
+
+
+def test_attention_stays_unfused_where_training_reads_the_probabilities():
+    """A training step's backward reads the softmax's probabilities: the chain then runs as GEMM, row group and
+    GEMM (and the gradients equal the reference's); the same layer in inference is one fused kernel."""
+    from luminal import nn
+    from luminal.training import SGD
+
+    def layer():
+        nn.init.manual_seed(5)
+        return nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def train(cx):
+        mha = layer()
+        x = cx.tensor((2, 9, 16))
+        out = mha(x, x, x)[0]
+        SGD(mha.parameters(), lr=0.1).minimize((out * out).mean())
+        return [x], [out]
+
+    def infer(cx):
+        mha = layer().eval()
+        x = cx.tensor((2, 9, 16))
+        return [x], [mha(x, x, x)[0]]
+
+    x = rand((2, 9, 16), 3)
+    trained = compare(train, [(x,), (x,)], rtol=1e-4, atol=1e-5)
+    assert "attention" not in [launch.kind for launch in trained.tprogram.launches]
+    fused = compare(infer, [(x,)], rtol=1e-5, atol=1e-5)
+    assert [launch.kind for launch in fused.tprogram.launches].count("attention") == 1
+
+
 def test_row_groups_over_a_symbolic_extent_size_at_each_binding(monkeypatch):
     """A row group over a symbolic extent (attention's softmax over a symbolic key length) is one kernel whose
     block sizes are chosen at each binding; where the rows are longer than one chunk (1100 > 1024) the group's
@@ -1300,6 +1359,9 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         a.softmax(-1).retrieve()
         cx.tensor((512, 96)).sum(0).retrieve()  # over the rows of a row-major matrix (a bias gradient)
         cx.tensor((16, 3000)).softmax(-1).retrieve()  # rows longer than a chunk: a looping row group
+        from luminal.nn.functional import scaled_dot_product_attention as sdpa
+        qa, pad = cx.tensor((2, 2, 128, 64)), cx.tensor((2, 128), "bool")
+        sdpa(qa, qa * 0.5, qa, attn_mask=pad.reshape((2, 1, 1, 128))).retrieve()  # one fused attention kernel
         p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False)
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()})
@@ -1349,7 +1411,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         if k["kind"] in ("elementwise", "reduce"):
             assert "ld.global.v4" in k["ptx"] or "ld.global.v2" in k["ptx"], k["kind"]
     assert any("cvt.f64.f32" in e for e in elementwise)  # the float32 fmod, computed in float64
-    assert any(k["kind"] == "reduce" for k in kernels)
+    assert any(k["kind"] == "reduce" for k in kernels) and any(k["kind"] == "attention" for k in kernels)
     # the sum over the rows of a (512, 96) matrix: each warp reads runs of at least 8 memory-adjacent elements of
     # the output axis, whole 32-byte sectors (4 rows per program used half of each)
     import re
@@ -1397,6 +1459,9 @@ def test_kernels_compile_for_amd_mi300_without_a_gpu():
         a.softmax(-1).retrieve()
         cx.tensor((512, 96)).sum(0).retrieve()
         cx.tensor((16, 3000)).softmax(-1).retrieve()
+        from luminal.nn.functional import scaled_dot_product_attention as sdpa
+        qa = cx.tensor((2, 2, 128, 64))
+        sdpa(qa, qa * 0.5, qa, is_causal=True).retrieve()
         kernels = amd(narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False))
         cx = lm.Graph()
         (cx.tensor((64, 96)) * cx.tensor((64, 96)) + cx.tensor((64, 96))).retrieve()
@@ -1417,7 +1482,7 @@ def test_kernels_compile_for_amd_mi300_without_a_gpu():
     import re
     result = _compile_check(code)
     kernels = result["kernels"]
-    assert kernels and all(k["hsaco"] > 0 for k in kernels)
+    assert kernels and all(k["hsaco"] > 0 for k in kernels) and any(k["kind"] == "attention" for k in kernels)
     gemms = [k["gcn"] for k in kernels if k["kind"] == "gemm"]
     assert len(gemms) == 2
     assert sum(bool(re.search(r"v_mfma_f32_\w+_bf16", g)) for g in gemms) == 1, "the bfloat16 GEMM is not on MFMA"
@@ -1428,8 +1493,8 @@ def test_kernels_compile_for_amd_mi300_without_a_gpu():
     (fma,) = result["fma"]
     assert not re.search(r"v_(pk_)?fma(c|mk|ak)?_f32", fma["gcn"]), "a * b + c was contracted"
     assert any("lm_fmod" in k["source"] and "v_cvt_f64_f32" in k["gcn"] for k in kernels)
-    for k in kernels:
-        if k["kind"] in ("elementwise", "reduce"):
+    for k in kernels:  # (the causal mask's kernel loads nothing: it compares indices)
+        if k["kind"] in ("elementwise", "reduce") and re.search(r"(global|buffer)_load", k["gcn"]):
             assert re.search(r"(global|buffer)_load_dwordx4", k["gcn"]), k["kind"]
 
 

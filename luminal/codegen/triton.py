@@ -53,6 +53,7 @@ from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
 from .triton_reduce import REDUCE_MAX_K, ReduceRendering, row_group_fusable
+from .triton_attention import AttentionRendering, find_attention
 from .groups import epilogue_value, kernel_groups
 from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
 
@@ -356,7 +357,7 @@ class TritonProgram:
     fused: dict = field(default_factory=dict)  # kernel index -> the kernel index whose launch computes it
 
 
-class TritonRenderer(GemmRendering, ReduceRendering):
+class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
     """Turns a :class:`Program` into a :class:`TritonProgram` (see the module docstring)."""
 
     def __init__(self, program: Program, interpret: bool = False):
@@ -398,6 +399,13 @@ class TritonRenderer(GemmRendering, ReduceRendering):
             # outputs read only inside their group (a product its epilogue reads, an exp that the sum and the
             # normalize read) are not stored
             unread.update(m.out for m in members if m.out not in pinned and set(readers.get(m.out, ())) <= set(group))
+        # attention chains (scores GEMM, softmax row group, probabilities GEMM) computed by one fused kernel at
+        # the second GEMM's place
+        attention = find_attention(self.program, [row_groups[k] for k in sorted(row_groups)], readers, pinned,
+                                   epilogues)
+        for g1, (g0, group) in attention.items():
+            row_groups.pop(group[0])
+            in_launch.update({i: g1 for i in [g0, *group]})
 
         def add(k, text: str, launch) -> list:
             """Put the function of kernel ``k`` (its index, or a label: ``5_loop``) into the module unless an
@@ -418,6 +426,9 @@ class TritonRenderer(GemmRendering, ReduceRendering):
                 continue  # computed in an earlier kernel's launch
             if isinstance(kernel, ElementwiseKernel):
                 text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
+            elif k in attention:
+                g0, group = attention[k]
+                text, launch = self._attention(k, kernels[g0], [kernels[i] for i in group], kernel)
             elif k in row_groups:
                 long_rows = (to_expr(kernel.extent).to_int() or 0) > REDUCE_MAX_K  # a constant over one chunk
                 text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread, looped=long_rows)

@@ -53,11 +53,14 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     scale = 1.0 / math.sqrt(E.to_int()) if scale is None and E.is_constant() else scale
     scores = (q @ k.mT) * scale
     L, S = scores.dims[-2], scores.dims[-1]
+    # bool masks become an additive bias of 0 / -inf, as PyTorch's math path builds it (a NaN or inf score at a
+    # masked position stays NaN there too): the scores are then read once, outside any select, which lets the GPU
+    # backend compute the chain as one fused attention kernel
     if is_causal:
-        scores = where(_tril_bool(q.graph, L, S), scores, -math.inf)
+        scores = scores + where(_tril_bool(q.graph, L, S), 0.0, -math.inf).cast(scores.dtype)
     if attn_mask is not None:
         if attn_mask.dtype == DType.bool:
-            scores = where(attn_mask, scores, -math.inf)
+            scores = scores + where(attn_mask, 0.0, -math.inf).cast(scores.dtype)
         else:
             scores = scores + attn_mask
     return scores.softmax(-1) @ v
