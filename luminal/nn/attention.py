@@ -186,22 +186,22 @@ class MultiheadAttention(Module):
         k = linear(key, wk, bk).reshape((N, S, H, hd)).permute(0, 2, 1, 3)
         v = linear(value, wv, bv).reshape((N, S, H, hd)).permute(0, 2, 1, 3)
         scores = (q @ k.mT) * (1.0 / math.sqrt(hd))                            # (N, H, L, S)
+        # bool masks are added as 0 / -inf biases, as PyTorch's MHA does (its _canonical_mask): the scores are read
+        # once, outside any select (the GPU backend's fused attention kernel needs that)
         if is_causal and attn_mask is None:
-            scores = where(_tril_bool(query.graph, L, S), scores, -math.inf)
+            scores = scores + where(_tril_bool(query.graph, L, S), 0.0, -math.inf).cast(scores.dtype)
         if attn_mask is not None:  # bool: True = NOT allowed (PyTorch's MHA convention); float: added
             mask = attn_mask
             if mask.ndim == 3:  # (N*H, L, S)
                 mask = mask.reshape((N, H, L, S))
             if attn_mask.dtype == DType.bool:
-                scores = where(mask, -math.inf, scores)
-            else:
-                scores = scores + mask
+                mask = where(mask, -math.inf, 0.0).cast(scores.dtype)
+            scores = scores + mask
         if key_padding_mask is not None:  # (N, S), True = padding (ignored)
             pad = key_padding_mask.unsqueeze(1).unsqueeze(2)                   # (N, 1, 1, S)
             if key_padding_mask.dtype == DType.bool:
-                scores = where(pad, -math.inf, scores)
-            else:
-                scores = scores + pad
+                pad = where(pad, -math.inf, 0.0).cast(scores.dtype)
+            scores = scores + pad
         weights = scores.softmax(-1)
         out = (weights @ v).permute(0, 2, 1, 3).reshape((N, L, E))               # (N, L, E)
         out = self.out_proj(out)
