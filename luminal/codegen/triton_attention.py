@@ -233,6 +233,8 @@ class AttentionRendering:
         kc, dc = to_expr(K).to_int(), D.to_int()
         bk = max(16, min(_pow2(kc), 64)) if kc is not None else 32
         bd = max(16, _pow2(dc))
+        if bd > 128:  # the output rows' accumulator: 64 x 256 floats would spill registers
+            bm //= 2
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "BLOCK_D": bd}
         tiles = batch * ((M + (bm - 1)) // bm)
         launch = Launch(f"kernel_{k}", "attention", buffers, syms, [batch, M, NK, K, D], constexprs, (tiles, 1),
