@@ -355,6 +355,7 @@ class TritonProgram:
     launches: list = field(default_factory=list)
     symbols: list = field(default_factory=list)
     fused: dict = field(default_factory=dict)  # kernel index -> the kernel index whose launch computes it
+    unwritten: frozenset = frozenset()  # buffers no launch writes (a fused attention's scores, probabilities)
 
 
 class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
@@ -406,6 +407,7 @@ class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
         for g1, (g0, group) in attention.items():
             row_groups.pop(group[0])
             in_launch.update({i: g1 for i in [g0, *group]})
+        unwritten = frozenset(kernels[i].out for g0, group in attention.values() for i in (g0, *group))
 
         def add(k, text: str, launch) -> list:
             """Put the function of kernel ``k`` (its index, or a label: ``5_loop``) into the module unless an
@@ -444,7 +446,7 @@ class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
                 launch[0].fallback = add(f"{k}_loop", *self._row_group(f"{k}_loop", [kernels[i] for i in row_groups[k]],
                                                                         unread, looped=True))
             launches += launch
-        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, in_launch)
+        return TritonProgram("\n".join(parts) + "\n", launches, self.symbols, in_launch, unwritten)
 
     def _single(self, k, kernel):
         """The source and launch(es) of kernel ``k`` rendered on its own (``k``: its index, or a label for a

@@ -142,7 +142,8 @@ class GPURuntime:
 
         fused = self.tprogram.fused  # kernels computed in another's launch (epilogue, run, row group): its step
         steps = [fused.get(i, i) for i in range(len(self.program.kernels))]
-        offsets, total = place(lifetimes(self.program, bindings, steps), align=256)
+        skip = self.tprogram.unwritten  # no launch writes them: not in the arena, a 1-element placeholder each
+        offsets, total = place([t for t in lifetimes(self.program, bindings, steps) if t[3] not in skip], align=256)
         self._in_arena = set(offsets)
         self.arena_bytes = total
         self._arena = None
@@ -160,7 +161,7 @@ class GPURuntime:
             if node_id in offsets:
                 self._buffers[node_id] = self.memory.view(self._arena, offsets[node_id], n, storage_name(dtype))
             else:
-                self._buffers[node_id] = self.memory.empty(n, storage_name(dtype))
+                self._buffers[node_id] = self.memory.empty(1 if node_id in skip else n, storage_name(dtype))
         for alias, target in self.program.aliases.items():
             self._buffers[alias] = self._buffers[target]
 
