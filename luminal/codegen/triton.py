@@ -52,7 +52,7 @@ from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKe
 from .triton_support import (HELPERS, TL_TYPE, fmod_helper, ExprRenderer, _bf16_value, _float_text, _int_text,
                              _round_bf16, _sym_name)
 from .triton_gemm import GemmRendering
-from .triton_reduce import REDUCE_MAX_K, ReduceRendering, row_group_fusable
+from .triton_reduce import ReduceRendering, row_group_fusable
 from .triton_attention import AttentionRendering, find_attention
 from .groups import epilogue_value, kernel_groups
 from .values import buffer_uses, gather_slots, kernel_buffers, kernel_symbols, program_symbols, value_range
@@ -432,8 +432,7 @@ class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
                 g0, group = attention[k]
                 text, launch = self._attention(k, kernels[g0], [kernels[i] for i in group], kernel)
             elif k in row_groups:
-                long_rows = (to_expr(kernel.extent).to_int() or 0) > REDUCE_MAX_K  # a constant over one chunk
-                text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread, looped=long_rows)
+                text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread)
             elif k in epilogues:
                 epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True), kernel.out not in unread)
                 text, launch = self._gemm(k, kernel, epilogue)

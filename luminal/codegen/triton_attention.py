@@ -20,6 +20,7 @@ from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ConstValue, ElementwiseKernel, GemmKernel, Load, ReduceKernel
 from .triton_support import _pow2
+from .values import walk
 
 ATTENTION_BLOCKS = (64, 64)  # BLOCK_M (query rows per program), BLOCK_N (keys per step)
 LOG2E = 1.4426950408889634
@@ -81,15 +82,9 @@ def _softmax_members(members) -> bool:
 
 def _reads_only_own(value, buffer: int, dims) -> bool:
     """``value`` reads ``buffer``, and only plainly at the value's own index (not remapped, not gathered)."""
-    from .values import walk
     every = [v for v in walk(value) if isinstance(v, Load) and v.buffer == buffer]
     own = [v for v in walk(value, inlined=False) if isinstance(v, Load) and v.buffer == buffer]
     return bool(own) and len(own) == len(every) and all(_plain_view(v.view, dims) for v in own)
-
-
-def _loads(value):
-    from .values import walk
-    return [v for v in walk(value) if isinstance(v, Load)]
 
 
 def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict) -> dict:
@@ -105,8 +100,8 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict)
         mx, pr = members[0], members[-1]
         rows, extent = tuple(mx.dims), mx.extent
         space = rows + (extent,)
-        scores = {v.buffer for v in _loads(mx.value) if writer.get(v.buffer, len(kernels)) < group[0]
-                  and isinstance(kernels[writer[v.buffer]], GemmKernel)}
+        scores = {v.buffer for v in walk(mx.value) if isinstance(v, Load) and writer.get(v.buffer, len(kernels))
+                  < group[0] and isinstance(kernels[writer[v.buffer]], GemmKernel)}
         if len(scores) != 1:
             continue
         (s_buf,) = scores

@@ -60,6 +60,14 @@ def _column_major(kernel: ReduceKernel) -> bool:
     return along_rows and not along_axis
 
 
+def _accumulate(kernel: ReduceKernel, acc: str, value: str, indent: str) -> str:
+    """The statement adding the ``[BLOCK_M, BLOCK_K]`` block ``value`` (its dead lanes already the identity) into
+    the accumulator ``acc``."""
+    if kernel.kind == "sum":
+        return f"{indent}{acc} = {acc} + {value}"
+    return f"{indent}{acc} = _lm_max({acc}, {value})"
+
+
 def _blocks(extent, n_rows, column: bool = False) -> tuple[int, int]:
     """``(BLOCK_M, BLOCK_K)`` of a reduction over ``extent`` for ``n_rows`` rows. ``column``
     (:func:`_column_major`): rows are adjacent in memory, so ``COLUMN_ROWS`` of them per program (whole 32-byte
@@ -103,18 +111,20 @@ class ReduceRendering:
     """The reduction part of the renderer (needs the renderer's ``program``, ``ex``, ``pointer``, ``_header``,
     ``_unravel``, ``_numel``, ``_constant_sizes`` and ``_store``)."""
 
-    def _row_group(self, k, members: list, unread=frozenset(), looped: bool = False):
+    def _row_group(self, k, members: list, unread=frozenset(), looped: bool | None = None):
         """One kernel computing a row group (``members``: its kernels, the first a reduction over the innermost
         axis of its rows, :func:`row_group_fusable`): a program owns ``BLOCK_M`` rows and computes the members in
         order. Rows of one ``BLOCK_K`` chunk (``looped=False``): a member reads an earlier one's output from
         registers (a row's scalar broadcast along the row, or the same element), never from memory. Longer rows
-        (``looped=True``, for a constant extent over ``REDUCE_MAX_K`` or as the fallback of a symbolic one): each
-        reduction and each per-element member loops over the row in chunks; row scalars stay in registers,
+        (``looped``: by default for a constant extent over ``REDUCE_MAX_K``; True for the fallback of a symbolic
+        one): each reduction and each per-element member loops over the row in chunks; row scalars stay in registers,
         per-element outputs a later member reads are stored and read back (the row was just written by this
         program: from L2, not DRAM), after a barrier. Outputs in ``unread`` (read only inside the group, and not
         needed from memory) are not stored."""
         from .triton import BodyWriter, Launch
         red = members[0]
+        if looped is None:
+            looped = (to_expr(red.extent).to_int() or 0) > REDUCE_MAX_K
         rows = tuple(red.dims)
         n_rows = self._numel(rows)
         lines, buffers, syms = self._header(k, red, ["n_rows", "extent"], ["BLOCK_M", "BLOCK_K"], also=members[1:])
@@ -136,9 +146,7 @@ class ReduceRendering:
         n = len(rows)
         substitute: dict[int, str] = {}
         counter = 0
-        read_later = set()
-        for j, member in enumerate(members):
-            read_later |= {v.buffer for v in walk(member.value) if isinstance(v, Load)} if j else set()
+        read_later = {v.buffer for m in members[1:] for v in walk(m.value) if isinstance(v, Load)}
         stored_rows = False  # a per-element output was stored in a loop that a later loop may read back
         for j, member in enumerate(members):
             inner = not isinstance(member, ElementwiseKernel) or (len(member.dims) > n and member.dims[n] != 1)
@@ -148,25 +156,20 @@ class ReduceRendering:
             w.counter, w.substitute = counter, substitute
             tt = TL_TYPE[member.dtype]
             head = []
+            if isinstance(member, ReduceKernel):
+                acc_tt, ident = _accumulator(member)
             if looped and inner:
                 if stored_rows:
                     head.append("    tl.debug_barrier()  # this program's stores of the row are read back below")
                     stored_rows = False
                 if isinstance(member, ReduceKernel):
-                    acc_tt, ident = _accumulator(member)
                     head.append(f"    lm_acc{j} = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc_tt})")
                 head.append("    for k0 in range(0, extent, BLOCK_K):")
                 head += [f"{ind}{t}" for t in chunk]
             if isinstance(member, ReduceKernel):
-                acc_tt, ident = _accumulator(member)
                 v = w.emit(member.value, out_vars + (rvar,))
-                if looped:
-                    combine = "+" if member.kind == "sum" else None
-                    val = f"tl.where(live, {v}.to({acc_tt}), {ident})"
-                    w.lines.append(f"{ind}lm_acc{j} = lm_acc{j} {combine} {val}" if combine else
-                                   f"{ind}lm_acc{j} = _lm_max(lm_acc{j}, {val})")
-                else:
-                    w.lines.append(f"    lm_acc{j} = tl.where(live, {v}.to({acc_tt}), {ident})")
+                val = f"tl.where(live, {v}.to({acc_tt}), {ident})"
+                w.lines.append(_accumulate(member, f"lm_acc{j}", val, ind) if looped else f"    lm_acc{j} = {val}")
                 tail = _across_lanes(member, f"lm_acc{j}", f"lm_out{j}")
                 if member.out not in unread:
                     tail.append(self._store(member, f"lm_out{j}.to({tt})", "rows", "rows_live"))
@@ -190,7 +193,7 @@ class ReduceRendering:
                 lines += head
             counter = w.counter
             lines += w.lines
-        bm, bk = _blocks(red.extent, n_rows) if not looped else _blocks(max(REDUCE_MAX_K, 2), n_rows)
+        bm, bk = _blocks(REDUCE_MAX_K if looped else red.extent, n_rows)
         symbolic = not to_expr(red.extent).is_constant()
         launch = Launch(f"kernel_{k}", "reduce", buffers, syms, [n_rows, red.extent],
                         {"BLOCK_M": bm, "BLOCK_K": bk}, (n_rows, bm), red.out,
@@ -223,10 +226,7 @@ class ReduceRendering:
         v = w.emit(kernel.value, in_vars)
         lines += w.lines
         v = f"{v}.to({acc_tt})"
-        if kernel.kind == "sum":
-            lines.append(f"{ind}acc = acc + tl.where(live, {v}, 0)")
-        else:
-            lines.append(f"{ind}acc = _lm_max(acc, tl.where(live, {v}, {ident}))")
+        lines.append(_accumulate(kernel, "acc", f"tl.where(live, {v}, {ident})", ind))
         lines += _across_lanes(kernel, "acc", "out")
         lines.append(self._store(kernel, f"out.to({TL_TYPE[dtype]})", "rows", "rows_live"))
         n_rows = self._numel(kernel.dims)

@@ -44,7 +44,7 @@ class BackendCosts:
     parallel_rows: float = 0.0
 
 
-PARALLEL_ROWS = SPLIT_ROWS  # GPU: outputs a reduction needs to fill the device (with 4 rows per program)
+PARALLEL_ROWS = SPLIT_ROWS  # GPU: outputs a reduction needs to fill the device (a few rows per program)
 GEMM_WORK = 0.05  # per multiply-add of a MatMul: a GEMM kernel runs tens of times faster than a generic reduction loop
 _COMPUTE = {"Copy": 0.0, "Break": 0.0, "Add": 1.0, "Mul": 1.0, "Less": 1.0, "Bit": 1.0, "Cast": 1.0, "BitCast": 0.0,
             "Sum": 1.0, "Max": 1.0, "Gather": 1.0, "Scatter": 1.0, "MatMul": GEMM_WORK, "Mod": 4.0, "Recip": 4.0,
