@@ -23,6 +23,7 @@ the reason) on a machine set up without it. Tests marked
 ``gpu`` need a real CUDA device (``pytest -m gpu``).
 """
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -53,31 +54,34 @@ def _require():
                     "LUMINAL_SKIP_TRITON=1 to skip these tests")
 
 
+def run_graph(make, feeds, device):
+    """``(outputs of each execute, runtime)`` of the graph ``make(cx) -> (inputs, outputs)`` compiled for
+    ``device``, run once per tuple of arrays in ``feeds``."""
+    cx = lm.Graph()
+    inputs, outs = make(cx)
+    for o in outs:
+        o.retrieve()
+    for t, a in zip(inputs, feeds[0]):
+        t.set(a)
+    cx.compile(device=device)
+    got = []
+    for feed in feeds:
+        for t, a in zip(inputs, feed):
+            t.set(a)
+        cx.execute()
+        got.append([np.array(o.data()) for o in outs])
+    return got, cx.runtime
+
+
 def compare(make, feeds, rtol=1e-5, atol=1e-5):
     """``make(cx) -> (inputs, outputs)``; ``feeds``: one tuple of arrays per execute (set on ``inputs``).
     Runs the graph on the reference and on ``gpu-interpret``; asserts every output matches after every run
     (same shape and dtype; exact for bool/int). Returns the gpu-interpret runtime."""
     _require()
     results = {}
-    runtime = None
     for device in ("reference", DEV):
-        cx = lm.Graph()
-        inputs, outs = make(cx)
-        for o in outs:
-            o.retrieve()
-        for t, a in zip(inputs, feeds[0]):
-            t.set(a)
-        cx.compile(device=device)
-        got = []
-        for feed in feeds:
-            for t, a in zip(inputs, feed):
-                t.set(a)
-            cx.execute()
-            got.append([np.array(o.data()) for o in outs])
-        results[device] = got
-        if device == DEV:
-            runtime = cx.runtime
-            assert type(runtime).__name__ == "GPURuntime"
+        results[device], runtime = run_graph(make, feeds, device)
+    assert type(runtime).__name__ == "GPURuntime"
     for step, (want, have) in enumerate(zip(results["reference"], results[DEV])):
         for k, (w, h) in enumerate(zip(want, have)):
             assert h.shape == w.shape, (step, k, h.shape, w.shape)
@@ -482,6 +486,56 @@ def test_attention_runs_as_one_fused_kernel():
     # first attention's scores alone are 2 * 3 * 100 * 100 float32 (240 kB; the arena was 732 kB with them); it
     # keeps the causal mask (40 kB) and the scaled keys (64 kB)
     assert runtime.arena_bytes < 2 * 3 * 100 * 100 * 4, runtime.arena_bytes
+
+
+def test_attention_fuses_bfloat16_operands_and_autocast():
+    """The fused attention takes bfloat16 operands: scores of explicitly bfloat16 queries and keys (this crashed
+    the kernel: it multiplied the stored bits as integers) equal the reference's to float32 rounding; under
+    autocast (bfloat16 queries, keys, values and probabilities, the output rounded by the second product's
+    epilogue) a MultiheadAttention with a padding mask and a causal sdpa, over symbolic lengths 7 and 100, are one
+    fused kernel each and as close to the float32 model as the reference's own autocast result is (max and RMS
+    error within 1.25x of it: the kernel rounds the exponentials before normalizing, the reference the
+    probabilities). Rendered for a GPU, the products of bfloat16 values multiply bfloat16 tiles (tensor cores)."""
+    from luminal import nn
+    from luminal.codegen.triton import render
+    from luminal.nn.functional import scaled_dot_product_attention as sdpa
+
+    def explicit(cx):
+        q, k, v = cx.tensor((2, 3, 40, 24)), cx.tensor((2, 3, 40, 24)), cx.tensor((2, 3, 40, 24))
+        s = q.cast(lm.bfloat16) @ k.cast(lm.bfloat16).transpose(-1, -2)
+        return [q, k, v], [s.cast("float32").softmax(-1) @ v]
+
+    runtime = compare(explicit, [(rand((2, 3, 40, 24), 1), rand((2, 3, 40, 24), 2), rand((2, 3, 40, 24), 3))], **F32)
+    assert [launch.kind for launch in runtime.tprogram.launches].count("attention") == 1
+
+    def model(autocast):
+        def make(cx):
+            nn.init.manual_seed(5)
+            with lm.autocast(dtype=lm.bfloat16) if autocast else contextlib.nullcontext():
+                mha = nn.MultiheadAttention(32, 2, batch_first=True).eval()
+                x, pad, q = cx.tensor((2, "s", 32)), cx.tensor((2, "s"), "bool"), cx.tensor((2, 3, "s", 24))
+                outs = [mha(x, x, x, key_padding_mask=pad)[0], sdpa(q, q * 0.5, q, is_causal=True)]
+            return [x, pad, q], [o.cast("float32") for o in outs]
+        return make
+
+    feeds = []
+    for n, seed in ((7, 1), (100, 2)):
+        pad = np.zeros((2, n), bool)
+        pad[1, n // 2:] = True
+        feeds.append((rand((2, n, 32), seed), pad, rand((2, 3, n, 24), seed + 1)))
+    exact, _ = run_graph(model(False), feeds, "reference")
+    want, _ = run_graph(model(True), feeds, "reference")
+    have, runtime = run_graph(model(True), feeds, DEV)
+    assert [launch.kind for launch in runtime.tprogram.launches].count("attention") == 2
+    for step in range(len(feeds)):
+        for k, (t, w, h) in enumerate(zip(exact[step], want[step], have[step])):
+            assert not np.isnan(h).any()
+            for err in (lambda e: np.abs(e).max(), lambda e: np.sqrt(np.mean(e * e))):
+                assert err(h - t) <= 1.25 * err(w - t) + 1e-6, (step, k, err(h - t), err(w - t))
+            np.testing.assert_allclose(h, w, rtol=2e-2, atol=1e-2)
+    source = render(runtime.program, interpret=False).source
+    # the sdpa's probabilities stay float32 (autocast's sdpa is one op, float32 inside): its second product not
+    assert source.count("s = tl.dot(q, k, s)\n") == 2 and source.count("tl.dot(p, v)\n") == 1, source
 
 
 def test_attention_stays_unfused_where_training_reads_the_probabilities():
@@ -1389,11 +1443,26 @@ def test_kernels_compile_for_hopper_without_a_gpu():
         tp = render(p)
         asm = compile_for_target(tp, {b: storage_name(d) for b, (_, d) in p.buffers.items()}, kinds=("gemm",))
         train = [("wgmma" in a["ptx"]) and smem_fed(a) for a in asm.values()]
-        print("RESULT" + json.dumps({"kernels": out, "training_gemms_on_tensor_cores": train}))
+        # autocast attention (inference): one fused kernel, both products on bfloat16 tensor-core instructions
+        cx = lm.Graph()
+        with lm.autocast(dtype=lm.bfloat16):
+            xa = cx.tensor((2, 128, 128))
+            nn.MultiheadAttention(128, 2, batch_first=True).eval()(xa, xa, xa, need_weights=False)[0].retrieve()
+        p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False, widen_readers=True)
+        asm = compile_for_target(render(p), {b: storage_name(d) for b, (_, d) in p.buffers.items()},
+                                 kinds=("attention",))
+        amp = [[l.split(":")[-1] for l in a["ttgir"].splitlines() if " = tt.dot " in l or "warp_group_dot " in l]
+               for a in asm.values()]
+        print("RESULT" + json.dumps({"kernels": out, "training_gemms_on_tensor_cores": train, "amp_attention": amp}))
     """)
     result = _compile_check(code)
     kernels = result["kernels"]
     assert all(k["cubin"] > 0 for k in kernels)
+    # the autocast attention kernel's two products (scores, probabilities times values) multiply bfloat16 tiles
+    (dots,) = result["amp_attention"]
+    assert len(dots) == 2 and all(d.count("xbf16") == 2 for d in dots), dots
+    attention = [k["ptx"] for k in kernels if k["kind"] == "attention"]
+    assert attention and not any(".bf16" in a or "tf32" in a for a in attention)  # float32: IEEE products
     train = result["training_gemms_on_tensor_cores"]
     assert len(train) >= 5 and all(train), train
     gemms = [k["ptx"] for k in kernels if k["kind"] == "gemm"]

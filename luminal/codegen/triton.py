@@ -407,7 +407,9 @@ class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
         for g1, (g0, group) in attention.items():
             row_groups.pop(group[0])
             in_launch.update({i: g1 for i in [g0, *group]})
-        unwritten = frozenset(kernels[i].out for g0, group in attention.values() for i in (g0, *group))
+        # (and a product only its epilogue reads)
+        unwritten = frozenset([kernels[i].out for g0, group in attention.values() for i in (g0, *group)]
+                              + [kernels[g1].out for g1 in attention if g1 in epilogues and kernels[g1].out in unread])
 
         def add(k, text: str, launch) -> list:
             """Put the function of kernel ``k`` (its index, or a label: ``5_loop``) into the module unless an
@@ -426,20 +428,22 @@ class TritonRenderer(GemmRendering, ReduceRendering, AttentionRendering):
         for k, kernel in enumerate(kernels):
             if k in in_launch:
                 continue  # computed in an earlier kernel's launch
-            if isinstance(kernel, ElementwiseKernel):
-                text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
-            elif k in attention:
+            epilogue = None
+            if k in epilogues:
+                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True), kernel.out not in unread)
+            if k in attention:
                 g0, group = attention[k]
-                text, launch = self._attention(k, kernels[g0], [kernels[i] for i in group], kernel)
+                text, launch = self._attention(k, kernels[g0], [kernels[i] for i in group], kernel, epilogue)
+            elif isinstance(kernel, ElementwiseKernel):
+                text, launch = self._elementwise(k, kernel, runs.get(k, ()), unread)
             elif k in row_groups:
                 text, launch = self._row_group(k, [kernels[i] for i in row_groups[k]], unread)
             elif k in epilogues:
-                epilogue = (epilogues[k], *epilogue_value(kernel, epilogues[k], batched=True), kernel.out not in unread)
                 text, launch = self._gemm(k, kernel, epilogue)
             else:
                 text, launch = self._single(k, kernel)
             launch = add(k, text, launch)
-            if k in epilogues:  # the epilogue's own function, for a product computed by cuBLAS
+            if k in epilogues and k not in attention:  # the epilogue's own function, for a product computed by cuBLAS
                 launch[0].epilogue = add(k + 1, *self._single(k + 1, epilogues[k]))[0]
             if k in row_groups and launch[0].row_extent is not None:  # the group looping over long rows
                 launch[0].fallback = add(f"{k}_loop", *self._row_group(f"{k}_loop", [kernels[i] for i in row_groups[k]],

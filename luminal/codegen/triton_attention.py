@@ -12,6 +12,14 @@ reference (maximum, ``exp2((f - max) * log2 e)``, sum, reciprocal, product, GEMM
 only: the exponentials are taken against the running maximum and rescaled by ``exp2((m_old - m_new) * log2 e)``,
 and the output is normalized after the product. A row whose every score is ``-inf`` (masked) gives NaN, and a NaN
 score makes its row NaN, as in the reference.
+
+Autocast (bfloat16): ``Q``, ``K`` and ``V`` may be bfloat16 values (stored so, or float32 read rounded), the
+probabilities may be rounded to bfloat16 before the second product (autocast's ``P @ V``), and the output may go
+through an epilogue (autocast's rounding of the result, the heads' transpose back). On tensor cores both products
+multiply bfloat16 tiles with float32 accumulation, as the GEMM kernels do. The rounding of the probabilities moves:
+the reference rounds the normalized ``e * r``, the kernel the exponentials against the running maximum (normalized
+after the product, in float32), as FlashAttention does; each term is within a bfloat16 rounding of the
+reference's either way. Float16 operands keep the unfused chain.
 """
 
 from __future__ import annotations
@@ -43,11 +51,22 @@ def _plain_view(view: ShapeTracker, dims) -> bool:
     return view == ShapeTracker.contiguous_of(dims)
 
 
+def _probabilities(pr):
+    """``(e * r, rounded)``: the value of the softmax's last member ``pr``, without autocast's rounding of the
+    probabilities to bfloat16 (``rounded``) when it has one."""
+    v = pr.value
+    if pr.dtype == DType.bfloat16 and _op(v, "Cast", 1) and v.op.dtype == DType.bfloat16:
+        return v.args[0], True
+    return v, False
+
+
 def _softmax_members(members) -> bool:
     """The row group is a softmax of some ``f``: ``m = max f``; ``n = m * -1``; ``e = exp2((f + n) * log2 e)``;
-    ``s = sum e``; ``r = 1 / s``; ``p = e * r`` (luminal's ``softmax``, as lowered), with ``e`` a kernel of its own
-    (6 members) or computed inside the sum and the product (5 members)."""
-    if len(members) not in (5, 6) or any(m.dtype != DType.float32 for m in members):
+    ``s = sum e``; ``r = 1 / s``; ``p = e * r`` (luminal's ``softmax``, as lowered; ``p`` possibly rounded to
+    bfloat16: autocast), with ``e`` a kernel of its own (6 members) or computed inside the sum and the product (5
+    members)."""
+    if (len(members) not in (5, 6) or any(m.dtype != DType.float32 for m in members[:-1])
+            or members[-1].dtype not in (DType.float32, DType.bfloat16)):
         return False
     mx, neg, *rest = members
     six = len(members) == 6
@@ -74,7 +93,8 @@ def _softmax_members(members) -> bool:
         exp_of = lambda v: v == sm.value  # noqa: E731
     if not (_op(rc.value, "Recip", 1) and _is_load(rc.value.args[0], sm.out)):
         return False
-    a, b = pr.value.args if _op(pr.value, "Mul", 2) else (None, None)
+    product = _probabilities(pr)[0]
+    a, b = product.args if _op(product, "Mul", 2) else (None, None)
     if not ((exp_of(a) and _is_load(b, rc.out)) or (exp_of(b) and _is_load(a, rc.out))):
         return False
     return tuple(pr.dims) == tuple(mx.dims) + (mx.extent,)
@@ -87,9 +107,18 @@ def _reads_only_own(value, buffer: int, dims) -> bool:
     return bool(own) and len(own) == len(every) and all(_plain_view(v.view, dims) for v in own)
 
 
+def operand_kind(program, buffer: int, rounded):
+    """What the fused kernel multiplies for an operand: ``"bfloat16"`` (bfloat16 bits, or float32 read rounded),
+    ``"float32"``, or None (a type it does not take)."""
+    if rounded is not None:
+        return "bfloat16" if rounded == DType.bfloat16 else None
+    dtype = program.buffers[buffer][1]
+    return dtype.value if dtype in (DType.float32, DType.bfloat16) else None
+
+
 def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict) -> dict:
     """``{index of the P.V GEMM: (index of the Q.K^T GEMM, row group indices)}`` for every attention chain the
-    fused kernel computes (see the module docstring for the conditions)."""
+    fused kernel computes (see the module docstring for the conditions; the P.V GEMM may have an epilogue)."""
     kernels = program.kernels
     writer = {k.out: i for i, k in enumerate(kernels)}
     found = {}
@@ -108,7 +137,8 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict)
         g0i = writer[s_buf]
         g0 = kernels[g0i]
         if (g0.dtype != DType.float32 or tuple(g0.dims) != space or g0.a is None or g0.b is None
-                or g0.a_round is not None or g0.b_round is not None or g0i in epilogues
+                or None in (operand_kind(program, g0.a, g0.a_round), operand_kind(program, g0.b, g0.b_round))
+                or g0i in epilogues
                 or s_buf in pinned or not set(readers.get(s_buf, ())) <= set(group)
                 or not all(_reads_only_own(kernels[i].value, s_buf, space)
                            for i in set(readers.get(s_buf, ())))):
@@ -120,8 +150,8 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict)
         g1 = kernels[g1i]
         inside = set(group) | {g1i}
         if (not isinstance(g1, GemmKernel) or g1.dtype != DType.float32 or g1.a != pr.out or g1.b is None
-                or g1.b == pr.out or g1.a_round is not None or g1.b_round is not None or g1i in epilogues
-                or g1i < group[-1] or tuple(g1.dims[:-1]) != rows):
+                or g1.b == pr.out or operand_kind(program, g1.a, g1.a_round) is None
+                or operand_kind(program, g1.b, g1.b_round) is None or g1i < group[-1] or tuple(g1.dims[:-1]) != rows):
             continue
         # P is the left operand read plainly: (batch..., M, D, K) with stride 0 on D and P's strides elsewhere
         nb = len(rows) - 1
@@ -153,9 +183,10 @@ class AttentionRendering:
                      f"mask={mask}, other=0)")
         return lines
 
-    def _attention(self, k: int, g0: GemmKernel, members: list, g1: GemmKernel):
+    def _attention(self, k: int, g0: GemmKernel, members: list, g1: GemmKernel, epilogue=None):
         """Source and launch of the fused attention kernel replacing ``g0`` (scores), the softmax row group
-        ``members`` and ``g1`` (probabilities times values); see the module docstring."""
+        ``members`` and ``g1`` (probabilities times values) and ``epilogue`` (``(kernel, value, vars,
+        store_product)`` as for a GEMM, or None); see the module docstring."""
         from .triton import BodyWriter, Launch
         mx = members[0]
         rows = tuple(mx.dims)
@@ -164,7 +195,8 @@ class AttentionRendering:
         K = g0.a_view.dims[nb + 2]
         batch = self._numel(rows[:nb])
         lines, buffers, syms = self._header(k, g1, ["n_batch", "M", "NK", "K", "D"],
-                                            ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_D"], also=(g0, *members))
+                                            ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_D"],
+                                            also=(g0, *members) + (() if epilogue is None else (epilogue[0],)))
         lines[2] = f"    # attention -> buffer {g1.out}: softmax(f(scores)) @ values, online (scores {g0.out})"
         lines += self._constant_sizes({"n_batch": batch, "M": M, "NK": NK, "K": K, "D": D}, syms)
         lines += ["    pid = tl.program_id(0).to(tl.int64)",
@@ -182,10 +214,22 @@ class AttentionRendering:
         qi, kj = Expression.symbol("lm_qi", M - 1), Expression.symbol("lm_kj", NK - 1)
         am, kk, bn = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_kk", K), ("lm_bn", NK)))
         vj, vd = Expression.symbol("lm_vj", NK - 1), Expression.symbol("lm_vd", D - 1)
-        self._attention_ptr = {"q": self.pointer(g0.a), "k": self.pointer(g0.b), "v": self.pointer(g1.b)}
+        ind, ind2 = "        ", "            "
+        # what each product multiplies: bfloat16 tiles on tensor cores (both operands bfloat16 values; not in
+        # Triton's interpreter, which does not convert to bfloat16 correctly), else float32 values
+        kinds = {"q": operand_kind(self.program, g0.a, g0.a_round), "k": operand_kind(self.program, g0.b, g0.b_round),
+                 "v": operand_kind(self.program, g1.b, g1.b_round)}
+        p_round = _probabilities(members[-1])[1] or g1.a_round == DType.bfloat16
+        tensor_s = not self.interpret and kinds["q"] == kinds["k"] == "bfloat16"
+        tensor_o = not self.interpret and p_round and kinds["v"] == "bfloat16"
+        self._attention_ptr, convert = {}, {}
+        for name, buf, rounded, tensor in (("q", g0.a, g0.a_round, tensor_s), ("k", g0.b, g0.b_round, tensor_s),
+                                           ("v", g1.b, g1.b_round, tensor_o)):
+            self._attention_ptr[name], setup, convert[name] = self._low_operand(
+                name, kinds[name], rounded == DType.bfloat16, tensor, self.pointer(buf), ind2 if name != "v" else ind)
+            lines += [setup] if setup else []
         self._attention_live = {"q": "row_live & (lm_kk < K)", "k": "(lm_bn < NK) & (lm_kk < K)",
                                 "v": "(lm_vj < NK) & (lm_vd < D)"}
-        ind, ind2 = "        ", "            "
         lines += ["    for n0 in range(0, NK, BLOCK_N):",
                   f"{ind}n = n0 + tl.arange(0, BLOCK_N)",
                   f"{ind}s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
@@ -194,10 +238,12 @@ class AttentionRendering:
                   f"{ind2}lm_kk = k0 + tl.arange(0, BLOCK_K)[None, :]"]
         lines += self._operand_load("q", g0.a_view, bvars + (am, to_expr(0), kk), "[BLOCK_M, BLOCK_K]",
                                     {"lm_am", "lm_kk"}, ind2)
+        lines += [convert["q"]] if convert["q"] else []
         lines += [f"{ind2}lm_bn = n[None, :]", f"{ind2}lm_kk = k0 + tl.arange(0, BLOCK_K)[:, None]"]
         lines += self._operand_load("k", g0.b_view, bvars + (to_expr(0), bn, kk), "[BLOCK_K, BLOCK_N]",
                                     {"lm_bn", "lm_kk"}, ind2)
-        lines += [f'{ind2}s = tl.dot(q, k, s, input_precision="ieee")',
+        lines += [convert["k"]] if convert["k"] else []
+        lines += [f"{ind2}s = tl.dot(q, k, s)" if tensor_s else f'{ind2}s = tl.dot(q, k, s, input_precision="ieee")',
                   f"{ind}lm_kj = n[None, :]",
                   f"{ind}live = row_live & (lm_kj < NK)",
                   f"{ind}zi = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)"]
@@ -219,11 +265,18 @@ class AttentionRendering:
                   f"{ind}lm_vj = n[:, None]"]
         lines += self._operand_load("v", g1.b_view, bvars + (to_expr(0), vd, vj), "[BLOCK_N, BLOCK_D]",
                                     {"lm_vd", "lm_vj"}, ind)
-        lines += [f'{ind}acc = acc * alpha + tl.dot(p, v, input_precision="ieee")',
+        lines += [convert["v"]] if convert["v"] else []
+        if p_round:  # autocast's bfloat16 probabilities (here: the exponentials, normalized after the product)
+            lines.append(f"{ind}p = _lm_bf16r(p)" + (".to(tl.bfloat16)" if tensor_o else ""))
+        dot = "tl.dot(p, v)" if tensor_o else 'tl.dot(p, v, input_precision="ieee")'
+        lines += [f"{ind}acc = acc * alpha + {dot}",
                   f"{ind}m_i = m_new",
-                  "    o = acc * (1.0 / l_i)",
-                  f"    tl.store({self.pointer(g1.out)} + bidx * M * D + lm_qi * D + lm_vd, o, "
-                  "mask=row_live & (lm_vd < D))"]
+                  "    o = acc * (1.0 / l_i)"]
+        if epilogue is None or epilogue[3]:
+            lines.append(f"    tl.store({self.pointer(g1.out)} + bidx * M * D + lm_qi * D + lm_vd, o, "
+                         "mask=row_live & (lm_vd < D))")
+        if epilogue is not None:
+            lines += self._epilogue_lines(g1, epilogue, "o", "lm_qi", "lm_vd", "D", "[BLOCK_M, BLOCK_D]")
         bm, bn = ATTENTION_BLOCKS
         kc, dc = to_expr(K).to_int(), D.to_int()
         bk = max(16, min(_pow2(kc), 64)) if kc is not None else 32
@@ -237,4 +290,4 @@ class AttentionRendering:
         return "\n".join(lines), launch
 
 
-__all__ = ["find_attention", "AttentionRendering", "ATTENTION_BLOCKS"]
+__all__ = ["find_attention", "operand_kind", "AttentionRendering", "ATTENTION_BLOCKS"]

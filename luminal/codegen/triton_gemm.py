@@ -38,13 +38,50 @@ class GemmRendering:
     def _rounded(kernel: GemmKernel, side: str) -> bool:
         return getattr(kernel, side + "_round") == DType.bfloat16
 
+    def _low_operand(self, x: str, kind: str, rounded: bool, tensor: bool, ptr: str, ind: str):
+        """How a loaded operand tile ``x`` (pointer text ``ptr``, values of ``kind``, ``rounded``: a float32 buffer
+        read rounded to bfloat16) becomes what its ``tl.dot`` multiplies (``tensor``: the low type, on tensor
+        cores; else float32 values): ``(pointer to load through, a statement before the loop or None, one after
+        the load or None)``."""
+        if kind == "bfloat16" and tensor and not rounded:
+            # the stored bits are the operand: read through a bfloat16 pointer, so the tile goes from global
+            # to shared memory and into the tensor cores as loaded (a bitcast of the loaded bits made Triton
+            # copy every B tile through registers back into shared memory and wait for each MMA)
+            return f"lm_p{x}", f"    lm_p{x} = {ptr}.to(tl.pointer_type(tl.bfloat16))", None
+        if kind == "bfloat16" and tensor:  # float32 read rounded
+            return ptr, None, f"{ind}{x} = _lm_bf16r({x}).to(tl.bfloat16)"
+        if kind == "bfloat16":  # stored bits or float32 rounded to bfloat16 (autocast's operand), as float32
+            return ptr, None, f"{ind}{x} = {'_lm_bf16r' if rounded else '_lm_bf16_load'}({x})"
+        if kind == "float16" and not tensor:
+            return ptr, None, f"{ind}{x} = {x}.to(tl.float32)"
+        return ptr, None, None
+
+    def _epilogue_lines(self, kernel, epilogue, acc: str, rows: str, cols: str, n: str, shape: str) -> list[str]:
+        """The statements computing ``epilogue`` (``(kernel, value, vars, store_product)``, see :meth:`_gemm`)
+        on the output tile ``acc`` of ``kernel`` (a product with ``M`` rows per batch index ``bidx`` and ``n``
+        columns; ``rows``/``cols``: the tile's index blocks) and storing it."""
+        from .triton import BodyWriter
+        epi, value, vars_, _ = epilogue
+        lines = [f"    # epilogue -> buffer {epi.out}",
+                 f"    cmask = ({rows} < M) & ({cols} < {n})",
+                 f"    zt = tl.zeros({shape}, tl.int64)",
+                 f"    i0 = bidx * M + {rows}",  # the product's row over all batches
+                 f"    i1 = {cols}"]
+        w = BodyWriter(self, shape, live="cmask", zi="zt")
+        w.substitute = {kernel.out: acc}  # the product at the element's own index: the accumulator
+        result = w.emit(value, vars_)
+        lines += w.lines
+        lines.append(self._store(epi, f"{result}.to({TL_TYPE[epi.dtype]})" if epi.dtype != DType.bool else result,
+                                 f"i0 * {n} + {cols}", "cmask"))
+        return lines
+
     def _gemm(self, k: int, kernel: GemmKernel, epilogue=None):
         """The GEMM kernel's source and launch. ``epilogue``: ``(kernel, value, vars, store_product)`` of the
         elementwise kernel after the GEMM that reads the product only at its own element
         (:func:`luminal.codegen.groups.epilogue_value`: a bias, an activation, autocast's rounding): it is
         computed on the accumulator tile before it leaves the registers and stored; the product itself is stored
         only when ``store_product`` (another kernel or the host reads it)."""
-        from .triton import BodyWriter, Launch
+        from .triton import Launch
         dtype = kernel.dtype
         if dtype not in (DType.float32, DType.float64):
             raise NotImplementedError(f"Triton backend: GEMM in {dtype}")
@@ -83,19 +120,11 @@ class GemmRendering:
         tensor_bf16 = low == "bfloat16" and not self.interpret
         loads, ptr = [], {"a": self.pointer(kernel.a), "b": self.pointer(kernel.b)}
         for side, kind in zip("ab", kinds):
-            x, rounded = side, self._rounded(kernel, side)
-            if kind == "bfloat16" and tensor_bf16 and not rounded:
-                # the stored bits are the operand: read through a bfloat16 pointer, so the tile goes from global
-                # to shared memory and into the tensor cores as loaded (a bitcast of the loaded bits made Triton
-                # copy every B tile through registers back into shared memory and wait for each MMA)
-                lines.append(f"    lm_p{x} = {ptr[x]}.to(tl.pointer_type(tl.bfloat16))")
-                ptr[x] = f"lm_p{x}"
-            elif kind == "bfloat16" and tensor_bf16:  # float32 read rounded
-                loads.append(f"{ind}{x} = _lm_bf16r({x}).to(tl.bfloat16)")
-            elif kind == "bfloat16":  # stored bits or float32 rounded to bfloat16 (autocast's operand), as float32
-                loads.append(f"{ind}{x} = {'_lm_bf16r' if rounded else '_lm_bf16_load'}({x})")
-            elif kind == "float16" and low is None:
-                loads.append(f"{ind}{x} = {x}.to(tl.float32)")
+            ptr[side], setup, convert = self._low_operand(side, kind, self._rounded(kernel, side),
+                                                          low is not None and (low == "float16" or tensor_bf16),
+                                                          ptr[side], ind)
+            lines += [setup] if setup else []
+            loads += [convert] if convert else []
         lines += ["    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)" if dtype == DType.float32 else
                   "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float64)",
                   "    for k0 in range(0, K, BLOCK_K):",
@@ -127,18 +156,7 @@ class GemmRendering:
             lines.append(f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
                          "mask=(cm < M) & (cn < N))")
         if epilogue is not None:
-            epi, value, vars_, _ = epilogue
-            lines += [f"    # epilogue -> buffer {epi.out}",
-                      "    cmask = (cm < M) & (cn < N)",
-                      "    zt = tl.zeros([BLOCK_M, BLOCK_N], tl.int64)",
-                      "    i0 = bidx * M + cm",  # the product's row over all batches
-                      "    i1 = cn"]
-            w = BodyWriter(self, "[BLOCK_M, BLOCK_N]", live="cmask", zi="zt")
-            w.substitute = {kernel.out: "acc"}  # the product at the element's own index: the accumulator
-            result = w.emit(value, vars_)
-            lines += w.lines
-            lines.append(self._store(epi, f"{result}.to({TL_TYPE[epi.dtype]})" if epi.dtype != DType.bool
-                                     else result, "i0 * N + cn", "cmask"))
+            lines += self._epilogue_lines(kernel, epilogue, "acc", "cm", "cn", "N", "[BLOCK_M, BLOCK_N]")
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if low is not None:
