@@ -146,6 +146,34 @@ def test_constant_folding():
     assert counts == {"Input": 2, "Constant": 2, "Mul": 1, "Add": 1}, cx.summary()
 
 
+def test_equal_special_constants_are_shared_and_different_ones_are_not():
+    """Constants a Num cannot hold (inf, NaN, -0.0) are one e-class per (dtype, dims, value): every layer's mask
+    bias ``where(pad, -inf, 0)`` (a Gather from the stacked constants) is computed once, not once per layer;
+    -0.0 and 0.0, and NaNs of different payloads, stay apart (``x * -0.0`` and ``x * 0.0`` differ in sign).
+    Values equal the reference's exactly."""
+    nan2 = np.frombuffer(np.uint32(0x7FC00001).tobytes(), np.float32)[0]
+
+    def build(cx):
+        x = cx.tensor((2, 5)).set(np.array([[-0.0, 1.0, np.inf, -np.inf, np.nan]] * 2, np.float32))
+        pad = cx.tensor((2, 5), "bool").set(np.array([[True, False, True, False, False]] * 2))
+        h = x
+        for _ in range(4):  # a residual stack of layers, each building its own mask bias
+            h = (h + lm.where(pad, float("-inf"), 0.0)).softmax(-1) + h
+        signed = ((x * cx.constant(-0.0)).retrieve(), (x * cx.constant(0.0)).retrieve())
+        nans = ((x * 0.0 + cx.constant(float("nan"))).retrieve(), (x * 0.0 + cx.constant(float(nan2))).retrieve())
+        return (h.retrieve(), *signed, *nans)
+
+    ref = lm.Graph()
+    build(ref)
+    before = op_counts(ref)
+    cx, outs = run_both(build, EqualitySaturation(rulesets=("algebra",), op_cost=default_cost))
+    after = op_counts(cx)
+    assert before["Gather"] == 4 and after["Gather"] == 1, (before, after)  # the select, once (4 without sharing)
+    assert np.signbit(outs[1].data()[0, 1]) and not np.signbit(outs[2].data()[0, 1])  # 1 * -0.0, 1 * 0.0
+    bits = [o.data().view(np.uint32)[0, 1] for o in outs[3:]]
+    assert bits == [0x7FC00000, 0x7FC00001], [hex(b) for b in bits]
+
+
 def test_log2_exp2_is_approx_and_exp2_log2_needs_non_negative():
     def build(cx):
         x = cx.tensor((8,)).set(rand((8,), 5, scale=3))

@@ -29,6 +29,13 @@ _EGGLOG_FOLDS = {(ops.Add, "float64"), (ops.Mul, "float64"), (ops.Add, "int32"),
                  (ops.Add, "int64"), (ops.Mul, "int64")}
 
 
+def _bits(value) -> tuple:
+    """A constant's exact identity: a float's bit pattern (NaN payloads, -0.0 and 0.0 differ), else the value."""
+    if isinstance(value, (float, np.floating)):
+        return ("f", np.float64(value).tobytes())
+    return ("v", type(value).__name__, value)
+
+
 def num_value(value, dtype: DType):
     """The f64 a ``Num`` holds for a numeric constant, or ``None`` when it must stay an opaque leaf
     (non-finite, -0.0, symbolic, or an integer f64 cannot hold exactly)."""
@@ -117,6 +124,9 @@ def encode(graph: Graph, order: list[int] | None = None, split: bool = False) ->
     enc = Encoding([], [], set(), set(), {}, {})
     order = list(graph.toposort()) if order is None else order
     nums: dict[int, tuple[str, float]] = {}  # node id -> (dtype, value) when the node is a Num
+    # constants a Num cannot hold (inf, NaN, -0.0, huge integers): one opaque Leaf per (dtype, dims, value), so
+    # equal ones share an e-class and whatever reads them is shared too (every layer's `where(pad, -inf, 0)`)
+    opaque: dict[tuple, int] = {}
 
     full_cache: dict = {}
 
@@ -160,6 +170,8 @@ def encode(graph: Graph, order: list[int] | None = None, split: bool = False) ->
             if v is not None:
                 term = ("Num", d, v)
                 nums[nid] = (d, v)
+            elif not isinstance(op.value, Expression):
+                term = ("Leaf", opaque.setdefault((d, tuple(node.dims), _bits(op.value)), nid), d)
         elif isinstance(op, _FOLDABLE) and ins and all(e.src in nums and not e.shape.masks for e in ins) and \
                 (type(op), d) not in _EGGLOG_FOLDS:
             value = _fold(op, [nums[e.src] for e in ins], node.dtype)
