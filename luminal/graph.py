@@ -300,7 +300,8 @@ class Graph(GraphCreation):
 
     def _apply_carries(self) -> None:
         for output, input in self.carries:
-            output, _ = self.resolve(output, ShapeTracker.contiguous_of(()))
+            if output not in self.nodes:  # replaced by a compiler pass: follow the redirects
+                output, _ = self.resolve(output, ShapeTracker.contiguous_of(()))
             new = self.tensors.get((output, 0))
             if new is None:
                 on_device = getattr(self.runtime, "carry_on_device", None)  # the value stayed on the GPU

@@ -32,8 +32,8 @@ from .tensor import GraphTensor
 
 
 class DeviceValue:
-    """A value that a compiled device kept in its own memory (``device="cuda"`` with ``host_outputs = False``:
-    training state that stays on the GPU between steps): copied to the host on first use."""
+    """A value that a compiled device kept in its own memory (``device="cuda"``: training state that stays on
+    the GPU between steps): copied to the host on first use."""
 
     __slots__ = ("graph", "node_id")
 

@@ -876,6 +876,17 @@ def _count_uploads(runtime):
     return calls
 
 
+def _count_downloads(runtime):
+    calls = []
+    real = runtime.memory.download
+
+    def download(src, n, dtype):
+        calls.append(n)
+        return real(src, n, dtype)
+    runtime.memory.download = download
+    return calls
+
+
 def test_inputs_are_copied_to_the_device_only_when_set_changes_them():
     """An unchanged input is not copied again; set() (even of the same, mutated numpy array) copies it."""
     _require()
@@ -901,29 +912,47 @@ def test_inputs_are_copied_to_the_device_only_when_set_changes_them():
 
 
 def test_carried_training_state_stays_on_the_device():
-    """SGD + momentum with a fixed batch: after the first step the weights and moments are not copied to the
-    device again (only the batch, the hyperparameters and the error flag), the carried arrays are read-only, and the weights equal
-    the reference interpreter's after every step."""
+    """SGD + momentum with a fixed batch, results copied to the host (the default): after the first step the
+    weights and moments are not copied to the device again (only the batch, the hyperparameters and the error
+    flag), nor to the host (only the error flag: the next step reads them on the device; a read fetches them:
+    ``optimizer.state`` gives numpy arrays), the fetched carried arrays are read-only, and the weights and
+    moments equal the reference interpreter's (read between steps too)."""
     from luminal.training import SGD
 
     _require()
-    weights = {}
+    weights, moments = {}, {}
     for device in ("reference", DEV):
-        cx, m, x, X = _mlp_training_step(lambda params: SGD(params, lr=0.1, momentum=0.9))
+        opts = []
+        cx, m, x, X = _mlp_training_step(lambda params: opts.append(SGD(params, lr=0.1, momentum=0.9)) or opts[0])
         cx.compile(device=device)
         calls = _count_uploads(cx.runtime) if device == DEV else []
+        downloads = _count_downloads(cx.runtime) if device == DEV else []
         for step in range(4):
             calls.clear()
+            downloads.clear()
             x.set(X)
             cx.execute()
             if device == DEV and step > 0:
                 # the error flag, the optimizer's 4 hyperparameters (a deferred input, read every step) and x;
                 # y is unchanged, the weights and moments come from the device
                 assert sorted(calls) == [1, 4, 40], calls
+                assert downloads == [1], downloads  # the error flag; no weight or moment
+            if step == 1:  # a read between steps fetches the values; the next step still reads the device's
+                weights.setdefault("between", {})[device] = {k: np.array(v) for k, v in m.state_dict().items()}
         weights[device] = {k: np.array(v) for k, v in m.state_dict().items()}
         if device == DEV:
+            absent = [i for _, i in cx.carries if (i, 0) not in cx.tensors]
+            assert len(absent) == 4, absent  # the momentum buffers: nothing read them, so nothing downloaded them
+        # the optimizer's state reads as numpy arrays (fetched from the device), as PyTorch's optimizer.state
+        moments[device] = [opts[0].state[p]["momentum_buffer"] for p in m.parameters()]
+        assert all(type(a) is np.ndarray for a in moments[device])
+        if device == DEV:
             carried = [cx.tensors[(i, 0)] for _, i in cx.carries]
-            assert carried and all(not a.flags.writeable for a in carried)
+            assert all(not a.flags.writeable for a in carried)
+    for have, want in zip(moments[DEV], moments["reference"]):
+        np.testing.assert_allclose(have, want, **CHAIN)
+    for k, v in weights["between"]["reference"].items():
+        np.testing.assert_allclose(weights["between"][DEV][k], v, **CHAIN)
     for k, v in weights["reference"].items():
         np.testing.assert_allclose(weights[DEV][k], v, **CHAIN)
 

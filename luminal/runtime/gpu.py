@@ -15,7 +15,8 @@ Memory: inputs and kept outputs have their own allocations, intermediates share 
 lifetimes (:mod:`.arena`). An input is copied to the device only when ``set()`` gave it new data (or a CUDA
 array, copied device -> device); carried training state is copied device -> device from the output that
 produced it. Results are copied to the host after each run, or stay on the device until ``data()`` asks
-(``host_outputs = False``, training state included). The launches of a run are captured into a CUDA graph at
+(``host_outputs = False``); carried training state (weights, optimizer moments) stays on the device in either
+mode, fetched when something reads it. The launches of a run are captured into a CUDA graph at
 the second run with the same bindings (in segments around cuBLAS calls) and replayed. On ``cuda`` the measured
 search times tile configurations and cuBLAS for large GEMMs. Errors found by kernels (gather index out of range,
 integer modulo by zero) are read back from a one-element buffer after the run and raised like the CPU backend
@@ -114,7 +115,8 @@ class GPURuntime:
         self.search_log: list[dict] = []           # measured GEMM candidates (search != "off")
         # True: every execute() copies the kept results to the host (data() is then free). False: they stay on
         # the device until data() asks (fetch) or data(device=True) copies them on the device; for programs
-        # whose results stay on the GPU. Carried state is always on the host too.
+        # whose results stay on the GPU. Carried values (training state) stay on the device in both modes: the
+        # next step reads them there, and a read between steps fetches them (Parameter.data: a DeviceValue).
         self.host_outputs = True
         self._pending: dict[int, dict] = {}      # kept result left on the device -> its bindings
         self._carried_in: dict[int, int] = {}    # input whose carried value is only on the device -> its buffer
@@ -200,6 +202,7 @@ class GPURuntime:
         graph.reset()
         tensors = graph.tensors
         memory = self.memory
+        carried_into = collections.Counter(self._carried_in.values())  # output -> inputs it is carried into
         for node_id in self.program.inputs:
             node = graph.nodes[node_id]
             shape = tuple(d.evaluate(bindings) for d in node.dims)
@@ -208,13 +211,16 @@ class GPURuntime:
             source = self._carried_in.get(node_id)
             if arr is None and source is not None and not deferred:  # carried state that stayed on the device
                 if source != node_id:
-                    if self._can_swap(node_id, source):  # the output's buffer becomes the input's: no copy
-                        self._swap(node_id, source)
+                    if self._can_swap(node_id, source, carried_into[source]):  # the output's buffer becomes the
+                        self._swap(node_id, source)                           # input's: no copy
                     else:
                         memory.copy(self._buffers[node_id], self._buffers[source], self._sizes[node_id])
                     self._carried_in[node_id] = node_id
+                    carried_into[source] -= 1
+                    carried_into[node_id] += 1
                 continue
-            self._carried_in.pop(node_id, None)
+            if node_id in self._carried_in:
+                carried_into[self._carried_in.pop(node_id)] -= 1
             if arr is None or tuple(arr.shape) != shape or deferred:
                 graph._load_input(node, shape, bindings)
                 arr = tensors[(node_id, 0)]
@@ -241,12 +247,11 @@ class GPURuntime:
         memory.upload(self._err, np.zeros(1, np.int32))
         return bindings
 
-    def _can_swap(self, node_id: int, source: int, carried_into: int | None = None) -> bool:
+    def _can_swap(self, node_id: int, source: int, carried_into: int) -> bool:
         """Whether carried input ``node_id`` may take over the buffer of ``source``, the output carried into it
         (training state: weights, optimizer moments), instead of copying it: both have their own allocation of
         the same size and type (not the arena, not aliased), and ``source`` is carried into no other input
-        (``carried_into``: into how many, where the caller knows; else counted among the values that stayed on
-        the device). The input's old buffer becomes the output's, which this step overwrites. A CUDA graph is
+        (``carried_into``: into how many). The input's old buffer becomes the output's, which this step overwrites. A CUDA graph is
         captured per assignment (two alternate)."""
         if not self._swap_carries:
             return False
@@ -257,8 +262,6 @@ class GPURuntime:
         if self._sizes[node_id] != self._sizes[source] or \
                 self.program.buffers[node_id][1] != self.program.buffers[source][1]:
             return False
-        if carried_into is None:
-            carried_into = sum(1 for s in self._carried_in.values() if s == source)
         return carried_into == 1
 
     def _swap(self, node_id: int, source: int) -> None:
@@ -492,19 +495,17 @@ class GPURuntime:
         self._resident.clear()
         self._pending = {}
         for node_id in self.program.outputs:
-            if not self.host_outputs:
-                self._pending[node_id] = bindings  # copied to the host by fetch() when data() asks for it
+            if not self.host_outputs or node_id in carried:
+                # copied to the host by fetch() when data() asks for it; a carried value (training state) is read
+                # by the next step from its device buffer, so no step copies it to the host
+                self._pending[node_id] = bindings
                 continue
             dims, dtype = self.program.buffers[node_id]
             shape = tuple(d.evaluate(bindings) for d in dims)
             host = self.memory.download(self._buffers[node_id], self._sizes[node_id], storage_name(dtype))
             if dtype.value != storage_name(dtype):
                 host = host.view(dtype.numpy)
-            host = host.reshape(shape)
-            if node_id in carried:  # the next step reads it from the device buffer: changing it here would not be
-                host.flags.writeable = False  # seen, so it is read-only (data() hands out copies)
-                self._resident[id(host)] = (host, node_id)
-            tensors[(node_id, 0)] = host
+            tensors[(node_id, 0)] = host.reshape(shape)
 
     def fetch(self, graph: Graph, node_id: int) -> bool:
         """Copy a value that only lives on the device (``host_outputs = False``: a kept result of the last

@@ -64,6 +64,28 @@ def clip_grad_value(grads: list, clip_value: float) -> list:
     return [None if g is None else g.clamp(-clip_value, clip_value) for g in grads]
 
 
+class ParamState(dict):
+    """One parameter's optimizer state (``optimizer.state[p]``, as in PyTorch: ``"step"`` and named arrays). A
+    value a compiled GPU step kept on the device (a :class:`~luminal.module.DeviceValue`) is copied to the host
+    when read, so reading the state gives numpy arrays on every device."""
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if isinstance(value, DeviceValue):
+            value = value.resolve()
+            super().__setitem__(key, value)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, graph building, state dicts.
 
@@ -200,7 +222,7 @@ class Optimizer:
                 pt = p.bind(graph)
                 g = grads[p]
                 h = hypers[p.dtype]
-                st = self.state.setdefault(p, {"step": 0})
+                st = self.state.setdefault(p, ParamState(step=0))
                 bufs = {}
                 for name in self._state_names(group):
                     arr = resolve(st.get(name))
@@ -234,7 +256,7 @@ class Optimizer:
             st["step"] += 0 if skipped else 1
             inputs = st["_inputs"]
             new = graph.tensors.get((inputs["param"].id, 0))
-            # None: the runtime kept the new value on its device (cuda, host_outputs=False); read on first use
+            # None: the runtime kept the new value on its device (cuda: carried state); read on first use
             p.data = new if new is not None else DeviceValue(graph, inputs["param"].id)
             for other in p.bound_tensors():  # other graphs using this parameter see the new value
                 if other.graph is not graph:
@@ -306,7 +328,7 @@ class Optimizer:
                     group[k] = v
         for key, saved in state_dict["state"].items():
             p = params[int(key)]
-            st = self.state.setdefault(p, {"step": 0})
+            st = self.state.setdefault(p, ParamState(step=0))
             for k, v in saved.items():
                 if k == "step":
                     st["step"] = int(v)
