@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
-from .values import merge_value, read_offsets, walk
+from .values import kernel_buffers, merge_value, read_offsets, walk
 
 
 def kernel_groups(program: Program, batched_epilogues: bool = False) -> list[list[int]]:
@@ -98,6 +98,30 @@ def epilogue_value(gemm, kernel, batched: bool = False):
     if any(off != own for off in read_offsets(value, vars_, gemm.out)):
         return None  # reads the product at another element (or at one not known statically)
     return value, vars_
+
+
+def epilogues_adjacent(program: Program) -> Program:
+    """``program`` with the elementwise kernels that sit between a GEMM and its epilogue candidate moved before
+    the GEMM, so that :func:`kernel_groups` can pair them: autocast's ``Linear`` rounds its bias to bfloat16 in
+    a kernel the depth-first schedule places after the product, which kept the bias add, its rounding and a
+    following head split out of the GEMM's epilogue (one more kernel, one more pass over the product, per
+    layer). A kernel moves only when it does not read the product (the epilogue candidate is the product's
+    first reader) and is elementwise; every buffer is written once, so reading and writing stay ordered.
+    Returns ``program`` itself (reordered in place) for chaining."""
+    kernels = program.kernels
+    aliased = set(program.aliases) | set(program.aliases.values())
+    i = 0
+    while i < len(kernels):
+        g = kernels[i]
+        if isinstance(g, GemmKernel) and g.out not in aliased:
+            j = next((j for j in range(i + 1, len(kernels)) if g.out in kernel_buffers(kernels[j]) - {kernels[j].out}), None)
+            between = kernels[i + 1:j] if j is not None else []
+            if between and all(isinstance(k, ElementwiseKernel) and k.out not in aliased for k in between) \
+                    and epilogue_value(g, kernels[j], batched=True) is not None:
+                kernels[i:j] = between + [g]
+                i += len(between)
+        i += 1
+    return program
 
 
 MIN_ROWS = 8  # a row group needs at least this many rows to split over the threads (or symbolic ones)

@@ -446,4 +446,5 @@ def lower(graph: Graph) -> Program:
             program.kernels.append(ElementwiseKernel(node_id, node.dims, body_of(node_id), node.dtype))
         if node_id in graph.to_retrieve or node_id in graph.no_delete:
             program.outputs.append(node_id)
-    return program
+    from .groups import epilogues_adjacent  # (groups reads this module's kernel classes)
+    return epilogues_adjacent(program)
