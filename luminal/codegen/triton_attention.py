@@ -13,13 +13,13 @@ only: the exponentials are taken against the running maximum and rescaled by ``e
 and the output is normalized after the product. A row whose every score is ``-inf`` (masked) gives NaN, and a NaN
 score makes its row NaN, as in the reference.
 
-Autocast (bfloat16): ``Q``, ``K`` and ``V`` may be bfloat16 values (stored so, or float32 read rounded), the
-probabilities may be rounded to bfloat16 before the second product (autocast's ``P @ V``), and the output may go
-through an epilogue (autocast's rounding of the result, the heads' transpose back). On tensor cores both products
-multiply bfloat16 tiles with float32 accumulation, as the GEMM kernels do. The rounding of the probabilities moves:
-the reference rounds the normalized ``e * r``, the kernel the exponentials against the running maximum (normalized
-after the product, in float32), as FlashAttention does; each term is within a bfloat16 rounding of the
-reference's either way. Float16 operands keep the unfused chain.
+Autocast (bfloat16 or float16): ``Q``, ``K`` and ``V`` may be low-precision values (stored so, or float32 read
+rounded to bfloat16), the probabilities may be rounded to the low type before the second product (autocast's
+``P @ V``), and the output may go through an epilogue (autocast's rounding of the result, the heads' transpose
+back). Where both operands of a product are values of one low type, it multiplies tiles of that type with float32
+accumulation (tensor cores), as the GEMM kernels do. The rounding of the probabilities moves: the reference rounds
+the normalized ``e * r``, the kernel the exponentials against the running maximum (normalized after the product,
+in float32), as FlashAttention does; each term is within one rounding of the reference's either way.
 """
 
 from __future__ import annotations
@@ -51,22 +51,26 @@ def _plain_view(view: ShapeTracker, dims) -> bool:
     return view == ShapeTracker.contiguous_of(dims)
 
 
+LOW = (DType.bfloat16, DType.float16)
+
+
 def _probabilities(pr):
-    """``(e * r, rounded)``: the value of the softmax's last member ``pr``, without autocast's rounding of the
-    probabilities to bfloat16 (``rounded``) when it has one."""
+    """``(e * r, low)``: the value of the softmax's last member ``pr`` without autocast's rounding of the
+    probabilities when it has one, and the low-precision type the probabilities are in (else None)."""
     v = pr.value
-    if pr.dtype == DType.bfloat16 and _op(v, "Cast", 1) and v.op.dtype == DType.bfloat16:
-        return v.args[0], True
-    return v, False
+    if pr.dtype in LOW and _op(v, "Cast", 1) and v.op.dtype == pr.dtype:
+        v = v.args[0]
+    return v, pr.dtype if pr.dtype in LOW else None
 
 
 def _softmax_members(members) -> bool:
     """The row group is a softmax of some ``f``: ``m = max f``; ``n = m * -1``; ``e = exp2((f + n) * log2 e)``;
-    ``s = sum e``; ``r = 1 / s``; ``p = e * r`` (luminal's ``softmax``, as lowered; ``p`` possibly rounded to
-    bfloat16: autocast), with ``e`` a kernel of its own (6 members) or computed inside the sum and the product (5
-    members)."""
+    ``s = sum e``; ``r = 1 / s``; ``p = e * r`` (luminal's ``softmax``, as lowered; ``p`` possibly rounded to a
+    low-precision type: autocast), with ``e`` a kernel of its own (6 members) or computed inside the sum and the
+    product (5 members). The statistics are float32 (a softmax computed in float16, as float16 autocast keeps a
+    float16 tensor's softmax, as torch on the CPU, stays unfused)."""
     if (len(members) not in (5, 6) or any(m.dtype != DType.float32 for m in members[:-1])
-            or members[-1].dtype not in (DType.float32, DType.bfloat16)):
+            or members[-1].dtype not in (DType.float32, *LOW)):
         return False
     mx, neg, *rest = members
     six = len(members) == 6
@@ -109,11 +113,11 @@ def _reads_only_own(value, buffer: int, dims) -> bool:
 
 def operand_kind(program, buffer: int, rounded):
     """What the fused kernel multiplies for an operand: ``"bfloat16"`` (bfloat16 bits, or float32 read rounded),
-    ``"float32"``, or None (a type it does not take)."""
+    ``"float16"``, ``"float32"``, or None (a type it does not take)."""
     if rounded is not None:
         return "bfloat16" if rounded == DType.bfloat16 else None
     dtype = program.buffers[buffer][1]
-    return dtype.value if dtype in (DType.float32, DType.bfloat16) else None
+    return dtype.value if dtype in (DType.float32, *LOW) else None
 
 
 def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict) -> dict:
@@ -215,13 +219,16 @@ class AttentionRendering:
         am, kk, bn = (Expression.symbol(s, d - 1) for s, d in (("lm_am", M), ("lm_kk", K), ("lm_bn", NK)))
         vj, vd = Expression.symbol("lm_vj", NK - 1), Expression.symbol("lm_vd", D - 1)
         ind, ind2 = "        ", "            "
-        # what each product multiplies: bfloat16 tiles on tensor cores (both operands bfloat16 values; not in
-        # Triton's interpreter, which does not convert to bfloat16 correctly), else float32 values
+        # what each product multiplies: tiles of a low type on tensor cores (both operands values of that type;
+        # bfloat16 not in Triton's interpreter, which does not convert to it correctly), else float32 values
         kinds = {"q": operand_kind(self.program, g0.a, g0.a_round), "k": operand_kind(self.program, g0.b, g0.b_round),
                  "v": operand_kind(self.program, g1.b, g1.b_round)}
-        p_round = _probabilities(members[-1])[1] or g1.a_round == DType.bfloat16
-        tensor_s = not self.interpret and kinds["q"] == kinds["k"] == "bfloat16"
-        tensor_o = not self.interpret and p_round and kinds["v"] == "bfloat16"
+        p_low = _probabilities(members[-1])[1] or (DType.bfloat16 if g1.a_round == DType.bfloat16 else None)
+
+        def tensor(a: str, b: str) -> bool:
+            return a == b and (a == "float16" or (a == "bfloat16" and not self.interpret))
+        tensor_s = tensor(kinds["q"], kinds["k"])
+        tensor_o = p_low is not None and tensor(p_low.value, kinds["v"])
         self._attention_ptr, convert = {}, {}
         for name, buf, rounded, tensor in (("q", g0.a, g0.a_round, tensor_s), ("k", g0.b, g0.b_round, tensor_s),
                                            ("v", g1.b, g1.b_round, tensor_o)):
@@ -266,8 +273,11 @@ class AttentionRendering:
         lines += self._operand_load("v", g1.b_view, bvars + (to_expr(0), vd, vj), "[BLOCK_N, BLOCK_D]",
                                     {"lm_vd", "lm_vj"}, ind)
         lines += [convert["v"]] if convert["v"] else []
-        if p_round:  # autocast's bfloat16 probabilities (here: the exponentials, normalized after the product)
+        # autocast's low-precision probabilities (here: the exponentials, normalized after the product)
+        if p_low == DType.bfloat16:
             lines.append(f"{ind}p = _lm_bf16r(p)" + (".to(tl.bfloat16)" if tensor_o else ""))
+        elif p_low == DType.float16:
+            lines.append(f"{ind}p = p.to(tl.float16)" + ("" if tensor_o else ".to(tl.float32)"))
         dot = "tl.dot(p, v)" if tensor_o else 'tl.dot(p, v, input_precision="ieee")'
         lines += [f"{ind}acc = acc * alpha + {dot}",
                   f"{ind}m_i = m_new",
