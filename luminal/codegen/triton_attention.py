@@ -282,11 +282,7 @@ class AttentionRendering:
         lines += [f"{ind}acc = acc * alpha + {dot}",
                   f"{ind}m_i = m_new",
                   "    o = acc * (1.0 / l_i)"]
-        if epilogue is None or epilogue[3]:
-            lines.append(f"    tl.store({self.pointer(g1.out)} + bidx * M * D + lm_qi * D + lm_vd, o, "
-                         "mask=row_live & (lm_vd < D))")
-        if epilogue is not None:
-            lines += self._epilogue_lines(g1, epilogue, "o", "lm_qi", "lm_vd", "D", "[BLOCK_M, BLOCK_D]")
+        lines += self._store_product(g1, epilogue, "o", "lm_qi", "lm_vd", "D", "[BLOCK_M, BLOCK_D]")
         bm, bn = ATTENTION_BLOCKS
         kc, dc = to_expr(K).to_int(), D.to_int()
         bk = max(16, min(_pow2(kc), 64)) if kc is not None else 32

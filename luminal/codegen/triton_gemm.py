@@ -56,13 +56,20 @@ class GemmRendering:
             return ptr, None, f"{ind}{x} = {x}.to(tl.float32)"
         return ptr, None, None
 
-    def _epilogue_lines(self, kernel, epilogue, acc: str, rows: str, cols: str, n: str, shape: str) -> list[str]:
-        """The statements computing ``epilogue`` (``(kernel, value, vars, store_product)``, see :meth:`_gemm`)
-        on the output tile ``acc`` of ``kernel`` (a product with ``M`` rows per batch index ``bidx`` and ``n``
-        columns; ``rows``/``cols``: the tile's index blocks) and storing it."""
+    def _store_product(self, kernel, epilogue, acc: str, rows: str, cols: str, n: str, shape: str) -> list[str]:
+        """The statements storing the output tile ``acc`` of ``kernel`` (a product with ``M`` rows per batch index
+        ``bidx`` and ``n`` columns; ``rows``/``cols``: the tile's index blocks) unless only its ``epilogue`` reads
+        it, and computing and storing the epilogue (``(kernel, value, vars, store_product)``, see :meth:`_gemm`;
+        or None)."""
         from .triton import BodyWriter
+        lines = []
+        if epilogue is None or epilogue[3]:
+            lines.append(f"    tl.store({self.pointer(kernel.out)} + bidx * M * {n} + {rows} * {n} + {cols}, {acc}, "
+                         f"mask=({rows} < M) & ({cols} < {n}))")
+        if epilogue is None:
+            return lines
         epi, value, vars_, _ = epilogue
-        lines = [f"    # epilogue -> buffer {epi.out}",
+        lines += [f"    # epilogue -> buffer {epi.out}",
                  f"    cmask = ({rows} < M) & ({cols} < {n})",
                  f"    zt = tl.zeros({shape}, tl.int64)",
                  f"    i0 = bidx * M + {rows}",  # the product's row over all batches
@@ -152,11 +159,7 @@ class GemmRendering:
             lines.append(f"{ind}acc = acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
         lines += ["    cm = m[:, None]",
                   "    cn = n[None, :]"]
-        if epilogue is None or epilogue[3]:
-            lines.append(f"    tl.store({self.pointer(kernel.out)} + bidx * M * N + cm * N + cn, acc, "
-                         "mask=(cm < M) & (cn < N))")
-        if epilogue is not None:
-            lines += self._epilogue_lines(kernel, epilogue, "acc", "cm", "cn", "N", "[BLOCK_M, BLOCK_N]")
+        lines += self._store_product(kernel, epilogue, "acc", "cm", "cn", "N", "[BLOCK_M, BLOCK_N]")
         bm, bn, bk = GEMM_BLOCKS if dtype == DType.float32 else GEMM_BLOCKS_F64
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if low is not None:
