@@ -300,8 +300,7 @@ class Graph(GraphCreation):
 
     def _apply_carries(self) -> None:
         for output, input in self.carries:
-            if output not in self.nodes:  # replaced by a compiler pass: follow the redirects
-                output, _ = self.resolve(output, ShapeTracker.contiguous_of(()))
+            output = output if output in self.nodes else self.resolve(output, ShapeTracker.contiguous_of(()))[0]
             new = self.tensors.get((output, 0))
             if new is None:
                 on_device = getattr(self.runtime, "carry_on_device", None)  # the value stayed on the GPU

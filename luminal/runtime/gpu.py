@@ -114,9 +114,8 @@ class GPURuntime:
         self._gemm_choice: dict[tuple, tuple] = {}  # (kernel, M, N, K, batch) -> GemmConfig
         self.search_log: list[dict] = []           # measured GEMM candidates (search != "off")
         # True: every execute() copies the kept results to the host (data() is then free). False: they stay on
-        # the device until data() asks (fetch) or data(device=True) copies them on the device; for programs
-        # whose results stay on the GPU. Carried values (training state) stay on the device in both modes: the
-        # next step reads them there, and a read between steps fetches them (Parameter.data: a DeviceValue).
+        # the device until data() asks (fetch) or data(device=True) copies them on the device. Carried values
+        # (training state) stay on the device in both modes; a read between steps fetches them (DeviceValue).
         self.host_outputs = True
         self._pending: dict[int, dict] = {}      # kept result left on the device -> its bindings
         self._carried_in: dict[int, int] = {}    # input whose carried value is only on the device -> its buffer
@@ -251,8 +250,8 @@ class GPURuntime:
         """Whether carried input ``node_id`` may take over the buffer of ``source``, the output carried into it
         (training state: weights, optimizer moments), instead of copying it: both have their own allocation of
         the same size and type (not the arena, not aliased), and ``source`` is carried into no other input
-        (``carried_into``: into how many). The input's old buffer becomes the output's, which this step overwrites. A CUDA graph is
-        captured per assignment (two alternate)."""
+        (``carried_into``: into how many). The input's old buffer becomes the output's, which this step
+        overwrites. A CUDA graph is captured per assignment (two alternate)."""
         if not self._swap_carries:
             return False
         aliased = self.program.aliases
