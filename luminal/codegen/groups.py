@@ -114,7 +114,8 @@ def epilogues_adjacent(program: Program) -> Program:
     while i < len(kernels):
         g = kernels[i]
         if isinstance(g, GemmKernel) and g.out not in aliased:
-            j = next((j for j in range(i + 1, len(kernels)) if g.out in kernel_buffers(kernels[j]) - {kernels[j].out}), None)
+            j = next((j for j in range(i + 1, len(kernels))
+                      if g.out in kernel_buffers(kernels[j]) - {kernels[j].out}), None)  # the first reader
             between = kernels[i + 1:j] if j is not None else []
             if between and all(isinstance(k, ElementwiseKernel) and k.out not in aliased for k in between) \
                     and epilogue_value(g, kernels[j], batched=True) is not None:

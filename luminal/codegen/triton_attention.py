@@ -230,10 +230,10 @@ class AttentionRendering:
         tensor_s = tensor(kinds["q"], kinds["k"])
         tensor_o = p_low is not None and tensor(p_low.value, kinds["v"])
         self._attention_ptr, convert = {}, {}
-        for name, buf, rounded, tensor in (("q", g0.a, g0.a_round, tensor_s), ("k", g0.b, g0.b_round, tensor_s),
-                                           ("v", g1.b, g1.b_round, tensor_o)):
+        for name, buf, rounded, cores in (("q", g0.a, g0.a_round, tensor_s), ("k", g0.b, g0.b_round, tensor_s),
+                                          ("v", g1.b, g1.b_round, tensor_o)):
             self._attention_ptr[name], setup, convert[name] = self._low_operand(
-                name, kinds[name], rounded == DType.bfloat16, tensor, self.pointer(buf), ind2 if name != "v" else ind)
+                name, kinds[name], rounded == DType.bfloat16, cores, self.pointer(buf), ind2 if name != "v" else ind)
             lines += [setup] if setup else []
         self._attention_live = {"q": "row_live & (lm_kk < K)", "k": "(lm_bn < NK) & (lm_kk < K)",
                                 "v": "(lm_vj < NK) & (lm_vd < D)"}

@@ -70,10 +70,10 @@ class GemmRendering:
             return lines
         epi, value, vars_, _ = epilogue
         lines += [f"    # epilogue -> buffer {epi.out}",
-                 f"    cmask = ({rows} < M) & ({cols} < {n})",
-                 f"    zt = tl.zeros({shape}, tl.int64)",
-                 f"    i0 = bidx * M + {rows}",  # the product's row over all batches
-                 f"    i1 = {cols}"]
+                  f"    cmask = ({rows} < M) & ({cols} < {n})",
+                  f"    zt = tl.zeros({shape}, tl.int64)",
+                  f"    i0 = bidx * M + {rows}",  # the product's row over all batches
+                  f"    i1 = {cols}"]
         w = BodyWriter(self, shape, live="cmask", zi="zt")
         w.substitute = {kernel.out: acc}  # the product at the element's own index: the accumulator
         result = w.emit(value, vars_)
