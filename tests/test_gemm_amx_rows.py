@@ -246,3 +246,53 @@ np.save(OUT, y.data())
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((48, 8192)), rng.standard_normal((8192, 40))
     _check(out.astype(np.float64), _rounded(a, "bfloat16"), _rounded(b, "bfloat16"), "bfloat16")
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif("avx512_bf16" not in _cpu_flags() or "amx_bf16" in _cpu_flags(),
+                    reason="needs a CPU with AVX512-BF16 and without AMX (where the row kernel uses vdpbf16ps)")
+def test_row_kernel_runs_on_avx512_bf16_without_amx(tmp_path):
+    """Without AMX but with AVX512-BF16 (Zen 4 / Zen 5) the row kernel computes its tile products with vdpbf16ps,
+    which, like AMX's tile product, treats subnormal bfloat16 inputs as zero: an autocast product of the identity
+    (128 rows: the row kernel, not the few-rows dot kernel) with a B holding subnormals gives 0 there, and every
+    other element equals torch's rounding of B; with ``LUMINAL_AMX=0`` (the float32 conversion and OpenBLAS)
+    the subnormals come through. Float32 products of exact values: the oracle is bit-exact."""
+    import os
+    import subprocess
+    import sys
+
+    script = r'''
+import numpy as np, luminal as lm
+rng = np.random.default_rng(3)
+b = rng.standard_normal((128, 96)).astype(np.float32)
+b.reshape(-1)[rng.choice(b.size, 40, replace=False)] = np.float32(3e-39)
+cx = lm.Graph()
+x, w = cx.tensor((128, 128)), cx.tensor((128, 96))
+x.set(np.eye(128, dtype=np.float32)); w.set(b)
+with lm.autocast(lm.bfloat16):
+    y = (x @ w).cast("float32").retrieve()
+cx.compile(device="cpu"); cx.execute()
+np.save(OUT, np.stack([y.data(), b]))
+'''
+    got = {}
+    for amx in ("1", "0"):
+        path = str(tmp_path / f"out{amx}.npy")
+        env = dict(os.environ, LUMINAL_AMX=amx, LUMINAL_CACHE_DIR=str(tmp_path / amx))
+        proc = subprocess.run([sys.executable, "-c", f"OUT = {path!r}\n" + script], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got[amx] = np.load(path)
+    b = got["1"][1]
+    want = _bf16_bits(b)
+    tiny = (want != 0) & (np.abs(want) < np.finfo(np.float32).tiny)
+    assert tiny.sum() == 40
+    np.testing.assert_array_equal(got["1"][0][~tiny], want[~tiny])
+    assert np.all(got["1"][0][tiny] == 0)  # vdpbf16ps: subnormal inputs are zero
+    np.testing.assert_array_equal(got["0"][0], want)  # float32 products keep them
