@@ -41,10 +41,11 @@ function returns ``LM_AMX_UNUSABLE`` and the caller takes its other path.
 
 **Without AMX, with AVX512-BF16** (Zen 4 / Zen 5, Cooper Lake: ``LM_AMX_DP``) the *rows* formulation runs with
 its tile products as ``vdpbf16ps`` dot products (:mod:`luminal.codegen.gemm_amx_rows`), for bfloat16-valued A
-(stored or rounded; a float32 A would take three products) and more rows than the few-rows dot kernel takes;
+(stored or rounded; a float32 A would take three products), except a row or two and a bfloat16 B read where it
+is stored by at most ``LM_AUTO_SMALL_M`` rows (the dot-product kernel streams it unpacked);
 ``LUMINAL_AMX=0`` turns it off too. Measured on a 2-core AMD EPYC (AVX512-BF16, no AMX), autocast products
-before (float32 conversion + OpenBLAS) and after: 1024^3 193-196 -> 277-355 GFLOP/s; the W5 autocast training
-step 35.1 -> 24.9 ms (torch's autocast 22.4 ms in the same run).
+before (float32 conversion + OpenBLAS) and after: 1024^3 193-196 -> 277-355 GFLOP/s; autocast training steps
+W3 6.30 -> 5.41, W4 41.2 -> 28.9, W5 35.1 -> 22.5 ms (docs/mixed_precision.md).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ _COMMON = r"""
    float32 FMA per instruction); the few-rows formulation is the AMX one only */
 #define LM_HAVE_AMX 1
 #define LM_AMX_DP 1
+#ifndef LM_AMX_DP_ROWS
+#define LM_AMX_DP_ROWS 2  /* up to this many rows, the caller's kernels (matrix-vector, dot products) */
+#endif
 #endif
 #ifdef LM_HAVE_AMX
 #define LM_AMX_UNUSABLE (-1000)
@@ -206,9 +210,11 @@ static int NAME(long long M, long long N, long long K, const TA *A, long long sa
                 const long long *syms) {
     if (!lm_amx_ok()) return LM_AMX_UNUSABLE;
 #ifdef LM_AMX_DP
-    /* AVX512-BF16 without AMX: a float32 A would take three products (slower than float32); few rows take the
-       caller's dot-product kernel */
-    if (PARTS > 1 || M <= LM_AUTO_SMALL_M) return LM_AMX_UNUSABLE;
+    /* AVX512-BF16 without AMX: a float32 A would take three products (slower than float32); the caller's
+       kernels take a row or two, and a bfloat16 B read where it is stored by up to LM_AUTO_SMALL_M rows (its
+       dot-product kernel streams B once, unpacked: 4 x 4096 x 1024 in 0.27 ms against 0.67 packed) */
+    if (PARTS > 1 || M <= LM_AMX_DP_ROWS || (!BCOPY && M <= LM_AUTO_SMALL_M && sak == 1 && sbk == 1))
+        return LM_AMX_UNUSABLE;
     return NAME_rows(M, N, K, A, sam, sak, B_in, sbn, sbk, C, epi, bufs, syms);
 #else
     /* operands that must be copied anyway (B converted, either not contiguous along K) are packed by NAME_rows */
