@@ -236,8 +236,11 @@ def fused_gemm_source(dtype: str, cfg, name: str, a: bool, b: bool) -> str:
 
 def pack_functions(renderer, k: int, kernel: GemmKernel):
     """The pack callbacks of GEMM ``kernel`` (the ``k``-th rendered kernel) for its fused operands:
-    ``((name_a | None, name_b | None), C text)``. Named ``epilogue_<k>_pa``/``_pb`` so that the renderer's
+    ``((name_a | None, name_b | None[, direct]), C text)``; ``direct``: the direct-convolution function
+    (:mod:`.gemm_direct`) that replaces the fused GEMM, where the kernel qualifies. Named ``epilogue_<k>_pa``/``_pb`` so that the renderer's
     sharing of identical kernel bodies renames them with the epilogue."""
+    from .gemm_direct import direct_plan, render_direct
+
     names, texts = [], [PRO_TYPES]
     for side, pro in (("a", kernel.a_pro), ("b", kernel.b_pro)):
         if pro is None:
@@ -245,6 +248,10 @@ def pack_functions(renderer, k: int, kernel: GemmKernel):
             continue
         names.append(f"epilogue_{k}_p{side}")
         texts.append(render_pack(renderer, names[-1], pro, kernel.dims[:-2]))
+    plan = direct_plan(renderer.program, kernel)
+    if plan is not None:  # a window view read in place (gemm_direct): the GEMM function is this one
+        names.append(f"epilogue_{k}_dc")
+        texts.append(render_direct(renderer, names[-1], kernel, plan))
     return tuple(names), "\n\n".join(texts)
 
 
@@ -256,6 +263,8 @@ def fused_call(renderer, kernel: GemmKernel, name: str, assign: bool, packs, bat
     idx = renderer.index
     nb = len(kernel.dims) - 2
     short, ctype = ("f32", "float") if kernel.dtype == DType.float32 else ("f64", "double")
+    if len(packs) > 2:  # the direct convolution (same signature)
+        name = packs[2]
     bi = to_expr(0)
     for v, s in zip(batch_vars, ShapeTracker.contiguous_of(kernel.dims[:nb]).strides if nb else []):
         bi = bi + v * s

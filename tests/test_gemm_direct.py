@@ -1,0 +1,135 @@
+"""Direct convolution (luminal/codegen/gemm_direct.py): a convolution's GEMM reading its input in place.
+
+Forward convolutions (1-D, 2-D, 3-D; padding, dilation, bias, output rows shorter and longer than a vector,
+output channels not a multiple of the register tile, float32 and float64) and the gradients of a graph whose
+forward runs the direct kernel, against torch CPU in float64 (fixed seeds; error <= 1e-4 (float32) / 1e-10
+(float64) of the largest reference value). Each case also checks that the direct kernel is the one that ran
+(its function is in the generated C) and that the cases it must not take (a strided convolution, a weight
+gradient along the kernel's width, ``LUMINAL_DIRECT_CONV=0``) keep the pack. No timings are asserted.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+import luminal.nn.functional as F
+from luminal.codegen.gemm_direct import direct_plan
+from luminal.codegen.kernel import GemmKernel
+from luminal.training import grad
+
+TOL = {"float32": 1e-4, "float64": 1e-10}
+MARK = "direct convolution (see luminal/codegen/gemm_direct.py)"
+CONV = {1: (F.conv1d, torch.nn.functional.conv1d), 2: (F.conv2d, torch.nn.functional.conv2d),
+        3: (F.conv3d, torch.nn.functional.conv3d)}
+
+
+def _close(got, exp, dtype):
+    scale = max(float(np.max(np.abs(exp))), 1e-30)
+    assert got.shape == exp.shape
+    assert np.max(np.abs(got.astype(np.float64) - exp)) <= TOL[dtype] * scale
+
+
+def _graph(xs, ws, dtype, kw, bias=False, grads=False, seed=0, special=False):
+    rng = np.random.default_rng(seed)
+    xa = rng.standard_normal(xs).astype(dtype)
+    if special:  # non-finite inputs travel the same way as through torch (the halo is zeros, not the input)
+        xa.flat[3], xa.flat[-2] = np.inf, np.nan
+    wa = rng.standard_normal(ws).astype(dtype)
+    ba = rng.standard_normal(ws[0]).astype(dtype) if bias else None
+    cx = lm.Graph()
+    x, w = cx.tensor(xs, dtype).set(xa), cx.tensor(ws, dtype).set(wa)
+    b = cx.tensor((ws[0],), dtype).set(ba) if bias else None
+    y = CONV[len(xs) - 2][0](x, w, b, **kw)
+    outs = [y]
+    if grads:
+        outs += grad((y * y).sum() * 0.5, [x, w])
+    for t in outs:
+        t.retrieve()
+    return cx, (xa, wa, ba), outs
+
+
+def _torch(xs, arrays, kw, grads=False):
+    xa, wa, ba = arrays
+    x = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
+    w = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
+    b = torch.from_numpy(ba.astype(np.float64)) if ba is not None else None
+    y = CONV[len(xs) - 2][1](x, w, b, **kw)
+    if not grads:
+        return [y.detach().numpy()]
+    (y * y).sum().mul(0.5).backward()
+    return [y.detach().numpy(), x.grad.numpy(), w.grad.numpy()]
+
+
+def _run(monkeypatch, xs, ws, dtype, kw, **opts):
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    cx, arrays, outs = _graph(xs, ws, dtype, kw, **opts)
+    cx.compile(device="cpu")
+    cx.execute()
+    return cx, arrays, [t.data() for t in outs]
+
+
+CASES = [  # (input shape, weight shape, conv kwargs)
+    ((2, 4, 16, 16, 16), (16, 4, 3, 3, 3), dict(padding=1)),      # the Conv3d of benchmarks/layer_training.py
+    ((1, 3, 9, 10, 17), (5, 3, 3, 2, 3), dict(padding=(1, 0, 2))),  # rows of 17 + 4 - 2 = 19: a vector and a tail
+    ((2, 6, 12, 33), (9, 6, 3, 3), dict(padding=1)),               # 9 output channels: a partial register tile
+    ((1, 5, 11, 20), (4, 5, 3, 3), dict(padding=2, dilation=2)),
+    ((3, 7, 40), (6, 7, 5), dict(padding=2)),                      # 1-D, rows of 40
+    ((2, 8, 9, 8), (8, 8, 1, 3), dict(padding=(0, 1))),            # rows of 8: half a vector
+    ((2, 3, 10, 12), (4, 3, 3, 3), {}),                            # no padding (no masks at all)
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", CASES)
+def test_direct_conv_forward_matches_torch(monkeypatch, xs, ws, kw, dtype):
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, bias=True)
+    assert MARK in cx.runtime.source, "the direct kernel did not run"
+    _close(got[0], _torch(xs, arrays, kw)[0], dtype)
+
+
+@pytest.mark.parametrize("xs,ws,kw", [CASES[0], CASES[2], CASES[4]])
+def test_gradients_of_a_direct_conv_graph(monkeypatch, xs, ws, kw):
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float64", kw, grads=True)
+    assert MARK in cx.runtime.source
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, "float64")
+
+
+def test_non_finite_inputs(monkeypatch):
+    xs, ws, kw = (1, 2, 6, 20), (3, 2, 3, 3), dict(padding=1)
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, special=True)
+    assert MARK in cx.runtime.source
+    exp = _torch(xs, arrays, kw)[0]
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(exp))
+    np.testing.assert_array_equal(np.isinf(got[0]), np.isinf(exp))
+    fin = np.isfinite(exp)
+    assert np.max(np.abs(got[0][fin] - exp[fin])) <= 1e-4 * np.max(np.abs(exp[fin]))
+
+
+def _plans(cx):
+    prog = cx.runtime.program
+    return [direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel) and k.b_pro is not None]
+
+
+def test_strided_conv_and_weight_gradient_keep_the_pack(monkeypatch):
+    # stride 2 along the rows: consecutive outputs read every other input element
+    xs, ws, kw = (2, 4, 12, 32), (8, 4, 3, 3), dict(stride=2, padding=1)
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw)
+    assert _plans(cx) and not any(_plans(cx)) and MARK not in cx.runtime.source
+    _close(got[0], _torch(xs, arrays, kw)[0], "float32")
+    # the weight gradient's output runs along the kernel's width (3): too short a run for a vector
+    xs, ws, kw = (2, 4, 8, 16, 16), (8, 4, 3, 3, 3), dict(padding=1)
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, grads=True)
+    plans = _plans(cx)
+    assert any(plans) and not all(plans)
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, "float32")
+
+
+def test_switched_off(monkeypatch):
+    monkeypatch.setenv("LUMINAL_DIRECT_CONV", "0")
+    xs, ws, kw = CASES[2]
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw)
+    assert MARK not in cx.runtime.source and cx.runtime.fused_buffers
+    _close(got[0], _torch(xs, arrays, kw)[0], "float32")
