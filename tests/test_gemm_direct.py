@@ -4,8 +4,8 @@ Forward convolutions (1-D, 2-D, 3-D; padding, dilation, bias, output rows shorte
 output channels not a multiple of the register tile, float32 and float64) and the gradients of a graph whose
 forward runs the direct kernel, against torch CPU in float64 (fixed seeds; error <= 1e-4 (float32) / 1e-10
 (float64) of the largest reference value). Each case also checks that the direct kernel is the one that ran
-(its function is in the generated C) and that the cases it must not take (a strided convolution, a weight
-gradient along the kernel's width, ``LUMINAL_DIRECT_CONV=0``) keep the pack. No timings are asserted.
+(its function is in the generated C), that weight gradients take its "dot" form, and that the cases it must
+not take (a strided convolution, ``LUMINAL_DIRECT_CONV=0``) keep the pack. No timings are asserted.
 """
 
 import numpy as np
@@ -112,19 +112,28 @@ def _plans(cx):
     return [direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel) and k.b_pro is not None]
 
 
-def test_strided_conv_and_weight_gradient_keep_the_pack(monkeypatch):
-    # stride 2 along the rows: consecutive outputs read every other input element
+def test_strided_conv_keeps_the_pack(monkeypatch):
+    # stride 2 along the rows: consecutive outputs read every other input element (forward and weight gradient)
     xs, ws, kw = (2, 4, 12, 32), (8, 4, 3, 3), dict(stride=2, padding=1)
-    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw)
-    assert _plans(cx) and not any(_plans(cx)) and MARK not in cx.runtime.source
-    _close(got[0], _torch(xs, arrays, kw)[0], "float32")
-    # the weight gradient's output runs along the kernel's width (3): too short a run for a vector
-    xs, ws, kw = (2, 4, 8, 16, 16), (8, 4, 3, 3, 3), dict(padding=1)
     cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, grads=True)
-    plans = _plans(cx)
-    assert any(plans) and not all(plans)
+    assert _plans(cx) and not any(_plans(cx)) and MARK not in cx.runtime.source
     for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
         _close(g, e, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", [CASES[0], ((2, 3, 10, 32), (5, 3, 3, 3), dict(padding=1)),
+                                      ((1, 4, 6, 16), (6, 4, 3, 5), dict(padding=(1, 2), dilation=(2, 1))),
+                                      ((3, 7, 32), (6, 7, 5), dict(padding=2))])
+def test_weight_gradient_dot_form(monkeypatch, xs, ws, kw, dtype):
+    """The weight gradient's output runs along the kernel's width (too short for vectors): the kernel sums along
+    the input's rows instead ("dot"); the forward and the input's gradient (a convolution, nn.conv's "conv"
+    gradient rule) take the "rows" form."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
+    modes = sorted(p.mode for p in _plans(cx) if p is not None)
+    assert "dot" in modes and "rows" in modes, modes
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, dtype)
 
 
 def test_switched_off(monkeypatch):

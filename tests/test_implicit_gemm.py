@@ -182,15 +182,24 @@ def test_bad_env_raises(monkeypatch):
 
 def test_default_plan_fuses_deep_window_copies(monkeypatch, tmp_path):
     """search="off" without a cache entry: an im2col matrix read by GEMMs with K >= 64 is fused, a K = 9 one
-    (a one-channel 3x3 convolution) is copied; results match torch either way."""
+    (a one-channel 3x3 convolution) is copied unless the direct convolution reads it in place (stride 1:
+    codegen/gemm_direct.py); results match torch either way."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     kw = dict(padding=1)
     cx, (xa, wa), got = _run(monkeypatch, "auto", (2, 8, 10, 10), (16, 8, 3, 3), "float32", kw)
     assert cx.runtime.fused_buffers
     for g, e in zip(got, _torch(xa, wa, kw)):
         _close(g, e, "float32")
-    cx, _, _ = _run(monkeypatch, "auto", (2, 1, 10, 10), (16, 1, 3, 3), "float32", kw)
+    kw = dict(padding=1, stride=2)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", (2, 1, 10, 10), (16, 1, 3, 3), "float32", kw)
     assert not cx.runtime.fused_buffers
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    kw = dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", (2, 1, 10, 10), (16, 1, 3, 3), "float32", kw)
+    assert cx.runtime.fused_buffers and "direct convolution" in cx.runtime.source
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
 
 
 def test_overlapping_views():

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from ..amp import autocast_off, lower_precision_dtype, round_to
+from ..codegen.gemm_direct import rows_apply
 from ..hl_ops.binary import _grad_rule
 from ..graph import GraphError
 from ..module import Module, Parameter, bind, check_graph_tensor
@@ -116,6 +117,7 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
         raise GraphError(f"conv{n}d: input has {c_in} channels but the weight {_dims_str(weight)} with groups="
                          f"{groups} expects {c_in_g * groups}")
     pads = _resolve_padding(padding, n, kernel, stride, dilation)
+    x_in = x
 
     # 1. zero padding, 2. windows: (N, C, O1, K1, ..., On, Kn)
     x = x.pad([(0, 0), (0, 0)] + pads)
@@ -135,11 +137,57 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     # 4. one matrix product per group: (C_out/G, CK) x (CK, N*O) -> (G, C_out/G, N, O...), seen as (N, C_out, O...)
     w = weight.reshape((groups, c_out // groups, ck))
     prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
-    out = prod.sum(2).reshape((groups, c_out // groups, batch) + out_dims)
+    summed = prod.sum(2)
+    if all(s == 1 for s in stride) and groups == 1 and weight.dtype == x_in.dtype and x_in.dims[-1].is_constant() \
+            and rows_apply(x_in.dims[-1].to_int(), c_in_g, x_in.dtype):
+        # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_input_grad), which
+        # the direct kernel computes in place, rather than a product per window offset summed back by col2im.
+        # (On the product itself, (1, C_out, N*O): the result below is a view of it, and a rule needs a node.)
+        _grad_rule(summed, "conv", (x_in, weight), (tuple(pads), dilation))
+    out = summed.reshape((groups, c_out // groups, batch) + out_dims)
     out = out.permute([2, 0, 1] + [3 + i for i in range(n)]).reshape((batch, c_out) + out_dims)
     if bias is not None:
         out = out + bias.reshape((c_out,) + (1,) * n)
     return out.squeeze(0) if unbatched else out
+
+
+def _upstream(x, weight, g, pads, dilation):
+    """The upstream gradient ``g`` of a convolution's product (``(1, C_out, N * O)``, see :func:`conv_nd`) as
+    ``(N, C_out, *O)``."""
+    n = weight.ndim - 2
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    out = tuple(x.dims[2 + i] + b + a - d * (k - 1) for i, (k, d, (b, a)) in enumerate(zip(kernel, dilation, pads)))
+    return g.reshape((weight.dims[0], x.dims[0]) + out).permute([1, 0] + list(range(2, 2 + n)))
+
+
+def conv_input_grad(x, weight, g, pads, dilation):
+    """The gradient with respect to ``x`` (batched) of the stride-1, ungrouped ``conv_nd(x, weight)`` padded by
+    ``pads``, for the upstream gradient ``g`` of its product (``(1, C_out, N * O)``): the convolution of that
+    gradient, padded by ``dilation * (k - 1)`` less the forward's padding on each side (negative amounts crop),
+    with the spatially flipped, in/out-swapped kernel."""
+    n = weight.ndim - 2
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    gp = _upstream(x, weight, g, pads, dilation).pad(
+        [(0, 0), (0, 0)] + [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)])
+    w = weight.transpose(0, 1).flip(tuple(range(2, 2 + n)))
+    return conv_nd(gp, w, None, 1, 0, dilation, 1)
+
+
+def conv_weight_grad(x, weight, g, pads, dilation):
+    """The gradient with respect to ``weight`` of the same convolution (see :func:`conv_input_grad`): the
+    windows of the padded input (its im2col, ``(C_in * K, N * O)``) contracted with ``g`` over the batch and the
+    output positions."""
+    n = weight.ndim - 2
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    xw = x.pad([(0, 0), (0, 0)] + list(pads))
+    for i in range(n):
+        xw = xw.pool(2 + 2 * i, kernel[i], 1, dilation[i])
+    o_axes, k_axes = [2 + 2 * i for i in range(n)], [3 + 2 * i for i in range(n)]
+    c_in, c_out = _const(x.dims[1]), _const(weight.dims[0])
+    cols = xw.permute([1] + k_axes + [0] + o_axes)
+    cols = cols.reshape((c_in * _prod(kernel), _prod(tuple(cols.dims[1 + n:]))))
+    gg = g.reshape((c_out, cols.dims[1]))
+    return (gg.unsqueeze(1) * cols.unsqueeze(0)).sum(-1).reshape(tuple(weight.dims))
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -319,15 +319,23 @@ def default_fused(program: Program, buf: int, uses) -> bool:
     """The unmeasured plan for a fusable buffer (``search="off"`` without a tuning-cache entry): fused when it is
     a *window copy* (an im2col matrix: its value reads a buffer through overlapping windows) and every GEMM
     reading it has K >= ``DEFAULT_MIN_K`` and M, N >= 16 (W4, AVX-512: conv2's im2col fused, a median 6 %
-    less time per step; conv1's K = 9 one is faster copied), else materialized."""
+    less time per step; conv1's K = 9 one is faster copied) or runs the direct convolution
+    (:mod:`luminal.codegen.gemm_direct`, which reads the input in place), else materialized."""
     from ..codegen.kernel import Load
     from ..codegen.values import walk
+
+    from ..codegen.gemm_direct import direct_plan
+    from ..codegen.gemm_prologue import Prologue, split_axes
 
     writer = next(k for k in program.kernels if k.out == buf)
     if not any(isinstance(v, Load) and _overlapping(v.view) for v in walk(writer.value)):
         return False
-    for r, _ in uses:
+    for r, side in uses:
         g = program.kernels[r]
+        view = getattr(g, side + "_view")
+        if direct_plan(program, dataclasses.replace(g, **{side: None, side + "_pro": Prologue(
+                writer, view, side, split_axes(writer.dims, view, side))})) is not None:
+            continue  # the direct convolution reads it in place (codegen.gemm_direct), whatever the GEMM's shape
         m, n, k = (to_expr(x).to_int() for x in (g.dims[-2], g.dims[-1], g.a_view.dims[-1]))
         if None in (m, n, k) or k < DEFAULT_MIN_K or min(m, n) < 16:
             return False
