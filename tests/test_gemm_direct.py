@@ -5,7 +5,8 @@ output channels not a multiple of the register tile, float32 and float64) and th
 forward runs the direct kernel, against torch CPU in float64 (fixed seeds; error <= 1e-4 (float32) / 1e-10
 (float64) of the largest reference value). Each case also checks that the direct kernel is the one that ran
 (its function is in the generated C), that weight gradients take its "dot" form, and that the cases it must
-not take (a strided convolution, ``LUMINAL_DIRECT_CONV=0``) keep the pack. No timings are asserted.
+not take (``LUMINAL_DIRECT_CONV=0``) keep the pack; strided convolutions read their input in phases. No timings
+are asserted.
 """
 
 import numpy as np
@@ -112,13 +113,25 @@ def _plans(cx):
     return [direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel) and k.b_pro is not None]
 
 
-def test_strided_conv_keeps_the_pack(monkeypatch):
-    # stride 2 along the rows: consecutive outputs read every other input element (forward and weight gradient)
-    xs, ws, kw = (2, 4, 12, 32), (8, 4, 3, 3), dict(stride=2, padding=1)
-    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, grads=True)
-    assert _plans(cx) and not any(_plans(cx)) and MARK not in cx.runtime.source
+STRIDED = [  # output rows of 16 / 32 / 16: whole vectors in float32 and float64 (so the "dot" form applies too)
+    ((2, 4, 12, 32), (8, 4, 3, 3), dict(stride=2, padding=1)),
+    ((1, 3, 7, 96), (5, 3, 3, 4), dict(stride=(1, 3), padding=(1, 2), dilation=(1, 2))),
+    ((2, 3, 6, 6, 31), (4, 3, 3, 3, 3), dict(stride=2, padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", STRIDED)
+def test_strided_conv_reads_the_input_in_phases(monkeypatch, xs, ws, kw, dtype):
+    """A stride-s convolution reads every s-th input element along the rows: the copy stores the innermost axis
+    as s phases (element c at (c % s, c // s)), where the reads are contiguous again; forward and weight gradient
+    (its input gradient is nn.conv's zero-interleaved form, not a direct kernel)."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
+    plans = [p for p in _plans(cx) if p is not None]
+    assert {p.mode for p in plans} == {"rows", "dot"}, plans
+    assert {p.phase for p in plans} == {kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]}
     for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
-        _close(g, e, "float32")
+        _close(g, e, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -142,3 +155,24 @@ def test_switched_off(monkeypatch):
     cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw)
     assert MARK not in cx.runtime.source and cx.runtime.fused_buffers
     _close(got[0], _torch(xs, arrays, kw)[0], "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_window_of_a_computed_input(monkeypatch, dtype):
+    """The input of the convolution is computed (a ReLU; a padded input plus 1.5, whose padding is part of the
+    stored tensor and reads 1.5): the window reads the stored result, with and without masks; against torch."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(5)
+    xa = rng.standard_normal((2, 3, 9, 16)).astype(dtype)
+    wa = rng.standard_normal((8, 3, 3, 3)).astype(dtype)
+    cx = lm.Graph()
+    x, w = cx.tensor(xa.shape, dtype).set(xa), cx.tensor(wa.shape, dtype).set(wa)
+    y1 = F.conv2d(x.relu(), w, padding=1).retrieve()
+    y2 = F.conv2d(F.pad(x, (1, 1, 2, 0)) + 1.5, w).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert cx.runtime.source.count(MARK) >= 2
+    tx, tw = torch.from_numpy(xa.astype(np.float64)), torch.from_numpy(wa.astype(np.float64))
+    _close(y1.data(), torch.nn.functional.conv2d(tx.relu(), tw, padding=1).numpy(), dtype)
+    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(tx, (1, 1, 2, 0)) + 1.5, tw).numpy()
+    _close(y2.data(), ref, dtype)

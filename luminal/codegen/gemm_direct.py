@@ -15,21 +15,30 @@ axis (``NV`` of them, from different rows of the output), and for each ``k`` loa
 ``X' + noff + koff[k]`` and multiply-adds it into ``MR`` rows of accumulators, the ``A`` values broadcast from an
 ``MR``-interleaved copy of A. No masks, no packing of B; the copy ``X'`` is the input's size plus its halo.
 
-:func:`direct_plan` decides whether a GEMM qualifies and how its view maps onto the input's axes: one
-unbatched GEMM whose operand A is read as it is and whose B is a fused prologue that is a plain load
-(:func:`plain_load`) of a buffer of the GEMM's dtype, each index variable moving along one
-axis of that buffer (a positive step), each mask bounding one such axis by its extent, and the output's innermost
-axis reading ``X'`` at unit stride (stride-1 convolutions of any padding, dilation and dimension; a strided
-convolution keeps the pack). A weight gradient, whose output runs along the kernel's width (3 of a vector's 16
-lanes), takes the *dot* form instead: vectors along the sum's innermost axis (the input's rows), dot products of
-the upstream gradient's rows and the copy's, their lanes added at the end. Of the forms that apply, the one that
+:func:`direct_plan` decides whether a GEMM qualifies and how its view maps onto the input's axes: an unbatched
+GEMM one of whose operands is a fused prologue that is a plain load (:func:`window_load`) of a buffer of the
+GEMM's dtype, each index variable moving along one axis of that buffer (a positive step; the buffer's axes are
+split where the view reads a flattened axis as two), each mask bounding one such axis by its extent. The mapping
+is rebuilt from the parts and compared with the view, term by term, before it is used. Two forms:
+
+* *rows* (the window is B; a convolution's forward, and its input gradient, which nn.conv computes as a
+  convolution where this applies): vectors along the output's innermost axis, as above; A is interleaved by
+  its own prologue's pack callback when it has one (a transposed, flipped kernel).
+* *dot* (a weight gradient, whose output runs along the kernel's width: 3 of a vector's 16 lanes): vectors along
+  the sum's innermost axis (the input's rows), dot products of the other operand's rows (read in place, or
+  computed into scratch by its pack callback) and the copy's, in 4 x 4 tiles, their lanes added at the end; K in
+  L2-sized chunks.
+
+A strided convolution reads every s-th element along the rows: the copy stores the innermost axis as s *phases*
+(element c at ``(c % s, c // s)``), where those reads are contiguous again. Of the forms that apply, the one that
 leaves the fewest lanes idle is taken: one with none idle (rows a multiple of the vector), or a "rows" form with at
 most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
 of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
-weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack.) The mapping is rebuilt from the parts and compared with the view, term by term,
-before it is used. :func:`render_direct` writes the C function, with the fused own GEMM's signature (so the
-renderer calls it the same way). ``LUMINAL_DIRECT_CONV=0`` turns the path off.
+weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack.)
+:func:`render_direct` writes the C function, with the fused own GEMM's signature (so the renderer calls it the
+same way); the prologue search (``search="quick"``) times it as the fused plan. ``LUMINAL_DIRECT_CONV=0`` turns
+the path off.
 """
 
 from __future__ import annotations
@@ -60,9 +69,19 @@ class DirectPlan:
     origin: tuple
     q: int
     mode: str = "rows"
+    phase: int = 1
+
+    def inner(self) -> int:
+        """Elements per phase of the copy's innermost axis (its padded extent when ``phase`` is 1)."""
+        lo, hi = self.pads[-1]
+        return -(-(self.dims[-1] + lo + hi) // self.phase)
+
+    def padded_sizes(self) -> list[int]:
+        """The copy's extents: the padded ones, the innermost one as ``phase`` rows of :meth:`inner`."""
+        return [d + lo + hi for d, (lo, hi) in zip(self.dims[:-1], self.pads[:-1])] + [self.phase * self.inner()]
 
     def padded_strides(self) -> list[int]:
-        sizes = [d + lo + hi for d, (lo, hi) in zip(self.dims, self.pads)]
+        sizes = self.padded_sizes()
         out = [1] * len(sizes)
         for a in range(len(sizes) - 2, -1, -1):
             out[a] = out[a + 1] * sizes[a + 1]
@@ -70,8 +89,8 @@ class DirectPlan:
 
     def padded_size(self) -> int:
         n = 1
-        for d, (lo, hi) in zip(self.dims, self.pads):
-            n *= d + lo + hi
+        for d in self.padded_sizes():
+            n *= d
         return n
 
 
@@ -86,9 +105,10 @@ def rows_apply(rows: int, m: int, dtype: DType) -> bool:
     return use == 1 or m <= FEW and use >= 0.5
 
 
-def plain_load(pro) -> Load | None:
+def window_load(pro) -> Load | None:
     """The :class:`~.kernel.Load` that the prologue ``pro``'s value is when it is nothing else (one buffer of the
-    kernel's dtype read through a view over the kernel's axes), or None."""
+    kernel's dtype read through a view over the kernel's axes: an elementwise operation before a convolution,
+    such as a ReLU, is stored by the lowering and read through the windows), or None."""
     v = pro.kernel.value
     if not isinstance(v, Load) or v.dtype != pro.kernel.dtype or len(v.view.dims) != len(pro.kernel.dims):
         return None
@@ -110,7 +130,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     if None in gdims or any(d != 1 for d in gdims[:-2]) or _int(g.a_view.dims[-1]) is None:
         return None
     pro = g.b_pro or g.a_pro
-    load = plain_load(pro)
+    load = window_load(pro)
     entry = program.buffers.get(load.buffer) if load is not None else None
     if entry is None or entry[1] != g.dtype:
         return None
@@ -123,7 +143,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     masks = [([_int(c) for c in coeffs], _int(const), _int(size)) for coeffs, const, size in view.masks]
     if None in strides or off is None or any(None in m[0] or None in m[1:] for m in masks):
         return None
-    dims = _refine(dims, strides, masks, kdims)
+    dims = _refine([d for d in dims if d != 1] or [1], strides, masks, kdims)  # (size-1 axes: no layout)
     rs = [1] * len(dims)
     for a in range(len(dims) - 2, -1, -1):
         rs[a] = rs[a + 1] * dims[a + 1]
@@ -183,23 +203,32 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             return None
         pads.append((lo_pad, hi_pad))
     vw = vector_bytes() // g.dtype.itemsize
-    plain = _int((g.a_view if g.b_pro is not None else g.b_view).strides[-1])
+    # the other operand: plain (read in place by "dot": contiguous along K), or through its own prologue
+    # (computed into a row-major scratch by its pack callback first)
+    fused_other = (g.a_pro if g.b_pro is not None else g.b_pro) is not None
+    plain = 1 if fused_other else _int((g.a_view if g.b_pro is not None else g.b_view).strides[-1])
     best, best_use = None, 0.5  # (a form that leaves more than half of its lanes idle is not taken)
-    # (the window on side b: "rows", A packed, also through its own prologue; or "dot" with A plain)
-    for mode in (("rows",) + (("dot",) if g.a_pro is None else ()) if g.b_pro is not None else ("dot",)):
+    # (the window on side b: "rows" or "dot"; on side a: "dot")
+    for mode in ("rows", "dot") if g.b_pro is not None else ("dot",):
         role = "row" if mode == "rows" else "k"
         q = next((d for d, e in enumerate(pro.axes) if e is not None and e[0] == role and e[1] == 1), None)
-        plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), q, mode)
+        # the run along q: along the input's innermost axis (a step s > 1, a strided convolution: the copy stores
+        # that axis as s phases, element c at (c % s, c // s), so q's step there is 1), no other variable of
+        # its GEMM index on that axis
+        last = len(dims) - 1
+        if q is None or q not in steps or steps[q][0] != last or mode == "dot" and plain != 1 or any(
+                a == last and d != q and pro.axes[d] is not None and pro.axes[d][0] == role
+                for d, (a, _) in steps.items()):
+            continue
+        plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), q, mode, steps[q][1])
         if plan.padded_size() > MAX_PADDED:
             return None
-        # the run along q: unit stride in the copy; the form whose vectors have the most lanes in use wins (a
-        # weight gradient's output runs along the kernel's width, 3: "rows" would idle most lanes, "dot" not)
-        if q is not None and q in steps and steps[q][1] * plan.padded_strides()[steps[q][0]] == 1 and \
-                (mode == "rows" or plain == 1):
-            use = kdims[q] / (-(-kdims[q] // vw) * vw)
-            other = _int(g.dims[-2] if pro.side == "b" else g.dims[-1])  # rows of the packed / plain operand
-            if (use == 1 or mode == "rows" and other <= FEW) and (use > best_use or best is None and use == best_use):
-                best, best_use = plan, use
+        # the form whose vectors have the most lanes in use wins (a weight gradient's output runs along the
+        # kernel's width, 3: "rows" would idle most lanes, "dot" not)
+        use = kdims[q] / (-(-kdims[q] // vw) * vw)
+        other = _int(g.dims[-2] if pro.side == "b" else g.dims[-1])  # rows of the packed / plain operand
+        if (use == 1 or mode == "rows" and other <= FEW) and (use > best_use or best is None and use == best_use):
+            best, best_use = plan, use
     return best
 
 
@@ -256,12 +285,21 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     ctype = g.dtype.c_type
     vw = vector_bytes() // g.dtype.itemsize
     rsp = plan.padded_strides()
-    base = sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)))
+    last, ph = len(rsp) - 1, plan.phase
+    q_role = pro.axes[plan.q][0]
+    base = sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1)
+
+    def coord(d, var):
+        return f"(({var} / {pro.axes[d][1]}LL) % {kdims[d]}LL)"
 
     def part(role, var):  # the offset in the copy contributed by the GEMM index `var`'s axes (the run's axis aside)
-        terms = [f"{rsp[a] * st}LL * (({var} / {pro.axes[d][1]}LL) % {kdims[d]}LL)"
-                 for d, (a, st) in sorted(plan.steps.items())
-                 if pro.axes[d] is not None and pro.axes[d][0] == role and d != plan.q]
+        terms = [f"{rsp[a] * st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
+                 if pro.axes[d] is not None and pro.axes[d][0] == role and d != plan.q and (a != last or ph == 1)]
+        if ph > 1 and role != q_role:  # the innermost axis in phases: coordinate r + s*q at (r % s, r // s + q)
+            r = " + ".join([str(plan.origin[last] + plan.pads[last][0])] + [
+                f"{st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
+                if a == last and d != plan.q and pro.axes[d] is not None and pro.axes[d][0] == role])
+            terms.append(f"(({r}) % {ph}LL) * {plan.inner()}LL + ({r}) / {ph}LL")
         return " + ".join(terms) or "0"
 
     lq = kdims[plan.q]
@@ -274,12 +312,14 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     outer = 1
     for d in plan.dims[:-1]:
         outer *= d
-    coord = " + ".join(f"{rsp[a]}LL * ((row / {_outer_stride(plan.dims, a)}LL) % {plan.dims[a]}LL + {plan.pads[a][0]})"
-                       for a in range(len(plan.dims) - 1)) or "0"
+    at = " + ".join(f"{rsp[a]}LL * ((row / {_outer_stride(plan.dims, a)}LL) % {plan.dims[a]}LL + {plan.pads[a][0]})"
+                    for a in range(len(plan.dims) - 1)) or "0"
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows else ("N" if pro.side == "b" else "M")
+    other = g.a_pro if pro.side == "b" else g.b_pro
     extra = "(size_t)(MB * {mr} * K) * sizeof({t})".format(mr=mr, t=ctype) if rows else \
-        f"(size_t)(2 * (K / {lq}LL * {vpr}LL)) * sizeof(long long)"
+        f"(size_t)(2 * (K / {lq}LL * {vpr}LL)) * sizeof(long long)" + \
+        (f" + (size_t)({'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 64" if other is not None else "")
     lines = [
         f"/* {name}: direct convolution (see luminal/codegen/gemm_direct.py), {plan.mode} form */",
         f"static int {name}(long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,",
@@ -304,10 +344,14 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"    memset(xp, 0, (size_t)XP * sizeof({ctype}));",
         "    #pragma omp parallel for schedule(static) if(par)",
         f"    for (long long row = 0; row < {outer}LL; row++)",
-        f"        memcpy(xp + ({coord}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));",
+        *([f"        memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
+          if ph == 1 else [
+            f"        for (long long j = 0, c = {plan.pads[-1][0]}; j < {inner}; j++, c++)",
+            f"            xp[({at}) + (c % {ph}) * {plan.inner()}LL + c / {ph}] = {ptr}[row * {inner}LL + j];"]),
     ]
     lines += _rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None) if rows else \
-        _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, _int(g.dims[-2] if pro.side == "b" else g.dims[-1]))
+        _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, _int(g.dims[-2] if pro.side == "b" else g.dims[-1]),
+                   other is not None)
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf;\nstatic __thread size_t lm_dc_cap;\n#endif\n"
@@ -334,7 +378,8 @@ def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
         a_pack = ["    for (long long mb = 0; mb < MB; mb++)",
                   "        for (long long k = 0; k < K; k++)",
                   f"            for (int i = 0; i < {mr}; i++)",
-                  f"                ap[(mb * K + k) * {mr} + i] = mb * {mr} + i < M ? A[(mb * {mr} + i) * sam + k * sak] "
+                  f"                ap[(mb * K + k) * {mr} + i] = mb * {mr} + i < M ? "
+                  f"A[(mb * {mr} + i) * sam + k * sak] "
                   f": ({ctype})0;"]
     return [
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
@@ -397,10 +442,12 @@ DOT_CHUNK_BYTES = 1 << 18  # the "dot" form sums K in chunks whose rows of the p
 DOT_TILE = {32: (4, 4), 16: (2, 4)}  # (rows of A, columns of C) of the "dot" form by vector registers
 
 
-def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows) -> list[str]:
+def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows, fused_plain) -> list[str]:
     """The "dot" form (a weight gradient: the sum runs along the input's rows): tiles of ``MR`` rows of the plain
     operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over every vector
-    of K (the plain operand read in place, contiguous along K; runs of whole vectors), its lanes added at the end. Each thread takes a contiguous share of the tiles and passes over K in
+    of K (the plain operand read in place, contiguous along K, or, ``fused_plain``, first computed row-major into
+    scratch by its prologue's pack callback; runs of whole vectors), its lanes added at the end. Each thread takes
+    a contiguous share of the tiles and passes over K in
     chunks (``DOT_CHUNK_BYTES`` of the plain operand's ``plain_rows`` rows, in L2), each chunk's sums added
     into C; the epilogue runs on a tile after its last chunk."""
     mr, nr = DOT_TILE[_registers()]
@@ -409,6 +456,14 @@ def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows) -> list[str]:
         raise ValueError("gemm_direct: the dot form needs runs of whole vectors")
     # P: the plain operand's rows (M or N), Q: the window operand's (the other)
     p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "B", "sbn")
+    short = "f32" if ctype == "float" else "f64"
+    scratch = []
+    if fused_plain:  # the plain operand through its prologue: its pack callback writes it row-major (slivers of 1)
+        scratch = [f"    {ctype} *restrict pm = ({ctype} *)(((size_t)(vat + 2 * nvec) + 63) & ~(size_t)63);",
+                   f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};",
+                   "    #pragma omp parallel for schedule(static) if(par)",
+                   f"    for (long long r = 0; r < {p_n}; r++) pp->fn(bufs, syms, pp->bi, r, 1, 0, K, pm + r * K, 1);"]
+        p_ptr, p_stride = "pm", "K"
     c_at = "C[(p0 + i) * N + q0 + j]" if side == "b" else "C[(q0 + j) * N + p0 + i]"
     p1, q1 = f"p0 + {mr} < {p_n} ? p0 + {mr} : {p_n}", f"q0 + {nr} < {q_n} ? q0 + {nr} : {q_n}"
     epi = f"epi(bufs, syms, p0, {p1}, q0, {q1})" if side == "b" else f"epi(bufs, syms, q0, {q1}, p0, {p1})"
@@ -422,6 +477,7 @@ def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows) -> list[str]:
         "        vat[v] = n0;",
         f"        voff[v] = {base}LL + c * {vw}LL + {part('k', 'n0')};",
         "    }",
+        *scratch,
         f"    const long long tm = ({p_n} + {mr - 1}) / {mr}, tn = ({q_n} + {nr - 1}) / {nr};",
         "    #pragma omp parallel if(par)",
         "    {",
@@ -434,7 +490,8 @@ def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows) -> list[str]:
         f"                const long long p0 = t % tm * {mr}, q0 = t / tm * {nr};",
         f"                const {ctype} *arow[{mr}];",
         f"                long long bo[{nr}];",
-        f"                for (int i = 0; i < {mr}; i++) arow[i] = {p_ptr} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
+        f"                for (int i = 0; i < {mr}; i++)",
+        f"                    arow[i] = {p_ptr} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
         f"                for (int j = 0; j < {nr}; j++) bo[j] = koff[q0 + j < {q_n} ? q0 + j : {q_n} - 1];",
         f"                vT acc[{mr}][{nr}];",
         f"                for (int i = 0; i < {mr}; i++)",

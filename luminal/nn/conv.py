@@ -81,7 +81,7 @@ def _prod(values):
     return out
 
 
-def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *, _conv_grad: bool = True):
     """N-d cross-correlation (``torch.nn.functional.conv{n}d``) with ``n = weight.ndim - 2`` spatial dims.
 
     ``x``: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``; ``weight``: ``(C_out, C_in/groups,
@@ -94,8 +94,9 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     low = lower_precision_dtype(x, weight, bias)
     if low is not None:
         with autocast_off():
+            # (its gradients through the primitives: the products of the rounded operands, as torch's autocast)
             return conv_nd(round_to(x, low), round_to(weight, low), None if bias is None else round_to(bias, low),
-                           stride, padding, dilation, groups).cast(low)
+                           stride, padding, dilation, groups, _conv_grad=False).cast(low)
     n = weight.ndim - 2
     if n < 1:
         raise GraphError(f"conv: the weight needs (out, in/groups, *kernel) dims, got {_dims_str(weight)}")
@@ -138,8 +139,8 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     w = weight.reshape((groups, c_out // groups, ck))
     prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
     summed = prod.sum(2)
-    if all(s == 1 for s in stride) and groups == 1 and weight.dtype == x_in.dtype and x_in.dims[-1].is_constant() \
-            and rows_apply(x_in.dims[-1].to_int(), c_in_g, x_in.dtype):
+    if _conv_grad and all(s == 1 for s in stride) and groups == 1 and weight.dtype == x_in.dtype and \
+            x_in.dims[-1].is_constant() and rows_apply(x_in.dims[-1].to_int(), c_in_g, x_in.dtype):
         # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_input_grad), which
         # the direct kernel computes in place, rather than a product per window offset summed back by col2im.
         # (On the product itself, (1, C_out, N*O): the result below is a view of it, and a rule needs a node.)
