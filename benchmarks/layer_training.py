@@ -20,7 +20,8 @@ block at 1.8-2x (the layout pass stored it channels-last, counting per-channel p
 1.0x, 0.7x after the loop split of divided indices); a reflect-padded conv + InstanceNorm at 1.13-1.38x (the pad's
 gradient a ScatterAdd: now slices of the upstream gradient); a Conv3d-BatchNorm3d pair at 1.5-2x (skinny
 fused-prologue GEMMs on edge tiles, masked im2col/col2im loops: 1.26x after the small-M configuration and the
-masked-loop split, 2026-11-27). Asserts nothing about timings;
+masked-loop split, 2026-11-27; 1.06-1.13x with the direct convolution, whose input gradient is a convolution,
+2026-11-28, which also took gn-conv 1.17 -> 0.76x and strided-conv 1.48 -> 1.06x). Asserts nothing about timings;
 OPENBLAS_CORETYPE is printed, never changed.
 """
 import os

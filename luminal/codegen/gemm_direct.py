@@ -350,11 +350,10 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
             f"            xp[({at}) + (c % {ph}) * {plan.inner()}LL + c / {ph}] = {ptr}[row * {inner}LL + j];"]),
     ]
     lines += _rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None) if rows else \
-        _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, _int(g.dims[-2] if pro.side == "b" else g.dims[-1]),
-                   other is not None)
+        _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None)
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
-        "static __thread void *lm_dc_buf;\nstatic __thread size_t lm_dc_cap;\n#endif\n"
+        "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
     return head + "\n".join(lines)
 
 
@@ -436,22 +435,23 @@ def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
 
 
 ROWS_CHUNK = 16  # tiles (of NV vectors) per pass over the row blocks of A: their windows stay in L2
-DOT_CHUNK_BYTES = 1 << 18  # the "dot" form sums K in chunks whose rows of the plain operand fill about this much
+DOT_CHUNK_BYTES = 1 << 14  # the "dot" form sums K in chunks whose MR rows of the plain operand fill about this much
 
 
 DOT_TILE = {32: (4, 4), 16: (2, 4)}  # (rows of A, columns of C) of the "dot" form by vector registers
 
 
-def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows, fused_plain) -> list[str]:
+def _dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
     """The "dot" form (a weight gradient: the sum runs along the input's rows): tiles of ``MR`` rows of the plain
     operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over every vector
     of K (the plain operand read in place, contiguous along K, or, ``fused_plain``, first computed row-major into
     scratch by its prologue's pack callback; runs of whole vectors), its lanes added at the end. Each thread takes
-    a contiguous share of the tiles and passes over K in
-    chunks (``DOT_CHUNK_BYTES`` of the plain operand's ``plain_rows`` rows, in L2), each chunk's sums added
-    into C; the epilogue runs on a tile after its last chunk."""
+    a contiguous share of the tiles, ordered so that consecutive tiles share their rows of the plain operand, and
+    passes over K in chunks (``DOT_CHUNK_BYTES`` of a tile's ``MR`` plain rows: in L1 while the tiles beside it
+    pass), keeping each tile's vector sums between chunks in a thread-local scratch; the epilogue runs on a tile
+    after its last chunk."""
     mr, nr = DOT_TILE[_registers()]
-    chunk = max(8, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * max(1, plain_rows)))
+    chunk = max(16, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * mr))
     if lq % vw:
         raise ValueError("gemm_direct: the dot form needs runs of whole vectors")
     # P: the plain operand's rows (M or N), Q: the window operand's (the other)
@@ -484,18 +484,21 @@ def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows, fused_plain) ->
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
         "        const long long t0 = tm * tn * id / nt, t1 = tm * tn * (id + 1) / nt;",
         "        int terr = 0;",
-        f"        for (long long k0 = 0; k0 < nvec; k0 += {chunk}) {{",
+        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr}) * sizeof(vT));",
+        "        if (!part) terr = 3;",
+        f"        for (long long k0 = 0; k0 < nvec && part; k0 += {chunk}) {{",
         f"            const long long k1 = k0 + {chunk} < nvec ? k0 + {chunk} : nvec;",
         "            for (long long t = t0; t < t1; t++) {",
-        f"                const long long p0 = t % tm * {mr}, q0 = t / tm * {nr};",
+        f"                const long long p0 = t / tn * {mr}, q0 = t % tn * {nr};",
         f"                const {ctype} *arow[{mr}];",
         f"                long long bo[{nr}];",
         f"                for (int i = 0; i < {mr}; i++)",
         f"                    arow[i] = {p_ptr} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
         f"                for (int j = 0; j < {nr}; j++) bo[j] = koff[q0 + j < {q_n} ? q0 + j : {q_n} - 1];",
         f"                vT acc[{mr}][{nr}];",
+        f"                vT *pt = part + (t - t0) * {mr * nr};",
         f"                for (int i = 0; i < {mr}; i++)",
-        f"                    for (int j = 0; j < {nr}; j++) acc[i][j] = (vT){{0}};",
+        f"                    for (int j = 0; j < {nr}; j++) acc[i][j] = k0 ? pt[i * {nr} + j] : (vT){{0}};",
         "                for (long long v = k0; v < k1; v++) {",
         f"                    vT a[{mr}], b[{nr}];",
     ]
@@ -506,13 +509,18 @@ def _dot_loops(part, ctype, vw, lq, vpr, base, side, plain_rows, fused_plain) ->
         f"                    for (int i = 0; i < {mr}; i++)",
         f"                        for (int j = 0; j < {nr}; j++) acc[i][j] += a[i] * b[j];",
         "                }",
+        "                if (k1 < nvec) {",
+        f"                    for (int i = 0; i < {mr}; i++)",
+        f"                        for (int j = 0; j < {nr}; j++) pt[i * {nr} + j] = acc[i][j];",
+        "                    continue;",
+        "                }",
         f"                for (int i = 0; i < {mr} && p0 + i < {p_n}; i++)",
         f"                    for (int j = 0; j < {nr} && q0 + j < {q_n}; j++) {{",
         f"                        {ctype} s = 0;",
         f"                        for (int l = 0; l < {vw}; l++) s += acc[i][j][l];",
-        f"                        if (k0) {c_at} += s; else {c_at} = s;",
+        f"                        {c_at} = s;",
         "                    }",
-        "                if (epi && k1 == nvec) {",
+        "                if (epi) {",
         f"                    int e = {epi};",
         "                    if (e && !terr) terr = e;",
         "                }",
