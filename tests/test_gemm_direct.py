@@ -176,3 +176,37 @@ def test_window_of_a_computed_input(monkeypatch, dtype):
     _close(y1.data(), torch.nn.functional.conv2d(tx.relu(), tw, padding=1).numpy(), dtype)
     ref = torch.nn.functional.conv2d(torch.nn.functional.pad(tx, (1, 1, 2, 0)) + 1.5, tw).numpy()
     _close(y2.data(), ref, dtype)
+
+
+def test_conv4d_forward_and_gradients_against_the_reference(monkeypatch):
+    """Conv4d (spacetime data; no torch counterpart): the direct kernels against the reference interpreter, and
+    the forward against a numpy sum over the kernel offsets."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(7)
+    xa = rng.standard_normal((1, 3, 5, 6, 5, 16))
+    wa = rng.standard_normal((4, 3, 3, 3, 3, 3))
+
+    def build():
+        cx = lm.Graph()
+        x, w = cx.tensor(xa.shape, "float64").set(xa), cx.tensor(wa.shape, "float64").set(wa)
+        y = F.conv4d(x, w, padding=1)
+        outs = [y] + grad((y * y).sum() * 0.5, [x, w])
+        for t in outs:
+            t.retrieve()
+        return cx, outs
+
+    cx, got = build()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert {p.mode for p in _plans(cx) if p is not None} == {"rows", "dot"}
+    ref_cx, ref = build()
+    ref_cx.compile(device="reference")
+    ref_cx.execute()
+    for g, r in zip(got, ref):
+        _close(g.data(), r.data(), "float64")
+    xp = np.pad(xa, [(0, 0), (0, 0)] + [(1, 1)] * 4)
+    exp = np.zeros((1, 4) + xa.shape[2:])
+    for off in np.ndindex(3, 3, 3, 3):
+        win = xp[(slice(None), slice(None)) + tuple(slice(o, o + n) for o, n in zip(off, xa.shape[2:]))]
+        exp += np.einsum("bc...,oc->bo...", win, wa[(slice(None), slice(None)) + off])
+    _close(got[0].data(), exp, "float64")
