@@ -1,0 +1,133 @@
+"""Convolution training steps: luminal's direct convolution vs its packed implicit GEMM, PyTorch eager and JAX.
+
+Run:  python benchmarks/conv_direct.py [--steps 20] [--only conv3d-16,conv4d-8]
+
+Each case is one convolution (no bias) and the gradients of ``0.5 * sum(y**2)`` with respect to the weight and the
+input: luminal compiled for ``device="cpu"`` twice in this process (the default, with the direct kernels of
+``luminal/codegen/gemm_direct.py``, and with ``LUMINAL_DIRECT_CONV=0`` while building and compiling: the packed
+implicit GEMM and a GEMM + col2im input gradient), PyTorch eager (1-3 spatial dims; it has no 4-d convolution) and
+``jax.jit`` of ``jax.value_and_grad`` over ``lax.conv_general_dilated`` (any rank). The steps alternate between
+the frameworks; the table shows each one's minimum in ms (a noisy shared host: minima of interleaved runs compare,
+see kernel_profile.py) and luminal's results are checked against PyTorch's (or JAX's) first. Asserts nothing;
+OPENBLAS_CORETYPE is printed, never changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+CASES = {  # name: (input shape, out channels, kernel, stride, padding)
+    "conv2d-16": ((16, 16, 32, 32), 32, 3, 1, 1),
+    "conv2d-s2": ((16, 16, 32, 32), 32, 3, 2, 1),
+    "conv2d-64x24": ((8, 64, 24, 24), 64, 3, 1, 1),   # rows of 24: the packed GEMM (no direct form applies)
+    "conv3d-16": ((2, 16, 16, 16, 16), 16, 3, 1, 1),
+    "conv3d-64": ((2, 64, 16, 16, 16), 64, 3, 1, 1),
+    "conv4d-8": ((2, 8, 8, 8, 8, 16), 16, 3, 1, 1),
+}
+
+
+def _luminal(shape, cout, k, s, p, xa, wa, direct: bool):
+    import luminal as lm
+    import luminal.nn.functional as F
+    from luminal.training import grad
+
+    old = os.environ.get("LUMINAL_DIRECT_CONV")
+    if not direct:
+        os.environ["LUMINAL_DIRECT_CONV"] = "0"
+    try:
+        cx = lm.Graph()
+        x, w = cx.tensor(shape).set(xa), cx.tensor(wa.shape).set(wa)
+        y = getattr(F, f"conv{len(shape) - 2}d")(x, w, stride=s, padding=p)
+        outs = [y] + grad((y * y).sum() * 0.5, [w, x])
+        for t in outs:
+            t.retrieve()
+        cx.compile(device="cpu")
+    finally:
+        if old is None:
+            os.environ.pop("LUMINAL_DIRECT_CONV", None)
+        else:
+            os.environ["LUMINAL_DIRECT_CONV"] = old
+    return cx.execute, lambda: [t.data() for t in outs]
+
+
+def _torch(shape, xa, wa, s, p):
+    import torch
+    conv = getattr(torch.nn.functional, f"conv{len(shape) - 2}d", None)
+    if conv is None:
+        return None, None
+    x, w = torch.from_numpy(xa).requires_grad_(), torch.from_numpy(wa).requires_grad_()
+
+    def step():
+        y = conv(x, w, stride=s, padding=p)
+        gw, gx = torch.autograd.grad((y * y).sum() * 0.5, [w, x])
+        return [y.detach().numpy(), gw.numpy(), gx.numpy()]
+    return step, step
+
+
+def _jax(shape, xa, wa, s, p):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None, None
+    n = len(shape) - 2
+
+    def f(w, x):
+        y = jax.lax.conv_general_dilated(x, w, (s,) * n, [(p, p)] * n)
+        return (y * y).sum() * 0.5, y
+    vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))
+    x, w = jnp.asarray(xa), jnp.asarray(wa)
+
+    def step():
+        (_, y), (gw, gx) = vg(w, x)
+        return y, gw, gx
+
+    def results():
+        y, gw, gx = step()
+        return [np.asarray(y), np.asarray(gw), np.asarray(gx)]
+    return (lambda: jax.block_until_ready(step())), results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    print(f"{'case':14s} {'luminal':>9s} {'packed':>9s} {'torch':>9s} {'jax':>9s}   (min ms per training step)")
+    names = [c for c in args.only.split(",") if c] or list(CASES)
+    for name in names:
+        shape, cout, k, s, p = CASES[name]
+        rng = np.random.default_rng(0)
+        xa = rng.standard_normal(shape).astype(np.float32)
+        wa = (rng.standard_normal((cout, shape[1]) + (k,) * (len(shape) - 2)) * 0.1).astype(np.float32)
+        runs = {"luminal": _luminal(shape, cout, k, s, p, xa, wa, True),
+                "packed": _luminal(shape, cout, k, s, p, xa, wa, False),
+                "torch": _torch(shape, xa, wa, s, p), "jax": _jax(shape, xa, wa, s, p)}
+        ref_name = "torch" if runs["torch"][0] is not None else "jax"
+        runs["luminal"][0]()
+        ref = runs[ref_name][1]()
+        for got, want in zip(runs["luminal"][1](), ref):
+            err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
+            if err > 1e-3:
+                print(f"  {name}: luminal differs from {ref_name} by {err:.2e} of the largest value")
+        times = {f: [] for f, (fn, _) in runs.items() if fn is not None}
+        for f in times:  # warm-up (JAX compiles here)
+            runs[f][0]()
+        for _ in range(args.steps):
+            for f in times:
+                t = time.perf_counter()
+                runs[f][0]()
+                times[f].append(time.perf_counter() - t)
+        cell = {f: f"{min(v) * 1e3:9.2f}" for f, v in times.items()}
+        print(f"{name:14s} " + " ".join(cell.get(f, f"{'-':>9s}") for f in ("luminal", "packed", "torch", "jax")))
+
+
+if __name__ == "__main__":
+    main()
