@@ -237,18 +237,19 @@ def fused_gemm_source(dtype: str, cfg, name: str, a: bool, b: bool) -> str:
 def pack_functions(renderer, k: int, kernel: GemmKernel):
     """The pack callbacks of GEMM ``kernel`` (the ``k``-th rendered kernel) for its fused operands:
     ``((name_a | None, name_b | None[, direct]), C text)``; ``direct``: the direct-convolution function
-    (:mod:`.gemm_direct`) that replaces the fused GEMM, where the kernel qualifies. Named ``epilogue_<k>_pa``/``_pb`` so that the renderer's
-    sharing of identical kernel bodies renames them with the epilogue."""
+    (:mod:`.gemm_direct`) that replaces the fused GEMM where the kernel qualifies (its window operand then has no
+    callback: ``"NULL"``). Named ``epilogue_<k>_pa``/``_pb``/``_dc`` so that the renderer's sharing of identical
+    kernel bodies renames them with the epilogue."""
     from .gemm_direct import direct_plan, render_direct
 
+    plan = direct_plan(renderer.program, kernel)
     names, texts = [], [PRO_TYPES]
     for side, pro in (("a", kernel.a_pro), ("b", kernel.b_pro)):
-        if pro is None:
-            names.append(None)
+        if pro is None or plan is not None and pro.side == ("b" if kernel.b_pro is not None else "a"):
+            names.append(None if pro is None else "NULL")  # (the direct kernel reads the window in place)
             continue
         names.append(f"epilogue_{k}_p{side}")
         texts.append(render_pack(renderer, names[-1], pro, kernel.dims[:-2]))
-    plan = direct_plan(renderer.program, kernel)
     if plan is not None:  # a window view read in place (gemm_direct): the GEMM function is this one
         names.append(f"epilogue_{k}_dc")
         texts.append(render_direct(renderer, names[-1], kernel, plan))

@@ -321,11 +321,10 @@ def default_fused(program: Program, buf: int, uses) -> bool:
     reading it has K >= ``DEFAULT_MIN_K`` and M, N >= 16 (W4, AVX-512: conv2's im2col fused, a median 6 %
     less time per step; conv1's K = 9 one is faster copied) or runs the direct convolution
     (:mod:`luminal.codegen.gemm_direct`, which reads the input in place), else materialized."""
-    from ..codegen.kernel import Load
-    from ..codegen.values import walk
-
     from ..codegen.gemm_direct import direct_plan
     from ..codegen.gemm_prologue import Prologue, split_axes
+    from ..codegen.kernel import Load
+    from ..codegen.values import walk
 
     writer = next(k for k in program.kernels if k.out == buf)
     if not any(isinstance(v, Load) and _overlapping(v.view) for v in walk(writer.value)):
