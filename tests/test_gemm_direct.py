@@ -210,3 +210,26 @@ def test_conv4d_forward_and_gradients_against_the_reference(monkeypatch):
         win = xp[(slice(None), slice(None)) + tuple(slice(o, o + n) for o, n in zip(off, xa.shape[2:]))]
         exp += np.einsum("bc...,oc->bo...", win, wa[(slice(None), slice(None)) + off])
     _close(got[0].data(), exp, "float64")
+
+
+WIDE = [  # output rows that are not whole vectors, a padded row past them: vectors run over padded rows
+    ((2, 16, 12, 24), (24, 16, 3, 3), dict(padding=1)),          # rows of 24 in rows of 26 (float32: 16 + 8)
+    ((1, 5, 16, 13), (40, 5, 3, 3), dict(padding=1)),            # 13 in 15, 40 channels (past FEW)
+    ((1, 3, 4, 18, 29), (6, 3, 3, 3, 3), dict(padding=(1, 0, 1))),  # 3-D, 16 rows of 29 in 31
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", WIDE)
+def test_rows_over_padded_rows(monkeypatch, xs, ws, kw, dtype):
+    """Where output rows are not whole vectors, the rows form runs its vectors over the padded rows of the copy
+    (positions past a row computed and dropped), planes of rows at a time; forward (with a bias epilogue) and
+    gradients against torch."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
+    plans = [p for p in _plans(cx) if p is not None]
+    if dtype == "float32" or xs[-1] % 8:
+        assert any(p.q2 is not None for p in plans), plans
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, dtype)
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, bias=True)
+    _close(got[0], _torch(xs, arrays, kw)[0], dtype)

@@ -30,8 +30,11 @@ is rebuilt from the parts and compared with the view, term by term, before it is
   L2-sized chunks.
 
 A strided convolution reads every s-th element along the rows: the copy stores the innermost axis as s *phases*
-(element c at ``(c % s, c // s)``), where those reads are contiguous again. Of the forms that apply, the one that
-leaves the fewest lanes idle is taken: one with none idle (rows a multiple of the vector), or a "rows" form with at
+(element c at ``(c % s, c // s)``), where those reads are contiguous again. Where output rows are not whole
+vectors (24 = 16 + 8), the rows form can run its vectors over whole *padded* rows of the copy, a plane of rows
+(the next output axis) at a time: the positions past a row (its halo, 2 of 26) are computed and dropped when
+stored (``DirectPlan.q2``). Of the forms that apply, the one that leaves the fewest lanes idle is taken: one with
+none idle (rows a multiple of the vector), a "rows" form with at least ``FULL`` of them in use, or one with at
 most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
 of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
@@ -43,6 +46,7 @@ the path off.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -53,6 +57,7 @@ from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
 FEW = 32  # rows of the other operand up to which a form with idle lanes is taken (measured: see the docstring)
+FULL = 0.85  # the share of lanes in use from which a form is taken with any number of rows
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,8 @@ class DirectPlan:
     per axis; ``steps[d] = (axis, step)`` for each index variable ``d`` of the prologue that moves (its kernel
     axis longer than 1, its stride non-zero); ``origin[a]``: the coordinate on axis ``a`` when every variable is
     0 (before padding). ``q``: the prologue axis along which the kernel takes vectors (unit stride in the copy):
-    the output's innermost axis (``mode="rows"``), or the innermost axis of the sum (``"dot"``)."""
+    the output's innermost axis (``mode="rows"``), or the innermost axis of the sum (``"dot"``). ``q2``: the next
+    output axis when the rows form's vectors run over planes of whole padded rows (else None)."""
     src: int
     dims: tuple
     pads: tuple
@@ -70,6 +76,7 @@ class DirectPlan:
     q: int
     mode: str = "rows"
     phase: int = 1
+    q2: int | None = None
 
     def inner(self) -> int:
         """Elements per phase of the copy's innermost axis (its padded extent when ``phase`` is 1)."""
@@ -94,15 +101,18 @@ class DirectPlan:
         return n
 
 
-def rows_apply(rows: int, m: int, dtype: DType) -> bool:
+def rows_apply(rows: int, m: int, dtype: DType, halo: int = 0, planes: int = 1) -> bool:
     """Whether a stride-1 convolution with ``m`` output channels whose output rows are ``rows`` long takes the
-    "rows" form here (see the module docstring; also ``LUMINAL_DIRECT_CONV``): :func:`luminal.nn.conv.conv_nd`
+    "rows" form here (see the module docstring; also ``LUMINAL_DIRECT_CONV``), ``halo`` the padding its copy adds
+    to a row and ``planes`` the output rows of one plane (the next axis out; 1: none): :func:`luminal.nn.conv.conv_nd`
     computes a convolution's input gradient as a convolution only where it does."""
     if os.environ.get("LUMINAL_DIRECT_CONV", "1") == "0" or dtype not in (DType.float32, DType.float64):
         return False
     vw = vector_bytes() // dtype.itemsize
     use = rows / (-(-rows // vw) * vw)
-    return use == 1 or m <= FEW and use >= 0.5
+    if planes > 1 and 2 * halo < vw:
+        use = max(use, rows * planes / (-(-(planes * (rows + halo)) // vw) * vw))
+    return use == 1 or use >= FULL or m <= FEW and use >= 0.5
 
 
 def window_load(pro) -> Load | None:
@@ -225,9 +235,21 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             return None
         # the form whose vectors have the most lanes in use wins (a weight gradient's output runs along the
         # kernel's width, 3: "rows" would idle most lanes, "dot" not)
-        use = kdims[q] / (-(-kdims[q] // vw) * vw)
+        lq = kdims[q]
+        use = lq / (-(-lq // vw) * vw)
+        if mode == "rows" and plan.phase == 1:  # vectors over whole padded rows (output positions past the row
+            # computed and dropped): the next output axis, one padded row of the copy per step
+            q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps), None)
+            wp, rsp = plan.inner(), plan.padded_strides()
+            if q2 is not None and rsp[steps[q2][0]] * steps[q2][1] == wp and 2 * (wp - lq) < vw and not any(
+                    a == steps[q2][0] and d != q2 and pro.axes[d] is not None and pro.axes[d][0] == "row"
+                    for d, (a, _) in steps.items()):
+                wide = lq * kdims[q2] / (-(-(kdims[q2] * wp) // vw) * vw)
+                if wide > use:
+                    plan, use = dataclasses.replace(plan, q2=q2), wide
         other = _int(g.dims[-2] if pro.side == "b" else g.dims[-1])  # rows of the packed / plain operand
-        if (use == 1 or mode == "rows" and other <= FEW) and (use > best_use or best is None and use == best_use):
+        if (use == 1 or mode == "rows" and (use >= FULL or other <= FEW)) and \
+                (use > best_use or best is None and use == best_use):
             best, best_use = plan, use
     return best
 
@@ -294,7 +316,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
 
     def part(role, var):  # the offset in the copy contributed by the GEMM index `var`'s axes (the run's axis aside)
         terms = [f"{rsp[a] * st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
-                 if pro.axes[d] is not None and pro.axes[d][0] == role and d != plan.q and (a != last or ph == 1)]
+                 if pro.axes[d] is not None and pro.axes[d][0] == role and d not in (plan.q, plan.q2) and
+                 (a != last or ph == 1)]
         if ph > 1 and role != q_role:  # the innermost axis in phases: coordinate r + s*q at (r % s, r // s + q)
             r = " + ".join([str(plan.origin[last] + plan.pads[last][0])] + [
                 f"{st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
@@ -333,7 +356,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof({ctype}));",
         "        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;",
         "    }",
-        f"    const long long MB = (M + {mr - 1}) / {mr}, XP = {plan.padded_size() + vw}LL;",
+        f"    const long long MB = (M + {mr - 1}) / {mr}, XP = {plan.padded_size() + 2 * vw + plan.inner()}LL;",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",
@@ -349,7 +372,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
             f"        for (long long j = 0, c = {plan.pads[-1][0]}; j < {inner}; j++, c++)",
             f"            xp[({at}) + (c % {ph}) * {plan.inner()}LL + c / {ph}] = {ptr}[row * {inner}LL + j];"]),
     ]
-    lines += _rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None) if rows else \
+    wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
+    lines += _rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide) if rows else \
         _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None)
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
@@ -361,12 +385,60 @@ _EPI = ["        if (terr) {", "            #pragma omp critical(lm_direct_err)"
         "            { if (!err) err = terr; }", "        }"]
 
 
-def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
+def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> list[str]:
     """The "rows" form: tiles of ``NV`` vectors of output positions x ``MR`` rows of A, the sum over K in
     registers; A interleaved by ``MR`` rows first (``fused_a``: by its prologue's pack callback). Each thread takes
     a contiguous share of the tiles, in chunks of ``ROWS_CHUNK``: every block of ``MR`` rows passes over a chunk
     (its block of A, ``MR x K``, in L1; the chunk's windows in L2), then the epilogue runs on the chunk's columns."""
     nv = tile(DType.float32 if ctype == "float" else DType.float64, m)[1]
+    sp = " " * 20
+    if wide is None:  # vectors along runs of the output's innermost axis (a run's last one partial)
+        nvec = f"N / {lq}LL * {vpr}LL"
+        setup = [f"{sp}for (int v = 0; v < {nv}; v++) {{",
+                 f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1), c = g % {vpr}LL;",
+                 f"{sp}    const long long n0 = g / {vpr}LL * {lq}LL + c * {vw}LL;",
+                 f"{sp}    at[v] = n0; len[v] = {lq}LL - c * {vw}LL < {vw} ? {lq}LL - c * {vw}LL : {vw};",
+                 f"{sp}    off[v] = {base}LL + c * {vw}LL + {part('row', 'n0')};",
+                 f"{sp}}}",
+                 f"{sp}if (n_lo < 0) n_lo = at[0];",
+                 f"{sp}n_hi = at[nv - 1] + len[nv - 1];"]
+        store = [f"{sp}for (int v = 0; v < nv; v++)",
+                 f"{sp}    for (int i = 0; i < {mr} && mb * {mr} + i < M; i++) {{",
+                 f"{sp}        {ctype} *c = C + (mb * {mr} + i) * N + at[v];",
+                 f"{sp}        if (len[v] == {vw}) *(vT *)c = acc[i][v];",
+                 f"{sp}        else memcpy(c, &acc[i][v], (size_t)len[v] * sizeof({ctype}));",
+                 f"{sp}    }}"]
+    else:  # vectors along planes of q2 x padded rows of wp (positions w >= lq of a row computed and dropped)
+        q2n, wp = wide
+        plane, vpp = q2n * wp, -(-(q2n * wp) // vw)
+        nvec = f"N / {q2n * lq}LL * {vpp}LL"
+        setup = [f"{sp}for (int v = 0; v < {nv}; v++) {{",
+                 f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1);",
+                 f"{sp}    const long long n0 = g / {vpp}LL * {q2n * lq}LL;  /* the plane's first output */",
+                 f"{sp}    at[v] = n0; len[v] = g % {vpp}LL * {vw}LL;  /* (here: the vector's first position) */",
+                 f"{sp}    off[v] = {base}LL + len[v] + {part('row', 'n0')};",
+                 f"{sp}}}",
+                 f"{sp}for (int v = 0; v < nv; v += nv - 1) {{  /* the outputs the chunk's vectors store */",
+                 f"{sp}    long long f = len[v], last = (f + {vw} < {plane}LL ? f + {vw} : {plane}LL) - 1;",
+                 f"{sp}    if (f % {wp}LL >= {lq}LL) f += {wp}LL - f % {wp}LL;  /* first and last stored positions */",
+                 f"{sp}    if (last % {wp}LL >= {lq}LL) last -= last % {wp}LL - ({lq}LL - 1);",
+                 f"{sp}    if (!v && n_lo < 0) n_lo = at[v] + f / {wp}LL * {lq}LL + f % {wp}LL;",
+                 f"{sp}    if (v == nv - 1) n_hi = at[v] + last / {wp}LL * {lq}LL + last % {wp}LL + 1;",
+                 f"{sp}    if (nv == 1) break;",
+                 f"{sp}}}"]
+        store = [f"{sp}for (int v = 0; v < nv; v++) {{",
+                 f"{sp}    const long long f0 = len[v], e = f0 + {vw} < {plane}LL ? f0 + {vw} : {plane}LL;",
+                 f"{sp}    for (long long f = f0; f < e; ) {{",
+                 f"{sp}        const long long w = f % {wp}LL;",
+                 f"{sp}        if (w >= {lq}LL) {{ f += {wp}LL - w; continue; }}",
+                 f"{sp}        const long long seg = {lq}LL - w < e - f ? {lq}LL - w : e - f;",
+                 f"{sp}        const long long n = at[v] + f / {wp}LL * {lq}LL + w;",
+                 f"{sp}        for (int i = 0; i < {mr} && mb * {mr} + i < M; i++)",
+                 f"{sp}            memcpy(C + (mb * {mr} + i) * N + n, ({ctype} *)&acc[i][v] + (f - f0), "
+                 f"(size_t)seg * sizeof({ctype}));",
+                 f"{sp}        f += seg;",
+                 f"{sp}    }}",
+                 f"{sp}}}"]
     if fused_a:  # A through its prologue's pack callback: MR-row slivers over all of K are this layout
         short = "f32" if ctype == "float" else "f64"
         a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
@@ -385,7 +457,7 @@ def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
         f"    long long *restrict koff = (long long *)(ap + MB * {mr} * K);",
         f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
         *a_pack,
-        f"    const long long nvec = N / {lq}LL * {vpr}LL, ntile = (nvec + {nv - 1}) / {nv};",
+        f"    const long long nvec = {nvec}, ntile = (nvec + {nv - 1}) / {nv};",
         "    #pragma omp parallel if(par)",
         "    {",
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
@@ -399,14 +471,7 @@ def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
         "                for (long long t = c0; t < c1; t++) {",
         f"                    long long off[{nv}], at[{nv}], len[{nv}];",
         f"                    const int nv = nvec - t * {nv} < {nv} ? (int)(nvec - t * {nv}) : {nv};",
-        f"                    for (int v = 0; v < {nv}; v++) {{",
-        f"                        const long long g = t * {nv} + (v < nv ? v : nv - 1), c = g % {vpr}LL;",
-        f"                        const long long n0 = g / {vpr}LL * {lq}LL + c * {vw}LL;",
-        f"                        at[v] = n0; len[v] = {lq}LL - c * {vw}LL < {vw} ? {lq}LL - c * {vw}LL : {vw};",
-        f"                        off[v] = {base}LL + c * {vw}LL + {part('row', 'n0')};",
-        "                    }",
-        "                    if (n_lo < 0) n_lo = at[0];",
-        "                    n_hi = at[nv - 1] + len[nv - 1];",
+        *setup,
         f"                    vT acc[{mr}][{nv}];",
         f"                    for (int i = 0; i < {mr}; i++)",
         f"                        for (int v = 0; v < {nv}; v++) acc[i][v] = (vT){{0}};",
@@ -416,12 +481,7 @@ def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a) -> list[str]:
         f"                        for (int i = 0; i < {mr}; i++)",
         f"                            for (int v = 0; v < {nv}; v++) acc[i][v] += a[k * {mr} + i] * b[v];",
         "                    }",
-        "                    for (int v = 0; v < nv; v++)",
-        f"                        for (int i = 0; i < {mr} && mb * {mr} + i < M; i++) {{",
-        f"                            {ctype} *c = C + (mb * {mr} + i) * N + at[v];",
-        f"                            if (len[v] == {vw}) *(vT *)c = acc[i][v];",
-        f"                            else memcpy(c, &acc[i][v], (size_t)len[v] * sizeof({ctype}));",
-        "                        }",
+        *store,
         "                }",
         "            }",
         "            if (epi && n_hi > n_lo) {",

@@ -139,8 +139,9 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     w = weight.reshape((groups, c_out // groups, ck))
     prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
     summed = prod.sum(2)
+    rows, planes = x_in.dims[-1].to_int(), x_in.dims[-2].to_int() if n > 1 else 1
     if _conv_grad and all(s == 1 for s in stride) and groups == 1 and weight.dtype == x_in.dtype and \
-            x_in.dims[-1].is_constant() and rows_apply(x_in.dims[-1].to_int(), c_in_g, x_in.dtype):
+            rows is not None and rows_apply(rows, c_in_g, x_in.dtype, dilation[-1] * (kernel[-1] - 1), planes or 1):
         # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_input_grad), which
         # the direct kernel computes in place, rather than a product per window offset summed back by col2im.
         # (On the product itself, (1, C_out, N*O): the result below is a view of it, and a rule needs a node.)
