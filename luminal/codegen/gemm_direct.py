@@ -108,11 +108,7 @@ def rows_apply(rows: int, m: int, dtype: DType, halo: int = 0, planes: int = 1) 
     computes a convolution's input gradient as a convolution only where it does."""
     if os.environ.get("LUMINAL_DIRECT_CONV", "1") == "0" or dtype not in (DType.float32, DType.float64):
         return False
-    vw = vector_bytes() // dtype.itemsize
-    use = rows / (-(-rows // vw) * vw)
-    if planes > 1 and 2 * halo < vw:
-        use = max(use, rows * planes / (-(-(planes * (rows + halo)) // vw) * vw))
-    return use == 1 or use >= FULL or m <= FEW and use >= 0.5
+    return _taken(_lanes(rows, vector_bytes() // dtype.itemsize, planes, halo)[0], "rows", m)
 
 
 def window_load(pro) -> Load | None:
@@ -217,7 +213,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     # (computed into a row-major scratch by its pack callback first)
     fused_other = (g.a_pro if g.b_pro is not None else g.b_pro) is not None
     plain = 1 if fused_other else _int((g.a_view if g.b_pro is not None else g.b_view).strides[-1])
-    best, best_use = None, 0.5  # (a form that leaves more than half of its lanes idle is not taken)
+    best, best_use = None, 0.0
     # (the window on side b: "rows" or "dot"; on side a: "dot")
     for mode in ("rows", "dot") if g.b_pro is not None else ("dot",):
         role = "row" if mode == "rows" else "k"
@@ -236,22 +232,40 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         # the form whose vectors have the most lanes in use wins (a weight gradient's output runs along the
         # kernel's width, 3: "rows" would idle most lanes, "dot" not)
         lq = kdims[q]
-        use = lq / (-(-lq // vw) * vw)
+        use, padded = _lanes(lq, vw)
         if mode == "rows" and plan.phase == 1:  # vectors over whole padded rows (output positions past the row
             # computed and dropped): the next output axis, one padded row of the copy per step
             q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps), None)
             wp, rsp = plan.inner(), plan.padded_strides()
-            if q2 is not None and rsp[steps[q2][0]] * steps[q2][1] == wp and 2 * (wp - lq) < vw and not any(
+            if q2 is not None and rsp[steps[q2][0]] * steps[q2][1] == wp and not any(
                     a == steps[q2][0] and d != q2 and pro.axes[d] is not None and pro.axes[d][0] == "row"
                     for d, (a, _) in steps.items()):
-                wide = lq * kdims[q2] / (-(-(kdims[q2] * wp) // vw) * vw)
-                if wide > use:
-                    plan, use = dataclasses.replace(plan, q2=q2), wide
+                use, padded = _lanes(lq, vw, kdims[q2], wp - lq)
+                if padded:
+                    plan = dataclasses.replace(plan, q2=q2)
         other = _int(g.dims[-2] if pro.side == "b" else g.dims[-1])  # rows of the packed / plain operand
-        if (use == 1 or mode == "rows" and (use >= FULL or other <= FEW)) and \
-                (use > best_use or best is None and use == best_use):
+        if _taken(use, mode, other) and use > best_use:
             best, best_use = plan, use
     return best
+
+
+def _lanes(rows: int, vw: int, planes: int = 1, halo: int | None = None) -> tuple[float, bool]:
+    """``(share of lanes in use, over padded rows)`` of the vectors of a form whose runs are ``rows`` long: one
+    run after the other (a run's last vector partial), or, given the ``halo`` of a padded row of the copy and the
+    ``planes`` rows of a plane, over whole padded rows (positions in the halo computed and dropped) where that
+    uses more lanes (and the halo is under half a vector)."""
+    use = rows / (-(-rows // vw) * vw)
+    if planes > 1 and halo is not None and 2 * halo < vw:
+        padded = rows * planes / (-(-(planes * (rows + halo)) // vw) * vw)
+        if padded > use:
+            return padded, True
+    return use, False
+
+
+def _taken(use: float, mode: str, other: int) -> bool:
+    """Whether a form with ``use`` of its lanes in use is taken, ``other`` the rows of the packed / plain operand:
+    whole vectors always; the rows form from ``FULL`` on, or from half with at most ``FEW`` rows."""
+    return use == 1 or mode == "rows" and (use >= FULL or other <= FEW and use >= 0.5)
 
 
 def _refine(dims, strides, masks, kdims) -> list[int]:
