@@ -39,8 +39,8 @@ most half of them idle and at most ``FEW`` rows of A (few output channels). (Mea
 of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
 weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack.)
-:func:`render_direct` writes the C function, with the fused own GEMM's signature (so the renderer calls it the
-same way); the prologue search (``search="quick"``) times it as the fused plan. ``LUMINAL_DIRECT_CONV=0`` turns
+:func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
+fused own GEMM's signature (so the renderer calls it the same way); the prologue search (``search="quick"``) times it as the fused plan. ``LUMINAL_DIRECT_CONV=0`` turns
 the path off.
 """
 
@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from ..dtype import DType
 from ..shape import to_expr
 from .gemm_config import _registers, vector_bytes
+from .gemm_direct_loops import DOT_TILE, dot_loops, rows_loops, tile
 from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
@@ -300,16 +301,6 @@ def _refine(dims, strides, masks, kdims) -> list[int]:
     return dims
 
 
-def tile(dtype: DType, m: int = 8) -> tuple[int, int, int]:
-    """``(MR, NV, VW)`` for ``m`` rows of A: rows of A, vectors of output positions and elements per vector of the
-    register tile (``MR * NV`` accumulators: 8 x 3 with 32 vector registers, 4 x 3 with 16; at most 4 rows
-    (the input gradient of a convolution of few input channels) 4 x 6 / 4 x 3, no idle rows)."""
-    vw = vector_bytes() // dtype.itemsize
-    if _registers() == 32:
-        return (4, 6, vw) if m <= 4 else (8, 3, vw)
-    return (4, 3, vw)
-
-
 def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     """C of the direct kernel ``name`` for GEMM ``g`` (the signature of the fused own GEMM,
     :func:`~.gemm_prologue.fused_gemm_source`: B is the ``lm_pro_T`` record, unused here beyond its type), rendered
@@ -387,223 +378,12 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
             f"            xp[({at}) + (c % {ph}) * {plan.inner()}LL + c / {ph}] = {ptr}[row * {inner}LL + j];"]),
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
-    lines += _rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide) if rows else \
-        _dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None)
+    lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide) if rows else \
+        dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None)
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
     return head + "\n".join(lines)
-
-
-_EPI = ["        if (terr) {", "            #pragma omp critical(lm_direct_err)",
-        "            { if (!err) err = terr; }", "        }"]
-
-
-def _rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> list[str]:
-    """The "rows" form: tiles of ``NV`` vectors of output positions x ``MR`` rows of A, the sum over K in
-    registers; A interleaved by ``MR`` rows first (``fused_a``: by its prologue's pack callback). Each thread takes
-    a contiguous share of the tiles, in chunks of ``ROWS_CHUNK``: every block of ``MR`` rows passes over a chunk
-    (its block of A, ``MR x K``, in L1; the chunk's windows in L2), then the epilogue runs on the chunk's columns."""
-    nv = tile(DType.float32 if ctype == "float" else DType.float64, m)[1]
-    sp = " " * 20
-    if wide is None:  # vectors along runs of the output's innermost axis (a run's last one partial)
-        nvec = f"N / {lq}LL * {vpr}LL"
-        setup = [f"{sp}for (int v = 0; v < {nv}; v++) {{",
-                 f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1), c = g % {vpr}LL;",
-                 f"{sp}    const long long n0 = g / {vpr}LL * {lq}LL + c * {vw}LL;",
-                 f"{sp}    at[v] = n0; len[v] = {lq}LL - c * {vw}LL < {vw} ? {lq}LL - c * {vw}LL : {vw};",
-                 f"{sp}    off[v] = {base}LL + c * {vw}LL + {part('row', 'n0')};",
-                 f"{sp}}}",
-                 f"{sp}if (n_lo < 0) n_lo = at[0];",
-                 f"{sp}n_hi = at[nv - 1] + len[nv - 1];"]
-        store = [f"{sp}for (int v = 0; v < nv; v++)",
-                 f"{sp}    for (int i = 0; i < {mr} && mb * {mr} + i < M; i++) {{",
-                 f"{sp}        {ctype} *c = C + (mb * {mr} + i) * N + at[v];",
-                 f"{sp}        if (len[v] == {vw}) *(vT *)c = acc[i][v];",
-                 f"{sp}        else memcpy(c, &acc[i][v], (size_t)len[v] * sizeof({ctype}));",
-                 f"{sp}    }}"]
-    else:  # vectors along planes of q2 x padded rows of wp (positions w >= lq of a row computed and dropped)
-        q2n, wp = wide
-        plane, vpp = q2n * wp, -(-(q2n * wp) // vw)
-        nvec = f"N / {q2n * lq}LL * {vpp}LL"
-        setup = [f"{sp}for (int v = 0; v < {nv}; v++) {{",
-                 f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1);",
-                 f"{sp}    const long long n0 = g / {vpp}LL * {q2n * lq}LL;  /* the plane's first output */",
-                 f"{sp}    at[v] = n0; len[v] = g % {vpp}LL * {vw}LL;  /* (here: the vector's first position) */",
-                 f"{sp}    off[v] = {base}LL + len[v] + {part('row', 'n0')};",
-                 f"{sp}}}",
-                 f"{sp}for (int v = 0; v < nv; v += nv - 1) {{  /* the outputs the chunk's vectors store */",
-                 f"{sp}    long long f = len[v], last = (f + {vw} < {plane}LL ? f + {vw} : {plane}LL) - 1;",
-                 f"{sp}    if (f % {wp}LL >= {lq}LL) f += {wp}LL - f % {wp}LL;  /* first and last stored positions */",
-                 f"{sp}    if (last % {wp}LL >= {lq}LL) last -= last % {wp}LL - ({lq}LL - 1);",
-                 f"{sp}    if (!v && n_lo < 0) n_lo = at[v] + f / {wp}LL * {lq}LL + f % {wp}LL;",
-                 f"{sp}    if (v == nv - 1) n_hi = at[v] + last / {wp}LL * {lq}LL + last % {wp}LL + 1;",
-                 f"{sp}    if (nv == 1) break;",
-                 f"{sp}}}"]
-        store = [f"{sp}for (int v = 0; v < nv; v++) {{",
-                 f"{sp}    const long long f0 = len[v], e = f0 + {vw} < {plane}LL ? f0 + {vw} : {plane}LL;",
-                 f"{sp}    for (long long f = f0; f < e; ) {{",
-                 f"{sp}        const long long w = f % {wp}LL;",
-                 f"{sp}        if (w >= {lq}LL) {{ f += {wp}LL - w; continue; }}",
-                 f"{sp}        const long long seg = {lq}LL - w < e - f ? {lq}LL - w : e - f;",
-                 f"{sp}        const long long n = at[v] + f / {wp}LL * {lq}LL + w;",
-                 f"{sp}        for (int i = 0; i < {mr} && mb * {mr} + i < M; i++)",
-                 f"{sp}            memcpy(C + (mb * {mr} + i) * N + n, ({ctype} *)&acc[i][v] + (f - f0), "
-                 f"(size_t)seg * sizeof({ctype}));",
-                 f"{sp}        f += seg;",
-                 f"{sp}    }}",
-                 f"{sp}}}"]
-    if fused_a:  # A through its prologue's pack callback: MR-row slivers over all of K are this layout
-        short = "f32" if ctype == "float" else "f64"
-        a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
-                  "    for (long long mb = 0; mb < MB; mb++)",
-                  f"        pa->fn(bufs, syms, pa->bi, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, 0, K, "
-                  f"ap + mb * K * {mr}, {mr});"]
-    else:
-        a_pack = ["    for (long long mb = 0; mb < MB; mb++)",
-                  "        for (long long k = 0; k < K; k++)",
-                  f"            for (int i = 0; i < {mr}; i++)",
-                  f"                ap[(mb * K + k) * {mr} + i] = mb * {mr} + i < M ? "
-                  f"A[(mb * {mr} + i) * sam + k * sak] "
-                  f": ({ctype})0;"]
-    return [
-        f"    {ctype} *restrict ap = ({ctype} *)rest;",
-        f"    long long *restrict koff = (long long *)(ap + MB * {mr} * K);",
-        f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
-        *a_pack,
-        f"    const long long nvec = {nvec}, ntile = (nvec + {nv - 1}) / {nv};",
-        "    #pragma omp parallel if(par)",
-        "    {",
-        "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
-        "        const long long t0 = ntile * id / nt, t1 = ntile * (id + 1) / nt;",
-        "        int terr = 0;",
-        f"        for (long long c0 = t0; c0 < t1; c0 += {ROWS_CHUNK}) {{",
-        f"            const long long c1 = c0 + {ROWS_CHUNK} < t1 ? c0 + {ROWS_CHUNK} : t1;",
-        "            long long n_lo = -1, n_hi = 0;",
-        "            for (long long mb = 0; mb < MB; mb++) {",
-        f"                const {ctype} *restrict a = ap + mb * K * {mr};",
-        "                for (long long t = c0; t < c1; t++) {",
-        f"                    long long off[{nv}], at[{nv}], len[{nv}];",
-        f"                    const int nv = nvec - t * {nv} < {nv} ? (int)(nvec - t * {nv}) : {nv};",
-        *setup,
-        f"                    vT acc[{mr}][{nv}];",
-        f"                    for (int i = 0; i < {mr}; i++)",
-        f"                        for (int v = 0; v < {nv}; v++) acc[i][v] = (vT){{0}};",
-        "                    for (long long k = 0; k < K; k++) {",
-        f"                        vT b[{nv}];",
-        f"                        for (int v = 0; v < {nv}; v++) b[v] = *(const vT *)(xp + off[v] + koff[k]);",
-        f"                        for (int i = 0; i < {mr}; i++)",
-        f"                            for (int v = 0; v < {nv}; v++) acc[i][v] += a[k * {mr} + i] * b[v];",
-        "                    }",
-        *store,
-        "                }",
-        "            }",
-        "            if (epi && n_hi > n_lo) {",
-        "                int e = epi(bufs, syms, 0, M, n_lo, n_hi);",
-        "                if (e && !terr) terr = e;",
-        "            }",
-        "        }",
-        *_EPI,
-        "    }",
-    ]
-
-
-ROWS_CHUNK = 16  # tiles (of NV vectors) per pass over the row blocks of A: their windows stay in L2
-DOT_CHUNK_BYTES = 1 << 14  # the "dot" form sums K in chunks whose MR rows of the plain operand fill about this much
-
-
-DOT_TILE = {32: (4, 4), 16: (2, 4)}  # (rows of A, columns of C) of the "dot" form by vector registers
-
-
-def _dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
-    """The "dot" form (a weight gradient: the sum runs along the input's rows): tiles of ``MR`` rows of the plain
-    operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over every vector
-    of K (the plain operand read in place, contiguous along K, or, ``fused_plain``, first computed row-major into
-    scratch by its prologue's pack callback; runs of whole vectors), its lanes added at the end. Each thread takes
-    a contiguous share of the tiles, ordered so that consecutive tiles share their rows of the plain operand, and
-    passes over K in chunks (``DOT_CHUNK_BYTES`` of a tile's ``MR`` plain rows: in L1 while the tiles beside it
-    pass), keeping each tile's vector sums between chunks in a thread-local scratch; the epilogue runs on a tile
-    after its last chunk."""
-    mr, nr = DOT_TILE[_registers()]
-    chunk = max(16, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * mr))
-    if lq % vw:
-        raise ValueError("gemm_direct: the dot form needs runs of whole vectors")
-    # P: the plain operand's rows (M or N), Q: the window operand's (the other)
-    p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "B", "sbn")
-    short = "f32" if ctype == "float" else "f64"
-    scratch = []
-    if fused_plain:  # the plain operand through its prologue: its pack callback writes it row-major (slivers of 1)
-        scratch = [f"    {ctype} *restrict pm = ({ctype} *)(((size_t)(vat + 2 * nvec) + 63) & ~(size_t)63);",
-                   f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};",
-                   "    #pragma omp parallel for schedule(static) if(par)",
-                   f"    for (long long r = 0; r < {p_n}; r++) pp->fn(bufs, syms, pp->bi, r, 1, 0, K, pm + r * K, 1);"]
-        p_ptr, p_stride = "pm", "K"
-    c_at = "C[(p0 + i) * N + q0 + j]" if side == "b" else "C[(q0 + j) * N + p0 + i]"
-    p1, q1 = f"p0 + {mr} < {p_n} ? p0 + {mr} : {p_n}", f"q0 + {nr} < {q_n} ? q0 + {nr} : {q_n}"
-    epi = f"epi(bufs, syms, p0, {p1}, q0, {q1})" if side == "b" else f"epi(bufs, syms, q0, {q1}, p0, {p1})"
-    lines = [
-        "    long long *restrict koff = (long long *)rest;",
-        f"    const long long nvec = K / {lq}LL * {vpr}LL;",
-        f"    long long *restrict vat = koff + {q_n}, *restrict voff = vat + nvec;",
-        f"    for (long long n = 0; n < {q_n}; n++) koff[n] = {part('row', 'n')};",
-        "    for (long long v = 0; v < nvec; v++) {",
-        f"        const long long c = v % {vpr}LL, n0 = v / {vpr}LL * {lq}LL + c * {vw}LL;",
-        "        vat[v] = n0;",
-        f"        voff[v] = {base}LL + c * {vw}LL + {part('k', 'n0')};",
-        "    }",
-        *scratch,
-        f"    const long long tm = ({p_n} + {mr - 1}) / {mr}, tn = ({q_n} + {nr - 1}) / {nr};",
-        "    #pragma omp parallel if(par)",
-        "    {",
-        "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
-        "        const long long t0 = tm * tn * id / nt, t1 = tm * tn * (id + 1) / nt;",
-        "        int terr = 0;",
-        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr}) * sizeof(vT));",
-        "        if (!part) terr = 3;",
-        f"        for (long long k0 = 0; k0 < nvec && part; k0 += {chunk}) {{",
-        f"            const long long k1 = k0 + {chunk} < nvec ? k0 + {chunk} : nvec;",
-        "            for (long long t = t0; t < t1; t++) {",
-        f"                const long long p0 = t / tn * {mr}, q0 = t % tn * {nr};",
-        f"                const {ctype} *arow[{mr}];",
-        f"                long long bo[{nr}];",
-        f"                for (int i = 0; i < {mr}; i++)",
-        f"                    arow[i] = {p_ptr} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
-        f"                for (int j = 0; j < {nr}; j++) bo[j] = koff[q0 + j < {q_n} ? q0 + j : {q_n} - 1];",
-        f"                vT acc[{mr}][{nr}];",
-        f"                vT *pt = part + (t - t0) * {mr * nr};",
-        f"                for (int i = 0; i < {mr}; i++)",
-        f"                    for (int j = 0; j < {nr}; j++) acc[i][j] = k0 ? pt[i * {nr} + j] : (vT){{0}};",
-        "                for (long long v = k0; v < k1; v++) {",
-        f"                    vT a[{mr}], b[{nr}];",
-    ]
-    load = [f"                        for (int i = 0; i < {mr}; i++) a[i] = *(const vT *)(arow[i] + vat[v]);",
-            f"                        for (int j = 0; j < {nr}; j++) b[j] = *(const vT *)(xp + voff[v] + bo[j]);"]
-    lines += [x[4:] for x in load]
-    lines += [
-        f"                    for (int i = 0; i < {mr}; i++)",
-        f"                        for (int j = 0; j < {nr}; j++) acc[i][j] += a[i] * b[j];",
-        "                }",
-        "                if (k1 < nvec) {",
-        f"                    for (int i = 0; i < {mr}; i++)",
-        f"                        for (int j = 0; j < {nr}; j++) pt[i * {nr} + j] = acc[i][j];",
-        "                    continue;",
-        "                }",
-        f"                for (int i = 0; i < {mr} && p0 + i < {p_n}; i++)",
-        f"                    for (int j = 0; j < {nr} && q0 + j < {q_n}; j++) {{",
-        f"                        {ctype} s = 0;",
-        f"                        for (int l = 0; l < {vw}; l++) s += acc[i][j][l];",
-        f"                        {c_at} = s;",
-        "                    }",
-        "                if (epi) {",
-        f"                    int e = {epi};",
-        "                    if (e && !terr) terr = e;",
-        "                }",
-        "            }",
-        "        }",
-        *_EPI,
-        "    }",
-    ]
-    return lines
 
 
 def _outer_stride(dims, a: int) -> int:
