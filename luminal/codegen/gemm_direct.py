@@ -18,8 +18,9 @@ axis (``NV`` of them, from different rows of the output), and for each ``k`` loa
 :func:`direct_plan` decides whether a GEMM qualifies and how its view maps onto the input's axes: an unbatched
 GEMM one of whose operands is a fused prologue that is a plain load (:func:`window_load`) of a buffer of the
 GEMM's dtype, each index variable moving along one axis of that buffer (a positive step; the buffer's axes are
-split where the view reads a flattened axis as two), each mask bounding one such axis by its extent. The mapping
-is rebuilt from the parts and compared with the view, term by term, before it is used. Two forms:
+split where the view reads a flattened axis as two), each mask bounding exactly the axis its variables move along
+(with the same coefficients) by its extent, every unmasked coordinate in range: then the view's offset is the
+copy's, term by term. Two forms:
 
 * *rows* (the window is B; a convolution's forward, and its input gradient, which nn.conv computes as a
   convolution where this applies): vectors along the output's innermost axis, as above; A is interleaved by
@@ -52,8 +53,8 @@ from dataclasses import dataclass
 
 from ..dtype import DType
 from ..shape import to_expr
-from .gemm_config import _registers, vector_bytes
-from .gemm_direct_loops import DOT_TILE, dot_loops, rows_loops, tile
+from .gemm_config import vector_bytes
+from .gemm_direct_loops import dot_loops, rows_loops, tile
 from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
@@ -198,10 +199,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
                 return None
     if rem != 0:
         return None
-    # rebuild the view from the parts: the same offset and strides, each coordinate in range where unmasked
-    if sum(origin[a] * rs[a] for a in range(len(dims))) != off or any(
-            steps[d][1] * rs[steps[d][0]] != strides[d] for d in moving):
-        return None
+    # (offset and strides are the parts' by construction) each coordinate in range where no mask bounds it
     pads = []
     for a in range(len(dims)):
         hi = origin[a] + sum(st * (kdims[d] - 1) for d, (ax, st) in steps.items() if ax == a)
@@ -334,7 +332,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     vpr = -(-lq // vw)  # vectors per run of the innermost axis
     ptr = r.pointer(plan.src)
     rows = plan.mode == "rows"
-    mr = tile(g.dtype, _int(g.dims[-2]))[0] if rows else DOT_TILE[_registers()][0]
+    mr = tile(g.dtype, _int(g.dims[-2]))[0]  # (the rows form's rows of A)
     # the copy of the source with its halo: rows of the innermost axis, each at its padded place
     inner = plan.dims[-1]
     outer = 1
@@ -361,7 +359,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof({ctype}));",
         "        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;",
         "    }",
-        f"    const long long MB = (M + {mr - 1}) / {mr}, XP = {plan.padded_size() + 2 * vw + plan.inner()}LL;",
+        *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows else []),
+        f"    const long long XP = {plan.padded_size() + 2 * vw + plan.inner()}LL;",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",
