@@ -233,3 +233,89 @@ def test_rows_over_padded_rows(monkeypatch, xs, ws, kw, dtype):
         _close(g, e, dtype)
     cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, bias=True)
     _close(got[0], _torch(xs, arrays, kw)[0], dtype)
+
+
+def _batched_direct(cx):
+    """The batched GEMMs (a grouped convolution's, one per group) and whether each runs the direct kernel."""
+    prog = cx.runtime.program
+    return [direct_plan(prog, k) is not None for k in prog.kernels
+            if isinstance(k, GemmKernel) and int(np.prod([int(d.to_int()) for d in k.dims[:-2]])) > 1]
+
+
+GROUPED = [  # (input shape, weight shape, conv kwargs incl. groups)
+    ((2, 8, 10, 32), (8, 1, 3, 3), dict(padding=1, groups=8)),                 # depthwise, rows of whole vectors
+    ((2, 6, 9, 28), (6, 1, 7, 7), dict(padding=3, groups=6)),                  # depthwise 7x7, rows of 28 = 16 + 12
+    ((1, 8, 6, 16), (12, 2, 3, 3), dict(padding=1, groups=4)),                 # 4 groups, 3 output channels each
+    ((2, 4, 5, 6, 16), (8, 1, 3, 3, 3), dict(padding=1, groups=4)),            # 3-D, 2 output channels per group
+    ((3, 6, 48), (6, 2, 5), dict(padding=2, groups=3)),                         # 1-D
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", GROUPED)
+def test_grouped_and_depthwise_convolutions(monkeypatch, xs, ws, kw, dtype):
+    """A grouped convolution is a batched GEMM (one per group): the direct kernel runs all groups in one call,
+    each group's window at its channels; its input gradient is a grouped convolution too (nn.conv's "conv" rule),
+    its weight gradient the "dot" form per group. Forward (with a bias) and gradients against torch."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
+    direct = _batched_direct(cx)
+    assert direct and all(direct), direct
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, dtype)
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, bias=True)
+    assert all(_batched_direct(cx))
+    _close(got[0], _torch(xs, arrays, kw)[0], dtype)
+
+
+def test_strided_depthwise_forward(monkeypatch):
+    """A strided depthwise convolution (MobileNet's downsampling): phases and groups together."""
+    xs, ws, kw = (2, 4, 9, 64), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4)
+    for dtype in ("float32", "float64"):
+        cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw)
+        plans = [direct_plan(cx.runtime.program, k) for k in cx.runtime.program.kernels if isinstance(k, GemmKernel)]
+        assert [p.phase for p in plans if p is not None] == [2]
+        _close(got[0], _torch(xs, arrays, kw)[0], dtype)
+
+
+@pytest.mark.parametrize("case", ["upstream", "input"])
+def test_partial_vectors_of_the_dot_form(monkeypatch, case):
+    """Weight gradients over rows of 28 (16 + 12 lanes): the dot form's last vector per row reads 4 elements past
+    the row in both operands and zeroes them. A depthwise 7x7 convolution: "upstream": the loss ``sum(y**2)/2``
+    with inf at the first input element of channel 1, so channel 1's upstream gradient starts with inf, which
+    channel 0's last vector reads past its end; "input": a linear loss (finite upstream gradient) and NaN at
+    the last element of a row of channel 2, which the lanes past the row read for the taps that never reach it.
+    The non-finite positions of every gradient are torch's, the rest equal to torch's."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    xs, ws, kw = (1, 3, 5, 28), (3, 1, 7, 7), dict(padding=3, groups=3)
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal(xs).astype("float32")
+    wa = rng.standard_normal(ws).astype("float32")
+    ra = rng.standard_normal(xs).astype("float32")
+    if case == "upstream":
+        xa[0, 1, 0, 0] = np.inf
+    else:
+        xa[0, 2, 2, 27] = np.nan
+    cx = lm.Graph()
+    x, w, r = cx.tensor(xs).set(xa), cx.tensor(ws).set(wa), cx.tensor(xs).set(ra)
+    y = F.conv2d(x, w, **kw)
+    outs = [y] + grad((y * y).sum() * 0.5 if case == "upstream" else (y * r).sum(), [x, w])
+    for t in outs:
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    prog = cx.runtime.program
+    assert "dot" in {p.mode for p in (direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)) if p}
+    tx = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
+    tw = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
+    ty = torch.nn.functional.conv2d(tx, tw, **kw)
+    (ty * ty * 0.5 if case == "upstream" else ty * torch.from_numpy(ra.astype(np.float64))).sum().backward()
+    exp = [ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()]
+    assert np.isfinite(exp[2][0]).all() and not np.isfinite(exp[2]).all()
+    if case == "input":
+        assert np.isfinite(exp[2][2, 0, :, :3]).all()  # the taps left of the NaN never reach it
+    for t, e in zip(outs, exp):
+        g = t.data()
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(e))
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(e))
+        fin = np.isfinite(e)
+        assert np.max(np.abs(g[fin] - e[fin])) <= 1e-4 * np.max(np.abs(e[fin]))

@@ -16,7 +16,8 @@ axis (``NV`` of them, from different rows of the output), and for each ``k`` loa
 ``MR``-interleaved copy of A. No masks, no packing of B; the copy ``X'`` is the input's size plus its halo.
 
 :func:`direct_plan` decides whether a GEMM qualifies and how its view maps onto the input's axes: an unbatched
-GEMM one of whose operands is a fused prologue that is a plain load (:func:`window_load`) of a buffer of the
+GEMM (or a batch of them: a grouped convolution, one per group, all run by one call) one of whose operands is
+a fused prologue that is a plain load (:func:`window_load`) of a buffer of the
 GEMM's dtype, each index variable moving along one axis of that buffer (a positive step; the buffer's axes are
 split where the view reads a flattened axis as two), each mask bounding exactly the axis its variables move along
 (with the same coefficients) by its extent, every unmasked coordinate in range: then the view's offset is the
@@ -27,22 +28,29 @@ copy's, term by term. Two forms:
   its own prologue's pack callback when it has one (a transposed, flipped kernel).
 * *dot* (a weight gradient, whose output runs along the kernel's width: 3 of a vector's 16 lanes): vectors along
   the sum's innermost axis (the input's rows), dot products of the other operand's rows (read in place, or
-  computed into scratch by its pack callback) and the copy's, in 4 x 4 tiles, their lanes added at the end; K in
-  L2-sized chunks.
+  computed into scratch by its pack callback) and the copy's, in 4 x 4 tiles (1 x 9, 1 x 7 for a depthwise
+  convolution's one row per group), their lanes added at the end; K in L1-sized chunks. Runs that end in a
+  partial vector (rows of 28 = 16 + 12) zero its idle lanes in both operands with a bit mask.
 
 A strided convolution reads every s-th element along the rows: the copy stores the innermost axis as s *phases*
 (element c at ``(c % s, c // s)``), where those reads are contiguous again. Where output rows are not whole
 vectors (24 = 16 + 8), the rows form can run its vectors over whole *padded* rows of the copy, a plane of rows
 (the next output axis) at a time: the positions past a row (its halo, 2 of 26) are computed and dropped when
 stored (``DirectPlan.q2``). Of the forms that apply, the one that leaves the fewest lanes idle is taken: one with
-none idle (rows a multiple of the vector), a "rows" form with at least ``FULL`` of them in use, or one with at
+none idle (rows a multiple of the vector), one with at least ``FULL`` of them in use, or a "rows" form with at
 most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
 of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
-weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack.)
+weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack; a
+masked dot form over rows of 28 (FULL): 32 -> 32 channels 2.06-2.07 vs 2.25-2.31 ms per step, a 7x7 depthwise
+convolution of 96 channels 2.6 vs 10.5 ms, where the pack copies 49 times the input.)
 :func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
 fused own GEMM's signature (so the renderer calls it the same way); the prologue search (``search="quick"``) times it as the fused plan. ``LUMINAL_DIRECT_CONV=0`` turns
 the path off.
+
+A grouped convolution is a batched GEMM (batch = groups): the copy is made once, each batch element's window
+starts at its group's channels, and the tiles of all of them are shared out over the threads together (a
+depthwise convolution has one row of A per group: the rows form's tile is 1 x 8 vectors).
 """
 
 from __future__ import annotations
@@ -135,9 +143,12 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     if g.a_pro is None and g.b_pro is None or g.dtype not in (DType.float32, DType.float64):
         return None
     gdims = [_int(d) for d in g.dims]
-    if None in gdims or any(d != 1 for d in gdims[:-2]) or _int(g.a_view.dims[-1]) is None:
+    if None in gdims or _int(g.a_view.dims[-1]) is None:
         return None
     pro = g.b_pro or g.a_pro
+    plain_view = g.a_view if pro.side == "b" else g.b_view  # (batched: a grouped convolution, the plain operand's
+    if len(gdims) > 2 and None in [_int(s) for s in plain_view.strides[:-3]]:  # batch strides are constants)
+        return None
     load = window_load(pro)
     entry = program.buffers.get(load.buffer) if load is not None else None
     if entry is None or entry[1] != g.dtype:
@@ -178,6 +189,8 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if not axes or step <= 0:
             return None
         steps[d] = (axes[0], step)
+        if pro.axes[d] is not None and pro.axes[d][0] not in ("row", "k") and (j is not None or axes[0] == len(dims) - 1):
+            return None  # (a batch index, a group of channels: unmasked, never along the rows vectors run over)
     # each mask bounds exactly the axis its variables move along, and every variable on that axis
     masked = {}
     for j, (coeffs, const, size) in enumerate(masks):
@@ -263,8 +276,8 @@ def _lanes(rows: int, vw: int, planes: int = 1, halo: int | None = None) -> tupl
 
 def _taken(use: float, mode: str, other: int) -> bool:
     """Whether a form with ``use`` of its lanes in use is taken, ``other`` the rows of the packed / plain operand:
-    whole vectors always; the rows form from ``FULL`` on, or from half with at most ``FEW`` rows."""
-    return use == 1 or mode == "rows" and (use >= FULL or other <= FEW and use >= 0.5)
+    whole vectors always, either form from ``FULL`` on; the rows form also from half with at most ``FEW`` rows."""
+    return use == 1 or use >= FULL or mode == "rows" and other <= FEW and use >= 0.5
 
 
 def _refine(dims, strides, masks, kdims) -> list[int]:
@@ -343,9 +356,12 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows else ("N" if pro.side == "b" else "M")
     other = g.a_pro if pro.side == "b" else g.b_pro
-    extra = "(size_t)(MB * {mr} * K) * sizeof({t})".format(mr=mr, t=ctype) if rows else \
+    batch = _batch(g, plan, pro, rsp, kdims)
+    nbat = batch[0] if batch else 1
+    extra = "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(2 * (K / {lq}LL * {vpr}LL)) * sizeof(long long)" + \
-        (f" + (size_t)({'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 64" if other is not None else "")
+        (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
+         if other is not None or lq % vw else "")
     lines = [
         f"/* {name}: direct convolution (see luminal/codegen/gemm_direct.py), {plan.mode} form */",
         f"static int {name}(long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,",
@@ -366,23 +382,53 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    if (!mem) return 3;",
         f"    {ctype} *restrict xp = ({ctype} *)mem;",
         f"    char *rest = mem + (((size_t)XP * sizeof({ctype}) + 63) & ~(size_t)63);",
-        "    const int par = !omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS;",
+        f"    const int par = !omp_in_parallel() && {nbat}.0 * (double)M * (double)N * (double)K >= "
+        "(double)LM_OWN_GEMM_PAR_MACS;",
         "    int err = 0;",
         f"    memset(xp, 0, (size_t)XP * sizeof({ctype}));",
         "    #pragma omp parallel for schedule(static) if(par)",
         f"    for (long long row = 0; row < {outer}LL; row++)",
         *([f"        memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
           if ph == 1 else [
-            f"        for (long long j = 0, c = {plan.pads[-1][0]}; j < {inner}; j++, c++)",
-            f"            xp[({at}) + (c % {ph}) * {plan.inner()}LL + c / {ph}] = {ptr}[row * {inner}LL + j];"]),
+            f"        for (long long r = 0; r < {ph}; r++) {{  /* phase r: the elements c = r (mod {ph}) */",
+            f"            {ctype} *restrict d = xp + ({at}) + r * {plan.inner()}LL;",
+            f"            const {ctype} *restrict s = {ptr} + row * {inner}LL - {plan.pads[-1][0]};",
+            f"            for (long long c = {plan.pads[-1][0]} + ((r - {plan.pads[-1][0]}) % {ph} + {ph}) % {ph}; "
+            f"c < {plan.pads[-1][0] + inner}; c += {ph})",
+            f"                d[c / {ph}] = s[c];",
+            "        }"]),
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
-    lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide) if rows else \
-        dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None)
+    lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
+        if rows else dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None, batch,
+                               (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
+                               (_int(g.dims[-1]), _int(g.dims[-2])))
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
     return head + "\n".join(lines)
+
+
+def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims) -> tuple | None:
+    """``(count, copy offset, plain operand offset)`` of batched GEMM ``g`` (a grouped convolution: one GEMM per
+    group), the offsets C expressions of the flat batch index ``b``, or None when ``g`` is not batched."""
+    nb = len(g.dims) - 2
+    if nb == 0:
+        return None
+    bdims = [_int(d) for d in g.dims[:nb]]
+    bstrides = [1] * nb
+    for j in range(nb - 2, -1, -1):
+        bstrides[j] = bstrides[j + 1] * bdims[j + 1]
+    coord = [f"((b / {bstrides[j]}LL) % {bdims[j]}LL)" for j in range(nb)]
+    xterms = [f"{rsp[a] * st}LL * (({coord[pro.axes[d][0][1]]} / {pro.axes[d][1]}LL) % {kdims[d]}LL)"
+              for d, (a, st) in sorted(plan.steps.items()) if pro.axes[d] is not None and pro.axes[d][0] not in
+              ("row", "k")]
+    view = g.a_view if pro.side == "b" else g.b_view
+    pterms = [f"{_int(view.strides[j])}LL * {coord[j]}" for j in range(nb) if _int(view.strides[j])]
+    count = 1
+    for d in bdims:
+        count *= d
+    return count, " + ".join(xterms) or "0", " + ".join(pterms) or "0"
 
 
 def _outer_stride(dims, a: int) -> int:

@@ -16,22 +16,27 @@ from .gemm_config import _registers, vector_bytes
 def tile(dtype: DType, m: int = 8) -> tuple[int, int, int]:
     """``(MR, NV, VW)`` for ``m`` rows of A: rows of A, vectors of output positions and elements per vector of the
     register tile (``MR * NV`` accumulators: 8 x 3 with 32 vector registers, 4 x 3 with 16; at most 4 rows
-    (the input gradient of a convolution of few input channels) 4 x 6 / 4 x 3, no idle rows)."""
+    (the input gradient of a convolution of few input channels) 4 x 6 / 4 x 3, one or two (a depthwise
+    convolution: one row per group) 1 x 8 / 2 x 8 (1 x 6 / 2 x 3), no idle rows)."""
     vw = vector_bytes() // dtype.itemsize
     if _registers() == 32:
-        return (4, 6, vw) if m <= 4 else (8, 3, vw)
-    return (4, 3, vw)
+        return (max(m, 1), 8, vw) if m <= 2 else (4, 6, vw) if m <= 4 else (8, 3, vw)
+    return (max(m, 1), 6 // max(m, 1), vw) if m <= 2 else (4, 3, vw)
 
 
 _EPI = ["        if (terr) {", "            #pragma omp critical(lm_direct_err)",
         "            { if (!err) err = terr; }", "        }"]
 
 
-def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> list[str]:
+def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=None) -> list[str]:
     """The "rows" form: tiles of ``NV`` vectors of output positions x ``MR`` rows of A, the sum over K in
     registers; A interleaved by ``MR`` rows first (``fused_a``: by its prologue's pack callback). Each thread takes
     a contiguous share of the tiles, in chunks of ``ROWS_CHUNK``: every block of ``MR`` rows passes over a chunk
-    (its block of A, ``MR x K``, in L1; the chunk's windows in L2), then the epilogue runs on the chunk's columns."""
+    (its block of A, ``MR x K``, in L1; the chunk's windows in L2), then the epilogue runs on the chunk's columns.
+    ``batch``: ``(count, copy offset, A offset)`` of a batched GEMM (a grouped convolution, one GEMM per group),
+    the offsets C expressions of the batch index ``b``: the tiles of every batch element are shared out together
+    (a chunk never crosses two), C's batch stride is ``M * N``; a batched GEMM has no epilogue."""
+    nbat, boff, aoff = batch or (1, "0", "0")
     nv = tile(DType.float32 if ctype == "float" else DType.float64, m)[1]
     sp = " " * 20
     if wide is None:  # vectors along runs of the output's innermost axis (a run's last one partial)
@@ -40,13 +45,13 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> lis
                  f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1), c = g % {vpr}LL;",
                  f"{sp}    const long long n0 = g / {vpr}LL * {lq}LL + c * {vw}LL;",
                  f"{sp}    at[v] = n0; len[v] = {lq}LL - c * {vw}LL < {vw} ? {lq}LL - c * {vw}LL : {vw};",
-                 f"{sp}    off[v] = {base}LL + c * {vw}LL + {part('row', 'n0')};",
+                 f"{sp}    off[v] = xb + {base}LL + c * {vw}LL + {part('row', 'n0')};",
                  f"{sp}}}",
                  f"{sp}if (n_lo < 0) n_lo = at[0];",
                  f"{sp}n_hi = at[nv - 1] + len[nv - 1];"]
         store = [f"{sp}for (int v = 0; v < nv; v++)",
                  f"{sp}    for (int i = 0; i < {mr} && mb * {mr} + i < M; i++) {{",
-                 f"{sp}        {ctype} *c = C + (mb * {mr} + i) * N + at[v];",
+                 f"{sp}        {ctype} *c = cb + (mb * {mr} + i) * N + at[v];",
                  f"{sp}        if (len[v] == {vw}) *(vT *)c = acc[i][v];",
                  f"{sp}        else memcpy(c, &acc[i][v], (size_t)len[v] * sizeof({ctype}));",
                  f"{sp}    }}"]
@@ -58,7 +63,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> lis
                  f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1);",
                  f"{sp}    const long long n0 = g / {vpp}LL * {q2n * lq}LL;  /* the plane's first output */",
                  f"{sp}    at[v] = n0; len[v] = g % {vpp}LL * {vw}LL;  /* (here: the vector's first position) */",
-                 f"{sp}    off[v] = {base}LL + len[v] + {part('row', 'n0')};",
+                 f"{sp}    off[v] = xb + {base}LL + len[v] + {part('row', 'n0')};",
                  f"{sp}}}",
                  f"{sp}for (int v = 0; v < nv; v += nv - 1) {{  /* the outputs the chunk's vectors store */",
                  f"{sp}    long long f = len[v], last = (f + {vw} < {plane}LL ? f + {vw} : {plane}LL) - 1;",
@@ -76,7 +81,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> lis
                  f"{sp}        const long long seg = {lq}LL - w < e - f ? {lq}LL - w : e - f;",
                  f"{sp}        const long long n = at[v] + f / {wp}LL * {lq}LL + w;",
                  f"{sp}        for (int i = 0; i < {mr} && mb * {mr} + i < M; i++)",
-                 f"{sp}            memcpy(C + (mb * {mr} + i) * N + n, ({ctype} *)&acc[i][v] + (f - f0), "
+                 f"{sp}            memcpy(cb + (mb * {mr} + i) * N + n, ({ctype} *)&acc[i][v] + (f - f0), "
                  f"(size_t)seg * sizeof({ctype}));",
                  f"{sp}        f += seg;",
                  f"{sp}    }}",
@@ -84,33 +89,39 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None) -> lis
     if fused_a:  # A through its prologue's pack callback: MR-row slivers over all of K are this layout
         short = "f32" if ctype == "float" else "f64"
         a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
+                  f"    for (long long b = 0; b < {nbat}LL; b++)",
                   "    for (long long mb = 0; mb < MB; mb++)",
-                  f"        pa->fn(bufs, syms, pa->bi, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, 0, K, "
-                  f"ap + mb * K * {mr}, {mr});"]
+                  f"        pa->fn(bufs, syms, pa->bi + b, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, 0, K, "
+                  f"ap + (b * MB + mb) * K * {mr}, {mr});"]
     else:
-        a_pack = ["    for (long long mb = 0; mb < MB; mb++)",
+        a_pack = [f"    for (long long b = 0; b < {nbat}LL; b++)",
+                  "    for (long long mb = 0; mb < MB; mb++)",
                   "        for (long long k = 0; k < K; k++)",
                   f"            for (int i = 0; i < {mr}; i++)",
-                  f"                ap[(mb * K + k) * {mr} + i] = mb * {mr} + i < M ? "
-                  f"A[(mb * {mr} + i) * sam + k * sak] "
+                  f"                ap[((b * MB + mb) * K + k) * {mr} + i] = mb * {mr} + i < M ? "
+                  f"A[{aoff} + (mb * {mr} + i) * sam + k * sak] "
                   f": ({ctype})0;"]
     return [
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
-        f"    long long *restrict koff = (long long *)(ap + MB * {mr} * K);",
+        f"    long long *restrict koff = (long long *)(ap + {nbat}LL * MB * {mr} * K);",
         f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
         *a_pack,
-        f"    const long long nvec = {nvec}, ntile = (nvec + {nv - 1}) / {nv};",
+        f"    const long long nvec = {nvec}, ntile = (nvec + {nv - 1}) / {nv}, nall = ntile * {nbat}LL;",
         "    #pragma omp parallel if(par)",
         "    {",
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
-        "        const long long t0 = ntile * id / nt, t1 = ntile * (id + 1) / nt;",
+        "        const long long t0 = nall * id / nt, t1 = nall * (id + 1) / nt;",
         "        int terr = 0;",
-        f"        for (long long c0 = t0; c0 < t1; c0 += {ROWS_CHUNK}) {{",
-        f"            const long long c1 = c0 + {ROWS_CHUNK} < t1 ? c0 + {ROWS_CHUNK} : t1;",
+        f"        for (long long c0 = t0, c1; c0 < t1; c0 = c1) {{",
+        f"            const long long b = c0 / ntile, bend = (b + 1) * ntile;  /* (a chunk within one batch element) */",
+        f"            c1 = c0 + {ROWS_CHUNK} < t1 ? c0 + {ROWS_CHUNK} : t1;",
+        "            if (c1 > bend) c1 = bend;",
+        f"            const long long xb = {boff};",
+        f"            {ctype} *cb = C + b * M * N;",
         "            long long n_lo = -1, n_hi = 0;",
         "            for (long long mb = 0; mb < MB; mb++) {",
-        f"                const {ctype} *restrict a = ap + mb * K * {mr};",
-        "                for (long long t = c0; t < c1; t++) {",
+        f"                const {ctype} *restrict a = ap + (b * MB + mb) * K * {mr};",
+        "                for (long long t = c0 - b * ntile; t < c1 - b * ntile; t++) {",
         f"                    long long off[{nv}], at[{nv}], len[{nv}];",
         f"                    const int nv = nvec - t * {nv} < {nv} ? (int)(nvec - t * {nv}) : {nv};",
         *setup,
@@ -143,7 +154,20 @@ DOT_CHUNK_BYTES = 1 << 14  # the "dot" form sums K in chunks whose MR rows of th
 DOT_TILE = {32: (4, 4), 16: (2, 4)}  # (rows of A, columns of C) of the "dot" form by vector registers
 
 
-def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
+def dot_tile(p: int, q: int) -> tuple[int, int]:
+    """``(MR, NR)`` of the "dot" form for ``p`` rows of the plain operand and ``q`` of the window operand:
+    :data:`DOT_TILE`, or with fewer than its ``MR`` plain rows (a depthwise convolution's weight gradient: one
+    per group) those rows and as many window rows as the registers hold (``MR * NR`` sums, ``MR + NR`` loads),
+    the count that leaves the fewest idle columns (9 for a 3x3 kernel, 7 for 7x7)."""
+    mr, nr = DOT_TILE[_registers()]
+    if p >= mr:
+        return mr, nr
+    mr = max(p, 1)
+    most = min(12, (_registers() - 2 - mr) // (mr + 1))
+    return mr, min(range(most, max(1, most // 2) - 1, -1), key=lambda c: -(-q // c) * c)
+
+
+def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain, batch=None, pq=(4, 4)) -> list[str]:
     """The "dot" form (a weight gradient: the sum runs along the input's rows): tiles of ``MR`` rows of the plain
     operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over every vector
     of K (the plain operand read in place, contiguous along K, or, ``fused_plain``, first computed row-major into
@@ -151,22 +175,35 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
     a contiguous share of the tiles, ordered so that consecutive tiles share their rows of the plain operand, and
     passes over K in chunks (``DOT_CHUNK_BYTES`` of a tile's ``MR`` plain rows: in L1 while the tiles beside it
     pass), keeping each tile's vector sums between chunks in a thread-local scratch; the epilogue runs on a tile
-    after its last chunk."""
-    mr, nr = DOT_TILE[_registers()]
+    after its last chunk. ``batch``: as for :func:`rows_loops` (the offset there the plain operand's); ``pq``:
+    the rows of the plain and the window operand (:func:`dot_tile`). Runs that are not whole vectors (rows of
+    28 = 16 + 12) end in a partial vector whose idle lanes are zeroed in both operands (a bit mask: whatever the
+    elements past the run hold, inf or NaN, adds nothing); the plain operand is then copied into scratch (its
+    last vector would read past its end)."""
+    nbat, boff, poff = batch or (1, "0", "0")
+    mr, nr = dot_tile(*pq)
     chunk = max(16, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * mr))
-    if lq % vw:
-        raise ValueError("gemm_direct: the dot form needs runs of whole vectors")
+    rem = lq % vw
     # P: the plain operand's rows (M or N), Q: the window operand's (the other)
     p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "B", "sbn")
     short = "f32" if ctype == "float" else "f64"
     scratch = []
-    if fused_plain:  # the plain operand through its prologue: its pack callback writes it row-major (slivers of 1)
+    if fused_plain or rem:  # the plain operand through its prologue: its pack callback writes it row-major
+        # (slivers of 1); or copied (runs ending in partial vectors)
+        fill = f"pp->fn(bufs, syms, pp->bi + b, r, 1, 0, K, pm + (b * {p_n} + r) * K, 1)" if fused_plain else \
+            f"memcpy(pm + (b * {p_n} + r) * K, {p_ptr} + {poff} + r * {p_stride}, (size_t)K * sizeof({ctype}))"
         scratch = [f"    {ctype} *restrict pm = ({ctype} *)(((size_t)(vat + 2 * nvec) + 63) & ~(size_t)63);",
-                   f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};",
-                   "    #pragma omp parallel for schedule(static) if(par)",
-                   f"    for (long long r = 0; r < {p_n}; r++) pp->fn(bufs, syms, pp->bi, r, 1, 0, K, pm + r * K, 1);"]
-        p_ptr, p_stride = "pm", "K"
-    c_at = "C[(p0 + i) * N + q0 + j]" if side == "b" else "C[(q0 + j) * N + p0 + i]"
+                   *([f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};"]
+                     if fused_plain else []),
+                   "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
+                   f"    for (long long b = 0; b < {nbat}LL; b++)",
+                   f"    for (long long r = 0; r < {p_n}; r++) {fill};"]
+        p_ptr, p_stride, poff = "pm", "K", f"b * {p_n} * K"
+    itype = "int" if ctype == "float" else "long long"
+    masks = [f"    typedef {itype} vI __attribute__((vector_size({vw * (4 if ctype == 'float' else 8)})));",
+             "    vI mk[2];  /* lanes in use: every one, or a partial vector's */",
+             f"    for (int l = 0; l < {vw}; l++) {{ mk[0][l] = -1; mk[1][l] = l < {rem} ? -1 : 0; }}"] if rem else []
+    c_at = "cb[(p0 + i) * N + q0 + j]" if side == "b" else "cb[(q0 + j) * N + p0 + i]"
     p1, q1 = f"p0 + {mr} < {p_n} ? p0 + {mr} : {p_n}", f"q0 + {nr} < {q_n} ? q0 + {nr} : {q_n}"
     epi = f"epi(bufs, syms, p0, {p1}, q0, {q1})" if side == "b" else f"epi(bufs, syms, q0, {q1}, p0, {p1})"
     lines = [
@@ -180,23 +217,26 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
         f"        voff[v] = {base}LL + c * {vw}LL + {part('k', 'n0')};",
         "    }",
         *scratch,
+        *masks,
         f"    const long long tm = ({p_n} + {mr - 1}) / {mr}, tn = ({q_n} + {nr - 1}) / {nr};",
         "    #pragma omp parallel if(par)",
         "    {",
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
-        "        const long long t0 = tm * tn * id / nt, t1 = tm * tn * (id + 1) / nt;",
+        f"        const long long t0 = tm * tn * {nbat}LL * id / nt, t1 = tm * tn * {nbat}LL * (id + 1) / nt;",
         "        int terr = 0;",
         f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr}) * sizeof(vT));",
         "        if (!part) terr = 3;",
         f"        for (long long k0 = 0; k0 < nvec && part; k0 += {chunk}) {{",
         f"            const long long k1 = k0 + {chunk} < nvec ? k0 + {chunk} : nvec;",
         "            for (long long t = t0; t < t1; t++) {",
-        f"                const long long p0 = t / tn * {mr}, q0 = t % tn * {nr};",
+        "                const long long b = t / (tm * tn), tt = t % (tm * tn), xb = " + boff + ";",
+        f"                const long long p0 = tt / tn * {mr}, q0 = tt % tn * {nr};",
+        f"                {ctype} *cb = C + b * M * N;",
         f"                const {ctype} *arow[{mr}];",
         f"                long long bo[{nr}];",
         f"                for (int i = 0; i < {mr}; i++)",
-        f"                    arow[i] = {p_ptr} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
-        f"                for (int j = 0; j < {nr}; j++) bo[j] = koff[q0 + j < {q_n} ? q0 + j : {q_n} - 1];",
+        f"                    arow[i] = {p_ptr} + {poff} + (p0 + i < {p_n} ? p0 + i : {p_n} - 1) * {p_stride};",
+        f"                for (int j = 0; j < {nr}; j++) bo[j] = xb + koff[q0 + j < {q_n} ? q0 + j : {q_n} - 1];",
         f"                vT acc[{mr}][{nr}];",
         f"                vT *pt = part + (t - t0) * {mr * nr};",
         f"                for (int i = 0; i < {mr}; i++)",
@@ -206,6 +246,10 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain) -> list[str]:
     ]
     load = [f"                        for (int i = 0; i < {mr}; i++) a[i] = *(const vT *)(arow[i] + vat[v]);",
             f"                        for (int j = 0; j < {nr}; j++) b[j] = *(const vT *)(xp + voff[v] + bo[j]);"]
+    if rem:  # (the run's last vector partial: its idle lanes zeroed in both)
+        load = [f"                        const vI m = mk[v % {vpr}LL == {vpr - 1}LL];",
+                f"                        for (int i = 0; i < {mr}; i++) a[i] = (vT)((vI)*(const vT *)(arow[i] + vat[v]) & m);",
+                f"                        for (int j = 0; j < {nr}; j++) b[j] = (vT)((vI)*(const vT *)(xp + voff[v] + bo[j]) & m);"]
     lines += [x[4:] for x in load]
     lines += [
         f"                    for (int i = 0; i < {mr}; i++)",
