@@ -1,6 +1,6 @@
 """Convolution training steps: luminal's direct convolution vs its packed implicit GEMM, PyTorch eager and JAX.
 
-Run:  python benchmarks/conv_direct.py [--steps 20] [--only conv3d-16,conv4d-8]
+Run:  python benchmarks/conv_direct.py [--steps 20] [--only conv3d-16,conv4d-8] [--forward]
 
 Each case is one convolution (no bias) and the gradients of ``0.5 * sum(y**2)`` with respect to the weight and the
 input: luminal compiled for ``device="cpu"`` twice in this process (the default, with the direct kernels of
@@ -9,7 +9,8 @@ implicit GEMM and a GEMM + col2im input gradient), PyTorch eager (1-3 spatial di
 ``jax.jit`` of ``jax.value_and_grad`` over ``lax.conv_general_dilated`` (any rank). The steps alternate between
 the frameworks; the table shows each one's minimum in ms (a noisy shared host: minima of interleaved runs compare,
 see kernel_profile.py) and luminal's results are checked against PyTorch's (or JAX's) first. Asserts nothing;
-OPENBLAS_CORETYPE is printed, never changed.
+OPENBLAS_CORETYPE is printed, never changed. The ``dw*`` / ``g4`` cases are grouped convolutions (depthwise:
+groups = channels); ``--forward`` times the convolution alone (inference).
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ import time
 
 import numpy as np
 
-CASES = {  # name: (input shape, out channels, kernel, stride, padding)
+CASES = {  # name: (input shape, out channels, kernel, stride, padding[, groups])
     "conv2d-16": ((16, 16, 32, 32), 32, 3, 1, 1),
     "conv2d-s2": ((16, 16, 32, 32), 32, 3, 2, 1),
     "conv2d-64x24": ((8, 64, 24, 24), 64, 3, 1, 1),   # rows of 24: the packed GEMM (no direct form applies)
     "conv3d-16": ((2, 16, 16, 16, 16), 16, 3, 1, 1),
     "conv3d-64": ((2, 64, 16, 16, 16), 64, 3, 1, 1),
     "conv4d-8": ((2, 8, 8, 8, 8, 16), 16, 3, 1, 1),
+    "dw3-64": ((16, 64, 32, 32), 64, 3, 1, 1, 64),   # depthwise (MobileNet): one GEMM per channel
+    "dw3-s2": ((16, 64, 32, 32), 64, 3, 2, 1, 64),   # its strided downsampling
+    "dw7-96": ((8, 96, 28, 28), 96, 7, 1, 3, 96),    # ConvNeXt's 7x7 depthwise, rows of 28 = 16 + 12
+    "g4-64": ((16, 64, 32, 32), 64, 3, 1, 1, 4),     # 4 groups (ResNeXt-style)
 }
 
 
-def _luminal(shape, cout, k, s, p, xa, wa, direct: bool):
+def _luminal(shape, cout, k, s, p, xa, wa, direct: bool, groups: int = 1, forward: bool = False):
     import luminal as lm
     import luminal.nn.functional as F
     from luminal.training import grad
@@ -42,8 +47,8 @@ def _luminal(shape, cout, k, s, p, xa, wa, direct: bool):
     try:
         cx = lm.Graph()
         x, w = cx.tensor(shape).set(xa), cx.tensor(wa.shape).set(wa)
-        y = getattr(F, f"conv{len(shape) - 2}d")(x, w, stride=s, padding=p)
-        outs = [y] + grad((y * y).sum() * 0.5, [w, x])
+        y = getattr(F, f"conv{len(shape) - 2}d")(x, w, stride=s, padding=p, groups=groups)
+        outs = [y] + ([] if forward else grad((y * y).sum() * 0.5, [w, x]))
         for t in outs:
             t.retrieve()
         cx.compile(device="cpu")
@@ -55,7 +60,7 @@ def _luminal(shape, cout, k, s, p, xa, wa, direct: bool):
     return cx.execute, lambda: [t.data() for t in outs]
 
 
-def _torch(shape, xa, wa, s, p):
+def _torch(shape, xa, wa, s, p, groups=1, forward=False):
     import torch
     conv = getattr(torch.nn.functional, f"conv{len(shape) - 2}d", None)
     if conv is None:
@@ -63,13 +68,16 @@ def _torch(shape, xa, wa, s, p):
     x, w = torch.from_numpy(xa).requires_grad_(), torch.from_numpy(wa).requires_grad_()
 
     def step():
-        y = conv(x, w, stride=s, padding=p)
+        if forward:
+            with torch.no_grad():
+                return [conv(x, w, stride=s, padding=p, groups=groups).numpy()]
+        y = conv(x, w, stride=s, padding=p, groups=groups)
         gw, gx = torch.autograd.grad((y * y).sum() * 0.5, [w, x])
         return [y.detach().numpy(), gw.numpy(), gx.numpy()]
     return step, step
 
 
-def _jax(shape, xa, wa, s, p):
+def _jax(shape, xa, wa, s, p, groups=1, forward=False):
     try:
         import jax
         import jax.numpy as jnp
@@ -78,18 +86,20 @@ def _jax(shape, xa, wa, s, p):
     n = len(shape) - 2
 
     def f(w, x):
-        y = jax.lax.conv_general_dilated(x, w, (s,) * n, [(p, p)] * n)
+        y = jax.lax.conv_general_dilated(x, w, (s,) * n, [(p, p)] * n, feature_group_count=groups)
         return (y * y).sum() * 0.5, y
     vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))
+    fwd = jax.jit(lambda w, x: f(w, x)[1])
     x, w = jnp.asarray(xa), jnp.asarray(wa)
 
     def step():
+        if forward:
+            return (fwd(w, x),)
         (_, y), (gw, gx) = vg(w, x)
         return y, gw, gx
 
     def results():
-        y, gw, gx = step()
-        return [np.asarray(y), np.asarray(gw), np.asarray(gx)]
+        return [np.asarray(a) for a in step()]
     return (lambda: jax.block_until_ready(step())), results
 
 
@@ -97,19 +107,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--only", default="")
+    ap.add_argument("--forward", action="store_true", help="the convolution alone (no gradients)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-    print(f"{'case':14s} {'luminal':>9s} {'packed':>9s} {'torch':>9s} {'jax':>9s}   (min ms per training step)")
+    what = "forward" if args.forward else "training step"
+    print(f"{'case':14s} {'luminal':>9s} {'packed':>9s} {'torch':>9s} {'jax':>9s}   (min ms per {what})")
     names = [c for c in args.only.split(",") if c] or list(CASES)
     for name in names:
-        shape, cout, k, s, p = CASES[name]
+        shape, cout, k, s, p, *g = CASES[name]
+        g = g[0] if g else 1
         rng = np.random.default_rng(0)
         xa = rng.standard_normal(shape).astype(np.float32)
-        wa = (rng.standard_normal((cout, shape[1]) + (k,) * (len(shape) - 2)) * 0.1).astype(np.float32)
-        runs = {"luminal": _luminal(shape, cout, k, s, p, xa, wa, True),
-                "packed": _luminal(shape, cout, k, s, p, xa, wa, False),
-                "torch": _torch(shape, xa, wa, s, p), "jax": _jax(shape, xa, wa, s, p)}
+        wa = (rng.standard_normal((cout, shape[1] // g) + (k,) * (len(shape) - 2)) * 0.1).astype(np.float32)
+        fw = args.forward
+        runs = {"luminal": _luminal(shape, cout, k, s, p, xa, wa, True, g, fw),
+                "packed": _luminal(shape, cout, k, s, p, xa, wa, False, g, fw),
+                "torch": _torch(shape, xa, wa, s, p, g, fw), "jax": _jax(shape, xa, wa, s, p, g, fw)}
         ref_name = "torch" if runs["torch"][0] is not None else "jax"
         runs["luminal"][0]()
         ref = runs[ref_name][1]()

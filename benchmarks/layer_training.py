@@ -10,7 +10,7 @@ luminal's step graph is compiled once for ``device="cpu"``; each model is writte
 LSTM, vocabulary head), a ViT-style patch embedding + encoder layer, a GroupNorm-SiLU-conv block (diffusion
 UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), two strided
 (downsampling) convolutions, a pre-LN encoder layer under a ``sum()`` loss (its upstream gradient
-the constant 1). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
+the constant 1), MobileNetV2's inverted residual and ConvNeXt's block (depthwise convolutions). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
 upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style
 stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per element in the input gradient; now
@@ -95,6 +95,13 @@ CASES = [
     ("conv3d-bn", lambda ns: ns.Sequential(ns.Conv3d(4, 16, 3, padding=1), ns.BatchNorm3d(16), ns.ReLU(),
                                            ns.Conv3d(16, 16, 3, padding=1)),
      lambda y: (y ** 2).mean(), ("f", (2, 4, 16, 16, 16))),
+    ("mbv2-block", lambda ns: ns.Sequential(  # MobileNetV2's inverted residual (without the skip): 1x1, 3x3 depthwise
+        ns.Conv2d(32, 192, 1, bias=False), ns.BatchNorm2d(192), ns.ReLU6(),
+        ns.Conv2d(192, 192, 3, padding=1, groups=192, bias=False), ns.BatchNorm2d(192), ns.ReLU6(),
+        ns.Conv2d(192, 32, 1, bias=False), ns.BatchNorm2d(32)), lambda y: (y ** 2).mean(), ("f", (8, 32, 32, 32))),
+    ("convnext-block", lambda ns: ns.Sequential(  # ConvNeXt's block, norm as GroupNorm(1): 7x7 depthwise, 1x1 MLP
+        ns.Conv2d(96, 96, 7, padding=3, groups=96), ns.GroupNorm(1, 96), ns.Conv2d(96, 384, 1), ns.GELU(),
+        ns.Conv2d(384, 96, 1)), lambda y: (y ** 2).mean(), ("f", (4, 96, 28, 28))),
 ]
 
 

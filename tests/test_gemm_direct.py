@@ -124,12 +124,13 @@ STRIDED = [  # output rows of 16 / 32 / 16: whole vectors in float32 and float64
 @pytest.mark.parametrize("xs,ws,kw", STRIDED)
 def test_strided_conv_reads_the_input_in_phases(monkeypatch, xs, ws, kw, dtype):
     """A stride-s convolution reads every s-th input element along the rows: the copy stores the innermost axis
-    as s phases (element c at (c % s, c // s)), where the reads are contiguous again; forward and weight gradient
-    (its input gradient is nn.conv's zero-interleaved form, not a direct kernel)."""
+    as s phases (element c at (c % s, c // s)), where the reads are contiguous again: forward ("rows") and weight
+    gradient ("dot"). Its input gradient is one stride-1 convolution per phase of the input (nn.conv_grad), each
+    a direct kernel too where its rows apply."""
     cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
     plans = [p for p in _plans(cx) if p is not None]
-    assert {p.mode for p in plans} == {"rows", "dot"}, plans
-    assert {p.phase for p in plans} == {kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]}
+    s = kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]
+    assert {p.mode for p in plans if p.phase == s} == {"rows", "dot"}, plans
     for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
         _close(g, e, dtype)
 
@@ -319,3 +320,61 @@ def test_partial_vectors_of_the_dot_form(monkeypatch, case):
         np.testing.assert_array_equal(np.isinf(g), np.isinf(e))
         fin = np.isfinite(e)
         assert np.max(np.abs(g[fin] - e[fin])) <= 1e-4 * np.max(np.abs(e[fin]))
+
+
+POLYPHASE = [  # (input shape, weight shape, conv kwargs): strided convolutions whose input gradient is per phase
+    ((2, 3, 6, 64), (5, 3, 3, 3), dict(stride=2, padding=1)),                   # phases of 32 rows
+    ((1, 4, 7, 63), (4, 4, 3, 3), dict(stride=2, padding=1)),                   # 32 and 31: uneven phases
+    ((2, 4, 8, 64), (8, 1, 3, 3), dict(stride=2, padding=1, groups=4)),         # grouped (2 outputs per group)
+    ((2, 6, 6, 64), (6, 1, 5, 5), dict(stride=(1, 2), padding=2, groups=6)),   # depthwise 5x5, one axis strided
+    ((2, 4, 8, 64), (6, 4, 1, 1), dict(stride=2)),                              # 1x1 (a shortcut): phases without taps
+    ((1, 3, 6, 96), (4, 3, 3, 4), dict(stride=(2, 3), padding=(0, 2), dilation=(1, 2))),  # dilation 2, stride 3
+    ((1, 2, 4, 6, 64), (3, 2, 3, 3, 3), dict(stride=(1, 2, 2), padding=1)),    # 3-D
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", POLYPHASE)
+def test_strided_input_gradient_by_phases(monkeypatch, xs, ws, kw):
+    """The input gradient of a strided convolution as one stride-1 convolution per phase (nn.conv_grad), against
+    torch in float64: the "conv" gradient rule was registered and its phases ran the direct kernel (but for a 1x1
+    kernel)."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float64", kw, grads=True)
+    assert any(rule[0] == "conv" for rule in cx.grad_rules.values())
+    s = kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]
+    if max(ws[2:]) > 1:  # (a 1x1 kernel's phases are plain GEMMs of the upstream gradient, or zeros)
+        assert any(p.phase == 1 and p.mode == "rows" for p in _plans(cx) if p is not None)
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, "float64")
+    assert s > 1
+
+
+def test_phase_taps_against_enumeration():
+    """conv_grad.phase: for each input position s*i + r, the taps it gives and the upstream positions they read
+    (through the stride-1 convolution it describes) are exactly those of the forward's index map
+    ``input = s*o + d*k - pad``, enumerated, over extents, kernels, strides, dilations and paddings."""
+    from luminal.nn.conv_grad import phase
+
+    for x in (1, 2, 5, 8, 11):
+        for k in (1, 2, 3, 5):
+            for s in (1, 2, 3):
+                for d in (1, 2, 3):
+                    for lo, hi in ((0, 0), (1, 1), (2, 0), (0, 3)):
+                        out = (x + lo + hi - d * (k - 1) - 1) // s + 1
+                        if out < 1:
+                            continue
+                        want = {(s * o + d * j - lo, j, o) for o in range(out) for j in range(k)
+                                if 0 <= s * o + d * j - lo < x}
+                        got = set()
+                        for r in range(s):
+                            p = phase(x, k, s, d, (lo, hi), r)
+                            n = (x - r + s - 1) // s
+                            if p is None:
+                                continue
+                            k0, step, taps, dil, (before, after), n_out = p
+                            assert n_out == n and out + before + after - dil * (taps - 1) == n
+                            for i in range(n):
+                                for m in range(taps):  # flipped tap m reads padded upstream position i + dil * m
+                                    o = i + dil * m - before
+                                    if 0 <= o < out:
+                                        got.add((s * i + r, k0 + step * (taps - 1 - m), o))
+                        assert got == want, (x, k, s, d, lo, hi)

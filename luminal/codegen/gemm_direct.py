@@ -353,6 +353,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         outer *= d
     at = " + ".join(f"{rsp[a]}LL * ((row / {_outer_stride(plan.dims, a)}LL) % {plan.dims[a]}LL + {plan.pads[a][0]})"
                     for a in range(len(plan.dims) - 1)) or "0"
+    # (a copy without a halo, one phase: every element but the slack past it is overwritten)
+    zero_from = plan.padded_size() if ph == 1 and not any(lo or hi for lo, hi in plan.pads) else 0
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows else ("N" if pro.side == "b" else "M")
     other = g.a_pro if pro.side == "b" else g.b_pro
@@ -385,18 +387,23 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"    const int par = !omp_in_parallel() && {nbat}.0 * (double)M * (double)N * (double)K >= "
         "(double)LM_OWN_GEMM_PAR_MACS;",
         "    int err = 0;",
-        f"    memset(xp, 0, (size_t)XP * sizeof({ctype}));",
-        "    #pragma omp parallel for schedule(static) if(par)",
-        f"    for (long long row = 0; row < {outer}LL; row++)",
-        *([f"        memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
+        "    #pragma omp parallel if(par)",
+        "    {",
+        "        #pragma omp for schedule(static)  /* the halo (and the slack past the copy) zeroed in parallel */",
+        f"        for (long long z = {zero_from}LL; z < XP; z += 4096)",
+        f"            memset(xp + z, 0, (size_t)(XP - z < 4096 ? XP - z : 4096) * sizeof({ctype}));",
+        "        #pragma omp for schedule(static)",
+        f"        for (long long row = 0; row < {outer}LL; row++)",
+        *([f"            memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
           if ph == 1 else [
-            f"        for (long long r = 0; r < {ph}; r++) {{  /* phase r: the elements c = r (mod {ph}) */",
-            f"            {ctype} *restrict d = xp + ({at}) + r * {plan.inner()}LL;",
-            f"            const {ctype} *restrict s = {ptr} + row * {inner}LL - {plan.pads[-1][0]};",
-            f"            for (long long c = {plan.pads[-1][0]} + ((r - {plan.pads[-1][0]}) % {ph} + {ph}) % {ph}; "
+            f"            for (long long r = 0; r < {ph}; r++) {{  /* phase r: the elements c = r (mod {ph}) */",
+            f"                {ctype} *restrict d = xp + ({at}) + r * {plan.inner()}LL;",
+            f"                const {ctype} *restrict s = {ptr} + row * {inner}LL - {plan.pads[-1][0]};",
+            f"                for (long long c = {plan.pads[-1][0]} + ((r - {plan.pads[-1][0]}) % {ph} + {ph}) % {ph}; "
             f"c < {plan.pads[-1][0] + inner}; c += {ph})",
-            f"                d[c / {ph}] = s[c];",
-            "        }"]),
+            f"                    d[c / {ph}] = s[c];",
+            "            }"]),
+        "    }",
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
     lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \

@@ -24,11 +24,11 @@ from typing import Sequence
 import numpy as np
 
 from ..amp import autocast_off, lower_precision_dtype, round_to
-from ..codegen.gemm_direct import rows_apply
 from ..hl_ops.binary import _grad_rule
 from ..graph import GraphError
 from ..module import Module, Parameter, bind, check_graph_tensor
 from . import init
+from .conv_grad import rule_applies
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -139,62 +139,16 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     w = weight.reshape((groups, c_out // groups, ck))
     prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
     summed = prod.sum(2)
-    rows, planes = x_in.dims[-1].to_int(), x_in.dims[-2].to_int() if n > 1 else 1
-    if _conv_grad and all(s == 1 for s in stride) and weight.dtype == x_in.dtype and \
-            rows is not None and rows_apply(rows, c_in_g, x_in.dtype, dilation[-1] * (kernel[-1] - 1), planes or 1):
-        # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_input_grad), which
+    if _conv_grad and weight.dtype == x_in.dtype and rule_applies(x_in, weight, stride, dilation, pads, c_in_g):
+        # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_grad.py), which
         # the direct kernel computes in place, rather than a product per window offset summed back by col2im.
         # (On the product itself, (G, C_out/G, N*O): the result below is a view of it, and a rule needs a node.)
-        _grad_rule(summed, "conv", (x_in, weight), (tuple(pads), dilation, groups))
+        _grad_rule(summed, "conv", (x_in, weight), (tuple(pads), dilation, groups, stride))
     out = summed.reshape((groups, c_out // groups, batch) + out_dims)
     out = out.permute([2, 0, 1] + [3 + i for i in range(n)]).reshape((batch, c_out) + out_dims)
     if bias is not None:
         out = out + bias.reshape((c_out,) + (1,) * n)
     return out.squeeze(0) if unbatched else out
-
-
-def _upstream(x, weight, g, pads, dilation):
-    """The upstream gradient ``g`` of a convolution's product (``(G, C_out/G, N * O)``, see :func:`conv_nd`) as
-    ``(N, C_out, *O)``."""
-    n = weight.ndim - 2
-    kernel = tuple(_const(d) for d in weight.dims[2:])
-    out = tuple(x.dims[2 + i] + b + a - d * (k - 1) for i, (k, d, (b, a)) in enumerate(zip(kernel, dilation, pads)))
-    return g.reshape((weight.dims[0], x.dims[0]) + out).permute([1, 0] + list(range(2, 2 + n)))
-
-
-def conv_input_grad(x, weight, g, pads, dilation, groups: int = 1):
-    """The gradient with respect to ``x`` (batched) of the stride-1 ``conv_nd(x, weight, groups=groups)`` padded
-    by ``pads``, for the upstream gradient ``g`` of its product (``(G, C_out/G, N * O)``): the convolution of that
-    gradient, padded by ``dilation * (k - 1)`` less the forward's padding on each side (negative amounts crop),
-    with the spatially flipped kernel, its in and out channels swapped within each group (same groups)."""
-    n = weight.ndim - 2
-    kernel = tuple(_const(d) for d in weight.dims[2:])
-    gp = _upstream(x, weight, g, pads, dilation).pad(
-        [(0, 0), (0, 0)] + [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)])
-    c_out, c_in_g = _const(weight.dims[0]), _const(weight.dims[1])
-    w = weight.reshape((groups, c_out // groups, c_in_g) + kernel).transpose(1, 2)
-    w = w.reshape((groups * c_in_g, c_out // groups) + kernel).flip(tuple(range(2, 2 + n)))
-    return conv_nd(gp, w, None, 1, 0, dilation, groups)
-
-
-def conv_weight_grad(x, weight, g, pads, dilation, groups: int = 1):
-    """The gradient with respect to ``weight`` of the same convolution (see :func:`conv_input_grad`): per group,
-    the windows of the padded input (its im2col, ``(C_in/G * K, N * O)``) contracted with ``g`` over the batch and
-    the output positions."""
-    n = weight.ndim - 2
-    kernel = tuple(_const(d) for d in weight.dims[2:])
-    xw = x.pad([(0, 0), (0, 0)] + list(pads))
-    for i in range(n):
-        xw = xw.pool(2 + 2 * i, kernel[i], 1, dilation[i])
-    # (channels split into (G, C_in/G) first: the im2col's groups and rows are then axes of their own, which a
-    # GEMM reading it through its prologue needs, as in conv_nd)
-    c_in, c_out = _const(x.dims[1]), _const(weight.dims[0])
-    xw = xw.split_dims(1, c_in // groups)
-    o_axes, k_axes = [3 + 2 * i for i in range(n)], [4 + 2 * i for i in range(n)]
-    cols = xw.permute([1, 2] + k_axes + [0] + o_axes)
-    cols = cols.reshape((groups, c_in // groups * _prod(kernel), _prod(tuple(cols.dims[2 + n:]))))
-    gg = g.reshape((groups, c_out // groups, cols.dims[2]))
-    return (gg.unsqueeze(2) * cols.unsqueeze(1)).sum(-1).reshape(tuple(weight.dims))
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

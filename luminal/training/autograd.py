@@ -422,8 +422,8 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: part(0), lambda: part(1)]
         if len(ts) > 2:  # the bias: g summed over the batch and the spatial axes
             rules.append(lambda: g.sum(tuple([0] + list(range(2, g.ndim)))))
-    elif name == "conv":  # a stride-1 convolution: torch's backward, the input's gradient a convolution (nn.conv)
-        from ..nn.conv import conv_input_grad, conv_weight_grad
+    elif name == "conv":  # a convolution: torch's backward, the input's gradient a convolution (nn.conv_grad)
+        from ..nn.conv_grad import conv_input_grad, conv_weight_grad
         rules = [lambda: conv_input_grad(ts[0], ts[1], g, *param), lambda: conv_weight_grad(ts[0], ts[1], g, *param)]
     elif name == "border_pad":  # a reflect / replicate / circular pad: slices of g, not a scatter (nn.functional)
         from ..nn.functional import border_pad_grad
