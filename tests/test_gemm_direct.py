@@ -280,12 +280,13 @@ def test_strided_depthwise_forward(monkeypatch):
 
 @pytest.mark.parametrize("case", ["upstream", "input"])
 def test_partial_vectors_of_the_dot_form(monkeypatch, case):
-    """Weight gradients over rows of 28 (16 + 12 lanes): the dot form's last vector per row reads 4 elements past
-    the row in both operands and zeroes them. A depthwise 7x7 convolution: "upstream": the loss ``sum(y**2)/2``
-    with inf at the first input element of channel 1, so channel 1's upstream gradient starts with inf, which
-    channel 0's last vector reads past its end; "input": a linear loss (finite upstream gradient) and NaN at
-    the last element of a row of channel 2, which the lanes past the row read for the taps that never reach it.
-    The non-finite positions of every gradient are torch's, the rest equal to torch's."""
+    """Weight gradients over rows of 28 (16 + 12 lanes): a dot-form vector that crosses into the next row loads 16
+    elements from the row's place in the copy, of which the last 4 lie past the row, and blends in the next
+    row's. A depthwise 7x7 convolution: "upstream": the loss ``sum(y**2)/2`` with inf at the first input element
+    of channel 1, so channel 1's upstream gradient starts with inf, right after channel 0's; "input": a linear
+    loss (finite upstream gradient) and NaN at the last element of a row of channel 2, which the lanes past the
+    row read for the taps that never reach it. The non-finite positions of every gradient are torch's, the rest
+    equal to torch's."""
     monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
     xs, ws, kw = (1, 3, 5, 28), (3, 1, 7, 7), dict(padding=3, groups=3)
     rng = np.random.default_rng(3)
@@ -378,3 +379,25 @@ def test_phase_taps_against_enumeration():
                                     if 0 <= o < out:
                                         got.add((s * i + r, k0 + step * (taps - 1 - m), o))
                         assert got == want, (x, k, s, d, lo, hi)
+
+
+ACROSS = [  # weight gradients whose rows are not whole vectors: the dot form's vectors cross into the next row
+    ((2, 8, 6, 24), (6, 8, 3, 3), dict(padding=1)),                 # rows of 24 (W4's conv2): 16, then 8 + 8
+    ((1, 4, 5, 12), (3, 4, 3, 3), dict(padding=1)),                 # rows of 12, shorter than a vector
+    ((2, 3, 4, 8), (5, 3, 3, 3), dict(padding=1)),                  # rows of 8: every vector spans two rows
+    ((1, 3, 7, 21), (4, 3, 3, 3), dict(padding=1)),                 # 7 x 21 = 147 per image: a 3-element tail
+    ((2, 2, 9, 40), (3, 2, 3, 3), dict(stride=(1, 2), padding=1)),  # strided: rows of 20 in phases
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", ACROSS)
+def test_dot_form_across_rows(monkeypatch, xs, ws, kw, dtype):
+    """The dot form's vectors are consecutive stretches of the sum; where one crosses from a row of the input
+    into the next, it loads both places and blends them, and the last K % VW products are summed one by one:
+    the weight gradient takes the dot form for these rows and equals torch's (float64 reference)."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw, grads=True)
+    prog = cx.runtime.program
+    assert "dot" in {p.mode for p in (direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)) if p}
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, dtype)

@@ -27,23 +27,25 @@ copy's, term by term. Two forms:
   convolution where this applies): vectors along the output's innermost axis, as above; A is interleaved by
   its own prologue's pack callback when it has one (a transposed, flipped kernel).
 * *dot* (a weight gradient, whose output runs along the kernel's width: 3 of a vector's 16 lanes): vectors along
-  the sum's innermost axis (the input's rows), dot products of the other operand's rows (read in place, or
-  computed into scratch by its pack callback) and the copy's, in 4 x 4 tiles (1 x 9, 1 x 7 for a depthwise
-  convolution's one row per group), their lanes added at the end; K in L1-sized chunks. Runs that end in a
-  partial vector (rows of 28 = 16 + 12) zero its idle lanes in both operands with a bit mask.
+  the sum (consecutive stretches of K; in the copy, along the input's rows), dot products of the other operand's
+  rows (read in place, or computed into scratch by its pack callback) and the copy's, in 4 x 4 tiles (1 x 9,
+  1 x 7 for a depthwise convolution's one row per group), their lanes added at the end; K in L1-sized chunks. A
+  vector that crosses from one row into the next (rows of 24 = 16, then 8 + 8) loads both places in the copy
+  and blends them by a lane mask, so every lane is in use for rows of at least ``VW - gcd(VW, rows)``.
 
 A strided convolution reads every s-th element along the rows: the copy stores the innermost axis as s *phases*
 (element c at ``(c % s, c // s)``), where those reads are contiguous again. Where output rows are not whole
 vectors (24 = 16 + 8), the rows form can run its vectors over whole *padded* rows of the copy, a plane of rows
 (the next output axis) at a time: the positions past a row (its halo, 2 of 26) are computed and dropped when
 stored (``DirectPlan.q2``). Of the forms that apply, the one that leaves the fewest lanes idle is taken: one with
-none idle (rows a multiple of the vector), one with at least ``FULL`` of them in use, or a "rows" form with at
-most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
+none idle (rows a multiple of the vector; the dot form), a "rows" form with at least ``FULL`` of them in use, or
+one with at most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
 of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
-weight gradient's "dot" form over rows of 26 (8 -> 32 channels) 0.75 vs 0.58 ms, so those keep the pack; a
-masked dot form over rows of 28 (FULL): 32 -> 32 channels 2.06-2.07 vs 2.25-2.31 ms per step, a 7x7 depthwise
-convolution of 96 channels 2.6 vs 10.5 ms, where the pack copies 49 times the input.)
+weight gradient's "dot" form over rows of 26 with a partial vector per row (8 -> 32 channels) 0.75 vs 0.58 ms, so
+those keep the pack. The dot form with vectors across rows: W4's conv2 weight gradient (rows of 24) 7.74 vs 8.19
+ms packed; a 7x7 depthwise convolution of 96 channels 2.8 vs 10.5 ms per step, where the pack copies 49 times the
+input.)
 :func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
 fused own GEMM's signature (so the renderer calls it the same way); the prologue search (``search="quick"``) times it as the fused plan. ``LUMINAL_DIRECT_CONV=0`` turns
 the path off.
@@ -62,7 +64,7 @@ from dataclasses import dataclass
 from ..dtype import DType
 from ..shape import to_expr
 from .gemm_config import vector_bytes
-from .gemm_direct_loops import dot_loops, rows_loops, tile
+from .gemm_direct_loops import dot_loops, dot_runs, rows_loops, tile
 from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
@@ -244,7 +246,9 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         # the form whose vectors have the most lanes in use wins (a weight gradient's output runs along the
         # kernel's width, 3: "rows" would idle most lanes, "dot" not)
         lq = kdims[q]
-        use, padded = _lanes(lq, vw)
+        if mode == "dot" and not dot_runs(lq, vw):
+            continue
+        use, padded = (1.0, False) if mode == "dot" else _lanes(lq, vw)  # (the dot form: vectors across runs)
         if mode == "rows" and plan.phase == 1:  # vectors over whole padded rows (output positions past the row
             # computed and dropped): the next output axis, one padded row of the copy per step
             q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps), None)
@@ -276,8 +280,9 @@ def _lanes(rows: int, vw: int, planes: int = 1, halo: int | None = None) -> tupl
 
 def _taken(use: float, mode: str, other: int) -> bool:
     """Whether a form with ``use`` of its lanes in use is taken, ``other`` the rows of the packed / plain operand:
-    whole vectors always, either form from ``FULL`` on; the rows form also from half with at most ``FEW`` rows."""
-    return use == 1 or use >= FULL or mode == "rows" and other <= FEW and use >= 0.5
+    whole vectors always (the dot form has no others), the rows form also from ``FULL`` on, or from half with at
+    most ``FEW`` rows."""
+    return use == 1 or mode == "rows" and (use >= FULL or other <= FEW and use >= 0.5)
 
 
 def _refine(dims, strides, masks, kdims) -> list[int]:
@@ -361,9 +366,9 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     batch = _batch(g, plan, pro, rsp, kdims)
     nbat = batch[0] if batch else 1
     extra = "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(b=nbat, mr=mr, t=ctype) if rows else \
-        f"(size_t)(2 * (K / {lq}LL * {vpr}LL)) * sizeof(long long)" + \
+        f"(size_t)(2 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
         (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
-         if other is not None or lq % vw else "")
+         if other is not None else "")
     lines = [
         f"/* {name}: direct convolution (see luminal/codegen/gemm_direct.py), {plan.mode} form */",
         f"static int {name}(long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,",
@@ -407,7 +412,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
     lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
-        if rows else dot_loops(part, ctype, vw, lq, vpr, base, pro.side, other is not None, batch,
+        if rows else dot_loops(part, ctype, vw, lq, base, pro.side, other is not None, batch,
                                (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
                                (_int(g.dims[-1]), _int(g.dims[-2])))
     lines += ["    return err;", "}"]

@@ -9,6 +9,8 @@ index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from :func:`.gemm_direct
 
 from __future__ import annotations
 
+import math
+
 from ..dtype import DType
 from .gemm_config import _registers, vector_bytes
 
@@ -167,54 +169,66 @@ def dot_tile(p: int, q: int) -> tuple[int, int]:
     return mr, min(range(most, max(1, most // 2) - 1, -1), key=lambda c: -(-q // c) * c)
 
 
-def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain, batch=None, pq=(4, 4)) -> list[str]:
+def dot_runs(lq: int, vw: int) -> bool:
+    """Whether the "dot" form takes runs of ``lq`` elements with ``vw``-lane vectors: every vector of the sum,
+    cut anywhere in a run, then spans at most two runs."""
+    return lq >= 1 and vw - 1 - math.gcd(vw, lq) < lq
+
+
+def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4)) -> list[str]:
     """The "dot" form (a weight gradient: the sum runs along the input's rows): tiles of ``MR`` rows of the plain
-    operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over every vector
-    of K (the plain operand read in place, contiguous along K, or, ``fused_plain``, first computed row-major into
-    scratch by its prologue's pack callback; runs of whole vectors), its lanes added at the end. Each thread takes
-    a contiguous share of the tiles, ordered so that consecutive tiles share their rows of the plain operand, and
-    passes over K in chunks (``DOT_CHUNK_BYTES`` of a tile's ``MR`` plain rows: in L1 while the tiles beside it
-    pass), keeping each tile's vector sums between chunks in a thread-local scratch; the epilogue runs on a tile
-    after its last chunk. ``batch``: as for :func:`rows_loops` (the offset there the plain operand's); ``pq``:
-    the rows of the plain and the window operand (:func:`dot_tile`). Runs that are not whole vectors (rows of
-    28 = 16 + 12) end in a partial vector whose idle lanes are zeroed in both operands (a bit mask: whatever the
-    elements past the run hold, inf or NaN, adds nothing); the plain operand is then copied into scratch (its
-    last vector would read past its end)."""
+    operand x ``NR`` of the window operand (on GEMM ``side``), each a vector accumulator summed over the vectors
+    of K, its lanes added at the end. The plain operand is read in place (contiguous along K) or, ``fused_plain``,
+    first computed row-major into scratch by its prologue's pack callback; its vectors are consecutive stretches
+    of K. In the copy K runs along rows of ``lq`` (the input's rows): a vector that crosses from one run into the
+    next (rows of 28 = 16 + 12 lanes, then 4 + 12 from the next) loads both places and blends them with a lane
+    mask (:func:`dot_runs`: never more than two runs), so no lane idles; the last ``K % VW`` products are summed
+    one by one. Each thread takes a contiguous share of the tiles, ordered so that consecutive tiles share their
+    rows of the plain operand, and passes over K in chunks (``DOT_CHUNK_BYTES`` of a tile's ``MR`` plain rows: in
+    L1 while the tiles beside it pass), keeping each tile's vector sums between chunks in a thread-local scratch;
+    the epilogue runs on a tile after its last chunk. ``batch``: as for :func:`rows_loops` (the offset there the
+    plain operand's); ``pq``: the rows of the plain and the window operand (:func:`dot_tile`)."""
+    if not dot_runs(lq, vw):
+        raise ValueError(f"gemm_direct: the dot form needs runs of at least {vw - math.gcd(vw, lq)} elements")
     nbat, boff, poff = batch or (1, "0", "0")
     mr, nr = dot_tile(*pq)
     chunk = max(16, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * mr))
-    rem = lq % vw
     # P: the plain operand's rows (M or N), Q: the window operand's (the other)
     p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "B", "sbn")
     short = "f32" if ctype == "float" else "f64"
     scratch = []
-    if fused_plain or rem:  # the plain operand through its prologue: its pack callback writes it row-major
-        # (slivers of 1); or copied (runs ending in partial vectors)
-        fill = f"pp->fn(bufs, syms, pp->bi + b, r, 1, 0, K, pm + (b * {p_n} + r) * K, 1)" if fused_plain else \
-            f"memcpy(pm + (b * {p_n} + r) * K, {p_ptr} + {poff} + r * {p_stride}, (size_t)K * sizeof({ctype}))"
-        scratch = [f"    {ctype} *restrict pm = ({ctype} *)(((size_t)(vat + 2 * nvec) + 63) & ~(size_t)63);",
-                   *([f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};"]
-                     if fused_plain else []),
+    if fused_plain:  # the plain operand through its prologue: its pack callback writes it row-major (slivers of 1)
+        scratch = [f"    {ctype} *restrict pm = ({ctype} *)(((size_t)(vl + nvec) + 63) & ~(size_t)63);",
+                   f"    const lm_pro_{short} *pp = (const lm_pro_{short} *)(const void *){p_ptr};",
                    "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
                    f"    for (long long b = 0; b < {nbat}LL; b++)",
-                   f"    for (long long r = 0; r < {p_n}; r++) {fill};"]
+                   f"    for (long long r = 0; r < {p_n}; r++) pp->fn(bufs, syms, pp->bi + b, r, 1, 0, K, "
+                   f"pm + (b * {p_n} + r) * K, 1);"]
         p_ptr, p_stride, poff = "pm", "K", f"b * {p_n} * K"
+    cross = lq % vw != 0  # (vectors that cross into the next run exist)
     itype = "int" if ctype == "float" else "long long"
     masks = [f"    typedef {itype} vI __attribute__((vector_size({vw * (4 if ctype == 'float' else 8)})));",
-             "    vI mk[2];  /* lanes in use: every one, or a partial vector's */",
-             f"    for (int l = 0; l < {vw}; l++) {{ mk[0][l] = -1; mk[1][l] = l < {rem} ? -1 : 0; }}"] if rem else []
+             f"    vI mk[{vw}];  /* mk[L]: the lanes below L */",
+             f"    for (int c = 0; c < {vw}; c++) for (int l = 0; l < {vw}; l++) mk[c][l] = l < c ? -1 : 0;"] \
+        if cross else []
     c_at = "cb[(p0 + i) * N + q0 + j]" if side == "b" else "cb[(q0 + j) * N + p0 + i]"
     p1, q1 = f"p0 + {mr} < {p_n} ? p0 + {mr} : {p_n}", f"q0 + {nr} < {q_n} ? q0 + {nr} : {q_n}"
     epi = f"epi(bufs, syms, p0, {p1}, q0, {q1})" if side == "b" else f"epi(bufs, syms, q0, {q1}, p0, {p1})"
     lines = [
         "    long long *restrict koff = (long long *)rest;",
-        f"    const long long nvec = K / {lq}LL * {vpr}LL;",
-        f"    long long *restrict vat = koff + {q_n}, *restrict voff = vat + nvec;",
+        f"    const long long nvec = K / {vw}LL, rem = K % {vw}LL;",
+        f"    long long *restrict voff = koff + {q_n}, *restrict voff2 = voff + nvec, *restrict toff = voff2 + nvec;",
+        f"    int *restrict vl = (int *)(toff + {vw});",
         f"    for (long long n = 0; n < {q_n}; n++) koff[n] = {part('row', 'n')};",
-        "    for (long long v = 0; v < nvec; v++) {",
-        f"        const long long c = v % {vpr}LL, n0 = v / {vpr}LL * {lq}LL + c * {vw}LL;",
-        "        vat[v] = n0;",
-        f"        voff[v] = {base}LL + c * {vw}LL + {part('k', 'n0')};",
+        "    for (long long v = 0; v < nvec; v++) {  /* where vector v's lanes are in the copy: one run or two */",
+        f"        const long long k0 = v * {vw}LL, c0 = k0 % {lq}LL, k1 = k0 - c0 + {lq}LL;",
+        f"        voff[v] = {base}LL + c0 + {part('k', 'k0')};",
+        f"        vl[v] = {lq}LL - c0 < {vw} ? (int)({lq}LL - c0) : {vw};",
+        f"        voff2[v] = vl[v] < {vw} ? {base}LL + {part('k', 'k1')} - vl[v] : voff[v];",
+        "    }",
+        "    for (long long t = 0; t < rem; t++) {  /* the last K % VW elements, one by one */",
+        f"        const long long k = nvec * {vw}LL + t;",
+        f"        toff[t] = {base}LL + k % {lq}LL + {part('k', 'k')};",
         "    }",
         *scratch,
         *masks,
@@ -224,9 +238,9 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain, batch=None, pq=
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
         f"        const long long t0 = tm * tn * {nbat}LL * id / nt, t1 = tm * tn * {nbat}LL * (id + 1) / nt;",
         "        int terr = 0;",
-        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr}) * sizeof(vT));",
+        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr} + 1) * sizeof(vT));",
         "        if (!part) terr = 3;",
-        f"        for (long long k0 = 0; k0 < nvec && part; k0 += {chunk}) {{",
+        f"        for (long long k0 = 0; k0 < (nvec ? nvec : 1) && part; k0 += {chunk}) {{",
         f"            const long long k1 = k0 + {chunk} < nvec ? k0 + {chunk} : nvec;",
         "            for (long long t = t0; t < t1; t++) {",
         "                const long long b = t / (tm * tn), tt = t % (tm * tn), xb = " + boff + ";",
@@ -243,14 +257,20 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain, batch=None, pq=
         f"                    for (int j = 0; j < {nr}; j++) acc[i][j] = k0 ? pt[i * {nr} + j] : (vT){{0}};",
         "                for (long long v = k0; v < k1; v++) {",
         f"                    vT a[{mr}], b[{nr}];",
+        f"                    for (int i = 0; i < {mr}; i++) a[i] = *(const vT *)(arow[i] + v * {vw}LL);",
     ]
-    load = [f"                        for (int i = 0; i < {mr}; i++) a[i] = *(const vT *)(arow[i] + vat[v]);",
-            f"                        for (int j = 0; j < {nr}; j++) b[j] = *(const vT *)(xp + voff[v] + bo[j]);"]
-    if rem:  # (the run's last vector partial: its idle lanes zeroed in both)
-        load = [f"                        const vI m = mk[v % {vpr}LL == {vpr - 1}LL];",
-                f"                        for (int i = 0; i < {mr}; i++) a[i] = (vT)((vI)*(const vT *)(arow[i] + vat[v]) & m);",
-                f"                        for (int j = 0; j < {nr}; j++) b[j] = (vT)((vI)*(const vT *)(xp + voff[v] + bo[j]) & m);"]
-    lines += [x[4:] for x in load]
+    if cross:
+        lines += [
+            f"                    if (vl[v] == {vw}) {{",
+            f"                        for (int j = 0; j < {nr}; j++) b[j] = *(const vT *)(xp + voff[v] + bo[j]);",
+            "                    } else {  /* the lanes from L on: the next run's start */",
+            "                        const vI m = mk[vl[v]];",
+            f"                        for (int j = 0; j < {nr}; j++)",
+            "                            b[j] = (vT)(((vI)*(const vT *)(xp + voff[v] + bo[j]) & m) |",
+            "                                        ((vI)*(const vT *)(xp + voff2[v] + bo[j]) & ~m));",
+            "                    }"]
+    else:
+        lines += [f"                    for (int j = 0; j < {nr}; j++) b[j] = *(const vT *)(xp + voff[v] + bo[j]);"]
     lines += [
         f"                    for (int i = 0; i < {mr}; i++)",
         f"                        for (int j = 0; j < {nr}; j++) acc[i][j] += a[i] * b[j];",
@@ -264,6 +284,7 @@ def dot_loops(part, ctype, vw, lq, vpr, base, side, fused_plain, batch=None, pq=
         f"                    for (int j = 0; j < {nr} && q0 + j < {q_n}; j++) {{",
         f"                        {ctype} s = 0;",
         f"                        for (int l = 0; l < {vw}; l++) s += acc[i][j][l];",
+        f"                        for (long long u = 0; u < rem; u++) s += arow[i][nvec * {vw}LL + u] * xp[toff[u] + bo[j]];",
         f"                        {c_at} = s;",
         "                    }",
         "                if (epi) {",
