@@ -7,6 +7,8 @@ materialized and on the reference interpreter. The measured choice (``search="qu
 results whichever plan it picks. No timings are asserted.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,8 @@ import torch
 import luminal as lm
 import luminal.nn.functional as F
 from luminal.codegen.gemm import default_config
+from luminal.codegen.gemm_direct import direct_plan
+from luminal.codegen.kernel import GemmKernel
 from luminal.codegen.gemm_prologue import (fuse_prologues, fused_gemm_source, prologue_candidates, split_axes)
 from luminal.runtime import prologue_search
 from luminal.shape import ShapeTracker
@@ -118,6 +122,54 @@ def test_search_choice_gives_equal_results(monkeypatch, tmp_path):
     # the decision is cached: "off" in a new graph takes the same plan without measuring
     cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
     assert cx2.runtime.fused_buffers == cx.runtime.fused_buffers and not cx2.runtime.prologue_timings
+    for a, b in zip(got, got2):
+        _close(a, b.astype(np.float64), "float32")
+
+
+def test_search_measures_direct_against_packed(monkeypatch, tmp_path):
+    """Where a fused GEMM runs the direct convolution, the search also times it packed (the fused own GEMM),
+    checks both against the materialized products and keeps the fastest of the three in the tuning cache."""
+    from luminal.runtime import tuning
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = (2, 8, 10, 32), (16, 8, 3, 3), dict(padding=1)  # rows of 32: the direct kernel applies
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    timings = cx.runtime.prologue_timings
+    both = [m for m in timings.values() if "packed" in m]
+    assert both and all(m["correct"] and m["packed_correct"] and m["packed"] > 0 for m in both)
+    for key, m in timings.items():
+        entry = tuning.lookup_many({key})[key]
+        assert entry["choice"] == min(entry["candidates"], key=entry["candidates"].get)
+        assert set(entry["candidates"]) == {"materialized", "fused"} | ({"packed"} if "packed" in m else set())
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+
+
+def test_packed_choice_is_honoured(monkeypatch, tmp_path):
+    """A measurement in which the packed GEMM wins: its GEMMs are fused but not direct (no direct kernel in the
+    program), the results still torch's, and "off" in a new graph takes the cached choice."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    real = prologue_search.measure_prologue
+
+    def packed_wins(*args, **kw):
+        m = real(*args, **kw)
+        if m is not None and "packed" in m:
+            m["packed"] = 0.0
+        return m
+    monkeypatch.setattr(prologue_search, "measure_prologue", packed_wins)
+    xs, ws, kw = (2, 8, 10, 32), (16, 8, 3, 3), dict(padding=1)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    assert cx.runtime.packed_buffers and cx.runtime.packed_buffers <= cx.runtime.fused_buffers
+    prog = cx.runtime.program
+    packed = [k for k in prog.kernels if isinstance(k, GemmKernel) and not k.direct]
+    # (measured buffers only: under load the 2 s budget may leave others to the default plan)
+    assert packed and all(direct_plan(prog, k) is None for k in packed)
+    assert all(direct_plan(prog, dataclasses.replace(k, direct=True)) is not None for k in packed)
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    monkeypatch.setattr(prologue_search, "measure_prologue", real)
+    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    assert cx2.runtime.packed_buffers == cx.runtime.packed_buffers and not cx2.runtime.prologue_timings
     for a, b in zip(got, got2):
         _close(a, b.astype(np.float64), "float32")
 

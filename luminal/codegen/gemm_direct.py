@@ -140,7 +140,7 @@ def _int(x):
 def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     """The :class:`DirectPlan` of GEMM kernel ``g``, or None when the direct kernel cannot compute it (see the
     module docstring for the conditions)."""
-    if os.environ.get("LUMINAL_DIRECT_CONV", "1") == "0":
+    if os.environ.get("LUMINAL_DIRECT_CONV", "1") == "0" or not g.direct:
         return None
     if g.a_pro is None and g.b_pro is None or g.dtype not in (DType.float32, DType.float64):
         return None

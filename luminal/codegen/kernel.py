@@ -130,6 +130,9 @@ class GemmKernel:
     # bfloat16 only for this GEMM (autocast's operands; see luminal.codegen.gemm_lowp.narrow_operands)
     a_round: object = None
     b_round: object = None
+    # whether the direct convolution may run it where it applies (luminal.codegen.gemm_direct); False where the
+    # measured search found the packed fused GEMM faster (luminal.runtime.prologue_search)
+    direct: bool = True
 
 
 @dataclass

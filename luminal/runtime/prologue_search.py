@@ -7,7 +7,9 @@ GEMM with the operand fused into its packing. It runs on random operands with pe
 timers as ``LUMINAL_PROFILE=1``); a kernel's time is the minimum over rounds of its mean per run.
 **The fused products must match the materialized ones** (OpenBLAS and the own GEMM: error at most 1e-3
 (float32) or 1e-9 (float64) of the largest reference value) **before fusion may win**; it wins when its
-GEMMs take less time than the materializing kernel plus the faster of the materialized GEMMs.
+GEMMs take less time than the materializing kernel plus the faster of the materialized GEMMs. Where a fused
+GEMM runs the direct convolution (:mod:`luminal.codegen.gemm_direct`), the same GEMMs fused but *packed*
+(``GemmKernel.direct=False``) are a third plan, checked and timed alike; the fastest of the three wins.
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
@@ -76,8 +78,11 @@ def _strip(text: str) -> str:
 
 
 def _mini_program(program: Program, buf: int, uses, blas: bool):
-    """The measuring program: ``[materialize, GEMMs (blas), GEMMs (own), GEMMs (fused)]`` with their own outputs;
-    returns ``(program, variants)`` where ``variants[name]`` lists ``(kernel index, out buffer)`` per reader."""
+    """The measuring program: ``[materialize, GEMMs (blas), GEMMs (own), GEMMs (fused)]`` with their own outputs,
+    and ``GEMMs (packed)`` (fused, never the direct convolution) where a fused reader runs the direct
+    convolution (:mod:`luminal.codegen.gemm_direct`); returns ``(program, variants)`` where ``variants[name]``
+    lists ``(kernel index, out buffer)`` per reader."""
+    from ..codegen.gemm_direct import direct_plan
     from ..codegen.values import kernel_buffers
 
     writer = next(k for k in program.kernels if k.out == buf)
@@ -85,12 +90,14 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
     needed = set().union(*[kernel_buffers(k) for k in [writer] + readers])
     base = Program([writer] + readers, {b: program.buffers[b] for b in needed}, [], [], {})
     fused = fuse_prologues(base, {buf})
+    packed = fuse_prologues(base, {buf}, {buf}) if any(
+        direct_plan(fused, g) is not None for g in fused.kernels if isinstance(g, GemmKernel)) else None
     fresh = min([0, *(b for b in program.buffers if isinstance(b, int))]) - 1
     kernels, dims = [writer], {}
     variants: dict[str, list] = {}
-    for name in (["blas"] if blas else []) + ["own", "fused"]:
+    for name in (["blas"] if blas else []) + ["own", "fused"] + (["packed"] if packed else []):
         variants[name] = []
-        for g in (fused.kernels if name == "fused" else readers):
+        for g in {"fused": fused.kernels, "packed": packed.kernels if packed else ()}.get(name, readers):
             dims[fresh] = program.buffers[g.out]
             variants[name].append((len(kernels), fresh))
             kernels.append(dataclasses.replace(g, out=fresh))
@@ -102,7 +109,8 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
 
 def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> dict | None:
     """Seconds per run of ``materialize`` + GEMMs (``blas``, ``own``) and of the ``fused`` GEMMs for removing
-    ``buf``, and whether the fused products matched (``"correct"``); None when a size is unbound."""
+    ``buf`` (and of the ``packed`` ones where the fused ones run the direct convolution), and whether the fused
+    (``"correct"``) and packed (``"packed_correct"``) products matched; None when a size is unbound."""
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
@@ -119,7 +127,7 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     for name, entries in variants.items():
         for i, _ in entries:
             g = mini.kernels[i]
-            if name == "fused":
+            if name in ("fused", "packed"):
                 fa, fb = g.a_pro is not None, g.b_pro is not None
                 fcfg = fused_config(g)
                 fn = fused_name(function_name("own:" + fcfg.tag(), dtype), fa, fb)
@@ -157,16 +165,18 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     first = time.perf_counter() - t0
     out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
     tol = 1e-3 if dtype == "float32" else 1e-9
-    correct = True
-    for j, (_, fo) in enumerate(variants["fused"]):
-        got = out_of[fo]
-        for name in variants:
-            if name == "fused":
-                continue
-            ref = out_of[variants[name][j][1]]
-            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-            if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
-                correct = False
+    fits = {}  # fused / packed: every product within tol of both materialized ones
+    for kind in [v for v in ("fused", "packed") if v in variants]:
+        fits[kind] = True
+        for j, (_, fo) in enumerate(variants[kind]):
+            got = out_of[fo]
+            for name in variants:
+                if name in ("fused", "packed"):
+                    continue
+                ref = out_of[variants[name][j][1]]
+                scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+                if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
+                    fits[kind] = False
     reps = max(1, int(ROUND_S / max(first, 1e-6)))
     best = None
     for _ in range(ROUNDS):
@@ -177,17 +187,19 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
         best = per if best is None else np.minimum(best, per)
     t_mat = float(best[0])
     times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
-    materialized = t_mat + min(t for name, t in times.items() if name != "fused")
+    materialized = t_mat + min(t for name, t in times.items() if name not in ("fused", "packed"))
     each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
-    return {"materialize": t_mat, **times, "materialized": materialized, "correct": correct, **each}
+    return {"materialize": t_mat, **times, "materialized": materialized, "correct": fits["fused"],
+            **({"packed_correct": fits["packed"]} if "packed" in fits else {}), **each}
 
 
 def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
                      budget_s: float | None = None):
-    """The buffers of ``program`` to fuse (see the module docstring) and the measurements made:
-    ``(set of buffers, {cache key: measurement})``. Measuring (``level`` ``"quick"``/``"full"``) stops once
-    ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers not
-    measured then get the unmeasured default (not cached)."""
+    """The buffers of ``program`` to fuse (see the module docstring), the measurements made and the fused
+    buffers whose GEMMs pack them although the direct convolution applies (measured faster):
+    ``(set of buffers, {cache key: measurement}, set of buffers)``. Measuring (``level`` ``"quick"``/``"full"``)
+    stops once ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers
+    not measured then get the unmeasured default (not cached)."""
     from . import tuning
     from .search import DEFAULT_BUDGET
 
@@ -197,17 +209,17 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     mode = forced_mode()
     cands = prologue_candidates(program)
     if not cands or mode == "materialized":
-        return set(), {}
+        return set(), {}, set()
     for dtype in {program.kernels[uses[0][0]].dtype.value for uses in cands.values()}:
         if not _renders(dtype):
             warnings.warn("the own GEMM's template has no pack call to replace: GEMM operands stay materialized",
                           stacklevel=3)
-            return set(), {}
+            return set(), {}, set()
     if mode == "fused":
-        return set(cands), {}
+        return set(cands), {}, set()
     keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
     cached = tuning.lookup_many(set(keys.values()))
-    chosen, report = set(), {}
+    chosen, report, packed = set(), {}, set()
 
     def work(item):  # the hottest copies are measured first (as GEMMs in the GEMM search)
         total = 0
@@ -221,10 +233,12 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
 
     for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
-        if entry is not None and entry.get("choice") in ("fused", "materialized") and \
+        if entry is not None and entry.get("choice") in ("fused", "packed", "materialized") and \
                 (level in ("off", "background", "quick") or entry.get("level") == "full"):
-            if entry["choice"] == "fused":
+            if entry["choice"] != "materialized":
                 chosen.add(buf)
+            if entry["choice"] == "packed":
+                packed.add(buf)
             continue
         if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
@@ -240,14 +254,19 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         report[keys[buf]] = m
         if not m["correct"]:
             warnings.warn(f"search: the fused prologue gave a wrong result for {keys[buf]}; not used", stacklevel=2)
-        win = m["correct"] and m["fused"] < m["materialized"]
-        if win:
+        # the fastest of: materialized, fused (the direct convolution where it applies), packed (fused, no
+        # direct convolution); a fused form only where its products matched
+        times = {"materialized": m["materialized"], **({"fused": m["fused"]} if m["correct"] else {}),
+                 **({"packed": m["packed"]} if m.get("packed_correct") else {})}
+        choice = min(times, key=times.get)
+        if choice != "materialized":
             chosen.add(buf)
+        if choice == "packed":
+            packed.add(buf)
         if store and m["correct"]:
-            tuning.store(keys[buf], {"choice": "fused" if win else "materialized",
-                                     "seconds": m["fused"] if win else m["materialized"], "level": level,
-                                     "candidates": {"fused": m["fused"], "materialized": m["materialized"]}})
-    return chosen, report
+            tuning.store(keys[buf], {"choice": choice, "seconds": times[choice], "level": level,
+                                     "candidates": times})
+    return chosen, report, packed
 
 
 def fused_config(g: GemmKernel):
