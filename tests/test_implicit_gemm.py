@@ -294,3 +294,27 @@ def test_fused_small_m_configuration(monkeypatch, out_ch, dtype):
     assert any(k.dims[-2].to_int() == out_ch for k in fused)
     for g, e in zip(got, _torch(xa, wa, kw)):
         _close(g, e, dtype)
+
+
+def test_measured_plans_of_a_small_cnn(monkeypatch):
+    """Every fusable copy of a W4-like training step (two valid 3x3 convolutions, ReLUs, max pooling, a linear
+    head; the parameters' gradients) measured in its own small program, where the other operand of its GEMMs
+    stays materialized (here a weight gradient reads the upstream gradient's permuted copy in place as A, its
+    plain B the stored im2col): the fused (direct) and the packed products equal the materialized ones."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "materialized")
+    rng = np.random.default_rng(4)
+    cx = lm.Graph()
+    x = cx.tensor((4, 1, 20, 20)).set(rng.standard_normal((4, 1, 20, 20)).astype(np.float32))
+    model = lm.nn.Sequential(lm.nn.Conv2d(1, 8, 3), lm.nn.ReLU(), lm.nn.Conv2d(8, 16, 3), lm.nn.ReLU(),
+                             lm.nn.MaxPool2d(2), lm.nn.Flatten(), lm.nn.Linear(16 * 8 * 8, 10))
+    y = model(x)
+    for t in grad((y * y).mean(), list(model.parameters())):
+        t.retrieve()
+    cx.compile(device="cpu")
+    program = cx.runtime.program
+    packed = 0
+    for buf, uses in prologue_candidates(program).items():
+        m = prologue_search.measure_prologue(program, buf, uses, {}, cx.runtime.blas)
+        assert m["correct"] is True and m.get("packed_correct", True) is True
+        packed += "packed" in m
+    assert packed

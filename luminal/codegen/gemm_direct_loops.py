@@ -194,7 +194,7 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
     mr, nr = dot_tile(*pq)
     chunk = max(16, DOT_CHUNK_BYTES // (vw * (4 if ctype == "float" else 8) * mr))
     # P: the plain operand's rows (M or N), Q: the window operand's (the other)
-    p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "B", "sbn")
+    p_n, q_n, p_ptr, p_stride = ("M", "N", "A", "sam") if side == "b" else ("N", "M", "Bpro", "sbn")
     short = "f32" if ctype == "float" else "f64"
     scratch = []
     if fused_plain:  # the plain operand through its prologue: its pack callback writes it row-major (slivers of 1)
