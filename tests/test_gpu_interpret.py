@@ -320,6 +320,27 @@ def test_matmul_layouts_batches_and_transposes():
     compare(make, [(a_np, b_np, w_np)], **CHAIN)
 
 
+def test_conv_gradient_rule_forms():
+    """The graphs of nn.conv's "conv" gradient rule (luminal/nn/conv_grad.py: a grouped convolution's input
+    gradient a grouped convolution, a strided one's one convolution per input phase) through the Triton
+    kernels, against the reference interpreter: depthwise, 2 groups, strided, strided depthwise."""
+    import luminal.nn.functional as F
+    from luminal.training import grad
+
+    cases = [((2, 4, 6, 32), (4, 1, 3, 3), dict(padding=1, groups=4)),
+             ((2, 4, 6, 32), (8, 2, 3, 3), dict(padding=1, groups=2)),
+             ((1, 3, 6, 32), (4, 3, 3, 3), dict(stride=2, padding=1)),
+             ((1, 4, 5, 32), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4))]
+    for k, (xs, ws, kw) in enumerate(cases):
+        def make(cx, xs=xs, ws=ws, kw=kw):
+            x, w = cx.tensor(xs), cx.tensor(ws)
+            y = F.conv2d(x, w, **kw)
+            assert any(rule[0] == "conv" for rule in cx.grad_rules.values())
+            return [x, w], [y] + grad((y * y).sum() * 0.5, [x, w])
+
+        compare(make, [(rand(xs, k), rand(ws, 10 + k))], rtol=1e-4, atol=1e-3)
+
+
 def test_matmul_symbolic_sizes_larger_than_a_tile_and_float64():
     def make(cx):
         x, w = cx.tensor(("m", 70)), cx.tensor((70, 90))
