@@ -366,7 +366,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     batch = _batch(g, plan, pro, rsp, kdims)
     nbat = batch[0] if batch else 1
     extra = "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(b=nbat, mr=mr, t=ctype) if rows else \
-        f"(size_t)(2 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
+        f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
         (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
          if other is not None else "")
     lines = [
