@@ -10,7 +10,8 @@ luminal's step graph is compiled once for ``device="cpu"``; each model is writte
 LSTM, vocabulary head), a ViT-style patch embedding + encoder layer, a GroupNorm-SiLU-conv block (diffusion
 UNets), top-k over a 5000-wide linear layer, two strided transposed convolutions (a GAN generator), two strided
 (downsampling) convolutions, a pre-LN encoder layer under a ``sum()`` loss (its upstream gradient
-the constant 1), MobileNetV2's inverted residual and ConvNeXt's block (depthwise convolutions). ``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
+the constant 1), MobileNetV2's inverted residual and ConvNeXt's block (depthwise convolutions).
+``ratio`` = luminal / torch (below 1: luminal faster). Found with it:
 upsampling's gradient at 2-3x torch's time (a one-hot), now 0.55-0.72x; the encoder under ``sum()`` at 3.7x (its
 weight gradients summed as generic reductions: the e-graph's ``gemm`` ruleset keeps them GEMMs); a DCGAN-style
 stack of strided ``ConvTranspose2d`` at 120x (a gather of 256 candidates per element in the input gradient; now

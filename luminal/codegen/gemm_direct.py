@@ -39,11 +39,11 @@ vectors (24 = 16 + 8), the rows form can run its vectors over whole *padded* row
 (the next output axis) at a time: the positions past a row (its halo, 2 of 26) are computed and dropped when
 stored (``DirectPlan.q2``). Of the forms that apply, the one that leaves the fewest lanes idle is taken: one with
 none idle (rows a multiple of the vector; the dot form), a "rows" form with at least ``FULL`` of them in use, or
-one with at most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512, one training step
-of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64 on 16^3 volumes 19.6
-vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes, 8.8 vs 4.9, and a
-weight gradient's "dot" form over rows of 26 with a partial vector per row (8 -> 32 channels) 0.75 vs 0.58 ms, so
-those keep the pack. The dot form with vectors across rows: W4's conv2 weight gradient (rows of 24) 7.74 vs 8.19
+one with at most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512,
+one training step of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64
+on 16^3 volumes 19.6 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes,
+8.8 vs 4.9, and a weight gradient's "dot" form over rows of 26 with a partial vector per row (8 -> 32 channels)
+0.75 vs 0.58 ms, so those keep the pack. The dot form with vectors across rows: W4's conv2 weight gradient (rows of 24) 7.74 vs 8.19
 ms packed; a 7x7 depthwise convolution of 96 channels 2.8 vs 10.5 ms per step, where the pack copies 49 times the
 input.)
 :func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
@@ -191,7 +191,8 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if not axes or step <= 0:
             return None
         steps[d] = (axes[0], step)
-        if pro.axes[d] is not None and pro.axes[d][0] not in ("row", "k") and (j is not None or axes[0] == len(dims) - 1):
+        if pro.axes[d] is not None and pro.axes[d][0] not in ("row", "k") and (
+                j is not None or axes[0] == len(dims) - 1):
             return None  # (a batch index, a group of channels: unmasked, never along the rows vectors run over)
     # each mask bounds exactly the axis its variables move along, and every variable on that axis
     masked = {}

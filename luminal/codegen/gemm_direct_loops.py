@@ -93,7 +93,8 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
                   f"    for (long long b = 0; b < {nbat}LL; b++)",
                   "    for (long long mb = 0; mb < MB; mb++)",
-                  f"        pa->fn(bufs, syms, pa->bi + b, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, 0, K, "
+                  f"        pa->fn(bufs, syms, pa->bi + b, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, "
+                  "0, K, "
                   f"ap + (b * MB + mb) * K * {mr}, {mr});"]
     else:
         a_pack = [f"    for (long long b = 0; b < {nbat}LL; b++)",
@@ -115,7 +116,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         "        const long long t0 = nall * id / nt, t1 = nall * (id + 1) / nt;",
         "        int terr = 0;",
         f"        for (long long c0 = t0, c1; c0 < t1; c0 = c1) {{",
-        f"            const long long b = c0 / ntile, bend = (b + 1) * ntile;  /* (a chunk within one batch element) */",
+        "            const long long b = c0 / ntile, bend = (b + 1) * ntile;  /* (a chunk in one batch element) */",
         f"            c1 = c0 + {ROWS_CHUNK} < t1 ? c0 + {ROWS_CHUNK} : t1;",
         "            if (c1 > bend) c1 = bend;",
         f"            const long long xb = {boff};",
@@ -240,7 +241,8 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
         f"        const long long t0 = tm * tn * {nbat}LL * id / nt, t1 = tm * tn * {nbat}LL * (id + 1) / nt;",
         "        int terr = 0;",
-        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr} + 1) * sizeof(vT));",
+        f"        vT *part = (vT *)lm_og_grow(&lm_dc_part, &lm_dc_pcap, (size_t)((t1 - t0) * {mr * nr} + 1) * "
+        "sizeof(vT));",
         "        if (!part) terr = 3;",
         f"        for (long long k0 = 0; k0 < (nvec ? nvec : 1) && part; k0 += {chunk}) {{",
         f"            const long long k1 = k0 + {chunk} < nvec ? k0 + {chunk} : nvec;",
@@ -286,7 +288,8 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
         f"                    for (int j = 0; j < {nr} && q0 + j < {q_n}; j++) {{",
         f"                        {ctype} s = 0;",
         f"                        for (int l = 0; l < {vw}; l++) s += acc[i][j][l];",
-        f"                        for (long long u = 0; u < rem; u++) s += arow[i][nvec * {vw}LL + u] * xp[toff[u] + bo[j]];",
+        f"                        for (long long u = 0; u < rem; u++) s += arow[i][nvec * {vw}LL + u] * "
+        "xp[toff[u] + bo[j]];",
         f"                        {c_at} = s;",
         "                    }",
         "                if (epi) {",

@@ -68,7 +68,8 @@ def rule_applies(x, weight, stride, dilation, pads, c_in_g: int) -> bool:
     sizes = [d.to_int() for d in x.dims[2:]]
     if None in sizes or any(xs < s for xs, s in zip(sizes, stride)):
         return False
-    axes = [[phase(xs, k, s, d, p, r) for r in range(s)] for xs, k, s, d, p in zip(sizes, kernel, stride, dilation, pads)]
+    axes = [[phase(xs, k, s, d, p, r) for r in range(s)]
+            for xs, k, s, d, p in zip(sizes, kernel, stride, dilation, pads)]
     for last in axes[-1]:
         if last is None:
             continue
