@@ -44,7 +44,7 @@ one training step of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms
 on 16^3 volumes 19.6 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes,
 8.8 vs 4.9, and a weight gradient's "dot" form over rows of 26 with a partial vector per row (8 -> 32 channels)
 0.75 vs 0.58 ms, so those keep the pack. The dot form with vectors across rows: W4's conv2 weight gradient (rows of
-24) 7.74 vs 8.19 ms packed; a 7x7 depthwise convolution of 96 channels 2.8 vs 10.5 ms per step, where the pack
+24) 7.7-8.5 vs 8.2 ms packed (at par); a 7x7 depthwise convolution of 96 channels 2.8 vs 10.5 ms per step, where the pack
 copies 49 times the input.)
 :func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
 fused own GEMM's signature (so the renderer calls it the same way); the prologue search (``search="quick"``)
