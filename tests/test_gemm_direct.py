@@ -401,3 +401,42 @@ def test_dot_form_across_rows(monkeypatch, xs, ws, kw, dtype):
     assert "dot" in {p.mode for p in (direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)) if p}
     for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
         _close(g, e, dtype)
+
+
+SANITIZER_SCRIPT = r"""
+import numpy as np, luminal as lm
+import luminal.nn.functional as F
+from luminal.training import grad
+cases = [((2, 4, 6, 32), (4, 1, 3, 3), dict(padding=1, groups=4)),       # depthwise (batched rows + dot)
+         ((1, 6, 5, 28), (6, 1, 7, 7), dict(padding=3, groups=6)),       # 7x7, dot vectors across rows
+         ((2, 3, 5, 24), (5, 3, 3, 3), dict(padding=1)),                 # rows of 24
+         ((1, 3, 6, 32), (4, 3, 3, 3), dict(stride=2, padding=1)),       # phases (forward, input gradient)
+         ((1, 2, 4, 21), (3, 2, 3, 3), dict(padding=1))]                 # a K tail in the dot form
+rng = np.random.default_rng(0)
+for xs, ws, kw in cases:
+    xa, wa = rng.standard_normal(xs), rng.standard_normal(ws)
+    outs = []
+    for dev in ("reference", "cpu"):
+        cx = lm.Graph()
+        x, w = cx.tensor(xs).set(xa.astype(np.float32)), cx.tensor(ws).set(wa.astype(np.float32))
+        y = F.conv2d(x, w, **kw)
+        ts = [y] + grad((y * y).sum() * 0.5, [x, w])
+        for t in ts:
+            t.retrieve()
+        cx.compile(device=dev)
+        cx.execute()
+        if dev == "cpu":
+            assert "direct convolution (see" in cx.runtime.source
+        outs.append([t.data() for t in ts])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-3 * np.abs(a).max())
+print("SANITIZED-OK")
+"""
+
+
+def test_direct_kernels_under_address_and_undefined_sanitizers(tmp_path, monkeypatch):
+    """The direct kernels (batched groups, vectors across rows, phases, a K tail) in a build with AddressSanitizer
+    and UBSan (exact-size scratch buffers), forward and gradients against the reference interpreter."""
+    from hl_helpers import run_sanitized
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", extra_cflags="-DLM_OWN_GEMM_EXACT_BUFFERS")
