@@ -33,6 +33,7 @@ CASES = {  # name: (input shape, out channels, kernel, stride, padding[, groups]
     "dw3-s2": ((16, 64, 32, 32), 64, 3, 2, 1, 64),   # its strided downsampling
     "dw7-96": ((8, 96, 28, 28), 96, 7, 1, 3, 96),    # ConvNeXt's 7x7 depthwise, rows of 28 = 16 + 12
     "g4-64": ((16, 64, 32, 32), 64, 3, 1, 1, 4),     # 4 groups (ResNeXt-style)
+    "dw1d-512": ((4, 512, 2048), 512, 7, 1, 3, 512),  # 1-D depthwise over long sequences (audio, state-space models)
 }
 
 
