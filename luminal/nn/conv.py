@@ -28,7 +28,6 @@ from ..hl_ops.binary import _grad_rule
 from ..graph import GraphError
 from ..module import Module, Parameter, bind, check_graph_tensor
 from . import init
-from .conv_grad import rule_applies
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -139,6 +138,7 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     w = weight.reshape((groups, c_out // groups, ck))
     prod = cols.unsqueeze(1) * w.unsqueeze(-1)   # (G, C_out/G, CK, N*O)
     summed = prod.sum(2)
+    from .conv_grad import rule_applies  # (conv_grad builds on this module)
     if _conv_grad and weight.dtype == x_in.dtype and rule_applies(x_in, weight, stride, dilation, pads, c_in_g):
         # PyTorch's backward: the input's gradient a convolution of the upstream gradient (conv_grad.py), which
         # the direct kernel computes in place, rather than a product per window offset summed back by col2im.

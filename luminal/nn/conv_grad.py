@@ -23,18 +23,8 @@ import itertools
 import math
 
 from ..codegen.gemm_direct import rows_apply
-
-
-def _const(d) -> int:
-    from .conv import _const as const
-    return const(d)
-
-
-def _prod(values):
-    out = 1
-    for v in values:
-        out = out * v
-    return out
+from ..hl_ops.movement import stack
+from .conv import _const, _prod
 
 
 def phase(x: int, k: int, s: int, d: int, pads: tuple[int, int], r: int):
@@ -113,15 +103,14 @@ def conv_input_grad(x, weight, g, pads, dilation, groups: int = 1, stride=None):
     for rs in itertools.product(*(range(s) for s in stride)):
         ph = [phase(xs, k, s, d, p, r) for xs, k, s, d, p, r in zip(sizes, kernel, stride, dilation, pads, rs)]
         if any(p is None for p in ph):  # no tap reaches these positions: their gradient is 0
-            part = x.graph.zeros((x.dims[0], x.dims[1]) + tuple(p[5] if p else -(-(xs - r) // s) for p, xs, s, r in
-                                                                 zip(ph, sizes, stride, rs)), x.dtype)
+            part = x.graph.zeros((x.dims[0], x.dims[1]) + tuple(-(-(xs - r) // s) for xs, s, r in
+                                                                 zip(sizes, stride, rs)), x.dtype)
         else:
             sub = w[(slice(None), slice(None)) + tuple(slice(p[0], k, p[1]) for p, k in zip(ph, kernel))]
             gp = gu.pad([(0, 0), (0, 0)] + [p[4] for p in ph])
             part = conv_nd(gp, sub.flip(flip), None, 1, 0, tuple(p[3] for p in ph), groups)
         # each phase padded to the longest (ceil(x / s) positions), then all interleaved: (N, C, L1, s1, ...)
         parts.append(part.pad([(0, 0), (0, 0)] + [(0, m - part.dims[2 + i].to_int()) for i, m in enumerate(longest)]))
-    from ..hl_ops.movement import stack
     out = stack(parts, 0).reshape(tuple(stride) + (x.dims[0], x.dims[1]) + tuple(longest))
     out = out.permute([n, n + 1] + [a for i in range(n) for a in (n + 2 + i, i)])
     out = out.reshape((x.dims[0], x.dims[1]) + tuple(m * s for m, s in zip(longest, stride)))
