@@ -1,6 +1,6 @@
 """Convolution training steps: luminal's direct convolution vs its packed implicit GEMM, PyTorch eager and JAX.
 
-Run:  python benchmarks/conv_direct.py [--steps 20] [--only conv3d-16,conv4d-8] [--forward]
+Run:  python benchmarks/conv_direct.py [--steps 20] [--only conv3d-16,conv4d-8] [--forward] [--symbolic]
 
 Each case is one convolution (no bias) and the gradients of ``0.5 * sum(y**2)`` with respect to the weight and the
 input: luminal compiled for ``device="cpu"`` twice in this process (the default, with the direct kernels of
@@ -10,7 +10,8 @@ implicit GEMM and a GEMM + col2im input gradient), PyTorch eager (1-3 spatial di
 the frameworks; the table shows each one's minimum in ms (a noisy shared host: minima of interleaved runs compare,
 see kernel_profile.py) and luminal's results are checked against PyTorch's (or JAX's) first. Asserts nothing;
 OPENBLAS_CORETYPE is printed, never changed. The ``dw*`` / ``g4`` cases are grouped convolutions (depthwise:
-groups = channels); ``--forward`` times the convolution alone (inference).
+groups = channels); ``--forward`` times the convolution alone (inference); ``--symbolic`` adds a column: luminal's
+graph built over ``("batch", C, ...)`` (a symbolic batch, bound by ``set()``), compiled once.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ CASES = {  # name: (input shape, out channels, kernel, stride, padding[, groups]
 }
 
 
-def _luminal(shape, cout, k, s, p, xa, wa, direct: bool, groups: int = 1, forward: bool = False):
+def _luminal(shape, cout, k, s, p, xa, wa, direct: bool, groups: int = 1, forward: bool = False,
+             symbolic: bool = False):
     import luminal as lm
     import luminal.nn.functional as F
     from luminal.training import grad
@@ -47,7 +49,8 @@ def _luminal(shape, cout, k, s, p, xa, wa, direct: bool, groups: int = 1, forwar
         os.environ["LUMINAL_DIRECT_CONV"] = "0"
     try:
         cx = lm.Graph()
-        x, w = cx.tensor(shape).set(xa), cx.tensor(wa.shape).set(wa)
+        x = cx.tensor(("batch",) + tuple(shape[1:]) if symbolic else shape).set(xa)
+        w = cx.tensor(wa.shape).set(wa)
         y = getattr(F, f"conv{len(shape) - 2}d")(x, w, stride=s, padding=p, groups=groups)
         outs = [y] + ([] if forward else grad((y * y).sum() * 0.5, [w, x]))
         for t in outs:
@@ -109,11 +112,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--only", default="")
     ap.add_argument("--forward", action="store_true", help="the convolution alone (no gradients)")
+    ap.add_argument("--symbolic", action="store_true", help="also luminal over a symbolic batch")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     what = "forward" if args.forward else "training step"
-    print(f"{'case':14s} {'luminal':>9s} {'packed':>9s} {'torch':>9s} {'jax':>9s}   (min ms per {what})")
+    cols = ["luminal"] + (["symbolic"] if args.symbolic else []) + ["packed", "torch", "jax"]
+    print(f"{'case':14s} " + " ".join(f"{c:>9s}" for c in cols) + f"   (min ms per {what})")
     names = [c for c in args.only.split(",") if c] or list(CASES)
     for name in names:
         shape, cout, k, s, p, *g = CASES[name]
@@ -123,15 +128,20 @@ def main() -> None:
         wa = (rng.standard_normal((cout, shape[1] // g) + (k,) * (len(shape) - 2)) * 0.1).astype(np.float32)
         fw = args.forward
         runs = {"luminal": _luminal(shape, cout, k, s, p, xa, wa, True, g, fw),
+                **({"symbolic": _luminal(shape, cout, k, s, p, xa, wa, True, g, fw, True)} if args.symbolic else {}),
                 "packed": _luminal(shape, cout, k, s, p, xa, wa, False, g, fw),
                 "torch": _torch(shape, xa, wa, s, p, g, fw), "jax": _jax(shape, xa, wa, s, p, g, fw)}
         ref_name = "torch" if runs["torch"][0] is not None else "jax"
-        runs["luminal"][0]()
-        ref = runs[ref_name][1]()
-        for got, want in zip(runs["luminal"][1](), ref):
-            err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
-            if err > 1e-3:
-                print(f"  {name}: luminal differs from {ref_name} by {err:.2e} of the largest value")
+        ref = runs[ref_name][1]() if ref_name == "torch" else None
+        for mine in [c for c in ("luminal", "symbolic") if c in runs]:
+            runs[mine][0]()
+            if ref is None:
+                runs[ref_name][0]()
+                ref = runs[ref_name][1]()
+            for got, want in zip(runs[mine][1](), ref):
+                err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
+                if err > 1e-3:
+                    print(f"  {name}: {mine} differs from {ref_name} by {err:.2e} of the largest value")
         times = {f: [] for f, (fn, _) in runs.items() if fn is not None}
         for f in times:  # warm-up (JAX compiles here)
             runs[f][0]()
@@ -141,7 +151,7 @@ def main() -> None:
                 runs[f][0]()
                 times[f].append(time.perf_counter() - t)
         cell = {f: f"{min(v) * 1e3:9.2f}" for f, v in times.items()}
-        print(f"{name:14s} " + " ".join(cell.get(f, f"{'-':>9s}") for f in ("luminal", "packed", "torch", "jax")))
+        print(f"{name:14s} " + " ".join(cell.get(f, f"{'-':>9s}") for f in cols))
 
 
 if __name__ == "__main__":

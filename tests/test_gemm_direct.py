@@ -430,6 +430,33 @@ for xs, ws, kw in cases:
         outs.append([t.data() for t in ts])
     for a, b in zip(*outs):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-3 * np.abs(a).max())
+# a symbolic batch (the copy's size, its rows and the batch coordinates run-time values), run at two batch sizes
+cx = lm.Graph()
+x = cx.tensor(("batch", 4, 6, 20))
+ws = [cx.tensor(s) for s in ((8, 4, 3, 3), (8, 1, 3, 3), (6, 8, 3, 3))]
+wa = [rng.standard_normal(w.shape).astype(np.float32) for w in ws]
+for w, a in zip(ws, wa):
+    w.set(a)
+y = F.conv2d(F.conv2d(F.conv2d(x, ws[0], padding=1), ws[1], padding=1, groups=8), ws[2], stride=2, padding=1)
+ts = [y] + grad((y * y).sum() * 0.5, [x] + ws)
+for t in ts:
+    t.retrieve()
+cx.compile(device="cpu")
+assert cx.runtime.source.count("direct convolution (see") >= 6
+for n in (3, 1):
+    xa = rng.standard_normal((n, 4, 6, 20)).astype(np.float32)
+    x.set(xa)
+    cx.execute()
+    got = [t.data() for t in ts]
+    rx = lm.Graph()
+    x2, w2 = rx.tensor(xa.shape).set(xa), [rx.tensor(a.shape).set(a) for a in wa]
+    y2 = F.conv2d(F.conv2d(F.conv2d(x2, w2[0], padding=1), w2[1], padding=1, groups=8), w2[2], stride=2, padding=1)
+    r2 = [y2] + grad((y2 * y2).sum() * 0.5, [x2] + w2)
+    for t in r2:
+        t.retrieve()
+    rx.execute()
+    for a, b in zip([t.data() for t in r2], got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-3 * np.abs(a).max())
 print("SANITIZED-OK")
 """
 
@@ -440,3 +467,47 @@ def test_direct_kernels_under_address_and_undefined_sanitizers(tmp_path, monkeyp
     from hl_helpers import run_sanitized
     monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
     run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", extra_cflags="-DLM_OWN_GEMM_EXACT_BUFFERS")
+
+
+SYMBOLIC = [  # (input shape after the batch, weight shape, conv kwargs)
+    ((4, 10, 20), (8, 4, 3, 3), dict(padding=1)),                  # rows form, weight gradient's dot form
+    ((8, 10, 24), (8, 1, 3, 3), dict(padding=1, groups=8)),        # depthwise: batched, rows of 24
+    ((4, 10, 20), (6, 4, 3, 3), dict(stride=2, padding=1)),        # phases; the input gradient by phases
+    ((3, 4, 5, 16), (4, 3, 3, 3, 3), dict(padding=1)),             # 3-D
+    ((5, 40), (6, 5, 5), dict(padding=2)),                         # 1-D
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", SYMBOLIC)
+def test_symbolic_batch_takes_the_direct_kernel(monkeypatch, xs, ws, kw):
+    """A convolution over ``("batch", ...)`` compiled once runs the direct kernel (as many of them as the same
+    graph with a fixed batch: the copy's size, its rows and the batch coordinates are run-time values) and matches
+    torch in float64 at several batch sizes, 1 included, forward and both gradients."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(4)
+    wa = rng.standard_normal(ws)
+    conv = CONV[len(xs) - 1][0]
+
+    def build(dims):
+        cx = lm.Graph()
+        x, w = cx.tensor(dims, "float64"), cx.tensor(ws, "float64").set(wa)
+        y = conv(x, w, **kw)
+        ts = [y] + grad((y * y).sum() * 0.5, [x, w])
+        for t in ts:
+            t.retrieve()
+        return cx, x, ts
+
+    fixed, fx, _ = build((2,) + xs)
+    fx.set(rng.standard_normal((2,) + xs))
+    fixed.compile(device="cpu")
+    cx, x, ts = build(("batch",) + xs)
+    x.set(rng.standard_normal((2,) + xs))
+    cx.compile(device="cpu")
+    count = fixed.runtime.source.count(MARK)
+    assert count >= 2 and cx.runtime.source.count(MARK) == count
+    for n in (3, 1, 2):
+        xa = rng.standard_normal((n,) + xs)
+        x.set(xa)
+        cx.execute()
+        for got, exp in zip([t.data() for t in ts], _torch((n,) + xs, (xa, wa, None), kw, grads=True)):
+            _close(got, exp, "float64")

@@ -54,6 +54,13 @@ turns the path off.
 A grouped convolution is a batched GEMM (batch = groups): the copy is made once, each batch element's window
 starts at its group's channels, and the tiles of all of them are shared out over the threads together (a
 depthwise convolution has one row of A per group: the rows form's tile is 1 x 8 vectors).
+
+Sizes may be symbolic (``cx.tensor(("batch", C, H, W))``): the GEMM's N or K, the source's axes and strides, the
+plain operand's batch strides. The plan proves what it needs for every binding from 1 up (a batch of 0 returns
+before any index: an empty N or K), e.g. that a batch variable stays inside its axis (``batch - 1 < batch``) or
+that a cut of ``(1, 8, 81*batch)`` into ``(8, batch, 9, 9)`` divides; the copy's size, its rows and the terms of a
+batch coordinate are then C expressions of the run-time sizes. The innermost axis (where vectors run), the
+view's offset and masks, the number of GEMMs and the other operand's rows stay constants.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ import os
 from dataclasses import dataclass
 
 from ..dtype import DType
-from ..shape import to_expr
+from ..shape import Expression, to_expr
 from .gemm_config import vector_bytes
 from .gemm_direct_loops import dot_loops, dot_runs, rows_loops, tile
 from .kernel import GemmKernel, Load, Program
@@ -138,6 +145,48 @@ def _int(x):
     return to_expr(x).to_int()
 
 
+def _size(x):
+    """A size as an ``int`` when it is a constant, else its :class:`~luminal.shape.Expression` (a batch of any size)."""
+    e = to_expr(x)
+    return e.to_int() if e.is_constant() else e
+
+
+def _long(n) -> bool:
+    """Whether an extent may exceed 1 (a symbolic one may)."""
+    return not isinstance(n, int) or n > 1
+
+
+def _least(e) -> int | None:
+    """A lower bound of ``e`` over every binding of its symbols from 1 up (a batch of 0 never reaches the kernel:
+    it returns before its first index), or None."""
+    e = to_expr(e)
+    if e.is_constant():
+        return e.to_int()
+    return e.substitute({n: Expression.symbol(n) + 1 for n in e.symbols()}).bounds()[0]
+
+
+def _below(a, b) -> bool:
+    """Whether ``a < b`` for every binding of their symbols (from 1 up)."""
+    low = _least(to_expr(b) - to_expr(a))
+    return low is not None and low >= 1
+
+
+def _same(a, b) -> bool:
+    """Whether ``a == b`` for every binding of their symbols."""
+    return _int(to_expr(a) - to_expr(b)) == 0
+
+
+def _divides(a, b) -> bool:
+    """Whether ``a`` divides ``b`` for every binding of their symbols."""
+    return _int(to_expr(b) % to_expr(a)) == 0
+
+
+def _c(n, r) -> str:
+    """A size in C: a literal, or a symbolic size through the renderer ``r``'s names for the symbols."""
+    n = _size(n)
+    return f"{n}LL" if isinstance(n, int) else f"({r.index(n)})"
+
+
 def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     """The :class:`DirectPlan` of GEMM kernel ``g``, or None when the direct kernel cannot compute it (see the
     module docstring for the conditions)."""
@@ -145,31 +194,32 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         return None
     if g.a_pro is None and g.b_pro is None or g.dtype not in (DType.float32, DType.float64):
         return None
-    gdims = [_int(d) for d in g.dims]
-    if None in gdims or _int(g.a_view.dims[-1]) is None:
-        return None
+    # (sizes may be symbolic where a batch of any size enters: the GEMM's N or K, the source's outermost axis; the
+    # number of GEMMs and the rows of the other operand are constants)
     pro = g.b_pro or g.a_pro
-    plain_view = g.a_view if pro.side == "b" else g.b_view  # (batched: a grouped convolution, the plain operand's
-    if len(gdims) > 2 and None in [_int(s) for s in plain_view.strides[:-3]]:  # batch strides are constants)
+    if None in [_int(d) for d in g.dims[:-2]] or _int(g.dims[-2] if pro.side == "b" else g.dims[-1]) is None:
         return None
     load = window_load(pro)
     entry = program.buffers.get(load.buffer) if load is not None else None
     if entry is None or entry[1] != g.dtype:
         return None
-    dims = [_int(d) for d in entry[0]]
-    kdims = [_int(d) for d in pro.kernel.dims]
-    if None in dims or None in kdims or not dims:
-        return None
+    # sizes and strides may be symbolic (a batch of any size; the planning below proves what it needs for every
+    # binding from 1 up); the innermost axis, the offset and the masks are constants
+    dims = [_size(d) for d in entry[0]]
+    kdims = [_size(d) for d in pro.kernel.dims]
     view = load.view
-    strides, off = [_int(s) for s in view.strides], _int(view.offset)
+    strides, off = [_size(s) for s in view.strides], _int(view.offset)
     masks = [([_int(c) for c in coeffs], _int(const), _int(size)) for coeffs, const, size in view.masks]
-    if None in strides or off is None or any(None in m[0] or None in m[1:] for m in masks):
+    if not dims or off is None or any(None in m[0] or None in m[1:] for m in masks):
         return None
     dims = _refine([d for d in dims if d != 1] or [1], strides, masks, kdims)  # (size-1 axes: no layout)
+    if not isinstance(dims[-1], int):
+        return None
     rs = [1] * len(dims)
     for a in range(len(dims) - 2, -1, -1):
-        rs[a] = rs[a + 1] * dims[a + 1]
-    moving = [d for d in range(len(kdims)) if kdims[d] > 1 and (strides[d] != 0 or any(m[0][d] for m in masks))]
+        rs[a] = _size(rs[a + 1] * dims[a + 1])
+    moving = [d for d in range(len(kdims)) if _long(kdims[d]) and (not _same(strides[d], 0) or
+                                                                  any(m[0][d] for m in masks))]
     mask_of = {}
     for j, (coeffs, _, _) in enumerate(masks):
         for d in moving:
@@ -180,16 +230,19 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     steps = {}
     for d in moving:
         s, j = strides[d], mask_of.get(d)
-        if s <= 0:
+        if not _below(0, s):
             return None
         if j is not None:
+            if not isinstance(kdims[d], int):
+                return None
             c, size = masks[j][0][d], masks[j][2]
-            axes = [a for a in range(len(dims)) if dims[a] == size and c * rs[a] == s]
+            axes = [a for a in range(len(dims)) if _same(dims[a], size) and _same(c * rs[a], s)]
             step = c
         else:
-            axes = [a for a in range(len(dims)) if s % rs[a] == 0 and s // rs[a] * (kdims[d] - 1) < dims[a]]
-            step = s // rs[axes[0]] if axes else 0
-        if not axes or step <= 0:
+            axes = [a for a in range(len(dims)) if _divides(rs[a], s) and _below(_size(s // rs[a]) * (kdims[d] - 1),
+                                                                                dims[a])]
+            step = _int(s // rs[axes[0]]) if axes else 0
+        if not axes or step is None or step <= 0:
             return None
         steps[d] = (axes[0], step)
         if pro.axes[d] is not None and pro.axes[d][0] not in ("row", "k") and (
@@ -202,25 +255,34 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if len(on) != 1 or any(coeffs[d] for d in range(len(kdims)) if d not in moving):
             return None
         a = on.pop()
-        if a in masked or dims[a] != size or any(
+        if a in masked or not _same(dims[a], size) or any(
                 (coeffs[d] != 0) != (steps[d][0] == a) or coeffs[d] and coeffs[d] != steps[d][1] for d in moving):
             return None
         masked[a] = const
-    origin, rem = [0] * len(dims), off - sum(const * rs[a] for a, const in masked.items())
+    origin, rem = [0] * len(dims), _int(off - sum(const * rs[a] for a, const in masked.items()))
+    if rem is None:
+        return None
     for a in range(len(dims)):
         if a in masked:
             origin[a] = masked[a]
-        else:
+        elif isinstance(rs[a], int):
             origin[a], rem = divmod(rem, rs[a]) if rem >= 0 else (-1, rem)
             if origin[a] < 0:
                 return None
+        elif not 0 <= rem < _least(rs[a]):  # (a symbolic stride: the coordinate 0 for every binding, or not taken)
+            return None
     if rem != 0:
         return None
     # (offset and strides are the parts' by construction) each coordinate in range where no mask bounds it
     pads = []
     for a in range(len(dims)):
         hi = origin[a] + sum(st * (kdims[d] - 1) for d, (ax, st) in steps.items() if ax == a)
-        lo_pad, hi_pad = max(0, -origin[a]), max(0, hi - (dims[a] - 1))
+        over = _int(to_expr(hi) - (to_expr(dims[a]) - 1))
+        if over is None:  # (a symbolic axis: in range for every binding, or not taken)
+            if not _below(hi, dims[a]):
+                return None
+            over = 0
+        lo_pad, hi_pad = max(0, -origin[a]), max(0, over)
         if a not in masked and (lo_pad or hi_pad):
             return None
         pads.append((lo_pad, hi_pad))
@@ -243,7 +305,9 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
                 for d, (a, _) in steps.items()):
             continue
         plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), q, mode, steps[q][1])
-        if plan.padded_size() > MAX_PADDED:
+        if not isinstance(kdims[q], int) or mode == "dot" and None in (_int(g.dims[-2]), _int(g.dims[-1])):
+            continue
+        if _least(plan.padded_size()) > MAX_PADDED:  # (symbolic: its least size)
             return None
         # the form whose vectors have the most lanes in use wins (a weight gradient's output runs along the
         # kernel's width, 3: "rows" would idle most lanes, "dot" not)
@@ -253,9 +317,10 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         use, padded = (1.0, False) if mode == "dot" else _lanes(lq, vw)  # (the dot form: vectors across runs)
         if mode == "rows" and plan.phase == 1:  # vectors over whole padded rows (output positions past the row
             # computed and dropped): the next output axis, one padded row of the copy per step
-            q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps), None)
+            q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps and
+                       isinstance(kdims[d], int)), None)
             wp, rsp = plan.inner(), plan.padded_strides()
-            if q2 is not None and rsp[steps[q2][0]] * steps[q2][1] == wp and not any(
+            if q2 is not None and _same(rsp[steps[q2][0]] * steps[q2][1], wp) and not any(
                     a == steps[q2][0] and d != q2 and pro.axes[d] is not None and pro.axes[d][0] == "row"
                     for d, (a, _) in steps.items()):
                 use, padded = _lanes(lq, vw, kdims[q2], wp - lq)
@@ -294,26 +359,29 @@ def _refine(dims, strides, masks, kdims) -> list[int]:
     axis of stride ``s / c`` and, with its size, one of stride ``s / c * size``) that divides an axis's span."""
     cuts = set()
     for d, s in enumerate(strides):
-        if kdims[d] <= 1 or s <= 0:
+        if not _long(kdims[d]) or not _below(0, s):
             continue
         inside = [(coeffs[d], size) for coeffs, _, size in masks if coeffs[d]]
         if not inside:
-            cuts.add(s)
+            cuts.add(_size(s))
         for c, size in inside:
-            if c > 0 and s % c == 0:
-                cuts |= {s // c, s // c * size}
+            if c > 0 and _divides(c, s):
+                cuts |= {_size(s // c), _size(s // c * size)}
     dims = list(dims)
     changed = True
     while changed:
         changed = False
         rs = [1] * len(dims)
         for a in range(len(dims) - 2, -1, -1):
-            rs[a] = rs[a + 1] * dims[a + 1]
+            rs[a] = _size(rs[a + 1] * dims[a + 1])
         for a in range(len(dims)):
-            lo, hi = rs[a], rs[a] * dims[a]
-            cut = next((b for b in sorted(cuts) if lo < b < hi and b % lo == 0 and hi % b == 0), None)
+            lo, hi = rs[a], _size(rs[a] * dims[a])
+            # (a cut below a symbolic end may make an axis of extent 1 at some binding: still exact)
+            cut = next((b for b in sorted(cuts, key=lambda b: (_least(b), str(b))) if _below(lo, b) and (
+                _below(b, hi) or not isinstance(hi, int) and not _same(b, hi) and _least(to_expr(hi) - b) is not None
+                and _least(to_expr(hi) - b) >= 0) and _divides(lo, b) and _divides(b, hi)), None)
             if cut is not None:
-                dims[a:a + 1] = [hi // cut, cut // lo]
+                dims[a:a + 1] = [_size(to_expr(hi) // cut), _size(to_expr(cut) // lo)]
                 changed = True
                 break
     return dims
@@ -326,26 +394,26 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     from .gemm import _COMMON
 
     pro = g.b_pro or g.a_pro
-    kdims = [_int(d) for d in pro.kernel.dims]
+    kdims = [_size(d) for d in pro.kernel.dims]
     ctype = g.dtype.c_type
     vw = vector_bytes() // g.dtype.itemsize
     rsp = plan.padded_strides()
     last, ph = len(rsp) - 1, plan.phase
     q_role = pro.axes[plan.q][0]
-    base = sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1)
+    base = _c(sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1), r)
 
     def coord(d, var):
-        return f"(({var} / {pro.axes[d][1]}LL) % {kdims[d]}LL)"
+        return f"(({var} / {pro.axes[d][1]}LL) % {_c(kdims[d], r)})"
 
     def part(role, var):  # the offset in the copy contributed by the GEMM index `var`'s axes (the run's axis aside)
-        terms = [f"{rsp[a] * st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
+        terms = [f"{_c(rsp[a] * st, r)} * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
                  if pro.axes[d] is not None and pro.axes[d][0] == role and d not in (plan.q, plan.q2) and
                  (a != last or ph == 1)]
         if ph > 1 and role != q_role:  # the innermost axis in phases: coordinate r + s*q at (r % s, r // s + q)
-            r = " + ".join([str(plan.origin[last] + plan.pads[last][0])] + [
+            c = " + ".join([str(plan.origin[last] + plan.pads[last][0])] + [
                 f"{st}LL * {coord(d, var)}" for d, (a, st) in sorted(plan.steps.items())
                 if a == last and d != plan.q and pro.axes[d] is not None and pro.axes[d][0] == role])
-            terms.append(f"(({r}) % {ph}LL) * {plan.inner()}LL + ({r}) / {ph}LL")
+            terms.append(f"(({c}) % {ph}LL) * {plan.inner()}LL + ({c}) / {ph}LL")
         return " + ".join(terms) or "0"
 
     lq = kdims[plan.q]
@@ -358,14 +426,16 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     outer = 1
     for d in plan.dims[:-1]:
         outer *= d
-    at = " + ".join(f"{rsp[a]}LL * ((row / {_outer_stride(plan.dims, a)}LL) % {plan.dims[a]}LL + {plan.pads[a][0]})"
+    # (the outermost axis needs no modulo: a symbolic one has none)
+    at = " + ".join(f"{_c(rsp[a], r)} * ((row / {_c(_outer_stride(plan.dims, a), r)})"
+                    + (f" % {_c(plan.dims[a], r)}" if a else "") + f" + {plan.pads[a][0]})"
                     for a in range(len(plan.dims) - 1)) or "0"
     # (a copy without a halo, one phase: every element but the slack past it is overwritten)
-    zero_from = plan.padded_size() if ph == 1 and not any(lo or hi for lo, hi in plan.pads) else 0
+    zero_from = _c(plan.padded_size(), r) if ph == 1 and not any(lo or hi for lo, hi in plan.pads) else "0LL"
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows else ("N" if pro.side == "b" else "M")
     other = g.a_pro if pro.side == "b" else g.b_pro
-    batch = _batch(g, plan, pro, rsp, kdims)
+    batch = _batch(g, plan, pro, rsp, kdims, r)
     nbat = batch[0] if batch else 1
     extra = "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
@@ -378,6 +448,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         " void **bufs, const long long *syms) {",
         f"    typedef {ctype} vT __attribute__((vector_size({vw * g.dtype.itemsize}), aligned({g.dtype.itemsize})));",
         f"    const {ctype} *restrict {ptr} = (const {ctype} *)bufs[{r.slot[plan.src]}];",
+        *[f"    const long long {r.names[s]} = syms[{r.symbols.index(s)}]; (void){r.names[s]};" for s in r.symbols],
         "    (void)Bpro; (void)sbn; (void)sbk; (void)sam; (void)sak; (void)syms;",
         "    if (M <= 0 || N <= 0) return 0;",
         "    if (K <= 0) {",
@@ -385,7 +456,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;",
         "    }",
         *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows else []),
-        f"    const long long XP = {plan.padded_size() + 2 * vw + plan.inner()}LL;",
+        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner(), r)};",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",
@@ -397,10 +468,10 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    #pragma omp parallel if(par)",
         "    {",
         "        #pragma omp for schedule(static)  /* the halo (and the slack past the copy) zeroed in parallel */",
-        f"        for (long long z = {zero_from}LL; z < XP; z += 4096)",
+        f"        for (long long z = {zero_from}; z < XP; z += 4096)",
         f"            memset(xp + z, 0, (size_t)(XP - z < 4096 ? XP - z : 4096) * sizeof({ctype}));",
         "        #pragma omp for schedule(static)",
-        f"        for (long long row = 0; row < {outer}LL; row++)",
+        f"        for (long long row = 0; row < {_c(outer, r)}; row++)",
         *([f"            memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
           if ph == 1 else [
             f"            for (long long r = 0; r < {ph}; r++) {{  /* phase r: the elements c = r (mod {ph}) */",
@@ -423,7 +494,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     return head + "\n".join(lines)
 
 
-def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims) -> tuple | None:
+def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
     """``(count, copy offset, plain operand offset)`` of batched GEMM ``g`` (a grouped convolution: one GEMM per
     group), the offsets C expressions of the flat batch index ``b``, or None when ``g`` is not batched."""
     nb = len(g.dims) - 2
@@ -434,11 +505,11 @@ def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims) -> tuple | None:
     for j in range(nb - 2, -1, -1):
         bstrides[j] = bstrides[j + 1] * bdims[j + 1]
     coord = [f"((b / {bstrides[j]}LL) % {bdims[j]}LL)" for j in range(nb)]
-    xterms = [f"{rsp[a] * st}LL * (({coord[pro.axes[d][0][1]]} / {pro.axes[d][1]}LL) % {kdims[d]}LL)"
+    xterms = [f"{_c(rsp[a] * st, r)} * (({coord[pro.axes[d][0][1]]} / {pro.axes[d][1]}LL) % {_c(kdims[d], r)})"
               for d, (a, st) in sorted(plan.steps.items()) if pro.axes[d] is not None and pro.axes[d][0] not in
               ("row", "k")]
     view = g.a_view if pro.side == "b" else g.b_view
-    pterms = [f"{_int(view.strides[j])}LL * {coord[j]}" for j in range(nb) if _int(view.strides[j])]
+    pterms = [f"{_c(view.strides[j], r)} * {coord[j]}" for j in range(nb) if not _same(view.strides[j], 0)]
     count = 1
     for d in bdims:
         count *= d
@@ -449,5 +520,5 @@ def _outer_stride(dims, a: int) -> int:
     """The flat-row stride of axis ``a`` over the rows of ``dims`` (all but the innermost axis)."""
     s = 1
     for d in dims[a + 1:-1]:
-        s *= d
+        s = _size(s * d)
     return s

@@ -4,7 +4,8 @@
 :func:`dot_loops` (a weight gradient: tiles of dot products along the sum) write the part of the direct kernel's
 function after its padded copy is made: the offset tables, the threads' shares, the register tiles, the stores
 into C and the epilogue calls. Both get ``part(role, var)``, the C expression of the copy's offset for the GEMM
-index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from :func:`.gemm_direct.render_direct`.
+index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from :func:`.gemm_direct.render_direct`, and ``base``, the
+C expression of the copy's offset where every index is 0 (symbolic when a batch of any size lies inside it).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
                  f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1), c = g % {vpr}LL;",
                  f"{sp}    const long long n0 = g / {vpr}LL * {lq}LL + c * {vw}LL;",
                  f"{sp}    at[v] = n0; len[v] = {lq}LL - c * {vw}LL < {vw} ? {lq}LL - c * {vw}LL : {vw};",
-                 f"{sp}    off[v] = xb + {base}LL + c * {vw}LL + {part('row', 'n0')};",
+                 f"{sp}    off[v] = xb + {base} + c * {vw}LL + {part('row', 'n0')};",
                  f"{sp}}}",
                  f"{sp}if (n_lo < 0) n_lo = at[0];",
                  f"{sp}n_hi = at[nv - 1] + len[nv - 1];"]
@@ -65,7 +66,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
                  f"{sp}    const long long g = t * {nv} + (v < nv ? v : nv - 1);",
                  f"{sp}    const long long n0 = g / {vpp}LL * {q2n * lq}LL;  /* the plane's first output */",
                  f"{sp}    at[v] = n0; len[v] = g % {vpp}LL * {vw}LL;  /* (here: the vector's first position) */",
-                 f"{sp}    off[v] = xb + {base}LL + len[v] + {part('row', 'n0')};",
+                 f"{sp}    off[v] = xb + {base} + len[v] + {part('row', 'n0')};",
                  f"{sp}}}",
                  f"{sp}for (int v = 0; v < nv; v += nv - 1) {{  /* the outputs the chunk's vectors store */",
                  f"{sp}    long long f = len[v], last = (f + {vw} < {plane}LL ? f + {vw} : {plane}LL) - 1;",
@@ -224,14 +225,14 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
         f"    for (long long n = 0; n < {q_n}; n++) koff[n] = {part('row', 'n')};",
         "    for (long long v = 0; v < nvec; v++) {  /* where vector v's lanes are in the copy: one run or two */",
         f"        const long long k0 = v * {vw}LL, c0 = k0 % {lq}LL, k1 = k0 - c0 + {lq}LL;",
-        f"        voff[v] = {base}LL + c0 + {part('k', 'k0')};",
+        f"        voff[v] = {base} + c0 + {part('k', 'k0')};",
         "        vat[v] = k0;  /* (a table: measured 30 % faster than v * VW in the loop below, GCC 12) */",
         f"        vl[v] = {lq}LL - c0 < {vw} ? (int)({lq}LL - c0) : {vw};",
-        f"        voff2[v] = vl[v] < {vw} ? {base}LL + {part('k', 'k1')} - vl[v] : voff[v];",
+        f"        voff2[v] = vl[v] < {vw} ? {base} + {part('k', 'k1')} - vl[v] : voff[v];",
         "    }",
         "    for (long long t = 0; t < rem; t++) {  /* the last K % VW elements, one by one */",
         f"        const long long k = nvec * {vw}LL + t;",
-        f"        toff[t] = {base}LL + k % {lq}LL + {part('k', 'k')};",
+        f"        toff[t] = {base} + k % {lq}LL + {part('k', 'k')};",
         "    }",
         *scratch,
         *masks,

@@ -23,7 +23,7 @@ GEMM then packs it again. With prologue fusion the materializing kernel is dropp
 
 Which operand is fusable: an elementwise kernel whose output is read by GEMM kernels only, as an operand
 (not a program output or alias), whose value has no gather and costs at most ``MAX_OPS`` operations per
-element, over concrete sizes, and whose GEMM view splits the buffer's axes into disjoint groups (batch
+element (its sizes may be symbolic: a batch of any size), and whose GEMM view splits the buffer's axes into disjoint groups (batch
 axes, the row axis M or N, the K axis) so each axis's index is taken apart from one GEMM index. The
 OpenBLAS path always reads the materialized buffer; the choice between the two (see
 :func:`luminal.runtime.search.search_prologues`) is measured, or forced with ``$LUMINAL_PROLOGUE``.
@@ -68,40 +68,51 @@ def _ints(values) -> list | None:
     return out
 
 
+def _same(a, b) -> bool:
+    """Whether two sizes are equal for every binding of their symbols."""
+    return (to_expr(a) - to_expr(b)).to_int() == 0
+
+
 def split_axes(dims, view: ShapeTracker, side: str) -> tuple | None:
     """The :attr:`Prologue.axes` of a buffer of ``dims`` read through the GEMM operand ``view`` on ``side``
     (``"a"`` or ``"b"``), or None when some GEMM index does not map onto whole buffer axes of its own (a
-    sliced, overlapping or masked view, symbolic sizes)."""
+    sliced, overlapping or masked view) or a divisor is not a constant. Sizes and strides may be symbolic (a
+    batch of any size): an axis of symbolic extent counts as longer than 1 (bound to 1, its coordinate is 0)."""
     if view.masks or to_expr(view.offset).to_int() != 0:
         return None
-    d_int, v_dims, v_strides = _ints(dims), _ints(view.dims), _ints(view.strides)
-    if d_int is None or v_dims is None or v_strides is None:
-        return None
-    rs = [1] * len(d_int)
-    for j in range(len(d_int) - 2, -1, -1):
-        rs[j] = rs[j + 1] * d_int[j + 1]
+    d_e, v_dims, v_strides = [to_expr(d) for d in dims], [to_expr(d) for d in view.dims], \
+        [to_expr(s) for s in view.strides]
+    rs = [to_expr(1)] * len(d_e)
+    for j in range(len(d_e) - 2, -1, -1):
+        rs[j] = rs[j + 1] * d_e[j + 1]
+
+    def longer(d):  # (a symbolic extent: yes)
+        n = d_e[d].to_int()
+        return n is None or n > 1
     nb = len(v_dims) - 3
     roles = [(("batch", j), j) for j in range(nb)] + [("row", nb if side == "a" else nb + 1), ("k", nb + 2)]
-    axes: list = [None] * len(d_int)
+    axes: list = [None] * len(d_e)
     for role, g in roles:
         extent, stride = v_dims[g], v_strides[g]
-        if extent == 1 or stride == 0:
+        if extent.to_int() == 1 or stride.to_int() == 0:
             continue
-        if stride < 0:
+        low = stride.bounds()[0]
+        if low is None or low < 0:
             return None
         # the innermost buffer axis of the group: stride `stride`, longer than 1
-        last = next((d for d in range(len(d_int) - 1, -1, -1) if rs[d] == stride and d_int[d] > 1), None)
+        last = next((d for d in range(len(d_e) - 1, -1, -1) if _same(rs[d], stride) and longer(d)), None)
         if last is None:
             return None
-        prod, d = 1, last
-        while prod < extent and d >= 0:
-            if d_int[d] > 1:
-                if axes[d] is not None:
+        prod, d = to_expr(1), last
+        while not _same(prod, extent) and d >= 0:
+            if longer(d):
+                div = (rs[d] // stride).to_int()
+                if axes[d] is not None or div is None or not _same(rs[d], stride * div):
                     return None
-                axes[d] = (role, rs[d] // stride)
-                prod *= d_int[d]
+                axes[d] = (role, div)
+                prod = prod * d_e[d]
             d -= 1
-        if prod != extent:
+        if not _same(prod, extent):
             return None
     return tuple(axes)
 
@@ -120,7 +131,7 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
                 isinstance(v, GatherValue) or isinstance(v, Compute) and isinstance(v.op, ops.Mod) and v.dtype.is_int
                 for v in walk(kernel.value)):
             continue  # (gathers and integer modulo report errors, which a pack callback cannot return)
-        if work_per_element(kernel.value) > MAX_OPS or _ints(kernel.dims) is None:
+        if work_per_element(kernel.value) > MAX_OPS:
             continue
         uses, ok = [], True
         for r in readers[buf]:
@@ -136,7 +147,7 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
                             split_axes(kernel.dims, getattr(g, side + "_view"), side) is None:
                         ok = False
                     uses.append((r, side))
-            if _ints(g.dims) is None:
+            if _ints(g.dims[:-2]) is None:  # (a batch of GEMMs of constant count; M, N, K may be symbolic)
                 ok = False
         if ok and uses:
             out[buf] = uses
@@ -292,7 +303,8 @@ def render_pack(renderer, name: str, pro: Prologue, batch_dims) -> str:
     from .emit import KernelWriter
 
     kernel = pro.kernel
-    dims = [to_expr(d).to_int() for d in kernel.dims]
+    sizes = [to_expr(d) for d in kernel.dims]
+    dims = [str(d.to_int()) if d.is_constant() else f"({renderer.index(d)})" for d in sizes]  # (as C)
     ctype = kernel.dtype.c_type
     r = renderer
     lines = [f"static void {name}(void **bufs, const long long *syms, long long bi, long long r0, long long rows, "
@@ -312,7 +324,7 @@ def render_pack(renderer, name: str, pro: Prologue, batch_dims) -> str:
             vars_.append(to_expr(0))
             continue
         role, div = entry
-        var = Expression.symbol(f"p{d}", dims[d] - 1)
+        var = Expression.symbol(f"p{d}", sizes[d].to_int() - 1 if sizes[d].is_constant() else sizes[d] - 1)
         vars_.append(var)
         if role == "row":
             row_axes.append((d, div))

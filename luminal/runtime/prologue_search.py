@@ -318,13 +318,12 @@ DEFAULT_MIN_K = 64  # the unmeasured default fuses window copies only into GEMMs
 
 
 def _overlapping(view) -> bool:
-    """Whether ``view`` reads some element through two indices along non-broadcast axes (sliding windows)."""
+    """Whether ``view`` reads some element through two indices along non-broadcast axes of constant extent and
+    stride (sliding windows; an axis of symbolic extent or stride, where a batch of any size enters, is left out)."""
     axes = []
     for d, st in zip(view.dims, view.strides):
         d, st = to_expr(d).to_int(), to_expr(st).to_int()
-        if d is None or st is None:
-            return False
-        if d > 1 and st != 0:
+        if d is not None and st is not None and d > 1 and st != 0:
             axes.append((abs(st), d))
     span = 0
     for st, d in sorted(axes):
