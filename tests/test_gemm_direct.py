@@ -511,3 +511,47 @@ def test_symbolic_batch_takes_the_direct_kernel(monkeypatch, xs, ws, kw):
         cx.execute()
         for got, exp in zip([t.data() for t in ts], _torch((n,) + xs, (xa, wa, None), kw, grads=True)):
             _close(got, exp, "float64")
+
+
+@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("xs,ws,kw", [((2, 8, 10, 32), (8, 1, 3, 3), dict(padding=1, groups=8)),
+                                      ((2, 4, 9, 16), (8, 4, 3, 3), dict(padding=1)),
+                                      ((2, 4, 10, 32), (6, 4, 3, 3), dict(stride=2, padding=1))])
+def test_autocast_convolution_takes_the_direct_kernel(monkeypatch, xs, ws, kw, inside):
+    """Under ``lm.autocast(bfloat16)`` a convolution's window copy (of the rounded input) is read in place by the
+    direct kernel too, forward and gradients (the gradient rule built inside the region, ``inside``, or outside),
+    and the results match torch's CPU autocast: the output within 4 bfloat16 ulps for 75 % of its elements (both
+    round one float32 sum), the gradients within 1e-2 of the largest (torch runs its backward in bfloat16)."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
+    rng = np.random.default_rng(5)
+    xa, wa = rng.standard_normal(xs).astype(np.float32), (rng.standard_normal(ws) * 0.3).astype(np.float32)
+    conv = CONV[len(xs) - 2]
+    x, w = torch.from_numpy(xa).requires_grad_(), torch.from_numpy(wa).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = conv[1](x, w, **kw)
+    (ty.float() ** 2).sum().mul(0.5).backward()
+    cx = lm.Graph()
+    lx, lw = cx.tensor(xs).set(xa), cx.tensor(ws).set(wa)
+    with lm.autocast(lm.bfloat16):
+        y = conv[0](lx, lw, **kw)
+        loss = (y.cast(lm.float32) ** 2).sum() * 0.5
+        gs = grad(loss, [lx, lw]) if inside else None
+    gs = gs or grad(loss, [lx, lw])
+    for t in [y] + gs:
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert y.dtype == lm.bfloat16
+    f32 = lm.Graph()  # the same graph in float32: as many direct kernels
+    fx, fw = f32.tensor(xs).set(xa), f32.tensor(ws).set(wa)
+    fy = conv[0](fx, fw, **kw)
+    for t in [fy] + grad((fy ** 2).sum() * 0.5, [fx, fw]):
+        t.retrieve()
+    f32.compile(device="cpu")
+    assert cx.runtime.source.count(MARK) == f32.runtime.source.count(MARK) >= 3, "the direct kernel did not run"
+    got, want = np.asarray(y.data()).astype(np.float32), ty.detach().float().numpy()
+    close = np.abs(got - want) <= 4 * 2.0 ** -7 * np.maximum(np.abs(want), 1e-3)
+    assert close.mean() >= 0.75
+    for g, t in zip(gs, [x.grad, w.grad]):
+        t = t.numpy()
+        np.testing.assert_allclose(np.asarray(g.data()), t, rtol=4 * 2.0 ** -7, atol=1e-2 * np.abs(t).max())

@@ -153,6 +153,31 @@ def _widen_loads(value, low: dict, memo: dict):
     return out
 
 
+def direct_gemms(program: Program, writers: dict) -> set[int]:
+    """Indices of the float32 GEMMs of ``program`` that read a *window copy* (a convolution's im2col matrix, under
+    autocast the copy of a rounded input) which the direct convolution (:mod:`.gemm_direct`) can read in place:
+    :func:`narrow_operands` leaves their operands as they are (a window copy stored as bfloat16, or an operand read
+    rounded, would keep them from prologue fusion and the direct kernel)."""
+    from .gemm_direct import direct_plan, window_load
+    from .gemm_prologue import Prologue, split_axes
+
+    out = set()
+    for i, g in enumerate(program.kernels):
+        if not isinstance(g, GemmKernel) or g.dtype != DType.float32 or g.a_pro is not None or g.b_pro is not None:
+            continue
+        for side in ("a", "b"):
+            w = writers.get(getattr(g, side))
+            kernel = program.kernels[w] if w is not None else None
+            if not isinstance(kernel, ElementwiseKernel) or w > i:
+                continue
+            view = getattr(g, side + "_view")
+            pro = Prologue(kernel, view, side, split_axes(kernel.dims, view, side))
+            if pro.axes is not None and window_load(pro) is not None and direct_plan(
+                    program, dataclasses.replace(g, **{side: None, side + "_pro": pro})) is not None:
+                out.add(i)
+    return out
+
+
 def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True,
                     widen_readers: bool = False) -> Program:
     """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
@@ -174,6 +199,7 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
       low-precision values), so every GEMM of an autocast training step reaches the tensor cores.
     """
     writers, readers, pinned = buffer_uses(program)
+    direct = direct_gemms(program, writers) if round_on_load else set()
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
     narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
     exact = _bfloat16_valued(program)
@@ -183,7 +209,7 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
         if buf in pinned or not readers.get(buf):
             continue
         gemm = [isinstance(g, GemmKernel) and g.dtype == DType.float32 and r > w and g.a_pro is None
-                and g.b_pro is None for r in readers[buf] for g in [program.kernels[r]]]
+                and g.b_pro is None and r not in direct for r in readers[buf] for g in [program.kernels[r]]]
         if not all(gemm):
             value = _low_value(kernel, store_as, exact)
             if widen_readers and any(gemm) and value is not None and all(

@@ -93,9 +93,8 @@ def conv_nd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int =
     low = lower_precision_dtype(x, weight, bias)
     if low is not None:
         with autocast_off():
-            # (its gradients through the primitives: the products of the rounded operands, as torch's autocast)
             return conv_nd(round_to(x, low), round_to(weight, low), None if bias is None else round_to(bias, low),
-                           stride, padding, dilation, groups, _conv_grad=False).cast(low)
+                           stride, padding, dilation, groups).cast(low)
     n = weight.ndim - 2
     if n < 1:
         raise GraphError(f"conv: the weight needs (out, in/groups, *kernel) dims, got {_dims_str(weight)}")
