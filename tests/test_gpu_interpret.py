@@ -341,6 +341,31 @@ def test_conv_gradient_rule_forms():
         compare(make, [(rand(xs, k), rand(ws, 10 + k))], rtol=1e-4, atol=1e-3)
 
 
+def test_a_widened_operand_read_by_a_narrowed_copy():
+    """A bfloat16-valued GEMM operand that another kernel reads too is stored as bfloat16 and widened where that
+    kernel loads it (``narrow_operands(widen_readers=True)``), also when that kernel is itself narrowed (a
+    rounded, transposed copy for a second GEMM: before, it read the stored bits as floats). And the graph that
+    showed it: a convolution's input gradient under autocast (the gradient rule reads the rounded weight
+    flipped)."""
+    import luminal.nn.functional as F
+    from luminal.training import grad
+
+    def make(cx):
+        a, bb = cx.tensor((5, 7)), cx.tensor((7, 3), lm.bfloat16)
+        b = bb.cast(lm.float32)
+        return [a, bb], [a @ b.flip(1), a @ b]
+
+    compare(make, [(rand((5, 7), 1), rand((7, 3), 2).astype(np.float32))], rtol=1e-5, atol=1e-5)
+
+    def conv(cx):
+        x, w = cx.tensor((6, 4, 4, 4)), cx.tensor((6, 4, 3, 3))
+        with lm.autocast(dtype=lm.bfloat16):
+            y = F.conv2d(x, w)
+        return [x, w], [y] + grad((y.cast(lm.float32) ** 2).sum(), [x, w])
+
+    compare(conv, [(rand((6, 4, 4, 4), 3), rand((6, 4, 3, 3), 4))], rtol=1e-3, atol=1e-2)
+
+
 def test_matmul_symbolic_sizes_larger_than_a_tile_and_float64():
     def make(cx):
         x, w = cx.tensor(("m", 70)), cx.tensor((70, 90))

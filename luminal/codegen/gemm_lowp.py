@@ -231,10 +231,12 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
     for k in program.kernels:
         if k.out in drop:
             continue
-        if widen and not isinstance(k, GemmKernel) and kernel_buffers(k) & set(widen):
+        reads_widened = widen and not isinstance(k, GemmKernel) and kernel_buffers(k) & set(widen)
+        if k.out in narrow:  # (its low value was made from the unwidened one: widen that too)
+            value = _widen_loads(narrow[k.out], widen, {}) if reads_widened else narrow[k.out]
+            k = dataclasses.replace(k, value=value, dtype=value.dtype)
+        elif reads_widened:
             k = dataclasses.replace(k, value=_widen_loads(k.value, widen, {}))
-        if k.out in narrow:
-            k = dataclasses.replace(k, value=narrow[k.out], dtype=narrow[k.out].dtype)
         if isinstance(k, GemmKernel) and (k.a in drop or k.b in drop):
             change = {}
             for side in ("a", "b"):
