@@ -23,8 +23,9 @@ GEMM then packs it again. With prologue fusion the materializing kernel is dropp
 
 Which operand is fusable: an elementwise kernel whose output is read by GEMM kernels only, as an operand
 (not a program output or alias), whose value has no gather and costs at most ``MAX_OPS`` operations per
-element (its sizes may be symbolic: a batch of any size), and whose GEMM view splits the buffer's axes into disjoint groups (batch
-axes, the row axis M or N, the K axis) so each axis's index is taken apart from one GEMM index. The
+element (its sizes may be symbolic: a batch of any size), and whose GEMM view splits the buffer's axes into
+disjoint groups (batch axes, the row axis M or N, the K axis) so each axis's index is taken apart from one GEMM
+index. The
 OpenBLAS path always reads the materialized buffer; the choice between the two (see
 :func:`luminal.runtime.search.search_prologues`) is measured, or forced with ``$LUMINAL_PROLOGUE``.
 """

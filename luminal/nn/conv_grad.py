@@ -117,6 +117,63 @@ def conv_input_grad(x, weight, g, pads, dilation, groups: int = 1, stride=None):
     return out.pad([(0, 0), (0, 0)] + [(0, xs - m * s) for xs, m, s in zip(sizes, longest, stride)])
 
 
+def conv_input_grad_col2im(x, weight, g, pads, dilation, groups: int = 1, stride=None):
+    """The same gradient as :func:`conv_input_grad` in the primitives' own form (what autograd computes through
+    the convolution's product without the rule): per group the transposed weight times ``g`` (the im2col
+    matrix's gradient, ``(G, C_in/G * K, N * O)``), sent back onto ``x`` through the windows (col2im,
+    :func:`luminal.training.unview`: a sum of shifted views per kernel offset)."""
+    from ..shape import ShapeTracker
+    from ..training.unview import unview
+
+    n = weight.ndim - 2
+    stride = tuple(stride or (1,) * n)
+    kernel = tuple(_const(d) for d in weight.dims[2:])
+    c_out, c_in_g = _const(weight.dims[0]), _const(weight.dims[1])
+    view = ShapeTracker.contiguous_of(tuple(x.dims))  # the windows of x's padding: (N, C, O1, K1, ..., On, Kn)
+    for a, (lo, hi) in enumerate(pads):
+        view = view.pad(2 + a, lo, hi)
+    for i in range(n):
+        view = view.pool(2 + 2 * i, kernel[i], stride[i], dilation[i])
+    out = tuple(view.dims[2 + 2 * i] for i in range(n))
+    batch = x.dims[0]
+    w = weight.reshape((groups, c_out // groups, c_in_g * _prod(kernel)))
+    cols = (g.reshape((groups, c_out // groups, 1, g.dims[-1])) * w.unsqueeze(-1)).sum(1)  # (G, CK, N*O)
+    cols = cols.reshape((groups, c_in_g) + kernel + (batch,) + out)
+    cols = cols.permute([2 + n, 0, 1] + [a for i in range(n) for a in (3 + n + i, 2 + i)])
+    return unview(cols.reshape(tuple(view.dims)), view, tuple(x.dims))
+
+
+def offer_col2im(dx, x, weight, g, pads, dilation, groups: int = 1, stride=None) -> None:
+    """Offer the col2im form (:func:`conv_input_grad_col2im`) as the e-graph's alternative
+    (:mod:`luminal.compiler.egraph.alternatives`, kind ``"conv-input-grad"``) of ``dx``, the convolution form
+    :func:`conv_input_grad` built: a measuring compile (``search="quick"``) then times both. Only where ``dx`` is
+    a view of its convolution's product ``(G, C_in/G, N * prod(spatial))`` (stride 1, not under autocast, whose
+    rounded result is a node of its own): the alternative is the col2im result laid out as that product."""
+    from ..compiler.egraph.alternatives import offer
+    from ..shape import ShapeTracker
+    from ..tensor import GraphTensor
+
+    n = weight.ndim - 2
+    node = dx.graph.nodes[dx.id]
+    want = (groups, _const(weight.dims[1]), x.dims[0] * _prod(tuple(x.dims[2:])))
+    if any(s != 1 for s in (stride or (1,) * n)) or len(node.dims) != 3 or node.dtype != dx.dtype or any(
+            (a - b).to_int() != 0 for a, b in zip(node.dims, want)):
+        return
+    kept = GraphTensor(dx.graph, dx.id, ShapeTracker.contiguous_of(tuple(node.dims)), node.dtype)
+    offer(kept, "conv-input-grad", col2im_as_product, x, weight, g, tuple(pads), tuple(dilation), groups)
+
+
+def col2im_as_product(x, weight, g, pads, dilation, groups: int = 1):
+    """:func:`conv_input_grad_col2im` (stride 1) laid out as the convolution form's product ``(G, C_in/G, N * S)``
+    (the buffer :func:`offer_col2im` unions it with)."""
+    n = weight.ndim - 2
+    c_in_g = _const(weight.dims[1])
+    spatial = tuple(x.dims[2:])
+    d = conv_input_grad_col2im(x, weight, g, pads, dilation, groups)
+    d = d.reshape((x.dims[0], groups, c_in_g) + spatial).permute([1, 2, 0] + [3 + i for i in range(n)])
+    return d.reshape((groups, c_in_g, x.dims[0] * _prod(spatial)))
+
+
 def conv_weight_grad(x, weight, g, pads, dilation, groups: int = 1, stride=None):
     """The gradient with respect to ``weight`` of the same convolution (see :func:`conv_input_grad`): per group,
     the windows of the padded input (its im2col, ``(C_in/G * K, N * O)``) contracted with ``g`` over the batch and

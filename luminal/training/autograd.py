@@ -423,8 +423,13 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         if len(ts) > 2:  # the bias: g summed over the batch and the spatial axes
             rules.append(lambda: g.sum(tuple([0] + list(range(2, g.ndim)))))
     elif name == "conv":  # a convolution: torch's backward, the input's gradient a convolution (nn.conv_grad)
-        from ..nn.conv_grad import conv_input_grad, conv_weight_grad
-        rules = [lambda: conv_input_grad(ts[0], ts[1], g, *param), lambda: conv_weight_grad(ts[0], ts[1], g, *param)]
+        from ..nn.conv_grad import conv_input_grad, conv_weight_grad, offer_col2im
+
+        def input_grad():  # (the col2im form offered to a measuring compile as the e-graph's alternative)
+            dx = conv_input_grad(ts[0], ts[1], g, *param)
+            offer_col2im(dx, ts[0], ts[1], g, *param)
+            return dx
+        rules = [input_grad, lambda: conv_weight_grad(ts[0], ts[1], g, *param)]
     elif name == "border_pad":  # a reflect / replicate / circular pad: slices of g, not a scatter (nn.functional)
         from ..nn.functional import border_pad_grad
         rules = [lambda: border_pad_grad(g, *param)]

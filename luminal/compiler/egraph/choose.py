@@ -8,6 +8,7 @@ from ...graph import Graph
 from ..base import debug_level
 from ..generic import RemoveUnusedNodes
 from ..schedule import DepthFirst
+from .alternatives import root_signatures
 from .extract import EGraphData, Extraction, program_key
 from .saturate import Saturation, rebuild
 
@@ -21,12 +22,14 @@ def search_options(graph: Graph) -> tuple[str, float | None] | None:
 
 
 def measured_choice(sat_pass, graph: Graph, sat: Saturation, eg: EGraphData, best: Extraction, key: str,
-                    level: str, budget_s: float | None) -> Extraction:
+                    level: str, budget_s: float | None, alt_key: str | None = None) -> Extraction:
     """The program ``sat_pass`` (an :class:`EqualitySaturation` run) rebuilds when ``compile(search=level)``
     targets a compiled device: with ``"quick"`` / ``"full"`` (and no cached result of that level) the best *K*
     candidates are built, checked against the reference interpreter and timed
     (:mod:`luminal.runtime.program_search`), and the winner is remembered in the tuning cache under
-    ``program/<key>``; otherwise the cached winner when there is one, else ``best``."""
+    ``program/<key>``; otherwise the cached winner when there is one, else ``best``. ``alt_key``: the key of the
+    graph without the alternatives its front ends offered (:mod:`.alternatives`), when they were built: a
+    search then also records ``program-alternatives/<alt_key>``, so that ``search="off"`` builds them again."""
     from ...runtime import program_search, tuning
     from ...runtime.search import DEFAULT_BUDGET
 
@@ -52,7 +55,8 @@ def measured_choice(sat_pass, graph: Graph, sat: Saturation, eg: EGraphData, bes
     budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
     res = program_search.measure(graph, cands, lambda g, c: rebuild(g, sat.encoding, eg, c),
                                  (RemoveUnusedNodes(), DepthFirst()), budget)
-    res.labels = {i: switched(best, c) for i, c in enumerate(cands)}
+    labels = root_signatures(sat.encoding, eg)
+    res.labels = {i: switched(best, c, labels) for i, c in enumerate(cands)}
     rep.program_search, rep.program_choice = res, "measured"
     if debug_level() >= 1:
         print(f"[egraph] program search ({level}): {len(cands)} candidates; "
@@ -64,15 +68,19 @@ def measured_choice(sat_pass, graph: Graph, sat: Saturation, eg: EGraphData, bes
     if not res.skipped and res.seconds and not res.interrupted:
         tuning.store(tkey, {"choice": names[res.winner], "seconds": res.seconds.get(res.winner, 0.0),
                             "level": level, "candidates": {names[i]: t for i, t in res.seconds.items()}})
+        if alt_key is not None:
+            tuning.store(f"program-alternatives/{alt_key}", {"choice": key, "seconds": 0.0, "level": level})
     return cands[res.winner]
 
 
-def switched(best: Extraction, cand: Extraction) -> str:
-    """What ``cand`` chose differently from ``best``, as ``old op -> new op`` counts (``"best"`` for itself)."""
+def switched(best: Extraction, cand: Extraction, offered: dict | None = None) -> str:
+    """What ``cand`` chose differently from ``best``, as ``old op -> new op`` counts (``"best"`` for itself); an
+    alternative a front end offered (``offered``: root signature -> kind) as ``offered <kind>``."""
     counts: dict[str, int] = {}
     for cls in sorted(set(cand.reachable()) & set(best.choice)):
         old, new = best.choice[cls], cand.choice[cls]
         if old != new:
-            name = f"{old.op}->{new.op}"
+            name = f"offered {offered[new.signature]}" if offered and new.signature in offered else \
+                f"{old.op}->{new.op}"
             counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items())) or "best"

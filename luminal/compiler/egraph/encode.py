@@ -78,6 +78,7 @@ class Encoding:
     reduced: set = field(default_factory=set)  # (key, axis, key of the row-major read of the reduced dims)
     gemm: set = field(default_factory=set)  # (sum key, axis, x key, y key): a matrix-shaped sum of products
     split: set = field(default_factory=set)  # (key, axis, split key, outer key): see split_choice
+    offered: list = field(default_factory=list)  # (kept node, alternative node, kind): unioned (alternatives.py)
 
     def text(self) -> str:
         """The whole encoding as plain egglog commands (one per node: fine for small graphs and debugging)."""
@@ -218,6 +219,10 @@ def encode(graph: Graph, order: list[int] | None = None, split: bool = False) ->
             else:  # Input, Iota, symbolic or special constants, anything unknown: an opaque leaf
                 term = ("Leaf", nid, d)
         enc.terms[nid] = term
+    from .alternatives import offered  # the alternatives a front end offered: the same value (alternatives.py)
+    enc.offered = offered(graph)
+    for a, b, _ in enc.offered:
+        enc.lines.append(f"(union (Node {a}) (Node {b}))")
     return enc
 
 

@@ -439,11 +439,13 @@ def program_key(ext: Extraction) -> str:
 
 
 def extract_k(eg: EGraphData, roots: list[str], k: int, op_cost=default_cost, prefer: set | None = None,
-              protect=lambda cls, eg: False) -> list[Extraction]:
+              protect=lambda cls, eg: False, offered: dict | None = None) -> list[Extraction]:
     """Up to ``k`` extractions that rebuild into distinct programs (:func:`program_key`): the best first, then
     the best with every alternative *of one kind* switched (the same rewrite applied wherever it matched, e.g.
     ``max(s * c) -> max(s) * c`` in every attention layer; kinds with more than one member, smallest summed
-    cost gap first), then the best with one e-class switched (smallest gap first). An alternative that
+    cost gap first), then the best with one e-class switched (smallest gap first); before all of those, every
+    alternative a front end offered (``offered``: root e-node signature -> kind, see
+    :mod:`~luminal.compiler.egraph.alternatives`) switched, one kind at a time. An alternative that
     rebuilds into the same program as the chosen e-node (commutative operands swapped, a ``MatMul`` and the
     sum of its product) is not one. Switches that close a cycle are skipped. ``protect(cls, eg)`` marks
     e-classes that must keep their best choice."""
@@ -466,14 +468,17 @@ def extract_k(eg: EGraphData, roots: list[str], k: int, op_cost=default_cost, pr
                 continue  # the same program
             gap = _cost(e, best.class_cost, op_cost) - best.class_cost[cls]
             kind = (chosen.op, e.op, tuple(best.choice[c].op for c in e.children))
+            if offered and e.signature in offered:
+                kind = ("offered", offered[e.signature])
             alts.append((gap, cls, _stable_key(e), e, kind))
     alts.sort(key=lambda t: (t[0], t[1], t[2]))
     groups: dict[tuple, dict[str, tuple]] = {}
     for a in alts:
         groups.setdefault(a[4], {}).setdefault(a[1], a)  # one alternative per class: its smallest gap
+    first = [list(groups[kind].values()) for kind in sorted(k for k in groups if k[0] == "offered")]
     proposals = sorted((sum(a[0] for a in g.values()), kind, list(g.values()))
-                       for kind, g in groups.items() if len(g) > 1)
-    proposals = [p[2] for p in proposals] + [[a] for a in alts]
+                       for kind, g in groups.items() if len(g) > 1 and kind[0] != "offered")
+    proposals = first + [p[2] for p in proposals] + [[a] for a in alts]
     for switched in proposals:
         if len(out) >= k:
             break

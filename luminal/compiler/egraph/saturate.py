@@ -19,6 +19,8 @@ from ...graph import Graph
 from ..base import Pass, debug_level
 from ..rewrite import scalar_view
 from . import memo, sexpr
+from .explain import annotate, explain  # noqa: F401 (explain: re-exported)
+from .alternatives import build_if_measured, drop_offered, live_nodes, offered, penalized, root_signatures
 from .cost import SizeCost
 from .encode import CHILD_SLOTS, Encoding, encode, loader_program, write_rows
 from .extract import (EGraphData, ENode, Extraction, default_cost, extract, extract_k, from_frozen,
@@ -236,7 +238,7 @@ def _root_nodes(graph: Graph, enc: Encoding) -> set[int]:
     for nid, term in enc.terms.items():
         if term[0] == "Leaf":
             root_nodes.update(e.src for e in graph.nodes[nid].inputs)
-    return root_nodes
+    return root_nodes - {b for _, b, _ in offered(graph)}  # (an offered alternative is read by nothing)
 
 
 def node_signature(term: tuple, eg: EGraphData) -> tuple:
@@ -439,18 +441,21 @@ class EqualitySaturation(Pass):
         eg = sat.data(self.readback)
         roots = _root_classes(graph, enc, eg)
         self._cost = self._cost_model(enc, eg)
-        # the original program's cost, from the encoding
-        sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for t in enc.terms.values())
+        # the original program's cost, from the encoding (offered alternatives aside: nothing reads them yet)
+        live = live_nodes(graph, _root_nodes(graph, enc))
+        sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for n, t in enc.terms.items()
+                                     if n in live)
         return sat, eg, roots
 
     def _cost_model(self, enc: Encoding, eg: EGraphData):
-        return self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg)
+        return penalized(self.op_cost or SizeCost(enc.views, self.cost_backend).bind(eg), root_signatures(enc, eg))
 
     def ranked(self, graph: Graph, sat: Saturation, eg: EGraphData, k: int) -> list[Extraction]:
         """Up to ``k`` distinct programs of ``graph``'s saturated e-graph ``eg`` (``sat``: its session), the
         cost model's choice first (:func:`~luminal.compiler.egraph.extract.extract_k`)."""
         return extract_k(eg, _root_classes(graph, sat.encoding, eg), k, self._cost_model(sat.encoding, eg),
-                         original_signatures(sat.encoding, eg), protect=_constant_class)
+                         original_signatures(sat.encoding, eg), protect=_constant_class,
+                         offered=root_signatures(sat.encoding, eg))
 
     def candidates(self, graph: Graph, k: int) -> list[Extraction]:
         """Up to ``k`` distinct extracted programs, the cost model's choice first (:meth:`ranked`; the graph is
@@ -479,9 +484,10 @@ class EqualitySaturation(Pass):
             return self.report
         from .choose import measured_choice, search_options  # (it imports this module)
 
+        measuring = search_options(graph)
+        alt_key = build_if_measured(self, graph, measuring)
         key, sat = self._memo_key(graph)
         memoize = key is not None
-        measuring = search_options(graph)
         if measuring is not None and key is None:
             key, sat = self._memo_key(graph, force=True)
         hit = memo.load(key) if memoize else None
@@ -493,7 +499,7 @@ class EqualitySaturation(Pass):
             for name in _MEMO_FIELDS:
                 setattr(rep, name, saved[name])
             if measuring is not None:
-                ext = measured_choice(self, graph, sat, eg, ext, key, *measuring)
+                ext = measured_choice(self, graph, sat, eg, ext, key, *measuring, alt_key=alt_key)
             t0 = time.perf_counter()
             rep.changes = rebuild(graph, sat.encoding, eg, ext)
             rep.rebuild_seconds = time.perf_counter() - t0
@@ -509,16 +515,17 @@ class EqualitySaturation(Pass):
             rep.cost_after = ext.cost
             chosen = ext
             if measuring is not None:
-                chosen = measured_choice(self, graph, sat, eg, ext, key, *measuring)
+                chosen = measured_choice(self, graph, sat, eg, ext, key, *measuring, alt_key=alt_key)
             t0 = time.perf_counter()
             rep.changes = rebuild(graph, sat.encoding, eg, chosen)
             rep.rebuild_seconds = time.perf_counter() - t0
-            _annotate(rep, sat, eg, chosen)
+            annotate(rep, sat, eg, chosen)
             if memoize and not rep.stop_reason.startswith("time limit"):  # (the memo keeps the cost model's choice)
                 memo.MemoStats.misses += 1
                 saved = {name: getattr(rep, name) for name in _MEMO_FIELDS}
                 saved["notes"] = {ch["node"]: (ch["rules"], ch["derivation"]) for ch in rep.changes}
                 memo.store(key, eg, ext, saved)
+        drop_offered(graph)  # (the rebuild deleted the losers)
         self.report = rep
         history = graph.__dict__.setdefault("egraph_reports", [])
         history.append(rep)
@@ -545,56 +552,3 @@ def _constant_class(cls: str, eg: EGraphData) -> bool:
 
 def _root_classes(graph: Graph, enc: Encoding, eg: EGraphData) -> list[str]:
     return sorted({eg.node_class[r] for r in _root_nodes(graph, enc)})
-
-
-def _annotate(rep: SaturationReport, sat: Saturation, eg: EGraphData, ext: Extraction) -> None:
-    """Attach to each change how it came about: the loader's constant fold; "its inputs were rewritten" (same
-    e-node, new operands); the chain of rewrites from the node's own e-node to the extracted one
-    (:func:`~luminal.compiler.egraph.match.derivation`, ``ch["derivation"] = True``); or, when no chain is found,
-    the rules whose left-hand side matches in its e-class (commutativity only when nothing else matches)."""
-    from .match import derivation, rules_matching
-
-    for ch in rep.changes:
-        names, found = [], False
-        if ch["node"] in sat.encoding.folded:
-            names.append("fold-constants (loader)")
-        if ch.get("same_enode") and not names:
-            names.append("its inputs were rewritten")
-        elif not names:
-            sig = node_signature(sat.encoding.terms[ch["node"]], eg)
-            chain = derivation(sat.rules, eg, ch["eclass"], sig, ext.choice[ch["eclass"]].signature)
-            if chain:
-                names, found = chain, True
-            else:
-                names = rules_matching(sat.rules, eg, ch["eclass"], sig) or \
-                    rules_matching(sat.rules, eg, ch["eclass"])
-        ch["rules"] = names
-        ch["derivation"] = found
-
-
-def explain(graph: Graph, file=None) -> str:
-    """Which rules changed which nodes in the last :class:`EqualitySaturation` run on ``graph``.
-
-    Returns the text (and prints it to ``file`` when given).
-    """
-    reports = graph.__dict__.get("egraph_reports", [])
-    if not reports:
-        text = "no EqualitySaturation has run on this graph"
-    else:
-        lines = []
-        for k, rep in enumerate(reports, 1):
-            lines.append(f"equality saturation #{k}: {rep.stop_reason} after {len(rep.iterations)} iterations, "
-                         f"cost {rep.cost_before:.2f} -> {rep.cost_after:.2f}")
-            for ch in rep.changes:
-                if ch.get("derivation"):  # the rewrites applied in turn
-                    rules = " -> ".join(ch["rules"])
-                else:  # the rules whose left-hand side matches there
-                    rules = ", ".join(ch.get("rules", [])) or "(cheaper equivalent)"
-                lines.append(f"  node {ch['node']} {ch['op']} '{ch['label']}' -> node {ch['new']} {ch['new_op']}"
-                             f"   via {rules}")
-            if not rep.changes:
-                lines.append("  no node changed")
-        text = "\n".join(lines)
-    if file is not None:
-        print(text, file=file)
-    return text
