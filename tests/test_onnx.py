@@ -737,3 +737,25 @@ def test_hf_bert_export_slices_its_position_table_by_seq(device):
         runtime = model.runtime
     with pytest.raises(OnnxInputError, match=r"seq = 40 exceeds 32.*Slice"):
         model(rng.integers(0, 60, (1, 40)), np.ones((1, 40), np.int64))
+
+
+def test_dynamic_batch_cnn_reads_its_inputs_in_place():
+    """A MobileNet-style CNN exported with a dynamic batch (conv + batch norm, depthwise, pointwise, strided) runs
+    its convolutions on the direct kernel (luminal/codegen/gemm_direct.py: the copy's size and the batch
+    coordinates are run-time values) with one compiled program for batches 1, 4 and 7, matching onnxruntime."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                        nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.ReLU(), nn.Conv2d(16, 32, 1), nn.ReLU(),
+                        nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(32, 10)).eval()
+    proto = _torch_export(net, (torch.randn(4, 3, 32, 32),), ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}})
+    model = lo.load(proto, device="cpu")
+    rng = np.random.default_rng(3)
+    runtime = None
+    for batch in (4, 1, 7):
+        check_against_ort(model, proto, {"x": rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)})
+        assert runtime is None or model.runtime is runtime
+        runtime = model.runtime
+    assert model.runtime.source.count("direct convolution (see luminal/codegen/gemm_direct.py)") >= 3
