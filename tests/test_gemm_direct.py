@@ -136,6 +136,20 @@ def test_strided_conv_reads_the_input_in_phases(monkeypatch, xs, ws, kw, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", [((1, 2, 5, 35), (4, 2, 5, 5), dict(stride=2, padding=2)),  # odd row, even pad
+                                      ((2, 3, 4, 66), (4, 3, 3, 3), dict(stride=2, padding=(1, 0))),  # no pad
+                                      ((1, 4, 3, 33), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4))])
+def test_stride_two_copy_splits_rows_by_shuffles(monkeypatch, xs, ws, kw, dtype):
+    """A stride-2 convolution's copy splits each input row into its even and odd elements two vectors at a time
+    (one shuffle each), the rest one by one: rows longer and shorter than two vectors, odd and even, with even,
+    odd and no padding (which phase the even elements go to), against torch."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, dtype, kw)
+    assert any(p is not None and p.phase == 2 for p in _plans(cx)), _plans(cx)
+    assert "__builtin_shufflevector" in cx.runtime.source
+    _close(got[0], _torch(xs, arrays, kw)[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("xs,ws,kw", [CASES[0], ((2, 3, 10, 32), (5, 3, 3, 3), dict(padding=1)),
                                       ((1, 4, 6, 16), (6, 4, 3, 5), dict(padding=(1, 2), dilation=(2, 1))),
                                       ((3, 7, 32), (6, 7, 5), dict(padding=2))])
@@ -411,6 +425,7 @@ cases = [((2, 4, 6, 32), (4, 1, 3, 3), dict(padding=1, groups=4)),       # depth
          ((1, 6, 5, 28), (6, 1, 7, 7), dict(padding=3, groups=6)),       # 7x7, dot vectors across rows
          ((2, 3, 5, 24), (5, 3, 3, 3), dict(padding=1)),                 # rows of 24
          ((1, 3, 6, 32), (4, 3, 3, 3), dict(stride=2, padding=1)),       # phases (forward, input gradient)
+         ((1, 2, 5, 35), (4, 2, 5, 5), dict(stride=2, padding=2)),       # the two phases' split: a tail, even pad
          ((1, 2, 4, 21), (3, 2, 3, 3), dict(padding=1))]                 # a K tail in the dot form
 rng = np.random.default_rng(0)
 for xs, ws, kw in cases:
