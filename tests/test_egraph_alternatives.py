@@ -21,16 +21,8 @@ from luminal import ops
 from luminal.compiler.egraph import EqualitySaturation
 from luminal.compiler.egraph import alternatives as ALT
 from luminal.runtime import program_search as PS
-from luminal.runtime import tuning
 from luminal.training import grad
-
-
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / "cache"))
-    tuning._forget()
-    yield
-    tuning._forget()
+from test_program_search import fresh_cache  # noqa: F401 (autouse: a fresh tuning cache per test)
 
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
