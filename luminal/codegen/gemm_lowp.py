@@ -178,31 +178,10 @@ def direct_gemms(program: Program, writers: dict) -> set[int]:
     return out
 
 
-def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True,
-                    widen_readers: bool = False) -> Program:
-    """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
-    ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
-    GEMM operands is
-
-    * dropped when the kernel only widens a bfloat16 / float16 buffer (the GEMMs read that buffer), or only
-      rounds a float32 buffer to bfloat16 (the GEMMs read the float32 buffer and round it: ``a_round`` /
-      ``b_round``, autocast's operands);
-    * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
-      fused into the producer, e.g. a layer norm), or copies such a buffer (:func:`_bfloat16_valued`: the
-      im2col matrix of a convolution under autocast): half the bytes, and the GEMMs read it as bfloat16.
-      ``store_as``: the types a computed operand may be stored as (the GPU backend adds float16: float16
-      autocast's operands then reach tensor cores). ``round_on_load=False`` (the GPU backend) keeps the
-      rounding of a float32 buffer as a kernel that stores the bfloat16 values: a tensor-core GEMM then loads
-      half the bytes and converts nothing in its inner loop. ``widen_readers`` (the GPU backend): a GEMM
-      operand that other kernels read too (autocast's output gradient, also summed into the bias gradient) is
-      stored in the low type as well, and those kernels widen it as they load it (exact: its values are
-      low-precision values), so every GEMM of an autocast training step reaches the tensor cores.
-    """
-    writers, readers, pinned = buffer_uses(program)
-    direct = direct_gemms(program, writers) if round_on_load else set()
+def _plan(program, writers, readers, pinned, exact, direct, store_as, round_on_load, widen_readers):
+    """``(drop, narrow, widen)`` of :func:`narrow_operands` (the GEMMs in ``direct`` left alone)."""
     drop: dict[int, tuple[int, bool]] = {}  # converted buffer -> (stored buffer, read rounded to bfloat16)
     narrow: dict[int, object] = {}  # buffer -> the bfloat16 value its kernel stores instead
-    exact = _bfloat16_valued(program)
     widen: dict[int, DType] = {}  # narrowed buffer -> its low type, read by other kernels too (widened there)
     for buf, w in writers.items():
         kernel = program.kernels[w]
@@ -225,6 +204,38 @@ def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round
             value = _low_value(kernel, store_as, exact)
             if value is not None:
                 narrow[buf] = value
+    return drop, narrow, widen
+
+
+def narrow_operands(program: Program, store_as: tuple = (DType.bfloat16,), round_on_load: bool = True,
+                    widen_readers: bool = False) -> Program:
+    """``program`` with the float32 conversions that only GEMMs read removed (see the module docstring); returns
+    ``program`` itself when nothing changes. A buffer written by an elementwise kernel and read only as float32
+    GEMM operands is
+
+    * dropped when the kernel only widens a bfloat16 / float16 buffer (the GEMMs read that buffer), or only
+      rounds a float32 buffer to bfloat16 (the GEMMs read the float32 buffer and round it: ``a_round`` /
+      ``b_round``, autocast's operands);
+    * stored as bfloat16 when the kernel computes something and rounds it to bfloat16 last (autocast's rounding
+      fused into the producer, e.g. a layer norm), or copies such a buffer (:func:`_bfloat16_valued`: the
+      im2col matrix of a convolution under autocast): half the bytes, and the GEMMs read it as bfloat16.
+      ``store_as``: the types a computed operand may be stored as (the GPU backend adds float16: float16
+      autocast's operands then reach tensor cores). ``round_on_load=False`` (the GPU backend) keeps the
+      rounding of a float32 buffer as a kernel that stores the bfloat16 values: a tensor-core GEMM then loads
+      half the bytes and converts nothing in its inner loop. ``widen_readers`` (the GPU backend): a GEMM
+      operand that other kernels read too (autocast's output gradient, also summed into the bias gradient) is
+      stored in the low type as well, and those kernels widen it as they load it (exact: its values are
+      low-precision values), so every GEMM of an autocast training step reaches the tensor cores.
+    """
+    writers, readers, pinned = buffer_uses(program)
+    exact = _bfloat16_valued(program)
+    drop, narrow, widen = _plan(program, writers, readers, pinned, exact, set(), store_as, round_on_load,
+                                widen_readers)
+    if (drop or narrow) and round_on_load:  # (GEMMs the direct convolution takes keep their operands)
+        direct = direct_gemms(program, writers)
+        if direct:
+            drop, narrow, widen = _plan(program, writers, readers, pinned, exact, direct, store_as, round_on_load,
+                                        widen_readers)
     if not drop and not narrow:
         return program
     kernels = []

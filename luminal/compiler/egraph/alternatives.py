@@ -82,24 +82,27 @@ def offered(graph) -> list[tuple[int, int, str]]:
     return [o for o in graph.__dict__.get("offered", ()) if o[0] in graph.nodes and o[1] in graph.nodes]
 
 
-def build_if_measured(sat_pass, graph, measuring) -> str | None:
+def build_if_measured(sat_pass, graph, measuring) -> tuple:
     """Build the alternatives offered in ``graph`` when the compile running ``sat_pass`` (an
     :class:`~luminal.compiler.egraph.EqualitySaturation`) measures programs (``measuring``: ``(level, budget)``
     from :func:`~luminal.compiler.egraph.choose.search_options`, or None) at ``"quick"``/``"full"``, or when an
     earlier search of this graph found them worth building (a ``program-alternatives/<key>`` tuning entry,
-    ``key`` naming the graph without them); otherwise drop them. Returns that key when they were built."""
+    ``key`` naming the graph without them); otherwise drop them. Returns ``(that key when they were built, the
+    pass's ``(memo key, session)`` of the graph when they were not and it computed them, else None)``."""
     if not pending(graph):
         drop_offered(graph)
-        return None
+        return None, None
     if measuring is not None:
         from ...runtime import tuning
 
-        key, _ = sat_pass._memo_key(graph, force=True)
-        if measuring[0] in ("quick", "full") or tuning.lookup(f"program-alternatives/{key}") is not None:
+        probe = sat_pass._memo_key(graph, force=True)
+        if measuring[0] in ("quick", "full") or tuning.lookup(f"program-alternatives/{probe[0]}") is not None:
             build_offered(graph)
-            return key
+            return probe[0], None
+        drop_offered(graph)
+        return None, probe
     drop_offered(graph)
-    return None
+    return None, None
 
 
 def root_signatures(enc, eg) -> dict:

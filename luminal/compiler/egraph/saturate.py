@@ -485,11 +485,9 @@ class EqualitySaturation(Pass):
         from .choose import measured_choice, search_options  # (it imports this module)
 
         measuring = search_options(graph)
-        alt_key = build_if_measured(self, graph, measuring)
-        key, sat = self._memo_key(graph)
-        memoize = key is not None
-        if measuring is not None and key is None:
-            key, sat = self._memo_key(graph, force=True)
+        alt_key, probe = build_if_measured(self, graph, measuring)
+        memoize = self.op_cost is None and memo.enabled()
+        key, sat = probe or (self._memo_key(graph, force=True) if memoize or measuring is not None else (None, None))
         hit = memo.load(key) if memoize else None
         if hit is not None:
             memo.MemoStats.hits += 1
