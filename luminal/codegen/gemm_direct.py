@@ -173,8 +173,8 @@ def _below(a, b) -> bool:
     return low is not None and low >= 1
 
 
-def _same(a, b) -> bool:
-    """Whether ``a == b`` for every binding of their symbols."""
+def same_size(a, b) -> bool:
+    """Whether sizes ``a == b`` for every binding of their symbols."""
     return _int(to_expr(a) - to_expr(b)) == 0
 
 
@@ -220,7 +220,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     rs = [1] * len(dims)
     for a in range(len(dims) - 2, -1, -1):
         rs[a] = _size(rs[a + 1] * dims[a + 1])
-    moving = [d for d in range(len(kdims)) if _long(kdims[d]) and (not _same(strides[d], 0) or
+    moving = [d for d in range(len(kdims)) if _long(kdims[d]) and (not same_size(strides[d], 0) or
                                                                   any(m[0][d] for m in masks))]
     mask_of = {}
     for j, (coeffs, _, _) in enumerate(masks):
@@ -238,7 +238,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             if not isinstance(kdims[d], int):
                 return None
             c, size = masks[j][0][d], masks[j][2]
-            axes = [a for a in range(len(dims)) if _same(dims[a], size) and _same(c * rs[a], s)]
+            axes = [a for a in range(len(dims)) if same_size(dims[a], size) and same_size(c * rs[a], s)]
             step = c
         else:
             axes = [a for a in range(len(dims)) if _divides(rs[a], s) and _below(_size(s // rs[a]) * (kdims[d] - 1),
@@ -257,7 +257,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if len(on) != 1 or any(coeffs[d] for d in range(len(kdims)) if d not in moving):
             return None
         a = on.pop()
-        if a in masked or not _same(dims[a], size) or any(
+        if a in masked or not same_size(dims[a], size) or any(
                 (coeffs[d] != 0) != (steps[d][0] == a) or coeffs[d] and coeffs[d] != steps[d][1] for d in moving):
             return None
         masked[a] = const
@@ -322,7 +322,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             q2 = next((d for d, e in enumerate(pro.axes) if e == ("row", lq) and d in steps and
                        isinstance(kdims[d], int)), None)
             wp, rsp = plan.inner(), plan.padded_strides()
-            if q2 is not None and _same(rsp[steps[q2][0]] * steps[q2][1], wp) and not any(
+            if q2 is not None and same_size(rsp[steps[q2][0]] * steps[q2][1], wp) and not any(
                     a == steps[q2][0] and d != q2 and pro.axes[d] is not None and pro.axes[d][0] == "row"
                     for d, (a, _) in steps.items()):
                 use, padded = _lanes(lq, vw, kdims[q2], wp - lq)
@@ -386,8 +386,8 @@ def _refine(dims, strides, masks, kdims) -> list[int]:
             lo, hi = rs[a], _size(rs[a] * dims[a])
             # (a cut below a symbolic end may make an axis of extent 1 at some binding: still exact)
             cut = next((b for b in sorted(cuts, key=lambda b: (_least(b), str(b))) if _below(lo, b) and (
-                _below(b, hi) or not isinstance(hi, int) and not _same(b, hi) and _least(to_expr(hi) - b) is not None
-                and _least(to_expr(hi) - b) >= 0) and _divides(lo, b) and _divides(b, hi) and b not in crossed), None)
+                _below(b, hi) or not isinstance(hi, int) and not same_size(b, hi) and _below(b, to_expr(hi) + 1))
+                and _divides(lo, b) and _divides(b, hi) and b not in crossed), None)
             if cut is not None:
                 dims[a:a + 1] = [_size(to_expr(hi) // cut), _size(to_expr(cut) // lo)]
                 changed = True
@@ -546,7 +546,7 @@ def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
               for d, (a, st) in sorted(plan.steps.items()) if pro.axes[d] is not None and pro.axes[d][0] not in
               ("row", "k")]
     view = g.a_view if pro.side == "b" else g.b_view
-    pterms = [f"{_c(view.strides[j], r)} * {coord[j]}" for j in range(nb) if not _same(view.strides[j], 0)]
+    pterms = [f"{_c(view.strides[j], r)} * {coord[j]}" for j in range(nb) if not same_size(view.strides[j], 0)]
     count = 1
     for d in bdims:
         count *= d

@@ -40,6 +40,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Program
+from .gemm_direct import same_size
 from .gemm_lowp import operand_stores
 from .values import buffer_uses, kernel_buffers, walk, work_per_element
 
@@ -69,11 +70,6 @@ def _ints(values) -> list | None:
     return out
 
 
-def _same(a, b) -> bool:
-    """Whether two sizes are equal for every binding of their symbols."""
-    return (to_expr(a) - to_expr(b)).to_int() == 0
-
-
 def split_axes(dims, view: ShapeTracker, side: str) -> tuple | None:
     """The :attr:`Prologue.axes` of a buffer of ``dims`` read through the GEMM operand ``view`` on ``side``
     (``"a"`` or ``"b"``), or None when some GEMM index does not map onto whole buffer axes of its own (a
@@ -101,19 +97,19 @@ def split_axes(dims, view: ShapeTracker, side: str) -> tuple | None:
         if low is None or low < 0:
             return None
         # the innermost buffer axis of the group: stride `stride`, longer than 1
-        last = next((d for d in range(len(d_e) - 1, -1, -1) if _same(rs[d], stride) and longer(d)), None)
+        last = next((d for d in range(len(d_e) - 1, -1, -1) if same_size(rs[d], stride) and longer(d)), None)
         if last is None:
             return None
         prod, d = to_expr(1), last
-        while not _same(prod, extent) and d >= 0:
+        while not same_size(prod, extent) and d >= 0:
             if longer(d):
                 div = (rs[d] // stride).to_int()
-                if axes[d] is not None or div is None or not _same(rs[d], stride * div):
+                if axes[d] is not None or div is None or not same_size(rs[d], stride * div):
                     return None
                 axes[d] = (role, div)
                 prod = prod * d_e[d]
             d -= 1
-        if not _same(prod, extent):
+        if not same_size(prod, extent):
             return None
     return tuple(axes)
 
