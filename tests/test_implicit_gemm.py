@@ -174,6 +174,58 @@ def test_packed_choice_is_honoured(monkeypatch, tmp_path):
         _close(a, b.astype(np.float64), "float32")
 
 
+MARGINAL = ((4, 8, 7, 7), (48, 8, 3, 3), dict(padding=1))  # rows of 7: 49 of 64 lanes, 48 > FEW rows of A
+
+
+def test_search_measures_the_marginal_direct_form(monkeypatch, tmp_path):
+    """Where the direct convolution would take a GEMM only in a marginal form (7x7 images: 49 of 64 lanes in use,
+    more output channels than its thresholds allow), the search measures it as a fourth plan, checked against
+    the materialized products like the others."""
+    from luminal.runtime import tuning
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = MARGINAL
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    timings = cx.runtime.prologue_timings
+    assert any("marginal" in m and m["marginal_correct"] for m in timings.values()), timings
+    for key, m in timings.items():
+        entry = tuning.lookup_many({key})[key]
+        assert ("marginal" in entry["candidates"]) == ("marginal" in m)
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+
+
+def test_marginal_choice_is_honoured(monkeypatch, tmp_path):
+    """A measurement in which the marginal direct form wins: the GEMM runs the direct kernel
+    (``GemmKernel.direct == "marginal"``; the default plan has none), the results still torch's, and "off" in a
+    new graph takes the cached choice."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    real = prologue_search.measure_prologue
+
+    def marginal_wins(*args, **kw):
+        m = real(*args, **kw)
+        if m is not None and "marginal" in m:
+            m["marginal"] = 0.0
+        return m
+    monkeypatch.setattr(prologue_search, "measure_prologue", marginal_wins)
+    xs, ws, kw = MARGINAL
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    prog = cx.runtime.program
+    assert cx.runtime.marginal_buffers and cx.runtime.marginal_buffers <= cx.runtime.fused_buffers
+    # (the buffer's readers all get the marginal forms; the forward takes one, its default plan has none)
+    marginal = [k for k in prog.kernels if isinstance(k, GemmKernel) and k.direct == "marginal" and
+                direct_plan(prog, k) is not None]
+    assert marginal and all(direct_plan(prog, dataclasses.replace(k, direct=True)) is None for k in marginal)
+    assert "direct convolution (see" in cx.runtime.source
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    monkeypatch.setattr(prologue_search, "measure_prologue", real)
+    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    assert cx2.runtime.marginal_buffers == cx.runtime.marginal_buffers and not cx2.runtime.prologue_timings
+    for a, b in zip(got, got2):
+        _close(a, b.astype(np.float64), "float32")
+
+
 def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     kw = dict(padding=1, stride=2)

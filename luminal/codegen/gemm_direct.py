@@ -329,7 +329,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
                 if padded:
                     plan = dataclasses.replace(plan, q2=q2)
         other = _int(g.dims[-2] if pro.side == "b" else g.dims[-1])  # rows of the packed / plain operand
-        if _taken(use, mode, other) and use > best_use:
+        if _taken(use, mode, other, g.direct == "marginal") and use > best_use:
             best, best_use = plan, use
     return best
 
@@ -347,11 +347,11 @@ def _lanes(rows: int, vw: int, planes: int = 1, halo: int | None = None) -> tupl
     return use, False
 
 
-def _taken(use: float, mode: str, other: int) -> bool:
+def _taken(use: float, mode: str, other: int, marginal: bool = False) -> bool:
     """Whether a form with ``use`` of its lanes in use is taken, ``other`` the rows of the packed / plain operand:
     whole vectors always (the dot form has no others), the rows form also from ``FULL`` on, or from half with at
-    most ``FEW`` rows."""
-    return use == 1 or mode == "rows" and (use >= FULL or other <= FEW and use >= 0.5)
+    most ``FEW`` rows, or (``marginal``: a GEMM the prologue search measured so) from half with any rows."""
+    return use == 1 or mode == "rows" and (use >= FULL or (other <= FEW or marginal) and use >= 0.5)
 
 
 def _refine(dims, strides, masks, kdims) -> list[int]:

@@ -151,12 +151,13 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-def fuse_prologues(program: Program, buffers, packed=()) -> Program:
+def fuse_prologues(program: Program, buffers, packed=(), marginal=()) -> Program:
     """``program`` with each buffer of ``buffers`` (keys of :func:`prologue_candidates`) no longer stored: its
     GEMM readers carry it as a :class:`Prologue` and its writer becomes an empty elementwise kernel (kernel
-    indices stay valid); the readers of a buffer in ``packed`` pack it (never the direct convolution). Returns
+    indices stay valid); the readers of a buffer in ``packed`` pack it (never the direct convolution), those of one
+    in ``marginal`` take the direct convolution in its marginal forms too (``GemmKernel.direct``). Returns
     ``program`` itself when ``buffers`` is empty."""
-    buffers, packed = set(buffers), set(packed)
+    buffers, packed, marginal = set(buffers), set(packed), set(marginal)
     if not buffers:
         return program
     cands = prologue_candidates(program)
@@ -172,7 +173,8 @@ def fuse_prologues(program: Program, buffers, packed=()) -> Program:
             view = getattr(g, side + "_view")
             pro = Prologue(mat, view, side, split_axes(mat.dims, view, side))
             kernels[r] = dataclasses.replace(g, **{side: None, side + "_pro": pro},
-                                             **({"direct": False} if buf in packed else {}))
+                                             **({"direct": False} if buf in packed else
+                                                {"direct": "marginal"} if buf in marginal else {}))
         kernels[w] = None
     new = Program([k for k in kernels if k is not None], {b: v for b, v in program.buffers.items() if b not in buffers},
                   list(program.inputs), list(program.outputs), dict(program.aliases))

@@ -131,8 +131,9 @@ class GemmKernel:
     a_round: object = None
     b_round: object = None
     # whether the direct convolution may run it where it applies (luminal.codegen.gemm_direct); False where the
-    # measured search found the packed fused GEMM faster (luminal.runtime.prologue_search)
-    direct: bool = True
+    # measured search found the packed fused GEMM faster (luminal.runtime.prologue_search); "marginal": also in
+    # a form that leaves up to half of its lanes idle, where the search measured that faster
+    direct: object = True
 
 
 @dataclass

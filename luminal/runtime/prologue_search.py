@@ -9,7 +9,11 @@ timers as ``LUMINAL_PROFILE=1``); a kernel's time is the minimum over rounds of 
 (float32) or 1e-9 (float64) of the largest reference value) **before fusion may win**; it wins when its
 GEMMs take less time than the materializing kernel plus the faster of the materialized GEMMs. Where a fused
 GEMM runs the direct convolution (:mod:`luminal.codegen.gemm_direct`), the same GEMMs fused but *packed*
-(``GemmKernel.direct=False``) are a third plan, checked and timed alike; the fastest of the three wins.
+(``GemmKernel.direct=False``) are a third plan, checked and timed alike; and where the direct convolution
+would take a GEMM only in a *marginal* form (at least half its lanes in use, but fewer than its thresholds ask:
+7x7 images, rows of 7 + 2 halo), the GEMMs with it (``GemmKernel.direct="marginal"``) are a fourth. The fastest
+wins (measured, a 3x3 convolution of 64 channels on 7x7 images, batch 32: 1.24 ms packed, 0.79 direct; on 4x4
+images, half the lanes idle, 4.1 vs 7.5: so the thresholds stay, and the search decides between them).
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
@@ -35,6 +39,7 @@ from ..codegen.gemm_prologue import fuse_prologues, fused_gemm_source, fused_nam
 from ..codegen.kernel import GemmKernel, Program
 from ..shape import to_expr
 
+FUSED = ("fused", "packed", "marginal")  # the measured plans whose GEMMs read the operand through its prologue
 ROUNDS = 5
 ROUND_S = 0.02
 MODES = ("", "auto", "fused", "materialized")
@@ -79,9 +84,10 @@ def _strip(text: str) -> str:
 
 def _mini_program(program: Program, buf: int, uses, blas: bool):
     """The measuring program: ``[materialize, GEMMs (blas), GEMMs (own), GEMMs (fused)]`` with their own outputs,
-    and ``GEMMs (packed)`` (fused, never the direct convolution) where a fused reader runs the direct
-    convolution (:mod:`luminal.codegen.gemm_direct`); returns ``(program, variants)`` where ``variants[name]``
-    lists ``(kernel index, out buffer)`` per reader."""
+    ``GEMMs (packed)`` (fused, never the direct convolution) where a fused reader runs the direct convolution
+    (:mod:`luminal.codegen.gemm_direct`), and ``GEMMs (marginal)`` (fused, the direct convolution in its marginal
+    forms too) where that adds a direct kernel; returns ``(program, variants)`` where ``variants[name]`` lists
+    ``(kernel index, out buffer)`` per reader."""
     from ..codegen.gemm_direct import direct_plan
     from ..codegen.values import kernel_buffers
 
@@ -92,12 +98,17 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
     fused = fuse_prologues(base, {buf})
     packed = fuse_prologues(base, {buf}, {buf}) if any(
         direct_plan(fused, g) is not None for g in fused.kernels if isinstance(g, GemmKernel)) else None
+    marginal = fuse_prologues(base, {buf}, marginal={buf})
+    if not any(direct_plan(fused, g) is None and direct_plan(marginal, h) is not None
+               for g, h in zip(fused.kernels, marginal.kernels) if isinstance(g, GemmKernel)):
+        marginal = None
     fresh = min([0, *(b for b in program.buffers if isinstance(b, int))]) - 1
     kernels, dims = [writer], {}
     variants: dict[str, list] = {}
-    for name in (["blas"] if blas else []) + ["own", "fused"] + (["packed"] if packed else []):
+    forms = {"fused": fused, "packed": packed, "marginal": marginal}
+    for name in (["blas"] if blas else []) + ["own"] + [f for f, p in forms.items() if p is not None]:
         variants[name] = []
-        for g in {"fused": fused.kernels, "packed": packed.kernels if packed else ()}.get(name, readers):
+        for g in forms[name].kernels if name in forms else readers:
             dims[fresh] = program.buffers[g.out]
             variants[name].append((len(kernels), fresh))
             kernels.append(dataclasses.replace(g, out=fresh))
@@ -109,8 +120,9 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
 
 def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> dict | None:
     """Seconds per run of ``materialize`` + GEMMs (``blas``, ``own``) and of the ``fused`` GEMMs for removing
-    ``buf`` (and of the ``packed`` ones where the fused ones run the direct convolution), and whether the fused
-    (``"correct"``) and packed (``"packed_correct"``) products matched; None when a size is unbound."""
+    ``buf`` (and of the ``packed`` ones where the fused ones run the direct convolution, of the ``marginal`` ones
+    where those add one), and whether the fused (``"correct"``), packed (``"packed_correct"``) and marginal
+    (``"marginal_correct"``) products matched; None when a size is unbound."""
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
@@ -127,7 +139,7 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     for name, entries in variants.items():
         for i, _ in entries:
             g = mini.kernels[i]
-            if name in ("fused", "packed"):
+            if name in FUSED:
                 fa, fb = g.a_pro is not None, g.b_pro is not None
                 fcfg = fused_config(g)
                 fn = fused_name(function_name("own:" + fcfg.tag(), dtype), fa, fb)
@@ -165,13 +177,13 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     first = time.perf_counter() - t0
     out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
     tol = 1e-3 if dtype == "float32" else 1e-9
-    fits = {}  # fused / packed: every product within tol of both materialized ones
-    for kind in [v for v in ("fused", "packed") if v in variants]:
+    fits = {}  # fused / packed / marginal: every product within tol of both materialized ones
+    for kind in [v for v in FUSED if v in variants]:
         fits[kind] = True
         for j, (_, fo) in enumerate(variants[kind]):
             got = out_of[fo]
             for name in variants:
-                if name in ("fused", "packed"):
+                if name in FUSED:
                     continue
                 ref = out_of[variants[name][j][1]]
                 scale = float(np.max(np.abs(ref))) if ref.size else 0.0
@@ -187,17 +199,18 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
         best = per if best is None else np.minimum(best, per)
     t_mat = float(best[0])
     times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
-    materialized = t_mat + min(t for name, t in times.items() if name not in ("fused", "packed"))
+    materialized = t_mat + min(t for name, t in times.items() if name not in FUSED)
     each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
     return {"materialize": t_mat, **times, "materialized": materialized, "correct": fits["fused"],
-            **({"packed_correct": fits["packed"]} if "packed" in fits else {}), **each}
+            **{f"{k}_correct": fits[k] for k in ("packed", "marginal") if k in fits}, **each}
 
 
 def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
                      budget_s: float | None = None):
-    """The buffers of ``program`` to fuse (see the module docstring), the measurements made and the fused
-    buffers whose GEMMs pack them although the direct convolution applies (measured faster):
-    ``(set of buffers, {cache key: measurement}, set of buffers)``. Measuring (``level`` ``"quick"``/``"full"``)
+    """The buffers of ``program`` to fuse (see the module docstring), the measurements made, the fused buffers
+    whose GEMMs pack them although the direct convolution applies (measured faster), and those whose GEMMs take
+    the direct convolution in its marginal forms too (measured faster): ``(set of buffers, {cache key:
+    measurement}, set of buffers, set of buffers)``. Measuring (``level`` ``"quick"``/``"full"``)
     stops once ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers
     not measured then get the unmeasured default (not cached)."""
     from . import tuning
@@ -209,17 +222,17 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     mode = forced_mode()
     cands = prologue_candidates(program)
     if not cands or mode == "materialized":
-        return set(), {}, set()
+        return set(), {}, set(), set()
     for dtype in {program.kernels[uses[0][0]].dtype.value for uses in cands.values()}:
         if not _renders(dtype):
             warnings.warn("the own GEMM's template has no pack call to replace: GEMM operands stay materialized",
                           stacklevel=3)
-            return set(), {}, set()
+            return set(), {}, set(), set()
     if mode == "fused":
-        return set(cands), {}, set()
+        return set(cands), {}, set(), set()
     keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
     cached = tuning.lookup_many(set(keys.values()))
-    chosen, report, packed = set(), {}, set()
+    chosen, report, packed, marginal = set(), {}, set(), set()
 
     def work(item):  # the hottest copies are measured first (as GEMMs in the GEMM search)
         total = 0
@@ -233,12 +246,14 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
 
     for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
-        if entry is not None and entry.get("choice") in ("fused", "packed", "materialized") and \
+        if entry is not None and entry.get("choice") in FUSED + ("materialized",) and \
                 (level in ("off", "background", "quick") or entry.get("level") == "full"):
             if entry["choice"] != "materialized":
                 chosen.add(buf)
             if entry["choice"] == "packed":
                 packed.add(buf)
+            if entry["choice"] == "marginal":
+                marginal.add(buf)
             continue
         if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
@@ -255,18 +270,21 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         if not m["correct"]:
             warnings.warn(f"search: the fused prologue gave a wrong result for {keys[buf]}; not used", stacklevel=2)
         # the fastest of: materialized, fused (the direct convolution where it applies), packed (fused, no
-        # direct convolution); a fused form only where its products matched
+        # direct convolution), marginal (fused, the direct convolution in its marginal forms too); a fused form
+        # only where its products matched
         times = {"materialized": m["materialized"], **({"fused": m["fused"]} if m["correct"] else {}),
-                 **({"packed": m["packed"]} if m.get("packed_correct") else {})}
+                 **{k: m[k] for k in ("packed", "marginal") if m.get(f"{k}_correct")}}
         choice = min(times, key=times.get)
         if choice != "materialized":
             chosen.add(buf)
         if choice == "packed":
             packed.add(buf)
+        if choice == "marginal":
+            marginal.add(buf)
         if store and m["correct"]:
             tuning.store(keys[buf], {"choice": choice, "seconds": times[choice], "level": level,
                                      "candidates": times})
-    return chosen, report, packed
+    return chosen, report, packed, marginal
 
 
 def fused_config(g: GemmKernel):
