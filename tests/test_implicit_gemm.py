@@ -145,18 +145,38 @@ def test_search_measures_direct_against_packed(monkeypatch, tmp_path):
         _close(g, e, "float32")
 
 
+def _wins(monkeypatch, plan: str):
+    """Make ``plan`` win every prologue measurement that has it (its time 0); returns the real measurement."""
+    real = prologue_search.measure_prologue
+
+    def measured(*args, **kw):
+        m = real(*args, **kw)
+        if m is not None and plan in m:
+            m[plan] = 0.0
+        return m
+    monkeypatch.setattr(prologue_search, "measure_prologue", measured)
+    return real
+
+
+def _cached_again(monkeypatch, real, cx, got, arrays, case, attr: str):
+    """``got`` (of ``cx``, compiled with a forced winner) is torch's; then, with the real measurement back,
+    ``"off"`` in a new graph takes the cached choice (the runtime's ``attr`` equal, nothing measured) and gives
+    the same results."""
+    xs, ws, kw = case
+    for g, e in zip(got, _torch(*arrays, kw)):
+        _close(g, e, "float32")
+    monkeypatch.setattr(prologue_search, "measure_prologue", real)
+    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    assert getattr(cx2.runtime, attr) == getattr(cx.runtime, attr) and not cx2.runtime.prologue_timings
+    for a, b in zip(got, got2):
+        _close(a, b.astype(np.float64), "float32")
+
+
 def test_packed_choice_is_honoured(monkeypatch, tmp_path):
     """A measurement in which the packed GEMM wins: its GEMMs are fused but not direct (no direct kernel in the
     program), the results still torch's, and "off" in a new graph takes the cached choice."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    real = prologue_search.measure_prologue
-
-    def packed_wins(*args, **kw):
-        m = real(*args, **kw)
-        if m is not None and "packed" in m:
-            m["packed"] = 0.0
-        return m
-    monkeypatch.setattr(prologue_search, "measure_prologue", packed_wins)
+    real = _wins(monkeypatch, "packed")
     xs, ws, kw = (2, 8, 10, 32), (16, 8, 3, 3), dict(padding=1)
     cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
     assert cx.runtime.packed_buffers and cx.runtime.packed_buffers <= cx.runtime.fused_buffers
@@ -165,13 +185,7 @@ def test_packed_choice_is_honoured(monkeypatch, tmp_path):
     # (measured buffers only: under load the 2 s budget may leave others to the default plan)
     assert packed and all(direct_plan(prog, k) is None for k in packed)
     assert all(direct_plan(prog, dataclasses.replace(k, direct=True)) is not None for k in packed)
-    for g, e in zip(got, _torch(xa, wa, kw)):
-        _close(g, e, "float32")
-    monkeypatch.setattr(prologue_search, "measure_prologue", real)
-    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
-    assert cx2.runtime.packed_buffers == cx.runtime.packed_buffers and not cx2.runtime.prologue_timings
-    for a, b in zip(got, got2):
-        _close(a, b.astype(np.float64), "float32")
+    _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "packed_buffers")
 
 
 MARGINAL = ((4, 8, 7, 7), (48, 8, 3, 3), dict(padding=1))  # rows of 7: 49 of 64 lanes, 48 > FEW rows of A
@@ -200,14 +214,7 @@ def test_marginal_choice_is_honoured(monkeypatch, tmp_path):
     (``GemmKernel.direct == "marginal"``; the default plan has none), the results still torch's, and "off" in a
     new graph takes the cached choice."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    real = prologue_search.measure_prologue
-
-    def marginal_wins(*args, **kw):
-        m = real(*args, **kw)
-        if m is not None and "marginal" in m:
-            m["marginal"] = 0.0
-        return m
-    monkeypatch.setattr(prologue_search, "measure_prologue", marginal_wins)
+    real = _wins(monkeypatch, "marginal")
     xs, ws, kw = MARGINAL
     cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
     prog = cx.runtime.program
@@ -217,13 +224,7 @@ def test_marginal_choice_is_honoured(monkeypatch, tmp_path):
                 direct_plan(prog, k) is not None]
     assert marginal and all(direct_plan(prog, dataclasses.replace(k, direct=True)) is None for k in marginal)
     assert "direct convolution (see" in cx.runtime.source
-    for g, e in zip(got, _torch(xa, wa, kw)):
-        _close(g, e, "float32")
-    monkeypatch.setattr(prologue_search, "measure_prologue", real)
-    cx2, _, got2 = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
-    assert cx2.runtime.marginal_buffers == cx.runtime.marginal_buffers and not cx2.runtime.prologue_timings
-    for a, b in zip(got, got2):
-        _close(a, b.astype(np.float64), "float32")
+    _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "marginal_buffers")
 
 
 def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
