@@ -367,14 +367,9 @@ def _replace_all(graph: Graph, replace: dict[int, tuple[int, Any]]) -> None:
 
 def _remove_dead(graph: Graph, keep: set[int]) -> None:
     """Delete every node not reachable (through data edges) from a built, protected or input node."""
-    live = set(keep) | graph.no_delete | graph.to_retrieve | {o for o, _ in graph.carries}
-    live |= {i for i, n in graph.nodes.items() if isinstance(n.op, ops.Input)}
-    stack = [i for i in live if i in graph.nodes]
-    while stack:
-        for e in graph.nodes[stack.pop()].inputs:
-            if e.src not in live:
-                live.add(e.src)
-                stack.append(e.src)
+    roots = set(keep) | graph.no_delete | graph.to_retrieve | {o for o, _ in graph.carries}
+    roots |= {i for i, n in graph.nodes.items() if isinstance(n.op, ops.Input)}
+    live = live_nodes(graph, [i for i in roots if i in graph.nodes])
     dead = [i for i in graph.nodes if i not in live]
     if not dead:
         return
@@ -442,7 +437,7 @@ class EqualitySaturation(Pass):
         roots = _root_classes(graph, enc, eg)
         self._cost = self._cost_model(enc, eg)
         # the original program's cost, from the encoding (offered alternatives aside: nothing reads them yet)
-        live = live_nodes(graph, _root_nodes(graph, enc))
+        live = live_nodes(graph, _root_nodes(graph, enc)) if enc.offered else enc.terms
         sat.report.cost_before = sum(self._cost(ENode(t[0], tuple(t[1:]), "")) for n, t in enc.terms.items()
                                      if n in live)
         return sat, eg, roots
