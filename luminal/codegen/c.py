@@ -26,7 +26,7 @@ from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .gemm_prologue import fused_call, pack_functions
-from .groups import epilogue_value, kernel_groups
+from .groups import epilogue_value, in_place_epilogues, kernel_groups
 from .mask_split import split_masked
 from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, program_symbols, refine_space,
                      work_per_element)
@@ -73,6 +73,7 @@ class CProgram:
     uses_blas: bool
     groups: list = None  # kernel indices rendered together (one C function each)
     parts: tuple = ()    # routines compiled into libraries of their own and linked at load (codegen.library)
+    shared: dict = None  # epilogue output -> the product whose bytes it is written over (in_place_epilogues)
 
 
 def _c_name(symbol: str) -> str:
@@ -141,10 +142,14 @@ class CRenderer(ReduceRendering):
             lines.append(f"    const long long {self.names[s]} = syms[{self.symbols.index(s)}]; (void){self.names[s]};")
         used = set().union(*[kernel_buffers(k) for k in kernels])
         outs = {k.out for k in kernels}
+        shared = getattr(self, "shared", None) or {}
+        over = {b for k in kernels if k.out in shared for b in (k.out, shared[k.out])}  # (one memory: no restrict)
         for b in sorted(used, key=lambda x: self.slot[x]):
             dtype = self.program.buffers[b][1]
             const = "" if b in outs else "const "
-            lines.append(f"    {const}{dtype.c_type} *restrict {self.pointer(b)} = ({const}{dtype.c_type} *)bufs[{self.slot[b]}];")
+            qual = "" if b in over else "restrict "
+            ctype = dtype.c_type
+            lines.append(f"    {const}{ctype} *{qual}{self.pointer(b)} = ({const}{ctype} *)bufs[{self.slot[b]}];")
 
     def render(self) -> CProgram:
         parts = [("#define LUMINAL_BLAS 1\n" if self.blas else "") + HELPERS, C_PRELUDE]
@@ -163,6 +168,7 @@ class CRenderer(ReduceRendering):
                 parts.append(self.gemm_sources)
         calls = []
         groups = kernel_groups(self.program)
+        self.shared = in_place_epilogues(self.program, groups)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
             kernel = self.program.kernels[group[0]]
@@ -199,7 +205,7 @@ class CRenderer(ReduceRendering):
         parts.append(_dispatch(calls, self.profile, init))
         if libs:
             parts.append(link_function(libs))
-        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs)
+        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared)
 
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
@@ -467,7 +473,7 @@ class CRenderer(ReduceRendering):
     def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and
         columns ``[n0, n1)`` of ``gemm``'s product; ``lm_gemm_*`` calls it on each thread's block of C."""
-        n = gemm.dims[1]
+        n = gemm.dims[-1]
         value, vars_ = epilogue_value(gemm, kernel)
         lines = [f"static int {name}(void **bufs, const long long *syms, long long m0, long long m1, long long n0, "
                  "long long n1) {", "    int err = 0;"]

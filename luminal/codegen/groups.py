@@ -3,6 +3,8 @@ row groups (a reduction and the row-wise kernels after it) and runs of elementwi
 
 from __future__ import annotations
 
+import os
+
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
 from .values import kernel_buffers, merge_value, read_offsets, walk
@@ -57,10 +59,11 @@ def epilogue_value(gemm, kernel, batched: bool = False):
     (its column) -- gives the output's element ``i0 * N + i1``. The kernel's space must be the product's
     elements: leading axes whose sizes multiply to ``M`` (their indices are taken apart from ``i0``, once per
     row) and trailing ones that multiply to ``N`` (those longer than 1 merge into one affine axis, walked by
-    ``i1``); and the value must read the product only at its own element. ``batched``: a batched GEMM too,
-    its rows being ``batch * M`` (``i0 = b * M + m``)."""
-    if not isinstance(gemm, GemmKernel) or not isinstance(kernel, ElementwiseKernel) or \
-            len(gemm.dims) < 2 or (len(gemm.dims) != 2 and not batched):
+    ``i1``); and the value must read the product only at its own element. The GEMM is unbatched (or its batch
+    axes are all 1: a convolution's product with one group); ``batched``: a batched GEMM too, its rows being
+    ``batch * M`` (``i0 = b * M + m``)."""
+    if not isinstance(gemm, GemmKernel) or not isinstance(kernel, ElementwiseKernel) or len(gemm.dims) < 2 or \
+            not batched and any(to_expr(d) != 1 for d in gemm.dims[:-2]):
         return None
     m, n = to_expr(1), gemm.dims[-1]
     for d in gemm.dims[:-1]:
@@ -98,6 +101,43 @@ def epilogue_value(gemm, kernel, batched: bool = False):
     if any(off != own for off in read_offsets(value, vars_, gemm.out)):
         return None  # reads the product at another element (or at one not known statically)
     return value, vars_
+
+
+def in_place_epilogues(program: Program, groups: list) -> dict:
+    """``{epilogue output: product}`` for the GEMM + epilogue groups (see :func:`kernel_groups`) whose epilogue
+    may write its output over the product: nothing else reads the product, both are intermediates (no input,
+    output or alias) of one dtype and size. The epilogue reads the product only at the element it writes (that
+    is what makes it an epilogue), and every GEMM routine runs it on a block of the product only once the block
+    is final and reads that block no more: so the product's bytes take the result and the product never goes
+    to memory on its own (one write of the activation instead of two). The arena gives both one slot
+    (:mod:`luminal.runtime.cpu_plan`); the epilogue's pointers to them are not ``restrict``. ``LUMINAL_IN_PLACE=0``
+    turns this off (measured: a 1x1 convolution 16 -> 96 channels over 8 x 56 x 56 with its ReLU6, 0.85 -> 0.67
+    ms)."""
+    if os.environ.get("LUMINAL_IN_PLACE", "1") == "0":
+        return {}
+    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    readers: dict = {}
+    for i, k in enumerate(program.kernels):
+        for b in kernel_buffers(k) - {k.out}:
+            readers.setdefault(b, set()).add(i)
+    out = {}
+    for group in groups:
+        if len(group) != 2 or not isinstance(program.kernels[group[0]], GemmKernel):
+            continue
+        g, e = (program.kernels[i] for i in group)
+        (pd, pt), (ed, et) = program.buffers[g.out], program.buffers[e.out]
+        if g.out in pinned or e.out in pinned or pt != et or readers.get(g.out) != {group[1]}:
+            continue
+        if (_elements(pd) - _elements(ed)).to_int() == 0:
+            out[e.out] = g.out
+    return out
+
+
+def _elements(dims):
+    n = to_expr(1)
+    for d in dims:
+        n = n * to_expr(d)
+    return n
 
 
 def epilogues_adjacent(program: Program) -> Program:

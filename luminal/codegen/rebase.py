@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-_DECL = re.compile(r"^\s*(?:const )?([\w ]+?) \*restrict (b\d+) = \([^)]*\)bufs\[(\d+)\];$", re.M)
+_DECL = re.compile(r"^\s*(?:const )?([\w ]+?) \*(?:restrict )?(b\d+) = \([^)]*\)bufs\[(\d+)\];$", re.M)
 _USE = re.compile(r"\b(b\d+)\b")
 _INDEX = re.compile(r"\[\((-?\d+) \+ ")          # bN[(C + ...
 _PTR = re.compile(r" \+ (-?\d+)(?=[,);])")       # bN + C,

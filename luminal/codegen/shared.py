@@ -13,7 +13,7 @@ import re
 from .rebase import rebase
 
 _BUF_NAME = re.compile(r"\bb(\d+)\b")
-_BUF_DECL = re.compile(r"^\s*(?:const )?[\w ]+\*restrict b(\d+) = \([^)]*\)bufs\[(\d+)\];$")
+_BUF_DECL = re.compile(r"^\s*(?:const )?[\w ]+\*(?:restrict )?b(\d+) = \([^)]*\)bufs\[(\d+)\];$")
 
 
 def _shared_body(k: int, epilogue: str, kernel: str, bodies: dict[str, str]) -> tuple[list[str], str, list]:

@@ -230,9 +230,60 @@ def merge_value(value, axis: int):
                 return None
             args.append(m)
         return Compute(value.op, tuple(args), value.dtype)
-    # Remapped values (an inlined producer seen through a view) and gathers keep their axes: the producer's
-    # indices are recovered from the view's offset, which is division-free only over separate loop variables
+    if isinstance(value, GatherValue):  # (axes on either side of the gathered one; the data's space is ours)
+        if axis in (value.axis - 1, value.axis):
+            return None
+        st = value.data_view.merge_dims(axis)
+        if st is None and value.data is not None:  # (an inlined data value: the view gives only its dims)
+            dims = value.data_view.dims
+            st = ShapeTracker.contiguous_of(dims[:axis] + (dims[axis] * dims[axis + 1],) + dims[axis + 2:])
+        index = merge_value(value.index, axis)
+        data = value.data if value.data is None else merge_value(value.data, axis)
+        if st is None or index is None or value.data is not None and data is None:
+            return None
+        return GatherValue(data, value.data_buffer, st, value.axis - (value.axis > axis), index, value.dtype)
+    if isinstance(value, Remapped):
+        # an inlined producer whose axes ours walk one to one (aligned_axes): its two axes merge with ours, so
+        # its indices stay loop variables; otherwise they are recovered from the view's offset by divisions, which
+        # are division-free only over separate loop variables: no merge
+        st = value.view.merge_dims(axis)
+        amap = aligned_axes(value.view, value.dims)
+        if st is None or amap is None:
+            return None
+        p, q = amap[axis], amap[axis + 1]
+        if p is None or q is None:  # (an axis of extent 1 or a broadcast one: the producer's space stays)
+            return Remapped(value.value, value.dims, st, value.dtype)
+        if q != p + 1:
+            return None
+        inner = merge_value(value.value, p)
+        if inner is None:
+            return None
+        dims = tuple(value.dims[:p]) + (value.dims[p] * value.dims[q],) + tuple(value.dims[q + 1:])
+        return Remapped(inner, dims, st, value.dtype)
     return None
+
+
+def aligned_axes(view: ShapeTracker, dims) -> list | None:
+    """For a :class:`Remapped` value's ``view`` over its producer's row-major space of ``dims``: per reader axis,
+    the producer axis it walks one to one (the same extent, that axis's stride; None for an axis of extent 1 or
+    stride 0), when every producer axis longer than 1 is walked by exactly one reader axis from offset 0 (the
+    producer's space is the reader's, its axes permuted, broadcast axes added); else None."""
+    if view.offset != 0:
+        return None
+    strides = ShapeTracker.contiguous_of(dims).strides
+    out, used = [], set()
+    for d, s in zip(view.dims, view.strides):
+        if d == 1 or s == 0:
+            out.append(None)
+            continue
+        p = next((p for p in range(len(dims)) if dims[p] != 1 and strides[p] == s and dims[p] == d), None)
+        if p is None or p in used:
+            return None
+        used.add(p)
+        out.append(p)
+    if any(dims[p] != 1 and p not in used for p in range(len(dims))):
+        return None
+    return out
 
 
 def flatten_space(dims, value):

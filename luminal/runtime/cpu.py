@@ -76,9 +76,11 @@ class CPURuntime:
         self.budget_s = check_budget(budget_s)
         from ..codegen.gemm_lowp import narrow_operands
         from ..codegen.layout import transpose_outputs
-        # products stored transposed where their readers walk them column-wise (luminal.codegen.layout); GEMM
-        # operands stored as bfloat16 / float16 are read as they are stored, not through a float32 copy
-        self.program: Program = narrow_operands(transpose_outputs(lower(graph)))
+        from ..codegen.layout_order import order_outputs
+        # products stored transposed where their readers walk them column-wise (luminal.codegen.layout), the
+        # kernels after a product in its order (luminal.codegen.layout_order); GEMM operands stored as bfloat16 /
+        # float16 are read as they are stored, not through a float32 copy
+        self.program: Program = narrow_operands(order_outputs(transpose_outputs(lower(graph))))
         self.blas = _blas() is not None
         # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue), chosen at the bindings
         # known now: measured with search "quick"/"full", else the tuning cache's decision (default: materialized)

@@ -34,10 +34,15 @@ class _Layout:
             for b in kernel_buffers(kernel):
                 last_use[b] = step[i]
         owned = set(program.inputs) | set(program.outputs)
+        # an epilogue written over its product (codegen.groups.in_place_epilogues) takes the product's slot, which
+        # lives until the epilogue's output is last read
+        shared = getattr(cprogram, "shared", None) or {}
+        for y, p in shared.items():
+            last_use[p] = max(last_use.get(p, 0), last_use.get(y, 0))
         exprs: dict = {}
         self.nodes, self.const, self.terms, spans = [], [], [], []
         for node_id, (dims, dtype) in program.buffers.items():
-            if node_id in owned:
+            if node_id in owned or node_id in shared:
                 continue
             const, terms = dtype.itemsize, []
             for d in dims:
@@ -78,7 +83,7 @@ class _Layout:
                 dims, dtype = program.buffers[node_id]
                 self.out_slots.append((k, node_id, spec(dims), dtype.numpy))
             else:
-                self.arena_slots.append((k, self.index[node_id]))
+                self.arena_slots.append((k, self.index[shared.get(node_id, node_id)]))
         self.exprs = list(exprs)
         self.n_slots = max(1, len(cprogram.buffer_order))
 
