@@ -25,6 +25,7 @@ from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
 from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
+from .gemm_direct import direct_plan
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, in_place_epilogues, kernel_groups
 from .mask_split import split_masked
@@ -167,7 +168,9 @@ class CRenderer(ReduceRendering):
             if self.gemm_sources:
                 parts.append(self.gemm_sources)
         calls = []
-        groups = kernel_groups(self.program)
+        # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
+        groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
+                               direct_plan(self.program, g) is not None)
         self.shared = in_place_epilogues(self.program, groups)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
@@ -474,7 +477,7 @@ class CRenderer(ReduceRendering):
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and
         columns ``[n0, n1)`` of ``gemm``'s product; ``lm_gemm_*`` calls it on each thread's block of C."""
         n = gemm.dims[-1]
-        value, vars_ = epilogue_value(gemm, kernel)
+        value, vars_ = epilogue_value(gemm, kernel, batched=True)  # (rows b * M + m where batched)
         lines = [f"static int {name}(void **bufs, const long long *syms, long long m0, long long m1, long long n0, "
                  "long long n1) {", "    int err = 0;"]
         self._prologue([kernel], lines)

@@ -38,7 +38,8 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
     (its block of A, ``MR x K``, in L1; the chunk's windows in L2), then the epilogue runs on the chunk's columns.
     ``batch``: ``(count, copy offset, A offset)`` of a batched GEMM (a grouped convolution, one GEMM per group),
     the offsets C expressions of the batch index ``b``: the tiles of every batch element are shared out together
-    (a chunk never crosses two), C's batch stride is ``M * N``; a batched GEMM has no epilogue."""
+    (a chunk never crosses two), C's batch stride is ``M * N``, and the epilogue's rows are ``b * M + m``
+    (:func:`luminal.codegen.groups.epilogue_value`'s batched form)."""
     nbat, boff, aoff = batch or (1, "0", "0")
     nv = tile(DType.float32 if ctype == "float" else DType.float64, m)[1]
     sp = " " * 20
@@ -142,7 +143,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         "                }",
         "            }",
         "            if (epi && n_hi > n_lo) {",
-        "                int e = epi(bufs, syms, 0, M, n_lo, n_hi);",
+        "                int e = epi(bufs, syms, b * M, b * M + M, n_lo, n_hi);  /* (rows b * M + m: batched) */",
         "                if (e && !terr) terr = e;",
         "            }",
         "        }",
@@ -215,7 +216,9 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
         if cross else []
     c_at = "cb[(p0 + i) * N + q0 + j]" if side == "b" else "cb[(q0 + j) * N + p0 + i]"
     p1, q1 = f"p0 + {mr} < {p_n} ? p0 + {mr} : {p_n}", f"q0 + {nr} < {q_n} ? q0 + {nr} : {q_n}"
-    epi = f"epi(bufs, syms, p0, {p1}, q0, {q1})" if side == "b" else f"epi(bufs, syms, q0, {q1}, p0, {p1})"
+    # (the epilogue's rows: b * M + m, as in the rows form)
+    epi = f"epi(bufs, syms, b * M + p0, b * M + ({p1}), q0, {q1})" if side == "b" else \
+        f"epi(bufs, syms, b * M + q0, b * M + ({q1}), p0, {p1})"
     lines = [
         "    long long *restrict koff = (long long *)rest;",
         f"    const long long nvec = K / {vw}LL, rem = K % {vw}LL;",

@@ -10,7 +10,7 @@ from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, P
 from .values import kernel_buffers, merge_value, read_offsets, walk
 
 
-def kernel_groups(program: Program, batched_epilogues: bool = False) -> list[list[int]]:
+def kernel_groups(program: Program, batched_epilogues=False) -> list[list[int]]:
     """Kernels rendered together as one loop nest:
 
     * a *row group*: a reduction over the innermost axis and the kernels after it that work row by row --
@@ -26,7 +26,8 @@ def kernel_groups(program: Program, batched_epilogues: bool = False) -> list[lis
       add). Each thread runs the epilogue over its block of the product right after its BLAS call, while the
       block is in cache and without another fork/join (see :func:`epilogue_value`). With
       ``batched_epilogues`` (the Triton renderer, whose GEMM tiles know their batch index) a batched GEMM gets
-      one too.
+      one too; it may also be a predicate on the GEMM kernel (the C renderer: the batched GEMMs that one
+      direct-convolution call runs whole, a grouped convolution's).
     """
     groups: list[list[int]] = []
     k = 0
@@ -37,7 +38,8 @@ def kernel_groups(program: Program, batched_epilogues: bool = False) -> list[lis
             k += len(row)
             continue
         kernel = program.kernels[k]
-        if k + 1 < len(program.kernels) and epilogue_value(kernel, program.kernels[k + 1], batched_epilogues):
+        batched = batched_epilogues(kernel) if callable(batched_epilogues) else batched_epilogues
+        if k + 1 < len(program.kernels) and epilogue_value(kernel, program.kernels[k + 1], batched):
             groups.append([k, k + 1])
             k += 2
             continue

@@ -35,7 +35,7 @@ import os
 from ..shape import ShapeTracker, to_expr
 from .kernel import (Compute, ConstValue, ElementwiseKernel, GatherValue, GemmKernel, IotaValue, Load, Program,
                      ReduceKernel, Remapped)
-from .values import aligned_axes, kernel_buffers
+from .values import kernel_buffers, permute_value
 
 
 def _ints(dims):
@@ -142,26 +142,26 @@ def _unit_step(view: ShapeTracker, chain: tuple) -> bool | None:
     return abs(offset(one) - offset(zero)) <= 1
 
 
-def _rewrite(value, buffer: int, table: dict, memo: dict, to: int | None = None):
-    """``value`` with every Load of ``buffer`` read through ``table[view]`` (from buffer ``to`` if given)."""
+def _rewrite(value, buffer: int, table: dict, memo: dict):
+    """``value`` with every Load of ``buffer`` read through ``table[view]``."""
     key = id(value)
     if key in memo:
         return memo[key]
     out = value
     if isinstance(value, Load):
         if value.buffer == buffer:
-            out = Load(buffer if to is None else to, table[value.view], value.dtype)
+            out = Load(buffer, table[value.view], value.dtype)
     elif isinstance(value, Compute):
-        args = tuple(_rewrite(a, buffer, table, memo, to) for a in value.args)
+        args = tuple(_rewrite(a, buffer, table, memo) for a in value.args)
         if any(a is not b for a, b in zip(args, value.args)):
             out = Compute(value.op, args, value.dtype)
     elif isinstance(value, Remapped):
-        inner = _rewrite(value.value, buffer, table, memo, to)
+        inner = _rewrite(value.value, buffer, table, memo)
         if inner is not value.value:
             out = Remapped(inner, value.dims, value.view, value.dtype)
     elif isinstance(value, GatherValue):
-        index = _rewrite(value.index, buffer, table, memo, to)
-        data = value.data if value.data is None else _rewrite(value.data, buffer, table, memo, to)
+        index = _rewrite(value.index, buffer, table, memo)
+        data = value.data if value.data is None else _rewrite(value.data, buffer, table, memo)
         if index is not value.index or data is not value.data:
             out = GatherValue(data, value.data_buffer, value.data_view, value.axis, index, value.dtype)
     memo[key] = out
@@ -173,48 +173,6 @@ def _size(view: ShapeTracker) -> int:
     for d in view.dims:
         n *= to_expr(d).to_int() or 1
     return n
-
-
-def _top_views_permuted(value, perm, memo: dict):
-    """``value`` (over a kernel's own iteration space) over that space with its axes permuted by ``perm``: every
-    view of the space permuted; an inlined producer whose space is ours, axes permuted (``aligned_axes``), gets
-    its own space permuted alike (so its axes stay in step with ours: they merge, e.g. into a GEMM epilogue's
-    column), any other keeps its space."""
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    out = None
-    if isinstance(value, Load):
-        out = Load(value.buffer, value.view.permute(perm), value.dtype)
-    elif isinstance(value, ConstValue):
-        out = ConstValue(value.value, value.dtype, value.view.permute(perm))
-    elif isinstance(value, IotaValue):
-        out = IotaValue(value.expr, value.dtype, value.view.permute(perm))
-    elif isinstance(value, Remapped):
-        view = value.view.permute(perm)
-        amap = aligned_axes(value.view, value.dims)
-        if amap is None:
-            out = Remapped(value.value, value.dims, view, value.dtype)
-        else:  # the producer's axes in the order ours walk them now (its axes of extent 1 last)
-            q = [amap[p] for p in perm if amap[p] is not None]
-            q += [a for a in range(len(value.dims)) if a not in q]
-            inner = _top_views_permuted(value.value, tuple(q), {})
-            dims = tuple(value.dims[a] for a in q)
-            at = {a: s for a, s in zip(q, ShapeTracker.contiguous_of(dims).strides)}
-            strides = [to_expr(0) if amap[p] is None else at[amap[p]] for p in perm]
-            out = None if inner is None else Remapped(inner, dims, ShapeTracker(view.dims, strides, 0, view.masks),
-                                                      value.dtype)
-    elif isinstance(value, GatherValue):  # (the data's space is ours, the gathered axis's extent aside)
-        index = _top_views_permuted(value.index, perm, memo)
-        data = value.data if value.data is None else _top_views_permuted(value.data, perm, memo)
-        if index is not None and (data is not None or value.data is None):
-            out = GatherValue(data, value.data_buffer, value.data_view.permute(perm), perm.index(value.axis), index,
-                              value.dtype)
-    elif isinstance(value, Compute):
-        args = [_top_views_permuted(a, perm, memo) for a in value.args]
-        out = None if any(a is None for a in args) else Compute(value.op, tuple(args), value.dtype)
-    memo[key] = out
-    return out
 
 
 def _views_all(value, out: list, memo: set, chain: tuple = ()) -> None:
@@ -290,7 +248,7 @@ def _transposed(kernels: list, xi: int, pinned: set, readers: dict):
     else:
         # the kernel iterates over the swapped space (writing row-major there) and reads through permuted views
         perm = tuple(range(nd - 2)) + (nd - 1, nd - 2)
-        value = _top_views_permuted(x.value, perm, {})
+        value = permute_value(x.value, perm, {})
         if value is None:
             return None
         own: list = []

@@ -18,8 +18,8 @@ for its GEMM (the im2col copy of a 1x1 window is a transpose). Measured on a Mob
 * what the readers lose in contiguous reads along their vector loops (as :mod:`luminal.codegen.layout` counts
   them, symbols bound to a sample size) is less than the pass saved.
 
-A copy that the permutation turns into a plain contiguous copy of its source (the next 1x1 convolution's
-transpose) is removed after: its readers read the source (:func:`drop_plain_copies`).
+The next 1x1 convolution's transpose needs no pass of its own either way: the lowering computes the activation
+into its copy (stored channel-major) where nothing else reads it.
 
 Values are unchanged: the same elements computed by the same expressions, stored elsewhere. ``LUMINAL_LAYOUT=0``
 turns this off too.
@@ -33,9 +33,9 @@ from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
 from .gemm_direct import _below, _divides, _int, _least, _long, _size, same_size
 from .groups import epilogue_value
-from .kernel import ElementwiseKernel, GemmKernel, Load, Program, ReduceKernel, Remapped
-from .layout import _rewrite, _top_views_permuted, _unit_step, _views, _views_all
-from .values import kernel_buffers, read_offsets
+from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, Remapped
+from .layout import _rewrite, _unit_step, _views, _views_all
+from .values import kernel_buffers, permute_value, read_offsets
 
 SAMPLE = 7  # the size a symbol takes where contiguity is judged (a batch: the same answer from 2 up)
 
@@ -193,7 +193,7 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
     if perm is None or perm == tuple(range(len(perm))):
         return None
     dims = tuple(x.dims)
-    value = _top_views_permuted(x.value, perm, {})
+    value = permute_value(x.value, perm, {})
     if value is None:
         return None
     moved = ElementwiseKernel(x.out, tuple(dims[p] for p in perm), value, x.dtype)
@@ -258,65 +258,9 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
     return new, gain, moved.dims
 
 
-def drop_plain_copies(program: Program) -> Program:
-    """``program`` without the elementwise kernels that copy a whole buffer of their dtype in its own order (a
-    contiguous read, as many elements): their readers read the source instead. Returns ``program`` itself when
-    there are none."""
-    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
-    kernels, buffers = list(program.kernels), dict(program.buffers)
-    renamed: dict = {}
-    keep = []
-    for k in kernels:
-        v = k.value if isinstance(k, ElementwiseKernel) else None
-        if isinstance(v, Load) and k.out not in pinned and v.view.is_contiguous() and v.dtype == k.dtype and \
-                buffers.get(v.buffer, (None, None))[1] == k.dtype and same_size(
-                    _prod(buffers[v.buffer][0]), _prod(k.dims)) and same_size(_prod(buffers[k.out][0]), _prod(k.dims)):
-            renamed[k.out] = renamed.get(v.buffer, v.buffer)
-            continue
-        keep.append(k)
-    if not renamed:
-        return program
-    out = []
-    for k in keep:
-        for old in kernel_buffers(k) & set(renamed):
-            k = _renamed(k, old, renamed[old])
-            if k is None:
-                return program
-        out.append(k)
-    for b in renamed:
-        buffers.pop(b, None)
-    return Program(out, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
-
-
-def _prod(dims):
-    n = to_expr(1)
-    for d in dims:
-        n = n * to_expr(d)
-    return n
-
-
-def _renamed(k, old: int, new: int):
-    """Kernel ``k`` reading buffer ``new`` where it read ``old`` (same views: both are the same elements in the
-    same order); None when ``k`` reads it in a way not rewritten here (a gather, a fused prologue)."""
-    if isinstance(k, GemmKernel):
-        if k.a_pro is not None or k.b_pro is not None:
-            return None
-        return GemmKernel(k.out, new if k.a == old else k.a, k.a_view, new if k.b == old else k.b, k.b_view, k.dims,
-                          k.dtype, None, None, k.a_round, k.b_round, k.direct)
-    if not isinstance(k, (ElementwiseKernel, ReduceKernel)):
-        return None
-    found: list = []
-    if not _views(k.value, old, found, set()):
-        return None
-    value = _rewrite(k.value, old, {v: v for v, _ in found}, {}, new)
-    if isinstance(k, ElementwiseKernel):
-        return ElementwiseKernel(k.out, k.dims, value, k.dtype)
-    return ReduceKernel(k.out, k.dims, k.axis, k.extent, value, k.kind, k.dtype)
-
-
 def order_outputs(program: Program) -> Program:
     """The program with elementwise outputs stored in the order of the GEMM product they follow (see the module
-    docstring), and the copies that made plain removed. Returns ``program`` itself when nothing changes."""
+    docstring). Returns ``program`` itself when nothing changes."""
     if os.environ.get("LUMINAL_LAYOUT", "1") == "0":
         return program
     pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
@@ -335,5 +279,4 @@ def order_outputs(program: Program) -> Program:
         changed = True
     if not changed:
         return program
-    return drop_plain_copies(Program(kernels, buffers, list(program.inputs), list(program.outputs),
-                                     dict(program.aliases)))
+    return Program(kernels, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))

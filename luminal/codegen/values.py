@@ -211,8 +211,20 @@ def buffer_uses(program) -> tuple[dict, dict, set]:
     return writers, readers, pinned
 
 
-def merge_value(value, axis: int):
-    """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None."""
+def merge_value(value, axis: int, memo: dict | None = None):
+    """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None. Shared
+    subtrees stay shared (``memo``: (id, axis) -> result; a where() reads its operand twice, so a chain of them
+    copied node by node would grow exponentially)."""
+    memo = {} if memo is None else memo
+    key = (id(value), axis)
+    if key in memo:
+        return memo[key][1]
+    out = _merged(value, axis, memo)
+    memo[key] = (value, out)  # (the value kept alive: its id is not reused while the memo lives)
+    return out
+
+
+def _merged(value, axis: int, memo: dict):
     if isinstance(value, Load):
         st = value.view.merge_dims(axis)
         return None if st is None else Load(value.buffer, st, value.dtype)
@@ -225,7 +237,7 @@ def merge_value(value, axis: int):
     if isinstance(value, Compute):
         args = []
         for a in value.args:
-            m = merge_value(a, axis)
+            m = merge_value(a, axis, memo)
             if m is None:
                 return None
             args.append(m)
@@ -237,8 +249,8 @@ def merge_value(value, axis: int):
         if st is None and value.data is not None:  # (an inlined data value: the view gives only its dims)
             dims = value.data_view.dims
             st = ShapeTracker.contiguous_of(dims[:axis] + (dims[axis] * dims[axis + 1],) + dims[axis + 2:])
-        index = merge_value(value.index, axis)
-        data = value.data if value.data is None else merge_value(value.data, axis)
+        index = merge_value(value.index, axis, memo)
+        data = value.data if value.data is None else merge_value(value.data, axis, memo)
         if st is None or index is None or value.data is not None and data is None:
             return None
         return GatherValue(data, value.data_buffer, st, value.axis - (value.axis > axis), index, value.dtype)
@@ -246,21 +258,73 @@ def merge_value(value, axis: int):
         # an inlined producer whose axes ours walk one to one (aligned_axes): its two axes merge with ours, so
         # its indices stay loop variables; otherwise they are recovered from the view's offset by divisions, which
         # are division-free only over separate loop variables: no merge
-        st = value.view.merge_dims(axis)
         amap = aligned_axes(value.view, value.dims)
-        if st is None or amap is None:
+        if amap is None:
             return None
         p, q = amap[axis], amap[axis + 1]
+        if p is not None and q is not None and q != p + 1:  # the producer's axes in the order ours walk them
+            value = _reader_ordered(value, amap, memo)
+            return None if value is None else merge_value(value, axis, memo)
+        st = value.view.merge_dims(axis)
+        if st is None:
+            return None
         if p is None or q is None:  # (an axis of extent 1 or a broadcast one: the producer's space stays)
             return Remapped(value.value, value.dims, st, value.dtype)
-        if q != p + 1:
-            return None
-        inner = merge_value(value.value, p)
+        inner = merge_value(value.value, p, memo)
         if inner is None:
             return None
         dims = tuple(value.dims[:p]) + (value.dims[p] * value.dims[q],) + tuple(value.dims[q + 1:])
         return Remapped(inner, dims, st, value.dtype)
     return None
+
+
+def _reader_ordered(value: Remapped, amap: list, memo: dict) -> Remapped | None:
+    """The same value with the producer's axes permuted into the order the reader walks them (``amap``: its
+    :func:`aligned_axes`; the producer's axes of extent 1 last), or None when the producer's value cannot be
+    permuted. ``memo``: as :func:`permute_value`'s (a producer reached twice is permuted once)."""
+    order = [a for a in amap if a is not None]
+    order += [a for a in range(len(value.dims)) if a not in order]
+    inner = permute_value(value.value, tuple(order), memo)
+    if inner is None:
+        return None
+    dims = tuple(value.dims[a] for a in order)
+    at = dict(zip(order, ShapeTracker.contiguous_of(dims).strides))
+    strides = [to_expr(0) if a is None else at[a] for a in amap]
+    return Remapped(inner, dims, ShapeTracker(value.view.dims, strides, 0, value.view.masks), value.dtype)
+
+
+def permute_value(value, perm, memo: dict):
+    """``value`` (over a kernel's own iteration space) over that space with its axes permuted by ``perm``: every
+    view of the space permuted; an inlined producer whose space is ours, axes permuted (:func:`aligned_axes`),
+    gets its own space permuted alike (so its axes stay in step with ours: they merge, e.g. into a GEMM
+    epilogue's column), any other keeps its space. None when a part cannot be permuted. Shared subtrees stay
+    shared (``memo``: (id, perm) -> result)."""
+    perm = tuple(perm)
+    key = (id(value), perm)
+    if key in memo:
+        return memo[key][1]
+    out = None
+    if isinstance(value, Load):
+        out = Load(value.buffer, value.view.permute(perm), value.dtype)
+    elif isinstance(value, ConstValue):
+        out = ConstValue(value.value, value.dtype, value.view.permute(perm))
+    elif isinstance(value, IotaValue):
+        out = IotaValue(value.expr, value.dtype, value.view.permute(perm))
+    elif isinstance(value, Remapped):
+        moved = Remapped(value.value, value.dims, value.view.permute(perm), value.dtype)
+        amap = aligned_axes(moved.view, moved.dims)
+        out = moved if amap is None else _reader_ordered(moved, amap, memo)
+    elif isinstance(value, GatherValue):  # (the data's space is ours, the gathered axis's extent aside)
+        index = permute_value(value.index, perm, memo)
+        data = value.data if value.data is None else permute_value(value.data, perm, memo)
+        if index is not None and (data is not None or value.data is None):
+            out = GatherValue(data, value.data_buffer, value.data_view.permute(perm), perm.index(value.axis), index,
+                              value.dtype)
+    elif isinstance(value, Compute):
+        args = [permute_value(a, perm, memo) for a in value.args]
+        out = None if any(a is None for a in args) else Compute(value.op, tuple(args), value.dtype)
+    memo[key] = (value, out)
+    return out
 
 
 def aligned_axes(view: ShapeTracker, dims) -> list | None:
