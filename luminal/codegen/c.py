@@ -356,7 +356,7 @@ class CRenderer(ReduceRendering):
         dims = tuple(kernels[0].dims)
         j = 0
         while j < len(dims) - 1:  # merge axes only where every kernel's views stay affine
-            merged = [merge_value(v, j) for v in values]
+            merged = [merge_value(v, j, dims=dims) for v in values]
             if any(m is None for m in merged):
                 j += 1
                 continue

@@ -87,7 +87,7 @@ def epilogue_value(gemm, kernel, batched: bool = False):
         if len(long_axes) <= 1:
             break
         j = long_axes[-1] - 1  # merge the last long axis with the axis before it
-        value = merge_value(value, j)
+        value = merge_value(value, j, dims=dims)
         if value is None:
             return None
         dims = dims[:j] + (dims[j] * dims[j + 1],) + dims[j + 2:]

@@ -214,47 +214,37 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
             gain += size if after else -size
     new = list(kernels)
     new[xi] = moved
-    table: dict = {}
+    table: dict = {}  # a reader's view of the output -> the same elements over the permuted layout
+
+    def rewritten(v) -> bool:
+        if v not in table:
+            table[v] = permuted_view(v, dims, perm)
+        return table[v] is not None
+
     for ki in readers.get(x.out, ()):
         k = kernels[ki]
         if ki == xi:
             continue
         if isinstance(k, GemmKernel):
-            if k.a_pro is not None or k.b_pro is not None:
-                return None
             views = [v for b, v in ((k.a, k.a_view), (k.b, k.b_view)) if b == x.out]
-        elif isinstance(k, (ElementwiseKernel, ReduceKernel)):
-            found: list = []
-            if not _views(k.value, x.out, found, set()):
+            if k.a_pro is not None or k.b_pro is not None or not all(rewritten(v) for v in views):
                 return None
-            views = []
-            for v, chain in found:
-                if v not in table:
-                    nv = permuted_view(v, dims, perm)
-                    if nv is None:
-                        return None
-                    table[v] = nv
-                before, after = _unit(v, chain), _unit(table[v], chain)
-                if before is not None and after is not None and before != after:
-                    size = _elements(chain[0].view if chain else v)
-                    gain += size if after else -size
-        else:
-            return None
-        for v in views:
-            if v not in table:
-                nv = permuted_view(v, dims, perm)
-                if nv is None:
-                    return None
-                table[v] = nv
-        if isinstance(k, GemmKernel):
             new[ki] = GemmKernel(k.out, k.a, table[k.a_view] if k.a == x.out else k.a_view, k.b,
                                  table[k.b_view] if k.b == x.out else k.b_view, k.dims, k.dtype, k.a_pro, k.b_pro,
                                  k.a_round, k.b_round, k.direct)
-        elif isinstance(k, ElementwiseKernel):
-            new[ki] = ElementwiseKernel(k.out, k.dims, _rewrite(k.value, x.out, table, {}), k.dtype)
-        else:
-            new[ki] = ReduceKernel(k.out, k.dims, k.axis, k.extent, _rewrite(k.value, x.out, table, {}), k.kind,
-                                   k.dtype)
+            continue
+        found: list = []
+        if not isinstance(k, (ElementwiseKernel, ReduceKernel)) or not _views(k.value, x.out, found, set()) or \
+                not all(rewritten(v) for v, _ in found):
+            return None
+        for v, chain in found:  # (contiguous reads along the vector loop gained or lost)
+            before, after = _unit(v, chain), _unit(table[v], chain)
+            if before is not None and after is not None and before != after:
+                size = _elements(chain[0].view if chain else v)
+                gain += size if after else -size
+        value = _rewrite(k.value, x.out, table, {})
+        new[ki] = ElementwiseKernel(k.out, k.dims, value, k.dtype) if isinstance(k, ElementwiseKernel) else \
+            ReduceKernel(k.out, k.dims, k.axis, k.extent, value, k.kind, k.dtype)
     return new, gain, moved.dims
 
 

@@ -211,20 +211,22 @@ def buffer_uses(program) -> tuple[dict, dict, set]:
     return writers, readers, pinned
 
 
-def merge_value(value, axis: int, memo: dict | None = None):
+def merge_value(value, axis: int, memo: dict | None = None, dims=None):
     """The same value tree over an iteration space with axes ``axis`` and ``axis + 1`` merged, or None. Shared
     subtrees stay shared (``memo``: (id, axis) -> result; a where() reads its operand twice, so a chain of them
-    copied node by node would grow exponentially)."""
+    copied node by node would grow exponentially). ``dims``: the space's extents, needed to merge through a gather
+    (whose data may be larger than the space along the other axes: ``torch.gather``'s index); without them a
+    gather keeps its axes."""
     memo = {} if memo is None else memo
     key = (id(value), axis)
     if key in memo:
         return memo[key][1]
-    out = _merged(value, axis, memo)
+    out = _merged(value, axis, memo, None if dims is None else tuple(dims))
     memo[key] = (value, out)  # (the value kept alive: its id is not reused while the memo lives)
     return out
 
 
-def _merged(value, axis: int, memo: dict):
+def _merged(value, axis: int, memo: dict, dims):
     if isinstance(value, Load):
         st = value.view.merge_dims(axis)
         return None if st is None else Load(value.buffer, st, value.dtype)
@@ -237,20 +239,21 @@ def _merged(value, axis: int, memo: dict):
     if isinstance(value, Compute):
         args = []
         for a in value.args:
-            m = merge_value(a, axis, memo)
+            m = merge_value(a, axis, memo, dims)
             if m is None:
                 return None
             args.append(m)
         return Compute(value.op, tuple(args), value.dtype)
-    if isinstance(value, GatherValue):  # (axes on either side of the gathered one; the data's space is ours)
-        if axis in (value.axis - 1, value.axis):
+    if isinstance(value, GatherValue):  # (axes on either side of the gathered one, as long in the data as in ours)
+        if axis in (value.axis - 1, value.axis) or dims is None or any(
+                to_expr(value.data_view.dims[j]) != to_expr(dims[j]) for j in (axis, axis + 1)):
             return None
         st = value.data_view.merge_dims(axis)
         if st is None and value.data is not None:  # (an inlined data value: the view gives only its dims)
             dims = value.data_view.dims
             st = ShapeTracker.contiguous_of(dims[:axis] + (dims[axis] * dims[axis + 1],) + dims[axis + 2:])
-        index = merge_value(value.index, axis, memo)
-        data = value.data if value.data is None else merge_value(value.data, axis, memo)
+        index = merge_value(value.index, axis, memo, dims)
+        data = value.data if value.data is None else merge_value(value.data, axis, memo, value.data_view.dims)
         if st is None or index is None or value.data is not None and data is None:
             return None
         return GatherValue(data, value.data_buffer, st, value.axis - (value.axis > axis), index, value.dtype)
@@ -264,13 +267,13 @@ def _merged(value, axis: int, memo: dict):
         p, q = amap[axis], amap[axis + 1]
         if p is not None and q is not None and q != p + 1:  # the producer's axes in the order ours walk them
             value = _reader_ordered(value, amap, memo)
-            return None if value is None else merge_value(value, axis, memo)
+            return None if value is None else merge_value(value, axis, memo, dims)
         st = value.view.merge_dims(axis)
         if st is None:
             return None
         if p is None or q is None:  # (an axis of extent 1 or a broadcast one: the producer's space stays)
             return Remapped(value.value, value.dims, st, value.dtype)
-        inner = merge_value(value.value, p, memo)
+        inner = merge_value(value.value, p, memo, value.dims)
         if inner is None:
             return None
         dims = tuple(value.dims[:p]) + (value.dims[p] * value.dims[q],) + tuple(value.dims[q + 1:])
@@ -355,7 +358,7 @@ def flatten_space(dims, value):
     dims = tuple(dims)
     j = 0
     while j < len(dims) - 1:
-        merged = merge_value(value, j)
+        merged = merge_value(value, j, dims=dims)
         if merged is None:
             j += 1
             continue
