@@ -91,6 +91,7 @@ class CRenderer(ReduceRendering):
         are either C in ``gemm_sources`` (rendered into the program) or ``gemm_parts`` (library parts: luminal's
         own GEMMs, see :mod:`luminal.runtime.search` and :mod:`luminal.codegen.library`)."""
         self.program = program
+        self.shared: dict = {}  # (in_place_epilogues of the groups render() chose)
         self.buffer_ranges = buffer_ranges(program)  # (gathers indexed by a 0/1 mask buffer: selects)
         self.blas = blas
         self.profile = profile
@@ -143,8 +144,7 @@ class CRenderer(ReduceRendering):
             lines.append(f"    const long long {self.names[s]} = syms[{self.symbols.index(s)}]; (void){self.names[s]};")
         used = set().union(*[kernel_buffers(k) for k in kernels])
         outs = {k.out for k in kernels}
-        shared = getattr(self, "shared", None) or {}
-        over = {b for k in kernels if k.out in shared for b in (k.out, shared[k.out])}  # (one memory: no restrict)
+        over = {b for k in kernels if k.out in self.shared for b in (k.out, self.shared[k.out])}  # (one memory)
         for b in sorted(used, key=lambda x: self.slot[x]):
             dtype = self.program.buffers[b][1]
             const = "" if b in outs else "const "
