@@ -426,7 +426,9 @@ cases = [((2, 4, 6, 32), (4, 1, 3, 3), dict(padding=1, groups=4)),       # depth
          ((2, 3, 5, 24), (5, 3, 3, 3), dict(padding=1)),                 # rows of 24
          ((1, 3, 6, 32), (4, 3, 3, 3), dict(stride=2, padding=1)),       # phases (forward, input gradient)
          ((1, 2, 5, 35), (4, 2, 5, 5), dict(stride=2, padding=2)),       # the two phases' split: a tail, even pad
-         ((1, 2, 4, 21), (3, 2, 3, 3), dict(padding=1))]                 # a K tail in the dot form
+         ((1, 2, 4, 21), (3, 2, 3, 3), dict(padding=1)),                 # a K tail in the dot form
+         ((2, 8, 7, 7), (8, 1, 3, 3), dict(padding=1, groups=8)),        # planes of padded rows (7 in 9): with
+         ((1, 3, 14, 14), (5, 3, 3, 3), dict(padding=1))]                # AVX-512, compressed masked stores
 rng = np.random.default_rng(0)
 for xs, ws, kw in cases:
     xa, wa = rng.standard_normal(xs), rng.standard_normal(ws)

@@ -43,6 +43,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
     nbat, boff, aoff = batch or (1, "0", "0")
     nv = tile(DType.float32 if ctype == "float" else DType.float64, m)[1]
     sp = " " * 20
+    tables: list[str] = []
     if wide is None:  # vectors along runs of the output's innermost axis (a run's last one partial)
         nvec = f"N / {lq}LL * {vpr}LL"
         setup = [f"{sp}for (int v = 0; v < {nv}; v++) {{",
@@ -90,6 +91,9 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
                  f"{sp}        f += seg;",
                  f"{sp}    }}",
                  f"{sp}}}"]
+        if vw * (4 if ctype == "float" else 8) == 64:  # AVX-512: each vector's kept lanes in one compress-store
+            store = _compress_store(store, sp, ctype, mr, vw)
+            tables = _lane_tables(vw, vpp, plane, wp, lq)
     if fused_a:  # A through its prologue's pack callback: MR-row slivers over all of K are this layout
         short = "f32" if ctype == "float" else "f64"
         a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
@@ -107,6 +111,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
                   f"A[{aoff} + (mb * {mr} + i) * sam + k * sak] "
                   f": ({ctype})0;"]
     return [
+        *tables,
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
         f"    long long *restrict koff = (long long *)(ap + {nbat}LL * MB * {mr} * K);",
         f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
@@ -150,6 +155,51 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         *_EPI,
         "    }",
     ]
+
+
+def _lane_tables(vw: int, vpp: int, plane: int, wp: int, lq: int) -> list[str]:
+    """C of the wide rows form's per-vector tables (the same in every plane of ``plane`` padded positions, rows
+    of ``wp`` of which the first ``lq`` are outputs): ``emask[j]``, the lanes of the plane's vector ``j`` that are
+    outputs, ``ecount[j]`` as many first lanes, and ``efirst[j]``, the output index (in the plane) of its first
+    such lane."""
+    return [
+        "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        f"    unsigned emask[{vpp}], ecount[{vpp}]; long long efirst[{vpp}];",
+        f"    for (long long j = 0; j < {vpp}; j++) {{",
+        "        emask[j] = 0; ecount[j] = 0; efirst[j] = -1;",
+        f"        for (long long l = 0; l < {vw}; l++) {{",
+        f"            const long long f = j * {vw} + l;",
+        f"            if (f < {plane}LL && f % {wp}LL < {lq}LL) {{",
+        "                emask[j] |= 1u << l; ecount[j] = ecount[j] * 2 + 1;  /* (as many first lanes) */",
+        f"                if (efirst[j] < 0) efirst[j] = f / {wp}LL * {lq}LL + f % {wp}LL;",
+        "            }",
+        "        }",
+        "    }",
+        "#endif"]
+
+
+def _compress_store(store: list[str], sp: str, ctype: str, mr: int, vw: int) -> list[str]:
+    """The wide rows form's stores with AVX-512: each vector's output lanes compressed to its first lanes in a
+    register, then one masked store (its output lanes are consecutive outputs: the rows of a plane follow one
+    another in C). ``store`` (a loop of row segments, one ``memcpy`` each: ``rep movs``, half of a 7x7
+    depthwise layer's time) where the builtins are not there. (A compress-store to memory is microcoded on
+    Zen 4: no faster than the ``memcpy``s.)"""
+    v, m, comp, st = ("v16sf", "unsigned short", "__builtin_ia32_compresssf512_mask",
+                      "__builtin_ia32_storeups512_mask") if ctype == "float" else \
+        ("v8df", "unsigned char", "__builtin_ia32_compressdf512_mask", "__builtin_ia32_storeupd512_mask")
+    return [
+        "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        f"{sp}typedef {ctype} {v} __attribute__((vector_size(64)));",
+        f"{sp}for (int v = 0; v < nv; v++) {{",
+        f"{sp}    const long long j = len[v] / {vw}LL;  /* (the plane's vector j) */",
+        f"{sp}    for (int i = 0; i < {mr} && mb * {mr} + i < M && ecount[j]; i++) {{",
+        f"{sp}        const {v} c = {comp}(({v})acc[i][v], ({v})acc[i][v], ({m})emask[j]);",
+        f"{sp}        {st}(cb + (mb * {mr} + i) * N + at[v] + efirst[j], c, ({m})ecount[j]);",
+        f"{sp}    }}",
+        f"{sp}}}",
+        "#else",
+        *store,
+        "#endif"]
 
 
 ROWS_CHUNK = 16  # tiles (of NV vectors) per pass over the row blocks of A: their windows stay in L2
