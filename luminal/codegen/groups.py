@@ -55,6 +55,11 @@ def kernel_groups(program: Program, batched_epilogues=False) -> list[list[int]]:
     return groups
 
 
+def unit_batch(gemm: GemmKernel) -> bool:
+    """Whether GEMM kernel ``gemm`` has no batch axes longer than 1 (one product: an unbatched GEMM's epilogue)."""
+    return all(to_expr(d) == 1 for d in gemm.dims[:-2])
+
+
 def epilogue_value(gemm, kernel, batched: bool = False):
     """``(value, vars)`` when ``kernel`` can run as ``gemm``'s epilogue (see :func:`kernel_groups`), else None:
     ``kernel``'s value, evaluated at index ``vars`` -- expressions over ``i0`` (the product's row) and ``i1``
@@ -65,7 +70,7 @@ def epilogue_value(gemm, kernel, batched: bool = False):
     axes are all 1: a convolution's product with one group); ``batched``: a batched GEMM too, its rows being
     ``batch * M`` (``i0 = b * M + m``)."""
     if not isinstance(gemm, GemmKernel) or not isinstance(kernel, ElementwiseKernel) or len(gemm.dims) < 2 or \
-            not batched and any(to_expr(d) != 1 for d in gemm.dims[:-2]):
+            not batched and not unit_batch(gemm):
         return None
     m, n = to_expr(1), gemm.dims[-1]
     for d in gemm.dims[:-1]:

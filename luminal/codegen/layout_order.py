@@ -32,7 +32,7 @@ import os
 from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
 from .gemm_direct import _below, _divides, _int, _least, _long, _size, same_size
-from .groups import epilogue_value
+from .groups import epilogue_value, unit_batch
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, Remapped
 from .layout import _rewrite, _unit_step, _views, _views_all
 from .values import kernel_buffers, permute_value, read_offsets
@@ -178,16 +178,12 @@ def _order(kernel: ElementwiseKernel, buffer: int) -> tuple | None:
     return tuple(out)
 
 
-def _plain_batch(g: GemmKernel) -> bool:
-    return all(same_size(d, 1) for d in g.dims[:-2])
-
-
 def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
     """``kernels`` with kernel ``xi``'s output stored in its producing GEMM's order, and the gain (elements);
     None when not exact or not allowed (see the module docstring)."""
     x, g = kernels[xi], kernels[xi - 1] if xi else None
     if x.out in pinned or not isinstance(x, ElementwiseKernel) or not isinstance(g, GemmKernel) or \
-            not _plain_batch(g) or g.out in pinned:
+            not unit_batch(g) or g.out in pinned:
         return None
     perm = _order(x, g.out)
     if perm is None or perm == tuple(range(len(perm))):

@@ -250,8 +250,8 @@ def _merged(value, axis: int, memo: dict, dims):
             return None
         st = value.data_view.merge_dims(axis)
         if st is None and value.data is not None:  # (an inlined data value: the view gives only its dims)
-            dims = value.data_view.dims
-            st = ShapeTracker.contiguous_of(dims[:axis] + (dims[axis] * dims[axis + 1],) + dims[axis + 2:])
+            dd = value.data_view.dims
+            st = ShapeTracker.contiguous_of(dd[:axis] + (dd[axis] * dd[axis + 1],) + dd[axis + 2:])
         index = merge_value(value.index, axis, memo, dims)
         data = value.data if value.data is None else merge_value(value.data, axis, memo, value.data_view.dims)
         if st is None or index is None or value.data is not None and data is None:

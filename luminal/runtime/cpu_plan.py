@@ -36,7 +36,7 @@ class _Layout:
         owned = set(program.inputs) | set(program.outputs)
         # an epilogue written over its product (codegen.groups.in_place_epilogues) takes the product's slot, which
         # lives until the epilogue's output is last read
-        shared = getattr(cprogram, "shared", None) or {}
+        shared = cprogram.shared or {}
         for y, p in shared.items():
             last_use[p] = max(last_use.get(p, 0), last_use.get(y, 0))
         exprs: dict = {}
