@@ -27,7 +27,7 @@ from .c_support import HELPERS, gemm_helpers
 from .emit import KernelWriter, _literal
 from .gemm_direct import direct_plan
 from .gemm_prologue import fused_call, pack_functions
-from .groups import epilogue_value, in_place_epilogues, kernel_groups
+from .groups import epilogue_value, in_place_epilogues, kernel_groups, row_locals
 from .mask_split import split_masked
 from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, program_symbols, refine_space,
                      work_per_element)
@@ -92,6 +92,7 @@ class CRenderer(ReduceRendering):
         own GEMMs, see :mod:`luminal.runtime.search` and :mod:`luminal.codegen.library`)."""
         self.program = program
         self.shared: dict = {}  # (in_place_epilogues of the groups render() chose)
+        self.local_rows: dict = {}  # buffer -> its row-local pointer, while a row group's body renders
         self.buffer_ranges = buffer_ranges(program)  # (gathers indexed by a 0/1 mask buffer: selects)
         self.blas = blas
         self.profile = profile
@@ -107,7 +108,7 @@ class CRenderer(ReduceRendering):
         return e.to_c(self.names)
 
     def pointer(self, buffer: int) -> str:
-        return f"b{self.slot[buffer]}"
+        return self.local_rows.get(buffer) or f"b{self.slot[buffer]}"
 
     def store(self, buffer: int, text: str) -> str:
         """The C value to store into ``buffer`` for the computed value ``text``: bfloat16 buffers hold bit patterns,
@@ -188,7 +189,7 @@ class CRenderer(ReduceRendering):
             self._prologue([self.program.kernels[i] for i in group], lines)
             self.constants, at = {}, len(lines)
             if len(group) > 1 and isinstance(kernel, ReduceKernel):
-                self._render_rows([self.program.kernels[i] for i in group], lines)
+                self._render_rows([self.program.kernels[i] for i in group], lines, row_locals(self.program, group))
             elif len(group) > 1:
                 self._elementwise_group([self.program.kernels[i] for i in group], lines)
             elif isinstance(kernel, ElementwiseKernel):
@@ -423,9 +424,11 @@ class CRenderer(ReduceRendering):
 
         self._loops(dims, lines, body, simd_inner=True, work=work_per_element(value))
 
-    def _render_rows(self, kernels, lines):
+    def _render_rows(self, kernels, lines, local=()):
         """A row group (see :func:`kernel_groups`): a parallel loop over the rows; in it, each member's loop over
-        the row's inner axis (a reduction, or an elementwise kernel) or its per-row scalar, in order."""
+        the row's inner axis (a reduction, or an elementwise kernel) or its per-row scalar, in order. The buffers
+        in ``local`` (:func:`~luminal.codegen.groups.row_locals`) are read and written through a pointer into the
+        thread's row scratch (``lm_row_scratch``), rebased so that the row's indices land at its start."""
         red = kernels[0]
         rows, extent = tuple(red.dims), red.extent
         n = len(rows)
@@ -441,6 +444,12 @@ class CRenderer(ReduceRendering):
 
         def body(vars_, flat):
             out = []
+            for k, b in enumerate(local if not short else ()):  # (a short row is no memory traffic)
+                ctype, start = self.program.buffers[b][1].c_type, self.index(flat * extent)
+                self.local_rows[b] = f"lm_row{k}"
+                size = f"(long long)({self.index(extent)}) * (long long)sizeof({ctype})"
+                out.append(f"{ctype} *const lm_row{k} = ({ctype} *)lm_row_scratch({k}, {size}, "
+                           f"b{self.slot[b]} + ({start})) - ({start});")
             for kernel in kernels:
                 out.append("{")
                 if isinstance(kernel, ReduceKernel) and short:
@@ -471,7 +480,10 @@ class CRenderer(ReduceRendering):
                 out.append("}")
             return out
 
-        self._loops(rows, lines, body, work=work, simd_inner=bool(short))
+        try:
+            self._loops(rows, lines, body, work=work, simd_inner=bool(short))
+        finally:
+            self.local_rows = {}
 
     def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and

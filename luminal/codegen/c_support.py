@@ -8,6 +8,7 @@ HELPERS = r"""
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 #include <float.h>
 #include <limits.h>
 #ifdef LUMINAL_BLAS
@@ -112,6 +113,26 @@ static inline void lm_sfence(void) {
 #if defined(__AVX__) || defined(__SSE2__)
     LM_SFENCE();
 #endif
+}
+/* Row-local scratch (see CRenderer._render_rows): a row group's intermediate that only the group reads, row by
+   row, lives in a per-thread buffer of one row instead of its arena buffer, so the row stays in L1/L2 between
+   the group's passes and never goes to memory (softmax's exponentials: one write of the probabilities instead
+   of two). Each thread keeps LM_ROW_SLOTS buffers, grown on demand; rows under LM_ROW_MIN bytes, or a failed
+   allocation, use the arena buffer (``fallback``, the row's own place there). */
+#define LM_ROW_SLOTS 8
+#define LM_ROW_MIN 1024
+static __thread void *lm_row_p[LM_ROW_SLOTS];
+static __thread long long lm_row_n[LM_ROW_SLOTS];
+static inline void *lm_row_scratch(int k, long long bytes, void *fallback) {
+    if (bytes < LM_ROW_MIN || k >= LM_ROW_SLOTS) return fallback;
+    if (lm_row_n[k] < bytes) {
+        long long cap = (bytes + 63) & ~63LL;
+        free(lm_row_p[k]);
+        lm_row_p[k] = aligned_alloc(64, (size_t)cap);
+        lm_row_n[k] = lm_row_p[k] ? cap : 0;
+        if (!lm_row_p[k]) return fallback;
+    }
+    return lm_row_p[k];
 }
 static inline float lm_log2f(float x) {
     int sub = x < 1.17549435e-38f;

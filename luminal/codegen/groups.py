@@ -140,6 +140,31 @@ def in_place_epilogues(program: Program, groups: list) -> dict:
     return out
 
 
+def row_locals(program: Program, group: list) -> list:
+    """The buffers a row group (see :func:`kernel_groups`; ``group``: its kernel indices) may keep row-local:
+    outputs of its members over the row's inner axis that are intermediates (no input, output or alias) read by
+    no kernel outside the group. Members read each other's outputs only in their own row (that is what makes
+    them a group), so each thread can hold such a buffer's current row in a scratch buffer of one row
+    (``lm_row_scratch``): softmax's exponentials, layer norm's centred values. ``LUMINAL_ROW_LOCAL=0`` turns
+    this off."""
+    if os.environ.get("LUMINAL_ROW_LOCAL", "1") == "0":
+        return []
+    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    members = set(group)
+    n = len(program.kernels[group[0]].dims)
+    outside = set()
+    for i, k in enumerate(program.kernels):
+        if i not in members:
+            outside |= kernel_buffers(k)
+    out = []
+    for i in group[1:]:
+        k = program.kernels[i]
+        if isinstance(k, ElementwiseKernel) and len(k.dims) > n and k.dims[n] != 1 and k.out not in pinned \
+                and k.out not in outside:
+            out.append(k.out)
+    return out
+
+
 def _elements(dims):
     n = to_expr(1)
     for d in dims:
