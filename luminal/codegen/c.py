@@ -36,6 +36,7 @@ from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, ScatterKernel
 from .shared import _dispatch, _shared_body
 from .c_reduce import PARALLEL_WORK, ReduceRendering, small_extent  # noqa: F401  (PARALLEL_WORK: re-exported)
+from .c_attention import AttentionCRendering, attention_groups
 
 STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
 UNROLL_LINES = 600  # at most this many body lines when a kernel's tiny inner loops are unrolled into copies
@@ -81,7 +82,7 @@ def _c_name(symbol: str) -> str:
     return "s_" + re.sub(r"[^0-9A-Za-z_]", "_", symbol)
 
 
-class CRenderer(ReduceRendering):
+class CRenderer(ReduceRendering, AttentionCRendering):
     """Turns a :class:`Program` into a :class:`CProgram`."""
 
     def __init__(self, program: Program, blas: bool, profile: bool = False, gemm_impl: dict | None = None,
@@ -172,6 +173,7 @@ class CRenderer(ReduceRendering):
         # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
         groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
                                direct_plan(self.program, g) is not None)
+        groups, fused = attention_groups(self.program, groups)
         self.shared = in_place_epilogues(self.program, groups)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
@@ -188,7 +190,9 @@ class CRenderer(ReduceRendering):
             lines = [f"static int kernel_{k}(void **bufs, const long long *syms) {{", "    int err = 0;"]
             self._prologue([self.program.kernels[i] for i in group], lines)
             self.constants, at = {}, len(lines)
-            if len(group) > 1 and isinstance(kernel, ReduceKernel):
+            if tuple(group) in fused:
+                self._attention_chain(group, lines)
+            elif len(group) > 1 and isinstance(kernel, ReduceKernel):
                 self._render_rows([self.program.kernels[i] for i in group], lines, row_locals(self.program, group))
             elif len(group) > 1:
                 self._elementwise_group([self.program.kernels[i] for i in group], lines)
@@ -432,7 +436,6 @@ class CRenderer(ReduceRendering):
         red = kernels[0]
         rows, extent = tuple(red.dims), red.extent
         n = len(rows)
-        jvar = Expression.symbol("j", extent - 1)
         work = to_expr(0)
         for kernel in kernels:
             per = work_per_element(kernel.value)
@@ -441,13 +444,28 @@ class CRenderer(ReduceRendering):
 
         # a short row (a pooling window): every member straight-line, the loop over the rows vectorized
         short = small_extent(extent)
+        body = self._row_body(kernels, () if short else local)
+        try:
+            self._loops(rows, lines, body, work=work, simd_inner=bool(short))
+        finally:
+            self.local_rows = {}
+
+    def _row_body(self, kernels, local=(), bound: str | None = None):
+        """``body(vars_, flat)``: the statements of one row of the row group ``kernels`` (see
+        :meth:`_render_rows`); the buffers in ``local`` row-local; ``bound``: the C text of the inner loops' trip
+        count (the row's length by default; the fused attention's visible keys)."""
+        red = kernels[0]
+        n, extent = len(red.dims), red.extent
+        short = small_extent(extent)
+        jvar = Expression.symbol("j", extent - 1)
+        bound = bound or self.index(extent)
 
         def body(vars_, flat):
             out = []
-            for k, b in enumerate(local if not short else ()):  # (a short row is no memory traffic)
+            for k, b in enumerate(local):
                 ctype, start = self.program.buffers[b][1].c_type, self.index(flat * extent)
                 self.local_rows[b] = f"lm_row{k}"
-                size = f"(long long)({self.index(extent)}) * (long long)sizeof({ctype})"
+                size = f"(long long)({bound}) * (long long)sizeof({ctype})"
                 out.append(f"{ctype} *const lm_row{k} = ({ctype} *)lm_row_scratch({k}, {size}, "
                            f"b{self.slot[b]} + ({start})) - ({start});")
             for kernel in kernels:
@@ -455,7 +473,7 @@ class CRenderer(ReduceRendering):
                 if isinstance(kernel, ReduceKernel) and short:
                     out += ["    " + x for x in self._unrolled_body(kernel, kernel.value, kernel.axis, vars_, flat)]
                 elif isinstance(kernel, ReduceKernel):
-                    out += ["    " + x for x in self._reduce_body(kernel, vars_, flat)]
+                    out += ["    " + x for x in self._reduce_body(kernel, vars_, flat, bound)]
                 elif len(kernel.dims) > n and kernel.dims[n] != 1 and short:
                     w = KernelWriter(self)
                     for jj in range(short):
@@ -467,7 +485,7 @@ class CRenderer(ReduceRendering):
                     w = KernelWriter(self, loop_var="j")
                     v = w.emit(kernel.value, vars_ + (jvar,))
                     out += ["    " + x for x in w.hoisted]
-                    out += ["    #pragma omp simd", f"    for (long long j = 0; j < {self.index(extent)}; j++) {{"]
+                    out += ["    #pragma omp simd", f"    for (long long j = 0; j < {bound}; j++) {{"]
                     out += ["        " + x for x in w.lines]
                     out.append(f"        {self.pointer(kernel.out)}[{self.index(flat * extent + jvar)}] = "
                                f"{self.store(kernel.out, v)};")
@@ -480,10 +498,7 @@ class CRenderer(ReduceRendering):
                 out.append("}")
             return out
 
-        try:
-            self._loops(rows, lines, body, work=work, simd_inner=bool(short))
-        finally:
-            self.local_rows = {}
+        return body
 
     def _epilogue(self, name: str, gemm: GemmKernel, kernel: ElementwiseKernel) -> str:
         """The C function running ``kernel`` (an epilogue, see :func:`epilogue_value`) over rows ``[m0, m1)`` and

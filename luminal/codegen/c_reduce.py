@@ -42,8 +42,9 @@ class ReduceRendering:
     """The reduction methods of :class:`~luminal.codegen.c.CRenderer` (which provides ``index``, ``pointer``,
     ``store``, ``_loops``)."""
 
-    def _reduce_body(self, kernel: ReduceKernel, vars_, flat) -> list[str]:
-        """Statements reducing one output element (at index ``vars_``, flat offset ``flat``) of ``kernel``."""
+    def _reduce_body(self, kernel: ReduceKernel, vars_, flat, bound: str | None = None) -> list[str]:
+        """Statements reducing one output element (at index ``vars_``, flat offset ``flat``) of ``kernel``;
+        ``bound``: the C text of the trip count when not the kernel's extent (the fused attention's keys)."""
         dtype = kernel.dtype
         acc_type = _acc_type(dtype, kernel.kind)
         init, combine, simd, track_nan = self._reduce_parts(kernel)
@@ -54,7 +55,7 @@ class ReduceRendering:
         out = w.hoisted + [f"{acc_type} acc = {init};"] + (["int nanf = 0;"] if track_nan else [])
         if simd:
             out.append(simd)
-        out.append(f"for (long long r = 0; r < {self.index(kernel.extent)}; r++) {{")
+        out.append(f"for (long long r = 0; r < {bound or self.index(kernel.extent)}; r++) {{")
         out += ["    " + x for x in w.lines] + ["    " + combine("acc", v), "}"]
         if track_nan:
             out.append("if (nanf) acc = NAN;")

@@ -1,0 +1,202 @@
+"""Attention on the CPU as one kernel: the scores GEMM, the softmax row group and the probabilities GEMM run
+block of query rows by block of query rows, the block's scores and probabilities in a per-thread buffer.
+
+The kernel IR of ``softmax(f(Q K^T)) V`` is a GEMM writing the scores ``S`` (batch x M x NK), a row group
+computing the softmax of ``f(S)`` (``f``: the scale, a mask's bias) and a GEMM of the probabilities ``P`` with
+``V``: unfused, ``S`` and ``P`` go to memory and back (8 heads over 2048 tokens: 134 MB each), and the row group
+is bound by that traffic. The same chain that the Triton renderer fuses
+(:func:`luminal.codegen.triton_attention.find_attention`) is rendered here as one parallel loop over (batch,
+block of ``MB`` query rows): the scores of the block by the GEMM routine (``lm_gemm_f32`` or the searched one)
+into the thread's scratch (``lm_row_scratch``), the row group's members row by row over it, the block's output
+rows by the GEMM routine from the scratch probabilities (``MB``: :data:`BLOCK_ROWS`). The softmax is the
+reference's (maximum, exponentials, sum, reciprocal, product), not the online form: a block holds whole rows,
+so results equal the unfused program's up to the GEMMs' summation order.
+
+Keys no query row of a block can see are skipped (causal masks, padding at the end of a sequence): where
+``f(S) = c * S + R`` (``R``: one or more terms that do not read ``S``, a mask's ``0 / -inf`` bias), the
+kernel scans ``R`` over the block's rows first and runs both GEMMs and the row group only over the keys up to
+the last one with ``R > -inf`` in some row (at least one key: a row that sees nothing is NaN, as in the
+reference). A skipped key's score would have been ``-inf``, its probability 0, for every finite score: so the
+results are the reference's, except where a masked position's score is itself NaN or infinite (a NaN or inf
+in ``Q`` or ``K``): the reference's row is NaN there, the fused kernel's is not (as torch's flash kernels).
+
+``LUMINAL_FUSED_ATTENTION=0`` turns this off.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..dtype import DType
+from ..shape import Expression, ShapeTracker, to_expr
+from .c_reduce import PARALLEL_WORK, small_extent
+from .emit import KernelWriter
+from .gemm_lowp import operand_stores
+from .groups import row_locals
+from .kernel import ConstValue, GemmKernel, Load, ReduceKernel
+from .triton_attention import _is_load, _op, find_attention
+from .values import buffer_uses, walk
+
+# query rows per block: BLOCK_ROWS, fewer where the block's scores and probabilities would pass BLOCK_BYTES. Measured
+# (2 cores, 8-12 heads of 64): bigger blocks run the GEMMs faster (12 x 1024 keys: 23.1 ms at 64 rows, 21.5 at
+# 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
+BLOCK_ROWS, BLOCK_BYTES = 64, 1 << 22
+SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
+
+
+def attention_groups(program, groups: list) -> tuple[list, set]:
+    """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
+    ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
+    then), and the set of those groups (as tuples). A chain is fused when :func:`find_attention` finds it and
+    its GEMMs are plain float32 GEMMs (no fused prologue, no operand rounded or stored in a low type, no
+    epilogue) over rows longer than a pooling window."""
+    if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
+        return groups, set()
+    kernels = program.kernels
+    _, readers, pinned = buffer_uses(program)
+    epilogues = {g[0]: g for g in groups if len(g) == 2 and isinstance(kernels[g[0]], GemmKernel)}
+    rows = [g for g in groups if len(g) > 1 and isinstance(kernels[g[0]], ReduceKernel)]
+    chains = {}
+    for g1i, (g0i, group) in find_attention(program, rows, readers, pinned, epilogues).items():
+        g0, g1 = kernels[g0i], kernels[g1i]
+        if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro, g.a_round, g.b_round))
+                or operand_stores(program, g0) or operand_stores(program, g1)
+                or kernels[group[-1]].dtype != DType.float32 or small_extent(kernels[group[0]].extent)
+                or len(row_locals(program, group)) > SLOT_S):
+            continue
+        chains[g1i] = (g0i, list(group))
+    dropped = {i for g0i, group in chains.values() for i in (g0i, group[0])}
+    out = []
+    for g in groups:
+        if g[0] in chains:
+            g0i, group = chains[g[0]]
+            out.append([g0i, *group, g[0]])
+        elif g[0] not in dropped:
+            out.append(g)
+    return out, {tuple(g) for g in out if g[-1] in chains and len(g) > 2}
+
+
+def _terms(v) -> list:
+    return _terms(v.args[0]) + _terms(v.args[1]) if _op(v, "Add", 2) else [v]
+
+
+def mask_terms(f, scores: int):
+    """The terms ``R`` of ``f = c * S + R`` (see the module docstring), or None: ``f`` a sum whose one term
+    reading the scores buffer is the scores themselves, possibly times a finite constant."""
+    terms = _terms(f)
+    reading = [t for t in terms if any(isinstance(u, Load) and u.buffer == scores for u in walk(t))]
+    if len(reading) != 1:
+        return None
+    t = reading[0]
+
+    def finite(a):
+        return isinstance(a, ConstValue) and not isinstance(a.value, Expression) and math.isfinite(float(a.value))
+
+    if not (_is_load(t, scores) or _op(t, "Mul", 2) and (
+            _is_load(t.args[0], scores) and finite(t.args[1]) or _is_load(t.args[1], scores) and finite(t.args[0]))):
+        return None
+    rest = [u for u in terms if u is not t]
+    return rest or None
+
+
+class AttentionCRendering:
+    """The fused attention of :class:`~luminal.codegen.c.CRenderer` (which provides ``program``, ``index``,
+    ``pointer``, ``local_rows``, ``gemm_impl``, ``_row_body``)."""
+
+    def _gemm_name(self, i: int, kernel: GemmKernel) -> str:
+        fn = self.gemm_impl.get(i)
+        fn = fn[0] if isinstance(fn, tuple) else fn
+        return fn or ("lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64")
+
+    def _attention_chain(self, group: list, lines: list) -> None:
+        """The fused attention kernel of ``group`` (see :func:`attention_groups` and the module docstring)."""
+        kernels = self.program.kernels
+        g0i, members_i, g1i = group[0], group[1:-1], group[-1]
+        g0, g1 = kernels[g0i], kernels[g1i]
+        members = [kernels[i] for i in members_i]
+        mx, pr = members[0], members[-1]
+        rows = tuple(mx.dims)
+        nb = len(rows) - 1
+        M, NK, D = rows[-1], to_expr(mx.extent), to_expr(g1.dims[-1])
+        K = g0.a_view.dims[-1]
+        idx = self.index
+        zero = to_expr(0)
+        bvars = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(rows[:nb]))
+        rvar = Expression.symbol(f"i{nb}", M - 1)
+        m0 = Expression.symbol("lm_m0", M - 1)
+        row_strides = ShapeTracker.contiguous_of(rows).strides
+
+        def flat_at(r):
+            return sum((v * s for v, s in zip(bvars + (r,), row_strides)), zero)
+
+        av, bv, vv = g0.a_view, g0.b_view, g1.b_view
+        a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], bvars)), zero)
+        b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], bvars)), zero)
+        v_off = vv.offset + sum((s * v for s, v in zip(vv.strides[:nb], bvars)), zero)
+        o_off = sum((v * s for v, s in zip(bvars, ShapeTracker.contiguous_of(tuple(g1.dims)).strides[:nb])), zero)
+        s_buf, p_buf = g0.out, pr.out
+        ctype = "float"
+        block = f"(({idx(flat_at(m0) * NK)}))"
+        batch = to_expr(1)
+        for d in rows[:nb]:
+            batch = batch * d
+        macs = batch * M * NK * (K + D)
+        ind = "    " * (nb + 2)
+        lines.append(f"    const long long lm_mb = LUMINAL_MAX(8, LUMINAL_MIN({BLOCK_ROWS}, {BLOCK_BYTES // 8} / "
+                     f"LUMINAL_MAX(1, {idx(NK)})) / 8 * 8);")
+        lines.append(f"    const long long lm_nblk = (({idx(M)}) + lm_mb - 1) / lm_mb;")
+        lines.append(f"    #pragma omp parallel for collapse({nb + 1}) schedule(dynamic, 1) "
+                     f"if(({idx(macs)}) >= {PARALLEL_WORK})")
+        for j, d in enumerate(rows[:nb]):
+            lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
+        lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
+        body = [f"const long long lm_m0 = lm_b * lm_mb, lm_m1 = LUMINAL_MIN(lm_m0 + lm_mb, {idx(M)});"]
+        body += self._visible_keys(mx, s_buf, bvars, rvar, NK)
+        body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, (lm_m1 - lm_m0) * lm_nkv * "
+                    f"(long long)sizeof({ctype}), {self.pointer(s_buf)} + {block});")
+        body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, (lm_m1 - lm_m0) * lm_nkv * "
+                    f"(long long)sizeof({ctype}), {self.pointer(p_buf)} + {block});")
+        body.append(f"int lm_e = {self._gemm_name(g0i, g0)}(lm_m1 - lm_m0, lm_nkv, {idx(K)}, {self.pointer(g0.a)} + "
+                    f"({idx(a_off)}) + lm_m0 * ({idx(av.strides[nb])}), {idx(av.strides[nb])}, "
+                    f"{idx(av.strides[nb + 2])}, {self.pointer(g0.b)} + ({idx(b_off)}), {idx(bv.strides[nb + 1])}, "
+                    f"{idx(bv.strides[nb + 2])}, lm_s, NULL, bufs, syms);")
+        flat = flat_at(rvar)
+        body.append(f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{")
+        rows_text = [f"{ctype} *const lm_srow = lm_s + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});",
+                     f"{ctype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});"]
+        try:
+            self.local_rows = {s_buf: "lm_srow", p_buf: "lm_prow"}
+            rows_text += self._row_body(members, row_locals(self.program, members_i), "lm_nkv")(bvars + (rvar,), flat)
+        finally:
+            self.local_rows = {}
+        body += ["    " + x for x in rows_text] + ["}"]
+        body.append(f"if (!lm_e) lm_e = {self._gemm_name(g1i, g1)}(lm_m1 - lm_m0, {idx(D)}, lm_nkv, lm_p, lm_nkv, 1, "
+                    f"{self.pointer(g1.b)} + ({idx(v_off)}), {idx(vv.strides[nb + 1])}, {idx(vv.strides[nb + 2])}, "
+                    f"{self.pointer(g1.out)} + ({idx(o_off)}) + lm_m0 * ({idx(D)}), NULL, bufs, syms);")
+        body += ["if (lm_e) {", "    #pragma omp atomic write", "    err = lm_e;", "}"]
+        lines += [ind + x for x in body]
+        for j in range(nb, -1, -1):
+            lines.append(f"    {'    ' * j}}}")
+
+    def _visible_keys(self, mx: ReduceKernel, s_buf: int, bvars, rvar, NK) -> list[str]:
+        """Statements setting ``lm_nkv``: the number of keys the block's rows ``[lm_m0, lm_m1)`` may see (see the
+        module docstring); all of them when the scores' function is not ``c * S + R``."""
+        rest = mask_terms(mx.value, s_buf)
+        if rest is None:
+            return [f"const long long lm_nkv = {self.index(NK)};"]
+        nb = len(bvars)
+        jvar = Expression.symbol("j", NK - 1)
+        w = KernelWriter(self, loop_var="j")
+        values = [w.emit(t, bvars + (rvar, jvar)) for t in rest]
+        out = ["long long lm_nkv = 1;  /* (a row that sees no key: NaN, as the reference) */",
+               f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{"]
+        out += ["    " + x for x in w.hoisted]
+        out += ["    long long lm_last = 0;", "    #pragma omp simd reduction(max:lm_last)",
+                f"    for (long long j = 0; j < {self.index(NK)}; j++) {{"]
+        out += ["        " + x for x in w.lines]
+        out += [f"        const float lm_r = {' + '.join(f'({v})' for v in values)};",
+                "        const long long lm_c = lm_r != -INFINITY ? j + 1 : 0;",
+                "        lm_last = lm_c > lm_last ? lm_c : lm_last;", "    }",
+                "    lm_nkv = LUMINAL_MAX(lm_nkv, lm_last);", "}"]
+        return out

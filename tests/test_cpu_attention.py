@@ -1,0 +1,227 @@
+"""The CPU backend's fused attention (luminal.codegen.c_attention): scores GEMM, softmax and probabilities GEMM
+by blocks of query rows, keys no row of a block can see skipped.
+
+Oracles: PyTorch's ``scaled_dot_product_attention`` / ``MultiheadAttention`` in float64 on the same float32
+inputs (tolerance rtol 1e-4, atol 1e-5), and the same graph compiled with ``LUMINAL_FUSED_ATTENTION=0`` (the
+unfused kernels) where the question is which positions are NaN.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import luminal as lm
+from luminal.codegen.kernel import GemmKernel
+from luminal.codegen.c_attention import BLOCK_ROWS
+from luminal.nn.attention import MultiheadAttention, scaled_dot_product_attention
+from luminal.training import grad
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def fused_chains(cx) -> int:
+    """How many rendered groups of the compiled graph are a fused attention chain (GEMM ... GEMM)."""
+    rt = cx.runtime
+    kernels = rt.program.kernels
+    return sum(1 for g in rt.cprogram.groups if len(g) > 2 and isinstance(kernels[g[0]], GemmKernel)
+               and isinstance(kernels[g[-1]], GemmKernel))
+
+
+def _torch(q, k, v, mask=None, causal=False, gqa=False):
+    t = [torch.from_numpy(a).double() for a in (q, k, v)]
+    m = None if mask is None else torch.from_numpy(mask) if mask.dtype == bool else torch.from_numpy(mask).double()
+    return F.scaled_dot_product_attention(*t, attn_mask=m, is_causal=causal, enable_gqa=gqa).numpy()
+
+
+def _compile(shapes, mask_shape=None, mask_dtype=lm.DType.bool, causal=False, gqa=False, fused=True,
+             monkeypatch=None):
+    if monkeypatch is not None:
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+    cx = lm.Graph()
+    q, k, v = (cx.tensor(s) for s in shapes)
+    m = None if mask_shape is None else cx.tensor(mask_shape, mask_dtype)
+    out = scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal, enable_gqa=gqa).retrieve()
+    cx.compile(device="cpu")
+    return cx, (q, k, v, m), out
+
+
+def _run(cx, inputs, arrays, out, shape):
+    for t, a in zip(inputs, arrays):
+        if t is not None:
+            t.set(a)
+    cx.execute()
+    return out.data().reshape(shape)
+
+
+def _arrays(rng, q_shape, k_shape, dv):
+    q = rng.standard_normal(q_shape).astype(np.float32)
+    k = rng.standard_normal(k_shape).astype(np.float32)
+    v = rng.standard_normal(k_shape[:-1] + (dv,)).astype(np.float32)
+    return q, k, v
+
+
+CASES = {  # name: (q shape, k shape, value dim, causal)
+    "plain": ((2, 3, 70, 16), (2, 3, 90, 16), 24, False),
+    "causal_blocks": ((1, 2, 200, 32), (1, 2, 200, 32), 32, True),
+    "causal_wide": ((1, 2, 100, 8), (1, 2, 150, 8), 8, True),
+    "causal_tall": ((2, 1, 150, 8), (2, 1, 100, 8), 12, True),
+    "unbatched": ((130, 16), (140, 16), 16, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fused_attention_matches_torch(case):
+    qs, ks, dv, causal = CASES[case]
+    q, k, v = _arrays(np.random.default_rng(1), qs, ks, dv)
+    cx, ins, out = _compile((qs, ks, ks[:-1] + (dv,)), causal=causal)
+    assert fused_chains(cx) == 1
+    got = _run(cx, ins, (q, k, v), out, qs[:-1] + (dv,))
+    np.testing.assert_allclose(got, _torch(q, k, v, causal=causal), **TOL)
+
+
+def test_key_padding_mask_skips_the_padded_keys():
+    """BERT's padding mask: each sequence's keys past its length are masked (bool, broadcast over heads and
+    queries); lengths down to one key; plus a float mask added on top of a causal one."""
+    rng = np.random.default_rng(2)
+    b, h, l, s, d = 4, 2, 40, 130, 16
+    q, k, v = _arrays(rng, (b, h, l, d), (b, h, s, d), d)
+    lengths = np.array([130, 70, 1, 65])
+    mask = (np.arange(s)[None, :] < lengths[:, None]).reshape(b, 1, 1, s)
+    cx, ins, out = _compile(((b, h, l, d), (b, h, s, d), (b, h, s, d)), mask_shape=(b, 1, 1, s))
+    assert fused_chains(cx) == 1
+    got = _run(cx, ins, (q, k, v, mask), out, (b, h, l, d))
+    np.testing.assert_allclose(got, _torch(q, k, v, mask), **TOL)
+
+    fmask = rng.standard_normal((l, s)).astype(np.float32)
+    cx, ins, out = _compile(((b, h, l, d), (b, h, s, d), (b, h, s, d)), mask_shape=(l, s),
+                            mask_dtype=lm.DType.float32, causal=True)
+    assert fused_chains(cx) == 1
+    got = _run(cx, ins, (q, k, v, fmask), out, (b, h, l, d))
+    causal = np.tril(np.ones((l, s), bool))
+    np.testing.assert_allclose(got, _torch(q, k, v, np.where(causal, fmask, -np.inf).astype(np.float32)), **TOL)
+
+
+def test_rows_that_see_nothing_and_nan_inputs(monkeypatch):
+    """A query row whose keys are all masked is NaN, as unfused (and torch's math path); a NaN in a key makes the
+    rows that see it NaN; a block of rows none of which sees that key skips it (the module docstring: unfused,
+    a masked NaN score makes its row NaN too)."""
+    rng = np.random.default_rng(4)
+    b, h, l, s, d = 1, 2, 2 * BLOCK_ROWS + 10, 2 * BLOCK_ROWS + 10, 8
+    q, k, v = _arrays(rng, (b, h, l, d), (b, h, s, d), d)
+    mask = np.tril(np.ones((l, s), bool))
+    mask[5] = False  # row 5 sees nothing
+    late = BLOCK_ROWS + 20
+    k[0, 1, late] = np.nan  # seen by rows >= late of head 1; no row of the first block sees it
+    shapes = ((b, h, l, d), (b, h, s, d), (b, h, s, d))
+    got = {}
+    for fused in (True, False):
+        cx, ins, out = _compile(shapes, mask_shape=(l, s), fused=fused, monkeypatch=monkeypatch)
+        assert fused_chains(cx) == int(fused)
+        got[fused] = _run(cx, ins, (q, k, v, mask), out, (b, h, l, d))
+    for g in got.values():
+        assert np.isnan(g[0, :, 5]).all() and np.isnan(g[0, 1, late:]).all()
+        assert not np.isnan(np.delete(g[0, 0], 5, axis=0)).any()
+    assert np.isnan(got[False][0, 1]).all()  # (unfused: the masked NaN score reaches every row)
+    first = np.delete(got[True][0, 1, :BLOCK_ROWS], 5, axis=0)
+    k_clean = k.copy()
+    k_clean[0, 1, late] = 0
+    want = _torch(q, k_clean, v, mask)
+    np.testing.assert_allclose(first, np.delete(want[0, 1, :BLOCK_ROWS], 5, axis=0), **TOL)
+    np.testing.assert_allclose(np.delete(got[True][0, 0], 5, axis=0), np.delete(want[0, 0], 5, axis=0), **TOL)
+
+
+def test_symbolic_batch_and_sequence():
+    """One program over (batch, heads, seq, dim) with batch and seq symbolic, causal, run at several bindings
+    (seq shorter than a block, several blocks, one token)."""
+    cx = lm.Graph()
+    shape = ("batch", 3, "seq", 16)
+    q, k, v = (cx.tensor(shape) for _ in range(3))
+    out = scaled_dot_product_attention(q, k, v, is_causal=True).retrieve()
+    cx.compile(device="cpu")
+    assert fused_chains(cx) == 1
+    rng = np.random.default_rng(6)
+    for b, s in [(2, 70), (1, 5), (3, 150), (1, 1)]:
+        arrays = _arrays(rng, (b, 3, s, 16), (b, 3, s, 16), 16)
+        got = _run(cx, (q, k, v), arrays, out, (b, 3, s, 16))
+        np.testing.assert_allclose(got, _torch(*arrays, causal=True), **TOL)
+
+
+def test_grouped_query_attention_is_fused():
+    rng = np.random.default_rng(7)
+    q, k, v = _arrays(rng, (2, 8, 80, 16), (2, 2, 80, 16), 16)
+    cx, ins, out = _compile(((2, 8, 80, 16), (2, 2, 80, 16), (2, 2, 80, 16)), causal=True, gqa=True)
+    assert fused_chains(cx) == 1
+    got = _run(cx, ins, (q, k, v), out, (2, 8, 80, 16))
+    np.testing.assert_allclose(got, _torch(q, k, v, causal=True, gqa=True), **TOL)
+
+
+def test_multihead_attention_with_padding_and_its_gradients():
+    """PyTorch's MultiheadAttention (batch_first, key padding mask): the inference graph fuses its chain; the
+    training graph's backward reads the probabilities, so its chain stays unfused; both against torch."""
+    torch.manual_seed(0)
+    e, heads, b, s = 32, 4, 3, 90
+    ref = torch.nn.MultiheadAttention(e, heads, batch_first=True).double()
+    x_np = np.random.default_rng(8).standard_normal((b, s, e)).astype(np.float32)
+    pad = np.zeros((b, s), bool)
+    pad[1, 60:] = True
+    pad[2, 3:] = True
+    mha = MultiheadAttention(e, heads, batch_first=True)
+    mha.load_state_dict({n: p.detach().float() for n, p in ref.state_dict().items()})
+    x_t = torch.from_numpy(x_np).double().requires_grad_(True)
+    want, _ = ref(x_t, x_t, x_t, key_padding_mask=torch.from_numpy(pad), need_weights=False)
+    want.sum().backward()
+
+    cx = lm.Graph()
+    x, m = cx.tensor((b, s, e)), cx.tensor((b, s), lm.DType.bool)
+    y = mha(x, x, x, key_padding_mask=m, need_weights=False)[0].retrieve()
+    cx.compile(device="cpu")
+    assert fused_chains(cx) == 1
+    x.set(x_np)
+    m.set(pad)
+    cx.execute()
+    np.testing.assert_allclose(y.data().reshape(b, s, e), want.detach().numpy(), **TOL)
+
+    cx = lm.Graph()
+    x, m = cx.tensor((b, s, e)), cx.tensor((b, s), lm.DType.bool)
+    y = mha(x, x, x, key_padding_mask=m, need_weights=False)[0]
+    (gx,) = grad(y.sum(), [x])
+    gx.retrieve()
+    cx.compile(device="cpu")
+    assert fused_chains(cx) == 0
+    x.set(x_np)
+    m.set(pad)
+    cx.execute()
+    np.testing.assert_allclose(gx.data().reshape(b, s, e), x_t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+SANITIZER_SCRIPT = r"""
+import numpy as np
+import luminal as lm
+from luminal.nn.attention import scaled_dot_product_attention
+
+def reference(q, k, v, mask):
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+rng = np.random.default_rng(0)
+cx = lm.Graph()
+q, k, v = (cx.tensor(("b", 2, "s", 8)) for _ in range(3))
+out = scaled_dot_product_attention(q, k, v, is_causal=True).retrieve()
+cx.compile(device="cpu")
+for b, s in [(2, 150), (1, 3), (1, 70)]:
+    arrays = [rng.standard_normal((b, 2, s, 8)).astype(np.float32) for _ in range(3)]
+    for t, a in zip((q, k, v), arrays):
+        t.set(a)
+    cx.execute()
+    want = reference(*arrays, np.tril(np.ones((s, s), bool)))
+    assert np.allclose(out.data().reshape(want.shape), want, rtol=1e-4, atol=1e-5), (b, s)
+print("SANITIZED-OK")
+"""
+
+
+def test_fused_attention_under_address_and_undefined_sanitizers(tmp_path):
+    from hl_helpers import run_sanitized
+    run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", timeout=300)
