@@ -225,3 +225,18 @@ print("SANITIZED-OK")
 def test_fused_attention_under_address_and_undefined_sanitizers(tmp_path):
     from hl_helpers import run_sanitized
     run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", timeout=300)
+
+
+def test_scores_and_probabilities_take_no_arena_bytes(monkeypatch):
+    """The fused chain's scores, probabilities and exponentials live in per-thread scratch only: the arena is
+    smaller than the unfused program's by at least the scores and probabilities (4 heads x 512 x 512 floats
+    each)."""
+    shape = (1, 4, 512, 16)
+    arrays = _arrays(np.random.default_rng(9), shape, shape, 16)
+    size, got = {}, {}
+    for fused in (True, False):
+        cx, ins, out = _compile((shape,) * 3, causal=True, fused=fused, monkeypatch=monkeypatch)
+        got[fused] = _run(cx, ins, arrays, out, shape)
+        size[fused] = cx.runtime._arena.size
+    assert size[True] + 2 * 4 * 512 * 512 * 4 <= size[False], size
+    np.testing.assert_allclose(got[True], _torch(*arrays, causal=True), **TOL)

@@ -36,7 +36,7 @@ from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, ScatterKernel
 from .shared import _dispatch, _shared_body
 from .c_reduce import PARALLEL_WORK, ReduceRendering, small_extent  # noqa: F401  (PARALLEL_WORK: re-exported)
-from .c_attention import AttentionCRendering, attention_groups
+from .c_attention import AttentionCRendering, attention_groups, scratch_buffers
 
 STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
 UNROLL_LINES = 600  # at most this many body lines when a kernel's tiny inner loops are unrolled into copies
@@ -76,6 +76,7 @@ class CProgram:
     groups: list = None  # kernel indices rendered together (one C function each)
     parts: tuple = ()    # routines compiled into libraries of their own and linked at load (codegen.library)
     shared: dict = None  # epilogue output -> the product whose bytes it is written over (in_place_epilogues)
+    scratch: frozenset = frozenset()  # buffers only in per-thread scratch (fused attention): no arena bytes
 
 
 def _c_name(symbol: str) -> str:
@@ -213,7 +214,9 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         parts.append(_dispatch(calls, self.profile, init))
         if libs:
             parts.append(link_function(libs))
-        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared)
+        scratch = frozenset(b for g in fused for b in scratch_buffers(self.program, g))
+        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared,
+                        scratch)
 
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):
@@ -450,10 +453,11 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         finally:
             self.local_rows = {}
 
-    def _row_body(self, kernels, local=(), bound: str | None = None):
+    def _row_body(self, kernels, local=(), bound: str | None = None, arena: bool = True):
         """``body(vars_, flat)``: the statements of one row of the row group ``kernels`` (see
-        :meth:`_render_rows`); the buffers in ``local`` row-local; ``bound``: the C text of the inner loops' trip
-        count (the row's length by default; the fused attention's visible keys)."""
+        :meth:`_render_rows`); the buffers in ``local`` row-local (``arena``: with their arena buffer as the
+        fallback; else reserved before, see :mod:`~luminal.codegen.c_attention`); ``bound``: the C text of the
+        inner loops' trip count (the row's length by default; the fused attention's visible keys)."""
         red = kernels[0]
         n, extent = len(red.dims), red.extent
         short = small_extent(extent)
@@ -466,8 +470,9 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                 ctype, start = self.program.buffers[b][1].c_type, self.index(flat * extent)
                 self.local_rows[b] = f"lm_row{k}"
                 size = f"(long long)({bound}) * (long long)sizeof({ctype})"
-                out.append(f"{ctype} *const lm_row{k} = ({ctype} *)lm_row_scratch({k}, {size}, "
-                           f"b{self.slot[b]} + ({start})) - ({start});")
+                fallback = f"b{self.slot[b]} + ({start})" if arena else "NULL"
+                out.append(f"{ctype} *const lm_row{k} = ({ctype} *)lm_row_scratch({k}, {size}, {fallback}) - "
+                           f"({start});")
             for kernel in kernels:
                 out.append("{")
                 if isinstance(kernel, ReduceKernel) and short:

@@ -43,6 +43,7 @@ from .values import buffer_uses, walk
 # 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
 BLOCK_ROWS, BLOCK_BYTES = 64, 1 << 22
 SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
+SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
 
 
 def attention_groups(program, groups: list) -> tuple[list, set]:
@@ -75,6 +76,13 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
         elif g[0] not in dropped:
             out.append(g)
     return out, {tuple(g) for g in out if g[-1] in chains and len(g) > 2}
+
+
+def scratch_buffers(program, group) -> list:
+    """The buffers of a fused chain ``group`` that live only in per-thread scratch: the scores, the
+    probabilities and the row group's row-local buffers (the arena gives them no bytes)."""
+    kernels = program.kernels
+    return [kernels[group[0]].out, kernels[group[-2]].out, *row_locals(program, group[1:-1])]
 
 
 def _terms(v) -> list:
@@ -124,7 +132,6 @@ class AttentionCRendering:
         zero = to_expr(0)
         bvars = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(rows[:nb]))
         rvar = Expression.symbol(f"i{nb}", M - 1)
-        m0 = Expression.symbol("lm_m0", M - 1)
         row_strides = ShapeTracker.contiguous_of(rows).strides
 
         def flat_at(r):
@@ -137,7 +144,6 @@ class AttentionCRendering:
         o_off = sum((v * s for v, s in zip(bvars, ShapeTracker.contiguous_of(tuple(g1.dims)).strides[:nb])), zero)
         s_buf, p_buf = g0.out, pr.out
         ctype = "float"
-        block = f"(({idx(flat_at(m0) * NK)}))"
         batch = to_expr(1)
         for d in rows[:nb]:
             batch = batch * d
@@ -153,10 +159,15 @@ class AttentionCRendering:
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
         body = [f"const long long lm_m0 = lm_b * lm_mb, lm_m1 = LUMINAL_MIN(lm_m0 + lm_mb, {idx(M)});"]
         body += self._visible_keys(mx, s_buf, bvars, rvar, NK)
-        body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, (lm_m1 - lm_m0) * lm_nkv * "
-                    f"(long long)sizeof({ctype}), {self.pointer(s_buf)} + {block});")
-        body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, (lm_m1 - lm_m0) * lm_nkv * "
-                    f"(long long)sizeof({ctype}), {self.pointer(p_buf)} + {block});")
+        locals_ = row_locals(self.program, members_i)
+        # every scratch buffer reserved here: the per-row calls below then cannot fail
+        block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
+        body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, {block_bytes}, NULL);")
+        body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, {block_bytes}, NULL);")
+        body.append("int lm_ok = lm_s && lm_p;")
+        body += [f"lm_ok = lm_ok && lm_row_scratch({k}, lm_nkv * (long long)sizeof({ctype}), NULL);"
+                 for k in range(len(locals_))]
+        body += ["if (!lm_ok) {", "    #pragma omp atomic write", f"    err = {SCRATCH_ERROR};", "    continue;", "}"]
         body.append(f"int lm_e = {self._gemm_name(g0i, g0)}(lm_m1 - lm_m0, lm_nkv, {idx(K)}, {self.pointer(g0.a)} + "
                     f"({idx(a_off)}) + lm_m0 * ({idx(av.strides[nb])}), {idx(av.strides[nb])}, "
                     f"{idx(av.strides[nb + 2])}, {self.pointer(g0.b)} + ({idx(b_off)}), {idx(bv.strides[nb + 1])}, "
@@ -167,7 +178,7 @@ class AttentionCRendering:
                      f"{ctype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});"]
         try:
             self.local_rows = {s_buf: "lm_srow", p_buf: "lm_prow"}
-            rows_text += self._row_body(members, row_locals(self.program, members_i), "lm_nkv")(bvars + (rvar,), flat)
+            rows_text += self._row_body(members, locals_, "lm_nkv", arena=False)(bvars + (rvar,), flat)
         finally:
             self.local_rows = {}
         body += ["    " + x for x in rows_text] + ["}"]

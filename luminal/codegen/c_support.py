@@ -118,13 +118,14 @@ static inline void lm_sfence(void) {
    row, lives in a per-thread buffer of one row instead of its arena buffer, so the row stays in L1/L2 between
    the group's passes and never goes to memory (softmax's exponentials: one write of the probabilities instead
    of two). Each thread keeps LM_ROW_SLOTS buffers, grown on demand; rows under LM_ROW_MIN bytes, or a failed
-   allocation, use the arena buffer (``fallback``, the row's own place there). */
+   allocation, use the arena buffer (``fallback``, the row's own place there). Without a fallback (NULL: the
+   fused attention's blocks, which have no arena buffer) any size is taken and a failed allocation returns NULL. */
 #define LM_ROW_SLOTS 8
 #define LM_ROW_MIN 1024
 static __thread void *lm_row_p[LM_ROW_SLOTS];
 static __thread long long lm_row_n[LM_ROW_SLOTS];
 static inline void *lm_row_scratch(int k, long long bytes, void *fallback) {
-    if (bytes < LM_ROW_MIN || k >= LM_ROW_SLOTS) return fallback;
+    if (fallback && (bytes < LM_ROW_MIN || k >= LM_ROW_SLOTS)) return fallback;
     if (lm_row_n[k] < bytes) {
         long long cap = (bytes + 63) & ~63LL;
         free(lm_row_p[k]);

@@ -53,7 +53,8 @@ PLAN_HEADROOM = 1.5   # a new plan's slot for a buffer that grew since the last 
 _ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
            2: (ZeroDivisionError, "integer modulo by zero"),
            3: (MemoryError, "a GEMM with a fused prologue could not allocate its packing buffers"),
-           4: (IndexError, "a ScatterAdd index is out of range for its axis")}
+           4: (IndexError, "a ScatterAdd index is out of range for its axis"),
+           5: (MemoryError, "a fused attention kernel could not allocate its per-thread scratch buffers")}
 
 
 class CPURuntime:

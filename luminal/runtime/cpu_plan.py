@@ -44,7 +44,8 @@ class _Layout:
         for node_id, (dims, dtype) in program.buffers.items():
             if node_id in owned or node_id in shared:
                 continue
-            const, terms = dtype.itemsize, []
+            # (a buffer only in per-thread scratch, codegen.c_attention: no bytes)
+            const, terms = (0 if node_id in getattr(cprogram, "scratch", ()) else dtype.itemsize), []
             for d in dims:
                 v = d.to_int() if hasattr(d, "to_int") else int(d)
                 if v is not None:
