@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import luminal as lm
 from luminal.codegen.kernel import GemmKernel
-from luminal.codegen.c_attention import BLOCK_ROWS
+from luminal.codegen.c_attention import MASKED_ROWS
 from luminal.nn.attention import MultiheadAttention, scaled_dot_product_attention
 from luminal.training import grad
 
@@ -107,11 +107,11 @@ def test_rows_that_see_nothing_and_nan_inputs(monkeypatch):
     rows that see it NaN; a block of rows none of which sees that key skips it (the module docstring: unfused,
     a masked NaN score makes its row NaN too)."""
     rng = np.random.default_rng(4)
-    b, h, l, s, d = 1, 2, 2 * BLOCK_ROWS + 10, 2 * BLOCK_ROWS + 10, 8
+    b, h, l, s, d = 1, 2, 2 * MASKED_ROWS + 10, 2 * MASKED_ROWS + 10, 8
     q, k, v = _arrays(rng, (b, h, l, d), (b, h, s, d), d)
     mask = np.tril(np.ones((l, s), bool))
     mask[5] = False  # row 5 sees nothing
-    late = BLOCK_ROWS + 20
+    late = MASKED_ROWS + 20
     k[0, 1, late] = np.nan  # seen by rows >= late of head 1; no row of the first block sees it
     shapes = ((b, h, l, d), (b, h, s, d), (b, h, s, d))
     got = {}
@@ -123,11 +123,11 @@ def test_rows_that_see_nothing_and_nan_inputs(monkeypatch):
         assert np.isnan(g[0, :, 5]).all() and np.isnan(g[0, 1, late:]).all()
         assert not np.isnan(np.delete(g[0, 0], 5, axis=0)).any()
     assert np.isnan(got[False][0, 1]).all()  # (unfused: the masked NaN score reaches every row)
-    first = np.delete(got[True][0, 1, :BLOCK_ROWS], 5, axis=0)
+    first = np.delete(got[True][0, 1, :MASKED_ROWS], 5, axis=0)
     k_clean = k.copy()
     k_clean[0, 1, late] = 0
     want = _torch(q, k_clean, v, mask)
-    np.testing.assert_allclose(first, np.delete(want[0, 1, :BLOCK_ROWS], 5, axis=0), **TOL)
+    np.testing.assert_allclose(first, np.delete(want[0, 1, :MASKED_ROWS], 5, axis=0), **TOL)
     np.testing.assert_allclose(np.delete(got[True][0, 0], 5, axis=0), np.delete(want[0, 0], 5, axis=0), **TOL)
 
 

@@ -8,7 +8,7 @@ is bound by that traffic. The same chain that the Triton renderer fuses
 (:func:`luminal.codegen.triton_attention.find_attention`) is rendered here as one parallel loop over (batch,
 block of ``MB`` query rows): the scores of the block by the GEMM routine (``lm_gemm_f32`` or the searched one)
 into the thread's scratch (``lm_row_scratch``), the row group's members row by row over it, the block's output
-rows by the GEMM routine from the scratch probabilities (``MB``: :data:`BLOCK_ROWS`). The softmax is the
+rows by the GEMM routine from the scratch probabilities (``MB``: :data:`BLOCK_ROWS`, :data:`MASKED_ROWS`). The softmax is the
 reference's (maximum, exponentials, sum, reciprocal, product), not the online form: a block holds whole rows,
 so results equal the unfused program's up to the GEMMs' summation order.
 
@@ -38,10 +38,11 @@ from .kernel import ConstValue, GemmKernel, Load, ReduceKernel
 from .triton_attention import _is_load, _op, find_attention
 from .values import buffer_uses, walk
 
-# query rows per block: BLOCK_ROWS, fewer where the block's scores and probabilities would pass BLOCK_BYTES. Measured
-# (2 cores, 8-12 heads of 64): bigger blocks run the GEMMs faster (12 x 1024 keys: 23.1 ms at 64 rows, 21.5 at
-# 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
-BLOCK_ROWS, BLOCK_BYTES = 64, 1 << 22
+# query rows per block: at most BLOCK_ROWS (MASKED_ROWS where keys may be skipped), fewer where the block's scores
+# and probabilities would pass BLOCK_BYTES or the blocks would be fewer than 4 per thread. Measured (2 cores, 8-12
+# heads of 64): bigger blocks run the GEMMs faster (they pack K and V once per block: 12 x 1024 keys 23.1 ms at 64
+# rows, 21.5 at 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
+BLOCK_ROWS, MASKED_ROWS, BLOCK_BYTES = 256, 64, 1 << 22
 SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
 SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
 
@@ -149,8 +150,10 @@ class AttentionCRendering:
             batch = batch * d
         macs = batch * M * NK * (K + D)
         ind = "    " * (nb + 2)
-        lines.append(f"    const long long lm_mb = LUMINAL_MAX(8, LUMINAL_MIN({BLOCK_ROWS}, {BLOCK_BYTES // 8} / "
-                     f"LUMINAL_MAX(1, {idx(NK)})) / 8 * 8);")
+        cap = BLOCK_ROWS if mask_terms(mx.value, s_buf) is None else MASKED_ROWS
+        lines.append("    const long long lm_t4 = 4 * (long long)omp_get_max_threads();")
+        lines.append(f"    const long long lm_mb = LUMINAL_MAX(8, LUMINAL_MIN(LUMINAL_MIN({cap}, {BLOCK_BYTES // 8} / "
+                     f"LUMINAL_MAX(1, {idx(NK)})), ({idx(batch * M)} + lm_t4 - 1) / lm_t4) / 8 * 8);")
         lines.append(f"    const long long lm_nblk = (({idx(M)}) + lm_mb - 1) / lm_mb;")
         lines.append(f"    #pragma omp parallel for collapse({nb + 1}) schedule(dynamic, 1) "
                      f"if(({idx(macs)}) >= {PARALLEL_WORK})")
