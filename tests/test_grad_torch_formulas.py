@@ -1,6 +1,8 @@
-"""``tanh``, ``sigmoid`` and ``erf`` are differentiated by PyTorch's formulas (``tanh_backward``: ``g (1 - y^2)``;
-``sigmoid_backward``: ``g (1 - y) y``; erf: ``g 2/sqrt(pi) exp(-x^2)``), not by the chain rule through the
-primitives that compute them (tanh's rational function, sigmoid's exp and reciprocal, erf's polynomials).
+"""``tanh``, ``sigmoid``, ``erf``, ``softmax`` and ``log_softmax`` are differentiated by PyTorch's formulas
+(``tanh_backward``: ``g (1 - y^2)``; ``sigmoid_backward``: ``g (1 - y) y``; erf: ``g 2/sqrt(pi) exp(-x^2)``;
+softmax: ``y (g - sum(g y))``; log_softmax: ``g - exp(y) sum(g)``), not by the chain rule through the
+primitives that compute them (tanh's rational function, sigmoid's exp and reciprocal, erf's polynomials,
+softmax's maximum, exponentials and sum: that backward read the input, the maximum and the exponentials).
 
 Oracles: the formula evaluated by numpy on luminal's own outputs (within one float32 rounding; the chain rule
 through tanh's rational function is up to 3 ulp off and fails it), and torch's autograd.
@@ -108,3 +110,49 @@ def test_tanh_gelu_gradient_matches_torch():
     torch.nn.functional.gelu(tx, approximate="tanh").sum().backward()
     # (1 - y^2) cancels where |y| is near 1: an ulp of y moves it by up to 2^-22, times 0.5 |x| u' (|x| <= 15 here)
     np.testing.assert_allclose(dx.data(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis", [-1, 1, (0, 2)])
+def test_softmax_gradients_are_torchs(fn, axis, device):
+    """Masked entries (-inf), a row masked whole (NaN, as torch), large values, over one axis or two; the
+    gradient against torch float64 and against the formula on luminal's own output; the training graph reads
+    no exponential of the input (its backward needs the output alone)."""
+    rng = np.random.default_rng(1)
+    xs = (rng.standard_normal((3, 5, 7)) * 6).astype(np.float32)
+    xs[0, 1, 2] = xs[1, :, 3].min() - 200.0
+    xs[2, 3, :] = -np.inf if axis == -1 else xs[2, 3, :]  # a row that sees nothing (softmax over the last axis)
+    xs[1, 2, 4] = -np.inf
+    xs[0, 0, 0] = 60.0
+    gs = rng.standard_normal(xs.shape).astype(np.float32)
+    cx = lm.Graph()
+    x, g = cx.tensor(xs.shape).set(xs), cx.tensor(xs.shape).set(gs)
+    y = getattr(x, fn)(axis).retrieve()
+    forward = {i for i, n in cx.nodes.items() if type(n.op).__name__ in ("Exp2", "MaxReduce")} | {x.id}
+    first = max(cx.nodes) + 1
+    (dx,) = grad((y * g).sum(), [x])
+    read = {e.src for i, n in cx.nodes.items() if i >= first for e in n.inputs}
+    assert not read & forward, "the backward reads the input, its maximum or its exponentials"
+    dx.retrieve()
+    if device == "cpu":
+        cx.compile(device="cpu")
+    cx.execute()
+    dims = axis if isinstance(axis, tuple) else (axis,)
+    tx = torch.from_numpy(xs).double().requires_grad_()
+    ty = getattr(torch, fn)(tx, dim=dims[0]) if len(dims) == 1 else None
+    if ty is None:  # torch's softmax takes one dim: over (0, 2) as the last dim of a permuted, flattened view
+        flat = tx.permute(1, 0, 2).reshape(5, 21)
+        ty = getattr(torch, fn)(flat, dim=1).reshape(5, 3, 7).permute(1, 0, 2)
+    (ty * torch.from_numpy(gs).double()).sum().backward()
+    want = tx.grad.numpy()
+    got = dx.data().reshape(xs.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5)
+    yv, g64 = y.data().reshape(xs.shape).astype(np.float64), gs.astype(np.float64)
+    if fn == "softmax":
+        local = yv * (g64 - (g64 * yv).sum(dims, keepdims=True))
+    else:
+        local = g64 - np.exp(yv) * g64.sum(dims, keepdims=True)
+    np.testing.assert_allclose(got[ok], local[ok], rtol=1e-5, atol=1e-6)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..dtype import DType
 from ._util import normalize_axes
-from .binary import where
+from .binary import _grad_rule, where
 
 
 class NormOps:
@@ -17,7 +17,9 @@ class NormOps:
             return x.cast(DType.float32).softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
         e = (x - x.max(axes, keepdim=True)).exp()
-        return e / e.sum(axes, keepdim=True)
+        # differentiated as torch does, from the result alone (autograd's "softmax" rule): the backward then
+        # reads neither x, its maximum nor the exponentials (which attention's fused kernel keeps in scratch)
+        return _grad_rule(e / e.sum(axes, keepdim=True), "softmax", (x,), axes)
 
     def log_softmax(self, axis=-1):
         """``x - max - log(sum(exp(x - max)))`` (stable)."""
@@ -26,7 +28,7 @@ class NormOps:
             return x.cast(DType.float32).log_softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
         shifted = x - x.max(axes, keepdim=True)
-        return shifted - shifted.exp().sum(axes, keepdim=True).log()
+        return _grad_rule(shifted - shifted.exp().sum(axes, keepdim=True).log(), "log_softmax", (x,), axes)
 
     def mean_norm(self, axis=-1):
         """Subtract the mean along ``axis``."""

@@ -16,7 +16,7 @@ How it works:
   views that read an element more than once (sliding windows of convolutions and pooling, strided slices)
   become a scatter-add written as a fused gather-and-sum over the source elements.
 * A node with a :attr:`~luminal.graph.Graph.grad_rules` entry (``pow``, ``maximum``/``minimum``, ``cos``,
-  ``tan``, ``max_pool``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
+  ``tan``, ``max_pool``, ``softmax``, ``log_softmax``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
   primitives, where the chain rule would give other values at special points (``0 ** -1``, ties) or lose
   accuracy.
 * Non-differentiable ops (``LessThan``, integer and bool tensors, ``Gather``'s index) pass no gradient.
@@ -437,6 +437,10 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: _embedding_grad(ts[0], ts[1], g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
         rules = []
+    elif name == "softmax":  # torch's _softmax_backward_data: y * (g - sum(g * y)) over the softmax's axes
+        rules = [lambda: y * (g - (g * y).sum(param, keepdim=True))]
+    elif name == "log_softmax":  # torch's _log_softmax_backward_data: g - exp(y) * sum(g)
+        rules = [lambda: g - y.exp() * g.sum(param, keepdim=True)]
     elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
         from ..hl_ops.trig import DERIVATIVES
         local = DERIVATIVES[param](ts, y)
