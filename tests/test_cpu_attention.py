@@ -157,8 +157,9 @@ def test_grouped_query_attention_is_fused():
 
 
 def test_multihead_attention_with_padding_and_its_gradients():
-    """PyTorch's MultiheadAttention (batch_first, key padding mask): the inference graph fuses its chain; the
-    training graph's backward reads the probabilities, so its chain stays unfused; both against torch."""
+    """PyTorch's MultiheadAttention (batch_first, key padding mask): the inference graph fuses its chain; so
+    does the training graph, whose backward reads the probabilities (stored by the fused kernel, zeros at the
+    keys it skipped); both against torch."""
     torch.manual_seed(0)
     e, heads, b, s = 32, 4, 3, 90
     ref = torch.nn.MultiheadAttention(e, heads, batch_first=True).double()
@@ -170,7 +171,7 @@ def test_multihead_attention_with_padding_and_its_gradients():
     mha.load_state_dict({n: p.detach().float() for n, p in ref.state_dict().items()})
     x_t = torch.from_numpy(x_np).double().requires_grad_(True)
     want, _ = ref(x_t, x_t, x_t, key_padding_mask=torch.from_numpy(pad), need_weights=False)
-    want.sum().backward()
+    (want * want).sum().backward()
 
     cx = lm.Graph()
     x, m = cx.tensor((b, s, e)), cx.tensor((b, s), lm.DType.bool)
@@ -185,10 +186,10 @@ def test_multihead_attention_with_padding_and_its_gradients():
     cx = lm.Graph()
     x, m = cx.tensor((b, s, e)), cx.tensor((b, s), lm.DType.bool)
     y = mha(x, x, x, key_padding_mask=m, need_weights=False)[0]
-    (gx,) = grad(y.sum(), [x])
+    (gx,) = grad((y * y).sum(), [x])
     gx.retrieve()
     cx.compile(device="cpu")
-    assert fused_chains(cx) == 0
+    assert fused_chains(cx) == 1
     x.set(x_np)
     m.set(pad)
     cx.execute()
@@ -240,3 +241,54 @@ def test_scores_and_probabilities_take_no_arena_bytes(monkeypatch):
         size[fused] = cx.runtime._arena.size
     assert size[True] + 2 * 4 * 512 * 512 * 4 <= size[False], size
     np.testing.assert_allclose(got[True], _torch(*arrays, causal=True), **TOL)
+
+
+def test_causal_training_step_and_attention_weights(monkeypatch):
+    """A causal attention's gradients (the probabilities stored whole, zeros past each block's last visible key:
+    the backward reads them all) and MultiheadAttention's averaged attention weights (an output): both fused,
+    both against torch float64; the scores take no arena bytes."""
+    rng = np.random.default_rng(10)
+    shape = (2, 3, 150, 16)
+    arrays = _arrays(rng, shape, shape, 16)
+    up = rng.standard_normal(shape).astype(np.float32)
+    ts = [torch.from_numpy(a).double().requires_grad_(True) for a in arrays]
+    ((F.scaled_dot_product_attention(*ts, is_causal=True) - torch.from_numpy(up).double()) ** 2).sum().backward()
+    got, arena = {}, {}
+    for fused in (True, False):
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+        cx = lm.Graph()
+        q, k, v = (cx.tensor(shape) for _ in range(3))
+        u = cx.tensor(shape)
+        y = scaled_dot_product_attention(q, k, v, is_causal=True)
+        grads = grad(((y - u) * (y - u)).sum(), [q, k, v])  # (the loss reads y: the P.V product is live)
+        for g in grads:
+            g.retrieve()
+        cx.compile(device="cpu")
+        assert fused_chains(cx) == int(fused)
+        for t, a in zip((q, k, v, u), (*arrays, up)):
+            t.set(a)
+        cx.execute()
+        got[fused] = [g.data().reshape(shape) for g in grads]
+        arena[fused] = cx.runtime._arena.size
+    for g, t in zip(got[True], ts):
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert arena[True] < arena[False], arena  # (the scores' slot: less than its size, as the plan reuses slots)
+
+    torch.manual_seed(1)
+    ref = torch.nn.MultiheadAttention(32, 4, batch_first=True).double()
+    mha = MultiheadAttention(32, 4, batch_first=True)
+    mha.load_state_dict({n: p.detach().float() for n, p in ref.state_dict().items()})
+    x_np = rng.standard_normal((2, 90, 32)).astype(np.float32)
+    with torch.no_grad():
+        want, want_w = ref(*(torch.from_numpy(x_np).double(),) * 3, need_weights=True)
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1")
+    cx = lm.Graph()
+    x = cx.tensor((2, 90, 32))
+    out, weights = mha(x, x, x, need_weights=True)
+    out, weights = out.retrieve(), weights.retrieve()
+    cx.compile(device="cpu")
+    assert fused_chains(cx) == 1
+    x.set(x_np)
+    cx.execute()
+    np.testing.assert_allclose(out.data().reshape(2, 90, 32), want.numpy(), **TOL)
+    np.testing.assert_allclose(weights.data().reshape(2, 90, 90), want_w.numpy(), **TOL)

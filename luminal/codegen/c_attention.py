@@ -20,6 +20,10 @@ reference). A skipped key's score would have been ``-inf``, its probability 0, f
 results are the reference's, except where a masked position's score is itself NaN or infinite (a NaN or inf
 in ``Q`` or ``K``): the reference's row is NaN there, the fused kernel's is not (as torch's flash kernels).
 
+Where the probabilities are read after the P.V GEMM (a training step's backward, which the softmax's
+gradient rule lets read them alone) or are an output (attention weights), the kernel stores them in their arena
+buffer, zeros at the skipped keys; the scores and exponentials stay in scratch.
+
 ``LUMINAL_FUSED_ATTENTION=0`` turns this off.
 """
 
@@ -50,7 +54,7 @@ SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its s
 def attention_groups(program, groups: list) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
     ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
-    then), and the set of those groups (as tuples). A chain is fused when :func:`find_attention` finds it and
+    then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain is fused when :func:`find_attention` finds it and
     its GEMMs are plain float32 GEMMs (no fused prologue, no operand rounded or stored in a low type, no
     epilogue) over rows longer than a pooling window."""
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
@@ -60,7 +64,8 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
     epilogues = {g[0]: g for g in groups if len(g) == 2 and isinstance(kernels[g[0]], GemmKernel)}
     rows = [g for g in groups if len(g) > 1 and isinstance(kernels[g[0]], ReduceKernel)]
     chains = {}
-    for g1i, (g0i, group) in find_attention(program, rows, readers, pinned, epilogues).items():
+    found = find_attention(program, rows, readers, pinned, epilogues, shared_probabilities=True)
+    for g1i, (g0i, group) in found.items():
         g0, g1 = kernels[g0i], kernels[g1i]
         if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro, g.a_round, g.b_round))
                 or operand_stores(program, g0) or operand_stores(program, g1)
@@ -79,11 +84,21 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
     return out, {tuple(g) for g in out if g[-1] in chains and len(g) > 2}
 
 
+def stored_probabilities(program, group) -> bool:
+    """Whether the fused chain ``group`` stores its probabilities in their arena buffer: something after the
+    P.V GEMM reads them (a training step's backward) or they are an output (attention weights)."""
+    _, readers, pinned = buffer_uses(program)
+    p = program.kernels[group[-2]].out
+    return p in pinned or readers.get(p, []) != [group[-1]]
+
+
 def scratch_buffers(program, group) -> list:
     """The buffers of a fused chain ``group`` that live only in per-thread scratch: the scores, the
-    probabilities and the row group's row-local buffers (the arena gives them no bytes)."""
+    probabilities (unless :func:`stored_probabilities`) and the row group's row-local buffers (the arena gives
+    them no bytes)."""
     kernels = program.kernels
-    return [kernels[group[0]].out, kernels[group[-2]].out, *row_locals(program, group[1:-1])]
+    p = [] if stored_probabilities(program, group) else [kernels[group[-2]].out]
+    return [kernels[group[0]].out, *p, *row_locals(program, group[1:-1])]
 
 
 def _terms(v) -> list:
@@ -166,7 +181,12 @@ class AttentionCRendering:
         # every scratch buffer reserved here: the per-row calls below then cannot fail
         block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
         body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, {block_bytes}, NULL);")
-        body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, {block_bytes}, NULL);")
+        stored = stored_probabilities(self.program, group)
+        if stored:  # (the arena's rows of the block: ldp is the row length there)
+            body.append(f"{ctype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
+                        f"({idx(NK)});")
+        else:
+            body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, {block_bytes}, NULL);")
         body.append("int lm_ok = lm_s && lm_p;")
         body += [f"lm_ok = lm_ok && lm_row_scratch({k}, lm_nkv * (long long)sizeof({ctype}), NULL);"
                  for k in range(len(locals_))]
@@ -177,15 +197,20 @@ class AttentionCRendering:
                     f"{idx(bv.strides[nb + 2])}, lm_s, NULL, bufs, syms);")
         flat = flat_at(rvar)
         body.append(f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{")
-        rows_text = [f"{ctype} *const lm_srow = lm_s + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});",
-                     f"{ctype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});"]
+        rows_text = [f"{ctype} *const lm_srow = lm_s + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});"]
+        if not stored:
+            rows_text.append(f"{ctype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});")
         try:
-            self.local_rows = {s_buf: "lm_srow", p_buf: "lm_prow"}
+            self.local_rows = {s_buf: "lm_srow"} if stored else {s_buf: "lm_srow", p_buf: "lm_prow"}
             rows_text += self._row_body(members, locals_, "lm_nkv", arena=False)(bvars + (rvar,), flat)
         finally:
             self.local_rows = {}
+        if stored:  # the skipped keys' probabilities: 0 (what the unfused softmax stores there)
+            rows_text += [f"if (lm_nkv < {idx(NK)}) memset({self.pointer(p_buf)} + ({idx(flat * NK)}) + lm_nkv, 0, "
+                          f"({idx(NK)} - lm_nkv) * sizeof({ctype}));"]
         body += ["    " + x for x in rows_text] + ["}"]
-        body.append(f"if (!lm_e) lm_e = {self._gemm_name(g1i, g1)}(lm_m1 - lm_m0, {idx(D)}, lm_nkv, lm_p, lm_nkv, 1, "
+        ldp = idx(NK) if stored else "lm_nkv"
+        body.append(f"if (!lm_e) lm_e = {self._gemm_name(g1i, g1)}(lm_m1 - lm_m0, {idx(D)}, lm_nkv, lm_p, {ldp}, 1, "
                     f"{self.pointer(g1.b)} + ({idx(v_off)}), {idx(vv.strides[nb + 1])}, {idx(vv.strides[nb + 2])}, "
                     f"{self.pointer(g1.out)} + ({idx(o_off)}) + lm_m0 * ({idx(D)}), NULL, bufs, syms);")
         body += ["if (lm_e) {", "    #pragma omp atomic write", "    err = lm_e;", "}"]

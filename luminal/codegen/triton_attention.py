@@ -120,9 +120,13 @@ def operand_kind(program, buffer: int, rounded):
     return dtype.value if dtype in (DType.float32, *LOW) else None
 
 
-def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict) -> dict:
+def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict,
+                   shared_probabilities: bool = False) -> dict:
     """``{index of the P.V GEMM: (index of the Q.K^T GEMM, row group indices)}`` for every attention chain the
-    fused kernel computes (see the module docstring for the conditions; the P.V GEMM may have an epilogue)."""
+    fused kernel computes (see the module docstring for the conditions; the P.V GEMM may have an epilogue).
+    ``shared_probabilities``: the probabilities may also be read after the P.V GEMM (a training step's backward)
+    or be an output (the attention weights); the P.V GEMM is then their first reader (the C renderer's fused
+    kernel stores them)."""
     kernels = program.kernels
     writer = {k.out: i for i, k in enumerate(kernels)}
     found = {}
@@ -148,9 +152,15 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict)
                            for i in set(readers.get(s_buf, ())))):
             continue
         p_readers = readers.get(pr.out, ())
-        if len(p_readers) != 1 or pr.out in pinned:
+        if shared_probabilities:
+            gemms = [i for i in p_readers if isinstance(kernels[i], GemmKernel) and kernels[i].a == pr.out]
+            if not gemms or min(gemms) != min(p_readers):
+                continue
+            g1i = min(gemms)
+        elif len(p_readers) != 1 or pr.out in pinned:
             continue
-        g1i = p_readers[0]
+        else:
+            g1i = p_readers[0]
         g1 = kernels[g1i]
         inside = set(group) | {g1i}
         if (not isinstance(g1, GemmKernel) or g1.dtype != DType.float32 or g1.a != pr.out or g1.b is None
