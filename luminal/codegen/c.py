@@ -29,8 +29,8 @@ from .gemm_direct import direct_plan
 from .gemm_prologue import fused_call, pack_functions
 from .groups import epilogue_value, in_place_epilogues, kernel_groups, row_locals
 from .mask_split import split_masked
-from .values import (buffer_ranges, flatten_space, kernel_buffers, merge_value, program_symbols, refine_space,
-                     work_per_element)
+from .values import (buffer_ranges, buffer_uses, flatten_space, kernel_buffers, merge_value, program_symbols,
+                     refine_space, work_per_element)
 from .gemm_lowp import STORE_TYPES, lowp_name, lowp_source, operand_stores
 from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, ScatterKernel
@@ -174,7 +174,8 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
         groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
                                direct_plan(self.program, g) is not None)
-        groups, fused = attention_groups(self.program, groups)
+        self.uses = buffer_uses(self.program)
+        groups, fused = attention_groups(self.program, groups, self.uses)
         self.shared = in_place_epilogues(self.program, groups)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
@@ -194,7 +195,8 @@ class CRenderer(ReduceRendering, AttentionCRendering):
             if tuple(group) in fused:
                 self._attention_chain(group, lines)
             elif len(group) > 1 and isinstance(kernel, ReduceKernel):
-                self._render_rows([self.program.kernels[i] for i in group], lines, row_locals(self.program, group))
+                self._render_rows([self.program.kernels[i] for i in group], lines,
+                                  row_locals(self.program, group, self.uses))
             elif len(group) > 1:
                 self._elementwise_group([self.program.kernels[i] for i in group], lines)
             elif isinstance(kernel, ElementwiseKernel):
@@ -214,7 +216,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         parts.append(_dispatch(calls, self.profile, init))
         if libs:
             parts.append(link_function(libs))
-        scratch = frozenset(b for g in fused for b in scratch_buffers(self.program, g))
+        scratch = frozenset(b for g in fused for b in scratch_buffers(self.program, g, self.uses))
         return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared,
                         scratch)
 

@@ -40,7 +40,7 @@ from .gemm_lowp import operand_stores
 from .groups import row_locals
 from .kernel import ConstValue, GemmKernel, Load, ReduceKernel
 from .triton_attention import _is_load, _op, find_attention
-from .values import buffer_uses, walk
+from .values import walk
 
 # query rows per block: at most BLOCK_ROWS (MASKED_ROWS where keys may be skipped), fewer where the block's scores
 # and probabilities would pass BLOCK_BYTES or the blocks would be fewer than 4 per thread. Measured (2 cores, 8-12
@@ -51,7 +51,7 @@ SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local
 SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
 
 
-def attention_groups(program, groups: list) -> tuple[list, set]:
+def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
     ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
     then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain is fused when :func:`find_attention` finds it and
@@ -60,7 +60,7 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
         return groups, set()
     kernels = program.kernels
-    _, readers, pinned = buffer_uses(program)
+    _, readers, pinned = uses
     epilogues = {g[0]: g for g in groups if len(g) == 2 and isinstance(kernels[g[0]], GemmKernel)}
     rows = [g for g in groups if len(g) > 1 and isinstance(kernels[g[0]], ReduceKernel)]
     chains = {}
@@ -70,7 +70,7 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
         if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro, g.a_round, g.b_round))
                 or operand_stores(program, g0) or operand_stores(program, g1)
                 or kernels[group[-1]].dtype != DType.float32 or small_extent(kernels[group[0]].extent)
-                or len(row_locals(program, group)) > SLOT_S):
+                or len(row_locals(program, group, uses)) > SLOT_S):
             continue
         chains[g1i] = (g0i, list(group))
     dropped = {i for g0i, group in chains.values() for i in (g0i, group[0])}
@@ -84,21 +84,21 @@ def attention_groups(program, groups: list) -> tuple[list, set]:
     return out, {tuple(g) for g in out if g[-1] in chains and len(g) > 2}
 
 
-def stored_probabilities(program, group) -> bool:
+def stored_probabilities(program, group, uses) -> bool:
     """Whether the fused chain ``group`` stores its probabilities in their arena buffer: something after the
     P.V GEMM reads them (a training step's backward) or they are an output (attention weights)."""
-    _, readers, pinned = buffer_uses(program)
+    _, readers, pinned = uses
     p = program.kernels[group[-2]].out
     return p in pinned or readers.get(p, []) != [group[-1]]
 
 
-def scratch_buffers(program, group) -> list:
+def scratch_buffers(program, group, uses) -> list:
     """The buffers of a fused chain ``group`` that live only in per-thread scratch: the scores, the
     probabilities (unless :func:`stored_probabilities`) and the row group's row-local buffers (the arena gives
     them no bytes)."""
     kernels = program.kernels
-    p = [] if stored_probabilities(program, group) else [kernels[group[-2]].out]
-    return [kernels[group[0]].out, *p, *row_locals(program, group[1:-1])]
+    p = [] if stored_probabilities(program, group, uses) else [kernels[group[-2]].out]
+    return [kernels[group[0]].out, *p, *row_locals(program, group[1:-1], uses)]
 
 
 def _terms(v) -> list:
@@ -125,8 +125,8 @@ def mask_terms(f, scores: int):
 
 
 class AttentionCRendering:
-    """The fused attention of :class:`~luminal.codegen.c.CRenderer` (which provides ``program``, ``index``,
-    ``pointer``, ``local_rows``, ``gemm_impl``, ``_row_body``)."""
+    """The fused attention of :class:`~luminal.codegen.c.CRenderer` (which provides ``program``, ``uses``,
+    ``index``, ``pointer``, ``local_rows``, ``gemm_impl``, ``_row_body``)."""
 
     def _gemm_name(self, i: int, kernel: GemmKernel) -> str:
         fn = self.gemm_impl.get(i)
@@ -177,11 +177,11 @@ class AttentionCRendering:
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
         body = [f"const long long lm_m0 = lm_b * lm_mb, lm_m1 = LUMINAL_MIN(lm_m0 + lm_mb, {idx(M)});"]
         body += self._visible_keys(mx, s_buf, bvars, rvar, NK)
-        locals_ = row_locals(self.program, members_i)
+        locals_ = row_locals(self.program, members_i, self.uses)
         # every scratch buffer reserved here: the per-row calls below then cannot fail
         block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
         body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, {block_bytes}, NULL);")
-        stored = stored_probabilities(self.program, group)
+        stored = stored_probabilities(self.program, group, self.uses)
         if stored:  # (the arena's rows of the block: ldp is the row length there)
             body.append(f"{ctype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
                         f"({idx(NK)});")

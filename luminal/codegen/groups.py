@@ -7,7 +7,7 @@ import os
 
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
-from .values import kernel_buffers, merge_value, read_offsets, walk
+from .values import buffer_uses, kernel_buffers, merge_value, read_offsets, walk
 
 
 def kernel_groups(program: Program, batched_epilogues=False) -> list[list[int]]:
@@ -140,27 +140,24 @@ def in_place_epilogues(program: Program, groups: list) -> dict:
     return out
 
 
-def row_locals(program: Program, group: list) -> list:
+def row_locals(program: Program, group: list, uses=None) -> list:
     """The buffers a row group (see :func:`kernel_groups`; ``group``: its kernel indices) may keep row-local:
     outputs of its members over the row's inner axis that are intermediates (no input, output or alias) read by
     no kernel outside the group. Members read each other's outputs only in their own row (that is what makes
     them a group), so each thread can hold such a buffer's current row in a scratch buffer of one row
-    (``lm_row_scratch``): softmax's exponentials, layer norm's centred values. ``LUMINAL_ROW_LOCAL=0`` turns
-    this off."""
+    (``lm_row_scratch``): softmax's exponentials, layer norm's centred values. ``uses``: the program's
+    :func:`~luminal.codegen.values.buffer_uses` (computed when not given). ``LUMINAL_ROW_LOCAL=0`` turns this
+    off."""
     if os.environ.get("LUMINAL_ROW_LOCAL", "1") == "0":
         return []
-    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    _, readers, pinned = uses or buffer_uses(program)
     members = set(group)
     n = len(program.kernels[group[0]].dims)
-    outside = set()
-    for i, k in enumerate(program.kernels):
-        if i not in members:
-            outside |= kernel_buffers(k)
     out = []
     for i in group[1:]:
         k = program.kernels[i]
         if isinstance(k, ElementwiseKernel) and len(k.dims) > n and k.dims[n] != 1 and k.out not in pinned \
-                and k.out not in outside:
+                and set(readers.get(k.out, ())) <= members:
             out.append(k.out)
     return out
 
