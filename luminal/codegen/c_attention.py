@@ -8,9 +8,9 @@ is bound by that traffic. The same chain that the Triton renderer fuses
 (:func:`luminal.codegen.triton_attention.find_attention`) is rendered here as one parallel loop over (batch,
 block of ``MB`` query rows): the scores of the block by the GEMM routine (``lm_gemm_f32`` or the searched one)
 into the thread's scratch (``lm_row_scratch``), the row group's members row by row over it, the block's output
-rows by the GEMM routine from the scratch probabilities (``MB``: :data:`BLOCK_ROWS`, :data:`MASKED_ROWS`). The softmax is the
-reference's (maximum, exponentials, sum, reciprocal, product), not the online form: a block holds whole rows,
-so results equal the unfused program's up to the GEMMs' summation order.
+rows by the GEMM routine from the scratch probabilities (``MB``: :data:`BLOCK_ROWS`, :data:`MASKED_ROWS`). The
+softmax is the reference's (maximum, exponentials, sum, reciprocal, product), not the online form: a block
+holds whole rows, so results equal the unfused program's up to the GEMMs' summation order.
 
 Keys no query row of a block can see are skipped (causal masks, padding at the end of a sequence): where
 ``f(S) = c * S + R`` (``R``: one or more terms that do not read ``S``, a mask's ``0 / -inf`` bias), the
@@ -54,9 +54,9 @@ SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its s
 def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
     ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
-    then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain is fused when :func:`find_attention` finds it and
-    its GEMMs are plain float32 GEMMs (no fused prologue, no operand rounded or stored in a low type, no
-    epilogue) over rows longer than a pooling window."""
+    then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain
+    is fused when :func:`find_attention` finds it and its GEMMs are plain float32 GEMMs (no fused prologue, no
+    operand rounded or stored in a low type, no epilogue) over rows longer than a pooling window."""
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
         return groups, set()
     kernels = program.kernels

@@ -16,9 +16,9 @@ How it works:
   views that read an element more than once (sliding windows of convolutions and pooling, strided slices)
   become a scatter-add written as a fused gather-and-sum over the source elements.
 * A node with a :attr:`~luminal.graph.Graph.grad_rules` entry (``pow``, ``maximum``/``minimum``, ``cos``,
-  ``tan``, ``max_pool``, ``softmax``, ``log_softmax``) is differentiated by that rule -- PyTorch's formula over its operands -- instead of through its
-  primitives, where the chain rule would give other values at special points (``0 ** -1``, ties) or lose
-  accuracy.
+  ``tan``, ``max_pool``, ``softmax``, ``log_softmax``) is differentiated by that rule -- PyTorch's formula over
+  its operands -- instead of through its primitives, where the chain rule would give other values at special
+  points (``0 ** -1``, ties) or lose accuracy (or, for softmax, read the input, its maximum and exponentials).
 * Non-differentiable ops (``LessThan``, integer and bool tensors, ``Gather``'s index) pass no gradient.
   Asking for the gradient of an integer tensor raises ``TypeError``.
 
