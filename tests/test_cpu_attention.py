@@ -292,3 +292,29 @@ def test_causal_training_step_and_attention_weights(monkeypatch):
     cx.execute()
     np.testing.assert_allclose(out.data().reshape(2, 90, 32), want.numpy(), **TOL)
     np.testing.assert_allclose(weights.data().reshape(2, 90, 90), want_w.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_attention_is_fused(dtype, monkeypatch):
+    """Under ``lm.autocast``: q, k, v rounded, the probabilities rounded before their product (torch's CPU
+    autocast); the fused kernel multiplies with the low-precision GEMMs. Against torch's CPU autocast (one
+    rounding of the output: bfloat16 tolerance) and the unfused program (the same roundings: float32
+    tolerance)."""
+    low = getattr(lm.DType, dtype)
+    rng = np.random.default_rng(12)
+    shape = (2, 3, 150, 32)
+    arrays = _arrays(rng, shape, shape, 32)
+    got = {}
+    for fused in (True, False):
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+        cx = lm.Graph()
+        q, k, v = (cx.tensor(shape) for _ in range(3))
+        with lm.autocast(dtype=low):
+            y = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32).retrieve()
+        cx.compile(device="cpu")
+        assert fused_chains(cx) == int(fused)
+        got[fused] = _run(cx, (q, k, v), arrays, y, shape)
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-5, atol=1e-5)
+    with torch.no_grad(), torch.autocast("cpu", dtype=getattr(torch, dtype)):
+        want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in arrays), is_causal=True)
+    np.testing.assert_allclose(got[True], want.float().numpy(), rtol=2e-2, atol=2e-2)

@@ -36,7 +36,7 @@ from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .c_reduce import PARALLEL_WORK, small_extent
 from .emit import KernelWriter
-from .gemm_lowp import operand_stores
+from .gemm_lowp import lowp_name, operand_stores
 from .groups import row_locals
 from .kernel import ConstValue, GemmKernel, Load, ReduceKernel
 from .triton_attention import _is_load, _op, find_attention
@@ -55,8 +55,9 @@ def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
     ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
     then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain
-    is fused when :func:`find_attention` finds it and its GEMMs are plain float32 GEMMs (no fused prologue, no
-    operand rounded or stored in a low type, no epilogue) over rows longer than a pooling window."""
+    is fused when :func:`find_attention` finds it, its GEMMs have no fused prologue and the P.V GEMM no epilogue,
+    over rows longer than a pooling window (operands stored in or rounded to bfloat16 / float16, autocast's, are
+    multiplied by the low-precision GEMMs, :mod:`luminal.codegen.gemm_lowp`)."""
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
         return groups, set()
     kernels = program.kernels
@@ -67,10 +68,8 @@ def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     found = find_attention(program, rows, readers, pinned, epilogues, shared_probabilities=True)
     for g1i, (g0i, group) in found.items():
         g0, g1 = kernels[g0i], kernels[g1i]
-        if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro, g.a_round, g.b_round))
-                or operand_stores(program, g0) or operand_stores(program, g1)
-                or kernels[group[-1]].dtype != DType.float32 or small_extent(kernels[group[0]].extent)
-                or len(row_locals(program, group, uses)) > SLOT_S):
+        if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro))
+                or small_extent(kernels[group[0]].extent) or len(row_locals(program, group, uses)) > SLOT_S):
             continue
         chains[g1i] = (g0i, list(group))
     dropped = {i for g0i, group in chains.values() for i in (g0i, group[0])}
@@ -129,6 +128,9 @@ class AttentionCRendering:
     ``index``, ``pointer``, ``local_rows``, ``gemm_impl``, ``_row_body``)."""
 
     def _gemm_name(self, i: int, kernel: GemmKernel) -> str:
+        stores = operand_stores(self.program, kernel)
+        if stores:  # bfloat16 / float16 operands, or float32 ones read rounded (autocast): codegen.gemm_lowp
+            return lowp_name(*stores)
         fn = self.gemm_impl.get(i)
         fn = fn[0] if isinstance(fn, tuple) else fn
         return fn or ("lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64")
@@ -181,12 +183,14 @@ class AttentionCRendering:
         # every scratch buffer reserved here: the per-row calls below then cannot fail
         block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
         body.append(f"{ctype} *const lm_s = ({ctype} *)lm_row_scratch({SLOT_S}, {block_bytes}, NULL);")
+        ptype = self.program.buffers[p_buf][1].c_type  # (bfloat16 bits under autocast)
+        p_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ptype})"
         stored = stored_probabilities(self.program, group, self.uses)
         if stored:  # (the arena's rows of the block: ldp is the row length there)
-            body.append(f"{ctype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
+            body.append(f"{ptype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
                         f"({idx(NK)});")
         else:
-            body.append(f"{ctype} *const lm_p = ({ctype} *)lm_row_scratch({SLOT_P}, {block_bytes}, NULL);")
+            body.append(f"{ptype} *const lm_p = ({ptype} *)lm_row_scratch({SLOT_P}, {p_bytes}, NULL);")
         body.append("int lm_ok = lm_s && lm_p;")
         body += [f"lm_ok = lm_ok && lm_row_scratch({k}, lm_nkv * (long long)sizeof({ctype}), NULL);"
                  for k in range(len(locals_))]
@@ -199,7 +203,7 @@ class AttentionCRendering:
         body.append(f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{")
         rows_text = [f"{ctype} *const lm_srow = lm_s + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});"]
         if not stored:
-            rows_text.append(f"{ctype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});")
+            rows_text.append(f"{ptype} *const lm_prow = lm_p + (i{nb} - lm_m0) * lm_nkv - ({idx(flat * NK)});")
         try:
             self.local_rows = {s_buf: "lm_srow"} if stored else {s_buf: "lm_srow", p_buf: "lm_prow"}
             rows_text += self._row_body(members, locals_, "lm_nkv", arena=False)(bvars + (rvar,), flat)
@@ -207,7 +211,7 @@ class AttentionCRendering:
             self.local_rows = {}
         if stored:  # the skipped keys' probabilities: 0 (what the unfused softmax stores there)
             rows_text += [f"if (lm_nkv < {idx(NK)}) memset({self.pointer(p_buf)} + ({idx(flat * NK)}) + lm_nkv, 0, "
-                          f"({idx(NK)} - lm_nkv) * sizeof({ctype}));"]
+                          f"({idx(NK)} - lm_nkv) * sizeof({ptype}));"]
         body += ["    " + x for x in rows_text] + ["}"]
         ldp = idx(NK) if stored else "lm_nkv"
         body.append(f"if (!lm_e) lm_e = {self._gemm_name(g1i, g1)}(lm_m1 - lm_m0, {idx(D)}, lm_nkv, lm_p, {ldp}, 1, "
