@@ -318,3 +318,30 @@ def test_autocast_attention_is_fused(dtype, monkeypatch):
     with torch.no_grad(), torch.autocast("cpu", dtype=getattr(torch, dtype)):
         want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in arrays), is_causal=True)
     np.testing.assert_allclose(got[True], want.float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_bfloat16_inputs_keep_bfloat16_probabilities(monkeypatch):
+    """q, k, v stored as bfloat16 (a bf16 checkpoint): the softmax rounds its probabilities to bfloat16, which the
+    fused kernel keeps in bfloat16 scratch for the bfloat16 product; against the unfused program (the same
+    roundings) and torch's bfloat16 attention."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(13)
+    shape = (1, 2, 140, 16)
+    arrays = [a.astype(ml_dtypes.bfloat16) for a in _arrays(rng, shape, shape, 16)]
+    got = {}
+    for fused in (True, False):
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+        cx = lm.Graph()
+        q, k, v = (cx.tensor(shape, lm.DType.bfloat16) for _ in range(3))
+        out = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32).retrieve()
+        cx.compile(device="cpu")
+        assert fused_chains(cx) == int(fused)
+        if fused:
+            assert f"{lm.DType.bfloat16.c_type} *const lm_p =" in cx.runtime.source
+        got[fused] = _run(cx, (q, k, v), arrays, out, shape)
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-2, atol=1e-2)
+    with torch.no_grad():
+        want = F.scaled_dot_product_attention(*(torch.from_numpy(a.astype(np.float32)).bfloat16() for a in arrays),
+                                              is_causal=True)
+    np.testing.assert_allclose(got[True], want.float().numpy(), rtol=2e-2, atol=2e-2)
