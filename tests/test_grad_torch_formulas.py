@@ -156,3 +156,37 @@ def test_softmax_gradients_are_torchs(fn, axis, device):
     else:
         local = g64 - np.exp(yv) * g64.sum(dims, keepdims=True)
     np.testing.assert_allclose(got[ok], local[ok], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_bfloat16_softmax_gradient_is_torchs(fn):
+    """A bfloat16 softmax's backward is torch's CPU kernel: the formula on the bfloat16 output and gradient, in
+    float32, rounded once: within one bfloat16 ulp (the sums' order) of the formula evaluated in float64 on
+    luminal's own bfloat16 output; and close to torch's (whose forward may round the output the other way)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(2)
+    xs = (rng.standard_normal((6, 300)) * 4).astype(ml_dtypes.bfloat16)
+    gs = rng.standard_normal((6, 300)).astype(ml_dtypes.bfloat16)
+    cx = lm.Graph()
+    x, g = cx.tensor(xs.shape, lm.DType.bfloat16).set(xs), cx.tensor(xs.shape, lm.DType.bfloat16).set(gs)
+    y = getattr(x, fn)(-1)
+    (dx,) = grad((y * g).cast(lm.DType.float32).sum(), [x])
+    dx.retrieve()
+    y.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    got = np.asarray(dx.data()).astype(np.float64).reshape(xs.shape)
+    yv, g64 = np.asarray(y.data()).astype(np.float64).reshape(xs.shape), gs.astype(np.float64)
+    if fn == "softmax":
+        inner = (g64 * yv).sum(-1, keepdims=True)
+        formula, terms = yv * (g64 - inner), np.abs(yv) * (np.abs(g64) + np.abs(inner))
+    else:
+        inner = np.exp(yv) * g64.sum(-1, keepdims=True)
+        formula, terms = g64 - inner, np.abs(g64) + np.abs(inner)
+    # (one rounding of the result, plus float32 rounding of the terms where they cancel)
+    ulp = np.abs(got - formula) / (np.maximum(np.abs(formula), 2.0 ** -133) * 2.0 ** -8 + terms * 2.0 ** -20)
+    assert ulp.max() <= 1.0, ulp.max()
+    tx = torch.from_numpy(xs.astype(np.float32)).bfloat16().requires_grad_()
+    getattr(torch, fn)(tx, -1).backward(torch.from_numpy(gs.astype(np.float32)).bfloat16())
+    np.testing.assert_allclose(got, tx.grad.double().numpy(), rtol=2e-2, atol=2e-2 * np.abs(g64).max())

@@ -13,9 +13,9 @@ class NormOps:
     def softmax(self, axis=-1):
         """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (an int or tuple)."""
         x = self._floating()
-        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel)
-            return x.cast(DType.float32).softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
+        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel; its backward too)
+            return _grad_rule(x.cast(DType.float32).softmax(axis).cast(DType.bfloat16), "softmax", (x,), axes)
         e = (x - x.max(axes, keepdim=True)).exp()
         # differentiated as torch does, from the result alone (autograd's "softmax" rule): the backward then
         # reads neither x, its maximum nor the exponentials (which attention's fused kernel keeps in scratch)
@@ -24,9 +24,9 @@ class NormOps:
     def log_softmax(self, axis=-1):
         """``x - max - log(sum(exp(x - max)))`` (stable)."""
         x = self._floating()
-        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel)
-            return x.cast(DType.float32).log_softmax(axis).cast(DType.bfloat16)
         axes = normalize_axes(axis, x.ndim)
+        if x.dtype == DType.bfloat16:  # computed in float32, rounded once (PyTorch's CPU kernel; its backward too)
+            return _grad_rule(x.cast(DType.float32).log_softmax(axis).cast(DType.bfloat16), "log_softmax", (x,), axes)
         shifted = x - x.max(axes, keepdim=True)
         return _grad_rule(shifted - shifted.exp().sum(axes, keepdim=True).log(), "log_softmax", (x,), axes)
 

@@ -437,10 +437,8 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
         rules = [lambda: _embedding_grad(ts[0], ts[1], g, param)]
     elif name == "stop_gradient":  # detach(): the value passes, no gradient flows back (luminal.eager)
         rules = []
-    elif name == "softmax":  # torch's _softmax_backward_data: y * (g - sum(g * y)) over the softmax's axes
-        rules = [lambda: y * (g - (g * y).sum(param, keepdim=True))]
-    elif name == "log_softmax":  # torch's _log_softmax_backward_data: g - exp(y) * sum(g)
-        rules = [lambda: g - y.exp() * g.sum(param, keepdim=True)]
+    elif name in ("softmax", "log_softmax"):  # torch's _softmax_backward_data / _log_softmax_backward_data
+        rules = [lambda: _softmax_grad(name, y, g, param)]
     elif name == "derivative":  # an elementwise op with PyTorch's local derivatives (luminal.hl_ops.trig)
         from ..hl_ops.trig import DERIVATIVES
         local = DERIVATIVES[param](ts, y)
@@ -448,6 +446,20 @@ def _rule_grads(graph: Graph, node, rule, g: GraphTensor, relevant: set[int]):
     else:
         raise NotImplementedError(f"autograd: no gradient rule named {name!r}")
     return [(operands[k], fn()) for k, fn in enumerate(rules) if operands[k][0] in relevant]
+
+
+def _softmax_grad(name: str, y: GraphTensor, g: GraphTensor, axes) -> GraphTensor:
+    """torch's softmax backward ``y * (g - sum(g * y))`` or log-softmax backward ``g - exp(y) * sum(g)`` over
+    ``axes``, from the output ``y`` alone; a bfloat16 one computed in float32 and rounded once, as torch's CPU
+    kernels do."""
+    low = y.dtype == DType.bfloat16
+    if low:
+        y, g = y.cast(DType.float32), g.cast(DType.float32)
+    if name == "softmax":
+        out = y * (g - (g * y).sum(axes, keepdim=True))
+    else:
+        out = g - y.exp() * g.sum(axes, keepdim=True)
+    return out.cast(DType.bfloat16) if low else out
 
 
 def _max_pool_grad(w: GraphTensor, real, y: GraphTensor, g: GraphTensor, axes: tuple) -> GraphTensor:
