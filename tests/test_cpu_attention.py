@@ -345,3 +345,24 @@ def test_bfloat16_inputs_keep_bfloat16_probabilities(monkeypatch):
         want = F.scaled_dot_product_attention(*(torch.from_numpy(a.astype(np.float32)).bfloat16() for a in arrays),
                                               is_causal=True)
     np.testing.assert_allclose(got[True], want.float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_threads_running_fused_attention_at_once():
+    """Three threads, each with its own graph over the same program (one library: the per-thread scratch is
+    thread-local), run causal attentions of different lengths at the same time; each against torch."""
+    from hl_helpers import run_in_threads
+
+    def work(i):
+        cx = lm.Graph()
+        q, k, v = (cx.tensor(("b", 2, "s", 16)) for _ in range(3))
+        out = scaled_dot_product_attention(q, k, v, is_causal=True).retrieve()
+        cx.compile(device="cpu")
+        assert fused_chains(cx) == 1
+        rng = np.random.default_rng(20 + i)
+        for _ in range(5):
+            s = int(rng.integers(60, 300))
+            arrays = _arrays(rng, (2, 2, s, 16), (2, 2, s, 16), 16)
+            got = _run(cx, (q, k, v), arrays, out, (2, 2, s, 16))
+            np.testing.assert_allclose(got, _torch(*arrays, causal=True), **TOL)
+
+    run_in_threads(work, 3)
