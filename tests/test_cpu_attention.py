@@ -366,3 +366,24 @@ def test_threads_running_fused_attention_at_once():
             np.testing.assert_allclose(got, _torch(*arrays, causal=True), **TOL)
 
     run_in_threads(work, 3)
+
+
+def test_no_keys_and_no_queries(monkeypatch):
+    """Symbolic lengths bound to 0: no keys gives zeros (torch's result), no queries an empty output; with a
+    mask (the key scan) and without; fused and unfused alike."""
+    for masked in (True, False):
+        for fused in (True, False):
+            monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+            cx = lm.Graph()
+            q, k, v = cx.tensor((1, 2, "l", 8)), cx.tensor((1, 2, "s", 8)), cx.tensor((1, 2, "s", 8))
+            m = cx.tensor(("l", "s"), lm.DType.bool) if masked else None
+            out = scaled_dot_product_attention(q, k, v, attn_mask=m).retrieve()
+            cx.compile(device="cpu")
+            assert fused_chains(cx) == int(fused)
+            rng = np.random.default_rng(14)
+            for l, s in [(70, 0), (0, 70), (70, 70)]:
+                arrays = _arrays(rng, (1, 2, l, 8), (1, 2, s, 8), 8)
+                mask = np.ones((l, s), bool)
+                got = _run(cx, (q, k, v, m), (*arrays, mask), out, (1, 2, l, 8))
+                want = _torch(*arrays, mask if masked else None) if l and s else np.zeros((1, 2, l, 8))
+                np.testing.assert_allclose(got, want, **TOL)

@@ -232,7 +232,8 @@ class AttentionCRendering:
         jvar = Expression.symbol("j", NK - 1)
         w = KernelWriter(self, loop_var="j")
         values = [w.emit(t, bvars + (rvar, jvar)) for t in rest]
-        out = ["long long lm_nkv = 1;  /* (a row that sees no key: NaN, as the reference) */",
+        # (at least one key: a row that sees none is NaN, as the reference; none when there are no keys)
+        out = [f"long long lm_nkv = LUMINAL_MIN(1, {self.index(NK)});",
                f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{"]
         out += ["    " + x for x in w.hoisted]
         out += ["    long long lm_last = 0;", "    #pragma omp simd reduction(max:lm_last)",

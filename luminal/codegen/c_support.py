@@ -126,6 +126,7 @@ static __thread void *lm_row_p[LM_ROW_SLOTS];
 static __thread long long lm_row_n[LM_ROW_SLOTS];
 static inline void *lm_row_scratch(int k, long long bytes, void *fallback) {
     if (fallback && (bytes < LM_ROW_MIN || k >= LM_ROW_SLOTS)) return fallback;
+    if (bytes < 1) bytes = 1;  /* (an empty block still gets a pointer) */
     if (lm_row_n[k] < bytes) {
         long long cap = (bytes + 63) & ~63LL;
         free(lm_row_p[k]);
