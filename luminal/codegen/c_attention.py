@@ -24,6 +24,12 @@ Where the probabilities are read after the P.V GEMM (a training step's backward,
 gradient rule lets read them alone) or are an output (attention weights), the kernel stores them in their arena
 buffer, zeros at the skipped keys; the scores and exponentials stay in scratch.
 
+The same rendering takes any chain of that shape whose row group is not a softmax: attention's backward,
+``dP = dO V^T``, ``dS = P (dP - sum(dP P))``, ``dQ = dS K``, where ``dP`` then never goes to memory. There a key is
+skipped when a factor of every product over the row (``P``) is 0 in every row of the block (:func:`zero_factor`:
+the forward's causal zeros), unless ``dP`` is not finite there (the reference's ``0 * inf`` is NaN). The chain
+runs where ``dS`` is first read (the ``dK = dS^T Q`` GEMM, before ``dQ``'s).
+
 ``LUMINAL_FUSED_ATTENTION=0`` turns this off.
 """
 
@@ -38,9 +44,9 @@ from .c_reduce import PARALLEL_WORK, small_extent
 from .emit import KernelWriter
 from .gemm_lowp import lowp_name, operand_stores
 from .groups import row_locals
-from .kernel import ConstValue, GemmKernel, Load, ReduceKernel
-from .triton_attention import _is_load, _op, find_attention
-from .values import walk
+from .kernel import ConstValue, ElementwiseKernel, GemmKernel, Load, ReduceKernel
+from .triton_attention import _is_load, _op, _softmax_members, find_attention
+from .values import kernel_buffers, walk
 
 # query rows per block: at most BLOCK_ROWS (MASKED_ROWS where keys may be skipped), fewer where the block's scores
 # and probabilities would pass BLOCK_BYTES or the blocks would be fewer than 4 per thread. Measured (2 cores, 8-12
@@ -53,34 +59,43 @@ SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its s
 
 def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
-    ``[Q.K^T GEMM, row group..., P.V GEMM]`` at the P.V GEMM's place (every operand of the chain is computed by
-    then, and the P.V GEMM is the probabilities' first reader), and the set of those groups (as tuples). A chain
+    ``[Q.K^T GEMM, row group..., P.V GEMM]`` where the probabilities are first read (every operand of the chain
+    computed by then), and the set of those groups (as tuples). A chain
     is fused when :func:`find_attention` finds it, its GEMMs have no fused prologue and the P.V GEMM no epilogue,
     over rows longer than a pooling window (operands stored in or rounded to bfloat16 / float16, autocast's, are
     multiplied by the low-precision GEMMs, :mod:`luminal.codegen.gemm_lowp`)."""
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
         return groups, set()
     kernels = program.kernels
-    _, readers, pinned = uses
+    writers, readers, pinned = uses
     epilogues = {g[0]: g for g in groups if len(g) == 2 and isinstance(kernels[g[0]], GemmKernel)}
     rows = [g for g in groups if len(g) > 1 and isinstance(kernels[g[0]], ReduceKernel)]
     chains = {}
-    found = find_attention(program, rows, readers, pinned, epilogues, shared_probabilities=True)
+    found = find_attention(program, rows, readers, pinned, epilogues, shared_probabilities=True, any_rows=True)
     for g1i, (g0i, group) in found.items():
-        g0, g1 = kernels[g0i], kernels[g1i]
+        g0, g1, last = kernels[g0i], kernels[g1i], kernels[group[-1]]
+        space = tuple(kernels[group[0]].dims) + (kernels[group[0]].extent,)
         if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro))
+                or not isinstance(last, ElementwiseKernel) or tuple(last.dims) != space
                 or small_extent(kernels[group[0]].extent) or len(row_locals(program, group, uses)) > SLOT_S):
             continue
-        chains[g1i] = (g0i, list(group))
-    dropped = {i for g0i, group in chains.values() for i in (g0i, group[0])}
+        # the chain runs where its probabilities are first read (the P.V GEMM, or an earlier reader: the
+        # backward's dK GEMM reading dS transposed), when everything it reads is computed by then
+        at = min([g1i, *readers.get(last.out, ())])
+        inside = {g0i, *group, g1i}
+        if any(writers.get(b, -1) >= at for i in inside for b in kernel_buffers(kernels[i])
+               if b not in {kernels[j].out for j in inside}):
+            continue
+        chains[at] = (g0i, list(group), g1i)
+    dropped = {i for g0i, group, g1i in chains.values() for i in (g0i, group[0], g1i)}
     out = []
     for g in groups:
-        if g[0] in chains:
-            g0i, group = chains[g[0]]
-            out.append([g0i, *group, g[0]])
-        elif g[0] not in dropped:
+        for at, (g0i, group, g1i) in chains.items():
+            if at in g:
+                out.append([g0i, *group, g1i])
+        if g[0] not in dropped:
             out.append(g)
-    return out, {tuple(g) for g in out if g[-1] in chains and len(g) > 2}
+    return out, {tuple(g) for g in out if len(g) > 2 and any(g[-1] == c[2] for c in chains.values())}
 
 
 def stored_probabilities(program, group, uses) -> bool:
@@ -121,6 +136,42 @@ def mask_terms(f, scores: int):
         return None
     rest = [u for u in terms if u is not t]
     return rest or None
+
+
+def _factors(v, outs: set, space: tuple) -> dict:
+    """Buffer -> ``Load`` for the loads that are factors of the product ``v`` (a tree of ``Mul``), reading a
+    buffer not in ``outs`` plainly over ``space``."""
+    if isinstance(v, Load):
+        return {v.buffer: v} if v.buffer not in outs and v.view == ShapeTracker.contiguous_of(space) else {}
+    if _op(v, "Mul", 2):
+        return {**_factors(v.args[0], outs, space), **_factors(v.args[1], outs, space)}
+    return {}
+
+
+def zero_factor(program, members_i: list, scores: int, uses):
+    """For a fused chain that is not a softmax (attention's backward: ``t = sum(dP P)``, ``dS = P (dP - t)``):
+    the ``Load`` of a buffer ``Z`` (not the ``scores`` the chain computes) that is a factor of every sum over the
+    row and of the last member, where the other members over the row are row-local; then keys where ``Z`` is 0
+    in every row of a block contribute nothing (0 times any finite value) and are skipped. None otherwise."""
+    kernels = program.kernels
+    members = [kernels[i] for i in members_i]
+    n = len(members[0].dims)
+    space = tuple(members[0].dims) + (members[0].extent,)
+    outs = {m.out for m in members} | {scores}
+    local = set(row_locals(program, members_i, uses))
+    common = None
+    for m in members:
+        if not (isinstance(m, ReduceKernel) or len(m.dims) > n and m.dims[n] != 1):
+            continue  # (a value per row)
+        if isinstance(m, ReduceKernel) and m.kind != "sum":
+            return None
+        if isinstance(m, ElementwiseKernel) and m is not members[-1]:
+            if m.out not in local:
+                return None  # (computed over the visible keys only: nothing outside may read it)
+            continue
+        found = _factors(m.value, outs, space)
+        common = found if common is None else {b: common[b] for b in common if b in found}
+    return common[min(common)] if common else None
 
 
 class AttentionCRendering:
@@ -167,7 +218,7 @@ class AttentionCRendering:
             batch = batch * d
         macs = batch * M * NK * (K + D)
         ind = "    " * (nb + 2)
-        cap = BLOCK_ROWS if mask_terms(mx.value, s_buf) is None else MASKED_ROWS
+        cap = BLOCK_ROWS if self._key_scan(members_i, s_buf) is None else MASKED_ROWS
         lines.append("    const long long lm_t4 = 4 * (long long)omp_get_max_threads();")
         lines.append(f"    const long long lm_mb = LUMINAL_MAX(8, LUMINAL_MIN(LUMINAL_MIN({cap}, {BLOCK_BYTES // 8} / "
                      f"LUMINAL_MAX(1, {idx(NK)})), ({idx(batch * M)} + lm_t4 - 1) / lm_t4) / 8 * 8);")
@@ -178,7 +229,7 @@ class AttentionCRendering:
             lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
         body = [f"const long long lm_m0 = lm_b * lm_mb, lm_m1 = LUMINAL_MIN(lm_m0 + lm_mb, {idx(M)});"]
-        body += self._visible_keys(mx, s_buf, bvars, rvar, NK)
+        body += self._visible_keys(members_i, s_buf, bvars, rvar, NK)
         locals_ = row_locals(self.program, members_i, self.uses)
         # every scratch buffer reserved here: the per-row calls below then cannot fail
         block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
@@ -222,25 +273,38 @@ class AttentionCRendering:
         for j in range(nb, -1, -1):
             lines.append(f"    {'    ' * j}}}")
 
-    def _visible_keys(self, mx: ReduceKernel, s_buf: int, bvars, rvar, NK) -> list[str]:
+    def _key_scan(self, members_i: list, s_buf: int):
+        """``(values, first, test)``: what decides which keys a block may skip (the values whose ``test`` is
+        true at a key in some row make it visible; ``first``: the count before any, ``NK`` the key count), or
+        None when no key may be skipped (see :meth:`_visible_keys`)."""
+        members = [self.program.kernels[i] for i in members_i]
+        if _softmax_members(members):
+            rest = mask_terms(members[0].value, s_buf)
+            # (at least one key: a row that sees none is NaN, as the reference; none when there are no keys)
+            return None if rest is None else (rest, "LUMINAL_MIN(1, NK)", "lm_r != -INFINITY")
+        z = zero_factor(self.program, members_i, s_buf, self.uses)
+        return None if z is None else ([z], "0", "lm_r != 0")
+
+    def _visible_keys(self, members_i: list, s_buf: int, bvars, rvar, NK) -> list[str]:
         """Statements setting ``lm_nkv``: the number of keys the block's rows ``[lm_m0, lm_m1)`` may see (see the
-        module docstring); all of them when the scores' function is not ``c * S + R``."""
-        rest = mask_terms(mx.value, s_buf)
-        if rest is None:
+        module docstring): a softmax of ``c * S + R`` up to the last key with ``R > -inf`` in some row, other
+        chains up to the last key where their :func:`zero_factor` is not 0 in some row; else all keys."""
+        scan = self._key_scan(members_i, s_buf)
+        if scan is None:
             return [f"const long long lm_nkv = {self.index(NK)};"]
+        rest, first, test = scan
+        first = first.replace("NK", self.index(NK))
         nb = len(bvars)
         jvar = Expression.symbol("j", NK - 1)
         w = KernelWriter(self, loop_var="j")
         values = [w.emit(t, bvars + (rvar, jvar)) for t in rest]
-        # (at least one key: a row that sees none is NaN, as the reference; none when there are no keys)
-        out = [f"long long lm_nkv = LUMINAL_MIN(1, {self.index(NK)});",
-               f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{"]
+        out = [f"long long lm_nkv = {first};", f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{"]
         out += ["    " + x for x in w.hoisted]
         out += ["    long long lm_last = 0;", "    #pragma omp simd reduction(max:lm_last)",
                 f"    for (long long j = 0; j < {self.index(NK)}; j++) {{"]
         out += ["        " + x for x in w.lines]
         out += [f"        const float lm_r = {' + '.join(f'({v})' for v in values)};",
-                "        const long long lm_c = lm_r != -INFINITY ? j + 1 : 0;",
+                f"        const long long lm_c = {test} ? j + 1 : 0;",
                 "        lm_last = lm_c > lm_last ? lm_c : lm_last;", "    }",
                 "    lm_nkv = LUMINAL_MAX(lm_nkv, lm_last);", "}"]
         return out

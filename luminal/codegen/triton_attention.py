@@ -121,18 +121,19 @@ def operand_kind(program, buffer: int, rounded):
 
 
 def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict,
-                   shared_probabilities: bool = False) -> dict:
+                   shared_probabilities: bool = False, any_rows: bool = False) -> dict:
     """``{index of the P.V GEMM: (index of the Q.K^T GEMM, row group indices)}`` for every attention chain the
     fused kernel computes (see the module docstring for the conditions; the P.V GEMM may have an epilogue).
     ``shared_probabilities``: the probabilities may also be read after the P.V GEMM (a training step's backward)
-    or be an output (the attention weights); the P.V GEMM is then their first reader (the C renderer's fused
-    kernel stores them)."""
+    or be an output (the attention weights); the P.V GEMM is then the first GEMM reading them plainly (the C
+    renderer's fused kernel stores them, and runs before their first reader). ``any_rows``: the row group need not be a softmax (the C renderer fuses any GEMM, row
+    group, GEMM chain of this shape: attention's backward, ``dS = P (dP - sum(dP P))``)."""
     kernels = program.kernels
     writer = {k.out: i for i, k in enumerate(kernels)}
     found = {}
     for group in groups:
         members = [kernels[i] for i in group]
-        if not isinstance(members[0], ReduceKernel) or not _softmax_members(members):
+        if not isinstance(members[0], ReduceKernel) or not (any_rows or _softmax_members(members)):
             continue
         mx, pr = members[0], members[-1]
         rows, extent = tuple(mx.dims), mx.extent
@@ -152,11 +153,16 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict,
                            for i in set(readers.get(s_buf, ())))):
             continue
         p_readers = readers.get(pr.out, ())
+        nb = len(rows) - 1
+
+        def plain(g):  # P is the left operand read plainly: (batch..., M, D, K), stride 0 on D, P's strides else
+            return g.a == pr.out and g.a_view == ShapeTracker.contiguous_of(space).unsqueeze(nb + 1).expand(
+                nb + 1, g.dims[-1])
         if shared_probabilities:
-            gemms = [i for i in p_readers if isinstance(kernels[i], GemmKernel) and kernels[i].a == pr.out]
-            if not gemms or min(gemms) != min(p_readers):
+            gemms = [i for i in sorted(p_readers) if isinstance(kernels[i], GemmKernel) and plain(kernels[i])]
+            if not gemms:
                 continue
-            g1i = min(gemms)
+            g1i = gemms[0]
         elif len(p_readers) != 1 or pr.out in pinned:
             continue
         else:
@@ -167,10 +173,7 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict,
                 or g1.b == pr.out or operand_kind(program, g1.a, g1.a_round) is None
                 or operand_kind(program, g1.b, g1.b_round) is None or g1i < group[-1] or tuple(g1.dims[:-1]) != rows):
             continue
-        # P is the left operand read plainly: (batch..., M, D, K) with stride 0 on D and P's strides elsewhere
-        nb = len(rows) - 1
-        want = ShapeTracker.contiguous_of(space).unsqueeze(nb + 1).expand(nb + 1, g1.dims[-1])
-        if g1.a_view != want or to_expr(g1.a_view.dims[-1]) != to_expr(extent):
+        if not plain(g1) or to_expr(g1.a_view.dims[-1]) != to_expr(extent):
             continue
         # the softmax's statistics and the exponentials are read only inside the chain
         if any(m.out in pinned or not set(readers.get(m.out, ())) <= inside for m in members[:-1]):
