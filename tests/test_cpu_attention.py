@@ -219,6 +219,27 @@ for b, s in [(2, 150), (1, 3), (1, 70)]:
     cx.execute()
     want = reference(*arrays, np.tril(np.ones((s, s), bool)))
     assert np.allclose(out.data().reshape(want.shape), want, rtol=1e-4, atol=1e-5), (b, s)
+
+# a training step: the forward's probabilities stored, the backward's chain fused (both skip keys)
+from luminal.training import grad
+cx = lm.Graph()
+q, k, v = (cx.tensor((2, 2, 150, 8)) for _ in range(3))
+y = scaled_dot_product_attention(q, k, v, is_causal=True)
+gq, = grad((y * y).sum(), [q])
+gq.retrieve()
+cx.compile(device="cpu")
+arrays = [rng.standard_normal((2, 2, 150, 8)).astype(np.float32) for _ in range(3)]
+for t, a in zip((q, k, v), arrays):
+    t.set(a)
+cx.execute()
+h = 1e-3
+base = arrays[0].copy()
+for idx in [(0, 0, 0, 0), (1, 1, 149, 7), (0, 1, 70, 3)]:
+    for sign, store in ((1, "p"), (-1, "m")):
+        a = base.copy(); a[idx] += sign * h
+        globals()[store] = (reference(a, arrays[1], arrays[2], np.tril(np.ones((150, 150), bool))) ** 2).sum()
+    fd = (p - m) / (2 * h)
+    assert abs(gq.data().reshape(base.shape)[idx] - fd) <= 1e-2 * max(1.0, abs(fd)), (idx, fd)
 print("SANITIZED-OK")
 """
 
