@@ -124,10 +124,11 @@ def find_attention(program, groups, readers: dict, pinned: set, epilogues: dict,
                    shared_probabilities: bool = False, any_rows: bool = False) -> dict:
     """``{index of the P.V GEMM: (index of the Q.K^T GEMM, row group indices)}`` for every attention chain the
     fused kernel computes (see the module docstring for the conditions; the P.V GEMM may have an epilogue).
-    ``shared_probabilities``: the probabilities may also be read after the P.V GEMM (a training step's backward)
+    ``shared_probabilities``: the probabilities may also be read by other kernels (a training step's backward)
     or be an output (the attention weights); the P.V GEMM is then the first GEMM reading them plainly (the C
-    renderer's fused kernel stores them, and runs before their first reader). ``any_rows``: the row group need not be a softmax (the C renderer fuses any GEMM, row
-    group, GEMM chain of this shape: attention's backward, ``dS = P (dP - sum(dP P))``)."""
+    renderer's fused kernel stores them, and runs before their first reader). ``any_rows``: the row group need
+    not be a softmax (the C renderer fuses any GEMM, row group, GEMM chain of this shape: attention's backward,
+    ``dS = P (dP - sum(dP P))``)."""
     kernels = program.kernels
     writer = {k.out: i for i, k in enumerate(kernels)}
     found = {}
