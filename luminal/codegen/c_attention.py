@@ -60,10 +60,10 @@ SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its s
 def attention_groups(program, groups: list, uses) -> tuple[list, set]:
     """``(groups, fused)``: the rendered groups with each attention chain the C renderer fuses made one group
     ``[Q.K^T GEMM, row group..., P.V GEMM]`` where the probabilities are first read (every operand of the chain
-    computed by then), and the set of those groups (as tuples). A chain
-    is fused when :func:`find_attention` finds it, its GEMMs have no fused prologue and the P.V GEMM no epilogue,
-    over rows longer than a pooling window (operands stored in or rounded to bfloat16 / float16, autocast's, are
-    multiplied by the low-precision GEMMs, :mod:`luminal.codegen.gemm_lowp`)."""
+    computed by then), and the set of those groups (as tuples). A chain is fused when :func:`find_attention`
+    finds it, its GEMMs have no fused prologue and the P.V GEMM no epilogue, over rows longer than a pooling
+    window (operands stored in or rounded to bfloat16 / float16, autocast's, are multiplied by the
+    low-precision GEMMs, :mod:`luminal.codegen.gemm_lowp`)."""
     if os.environ.get("LUMINAL_FUSED_ATTENTION", "1") == "0":
         return groups, set()
     kernels = program.kernels
@@ -82,20 +82,21 @@ def attention_groups(program, groups: list, uses) -> tuple[list, set]:
         # the chain runs where its probabilities are first read (the P.V GEMM, or an earlier reader: the
         # backward's dK GEMM reading dS transposed), when everything it reads is computed by then
         at = min([g1i, *readers.get(last.out, ())])
-        inside = {g0i, *group, g1i}
-        if any(writers.get(b, -1) >= at for i in inside for b in kernel_buffers(kernels[i])
-               if b not in {kernels[j].out for j in inside}):
+        inside = [g0i, *group, g1i]
+        made = {kernels[i].out for i in inside}
+        if any(writers.get(b, -1) >= at for i in inside for b in kernel_buffers(kernels[i]) - made):
             continue
-        chains[at] = (g0i, list(group), g1i)
-    dropped = {i for g0i, group, g1i in chains.values() for i in (g0i, group[0], g1i)}
-    out = []
+        chains[at] = inside
+    dropped = {i for inside in chains.values() for i in (inside[0], inside[1], inside[-1])}  # (groups' first)
+    out, fused = [], set()
     for g in groups:
-        for at, (g0i, group, g1i) in chains.items():
+        for at, inside in chains.items():
             if at in g:
-                out.append([g0i, *group, g1i])
+                out.append(inside)
+                fused.add(tuple(inside))
         if g[0] not in dropped:
             out.append(g)
-    return out, {tuple(g) for g in out if len(g) > 2 and any(g[-1] == c[2] for c in chains.values())}
+    return out, fused
 
 
 def stored_probabilities(program, group, uses) -> bool:
