@@ -176,7 +176,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                                direct_plan(self.program, g) is not None)
         self.uses = buffer_uses(self.program)
         groups, fused = attention_groups(self.program, groups, self.uses)
-        self.shared = in_place_epilogues(self.program, groups)
+        self.shared = in_place_epilogues(self.program, groups, self.uses)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
             kernel = self.program.kernels[group[0]]

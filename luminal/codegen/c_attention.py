@@ -219,7 +219,8 @@ class AttentionCRendering:
             batch = batch * d
         macs = batch * M * NK * (K + D)
         ind = "    " * (nb + 2)
-        cap = BLOCK_ROWS if self._key_scan(members_i, s_buf) is None else MASKED_ROWS
+        scan = self._key_scan(members_i, s_buf, NK)
+        cap = BLOCK_ROWS if scan is None else MASKED_ROWS
         lines.append("    const long long lm_t4 = 4 * (long long)omp_get_max_threads();")
         lines.append(f"    const long long lm_mb = LUMINAL_MAX(8, LUMINAL_MIN(LUMINAL_MIN({cap}, {BLOCK_BYTES // 8} / "
                      f"LUMINAL_MAX(1, {idx(NK)})), ({idx(batch * M)} + lm_t4 - 1) / lm_t4) / 8 * 8);")
@@ -230,7 +231,7 @@ class AttentionCRendering:
             lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
         body = [f"const long long lm_m0 = lm_b * lm_mb, lm_m1 = LUMINAL_MIN(lm_m0 + lm_mb, {idx(M)});"]
-        body += self._visible_keys(members_i, s_buf, bvars, rvar, NK)
+        body += self._visible_keys(scan, bvars, rvar, NK)
         locals_ = row_locals(self.program, members_i, self.uses)
         # every scratch buffer reserved here: the per-row calls below then cannot fail
         block_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ctype})"
@@ -274,27 +275,26 @@ class AttentionCRendering:
         for j in range(nb, -1, -1):
             lines.append(f"    {'    ' * j}}}")
 
-    def _key_scan(self, members_i: list, s_buf: int):
-        """``(values, first, test)``: what decides which keys a block may skip (the values whose ``test`` is
-        true at a key in some row make it visible; ``first``: the count before any, ``NK`` the key count), or
-        None when no key may be skipped (see :meth:`_visible_keys`)."""
+    def _key_scan(self, members_i: list, s_buf: int, NK):
+        """``(values, first, test)``: what decides which keys a block may skip (see :meth:`_visible_keys`): the
+        values whose C ``test`` is true at a key in some row make it visible; ``first``: the C count before any
+        (``NK`` keys in all). None when no key may be skipped."""
         members = [self.program.kernels[i] for i in members_i]
         if _softmax_members(members):
             rest = mask_terms(members[0].value, s_buf)
             # (at least one key: a row that sees none is NaN, as the reference; none when there are no keys)
-            return None if rest is None else (rest, "LUMINAL_MIN(1, NK)", "lm_r != -INFINITY")
+            return None if rest is None else (rest, f"LUMINAL_MIN(1, {self.index(NK)})", "lm_r != -INFINITY")
         z = zero_factor(self.program, members_i, s_buf, self.uses)
         return None if z is None else ([z], "0", "lm_r != 0")
 
-    def _visible_keys(self, members_i: list, s_buf: int, bvars, rvar, NK) -> list[str]:
+    def _visible_keys(self, scan, bvars, rvar, NK) -> list[str]:
         """Statements setting ``lm_nkv``: the number of keys the block's rows ``[lm_m0, lm_m1)`` may see (see the
         module docstring): a softmax of ``c * S + R`` up to the last key with ``R > -inf`` in some row, other
-        chains up to the last key where their :func:`zero_factor` is not 0 in some row; else all keys."""
-        scan = self._key_scan(members_i, s_buf)
+        chains up to the last key where their :func:`zero_factor` is not 0 in some row; all keys when ``scan``
+        (:meth:`_key_scan`) is None."""
         if scan is None:
             return [f"const long long lm_nkv = {self.index(NK)};"]
         rest, first, test = scan
-        first = first.replace("NK", self.index(NK))
         nb = len(bvars)
         jvar = Expression.symbol("j", NK - 1)
         w = KernelWriter(self, loop_var="j")
