@@ -225,9 +225,9 @@ from luminal.training import grad
 cx = lm.Graph()
 q, k, v = (cx.tensor((2, 2, 150, 8)) for _ in range(3))
 y = scaled_dot_product_attention(q, k, v, is_causal=True)
-gq, = grad((y * y).sum(), [q])
-gq.retrieve()
+gq, gk, gv = (g.retrieve() for g in grad((y * y).sum(), [q, k, v]))  # (dK and dV: the trimmed GEMMs)
 cx.compile(device="cpu")
+assert cx.runtime.source.count("lm_k1 - lm_k0, ") == 2
 arrays = [rng.standard_normal((2, 2, 150, 8)).astype(np.float32) for _ in range(3)]
 for t, a in zip((q, k, v), arrays):
     t.set(a)
@@ -240,6 +240,12 @@ for idx in [(0, 0, 0, 0), (1, 1, 149, 7), (0, 1, 70, 3)]:
         globals()[store] = (reference(a, arrays[1], arrays[2], np.tril(np.ones((150, 150), bool))) ** 2).sum()
     fd = (p - m) / (2 * h)
     assert abs(gq.data().reshape(base.shape)[idx] - fd) <= 1e-2 * max(1.0, abs(fd)), (idx, fd)
+    base_k = arrays[1].copy()
+    for sign, store in ((1, "p"), (-1, "m")):
+        a = base_k.copy(); a[idx] += sign * h
+        globals()[store] = (reference(arrays[0], a, arrays[2], np.tril(np.ones((150, 150), bool))) ** 2).sum()
+    fd = (p - m) / (2 * h)
+    assert abs(gk.data().reshape(base.shape)[idx] - fd) <= 1e-2 * max(1.0, abs(fd)), (idx, fd)
 print("SANITIZED-OK")
 """
 
@@ -408,3 +414,88 @@ def test_no_keys_and_no_queries(monkeypatch):
                 got = _run(cx, (q, k, v, m), (*arrays, mask), out, (1, 2, l, 8))
                 want = _torch(*arrays, mask if masked else None) if l and s else np.zeros((1, 2, l, 8))
                 np.testing.assert_allclose(got, want, **TOL)
+
+
+def trimmed_gemms(cx) -> int:
+    """How many GEMMs of the compiled graph's C run trimmed to an operand's nonzero rows (the dK / dV products of
+    a masked attention's backward, ``CRenderer._trimmed_gemm``)."""
+    return cx.runtime.source.count("lm_k1 - lm_k0, ")
+
+
+TRIM_CASES = {  # name: (q shape, k shape, causal, key lengths per batch element or None)
+    "causal": ((2, 2, 300, 16), (2, 2, 300, 16), True, None),
+    "causal_wide": ((1, 3, 120, 8), (1, 3, 260, 8), True, None),
+    "causal_tall": ((1, 3, 260, 8), (1, 3, 120, 8), True, None),
+    "padding": ((3, 2, 200, 16), (3, 2, 280, 16), False, (280, 35, 1)),
+    "window": ((1, 4, 300, 16), (1, 4, 300, 16), False, 40),  # (query i sees keys i - 40 ... i)
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRIM_CASES))
+def test_masked_backward_gemms_skip_the_zero_rows(case, monkeypatch):
+    """A masked attention's ``dK = dS^T Q`` and ``dV = P^T dO`` multiply only the query rows where the block of
+    keys has a nonzero ``dS`` / ``P`` (rows before a causal block, and key blocks past a sequence's padding
+    whole, and the rows after a sliding window's last one). The gradients of q, k and v against torch float64
+    (rtol 1e-4, atol 1e-4), with key lengths that leave whole blocks of zeros (35, 1) and causal masks with more
+    or fewer keys than queries; the unfused program trims nothing, and a step without a mask trims nothing
+    either."""
+    q_shape, k_shape, causal, lengths = TRIM_CASES[case]
+    rng = np.random.default_rng(15)
+    arrays = _arrays(rng, q_shape, k_shape, k_shape[-1])
+    up = rng.standard_normal(q_shape).astype(np.float32)
+    mask = None
+    if isinstance(lengths, int):  # a sliding window: both the first and the last rows of a key block trimmed
+        i, j = np.arange(q_shape[2])[:, None], np.arange(k_shape[2])[None, :]
+        mask = (j <= i) & (j >= i - lengths)
+    elif lengths is not None:
+        mask = (np.arange(k_shape[2])[None, :] < np.array(lengths)[:, None]).reshape(k_shape[0], 1, 1, k_shape[2])
+    ts = [torch.from_numpy(a).double().requires_grad_(True) for a in arrays]
+    tm = None if mask is None else torch.from_numpy(mask)
+    y = F.scaled_dot_product_attention(*ts, attn_mask=tm, is_causal=causal)
+    ((y - torch.from_numpy(up).double()) ** 2).sum().backward()
+    for fused, masked in ((True, True), (False, True), (True, False)):
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+        cx = lm.Graph()
+        q, k, v = cx.tensor(q_shape), cx.tensor(k_shape), cx.tensor(k_shape)
+        u = cx.tensor(q_shape)
+        m = cx.tensor(mask.shape, lm.DType.bool) if mask is not None and masked else None
+        y = scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal and masked)
+        grads = [g.retrieve() for g in grad(((y - u) * (y - u)).sum(), [q, k, v])]
+        cx.compile(device="cpu")
+        assert trimmed_gemms(cx) == (2 if fused and masked else 0), (fused, masked)
+        if not masked:
+            continue
+        for t, a in zip((q, k, v, u, m), (*arrays, up, mask)):
+            if t is not None:
+                t.set(a)
+        cx.execute()
+        for g, t, a in zip(grads, ts, (q_shape, k_shape, k_shape)):
+            np.testing.assert_allclose(g.data().reshape(a), t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_autocast_masked_backward_trims_bfloat16_operands(monkeypatch):
+    """Under autocast (bfloat16) the stored probabilities and ``dS`` are bfloat16 bits: the trimmed GEMMs test
+    them for nonzero as bits (``-0`` is zero). The gradients equal the unfused autocast program's (the same
+    roundings; float32 tolerance) and torch's float64 ones within bfloat16 tolerance."""
+    rng = np.random.default_rng(16)
+    shape = (2, 2, 200, 32)
+    arrays = _arrays(rng, shape, shape, 32)
+    got = {}
+    for fused in (True, False):
+        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+        cx = lm.Graph()
+        q, k, v = (cx.tensor(shape) for _ in range(3))
+        with lm.autocast(dtype=lm.DType.bfloat16):
+            y = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32)
+        grads = [g.retrieve() for g in grad((y * y).sum(), [q, k, v])]
+        cx.compile(device="cpu")
+        assert (trimmed_gemms(cx) > 0) == fused
+        for t, a in zip((q, k, v), arrays):
+            t.set(a)
+        cx.execute()
+        got[fused] = [g.data().reshape(shape) for g in grads]
+    ts = [torch.from_numpy(a).double().requires_grad_(True) for a in arrays]
+    (F.scaled_dot_product_attention(*ts, is_causal=True) ** 2).sum().backward()
+    for a, b, t in zip(got[True], got[False], ts):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(a, t.grad.numpy(), rtol=5e-2, atol=5e-2 * np.abs(t.grad.numpy()).max())

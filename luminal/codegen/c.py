@@ -174,7 +174,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
         groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
                                direct_plan(self.program, g) is not None)
-        self.uses = buffer_uses(self.program)
+        self.uses, self.zero_padded = buffer_uses(self.program), set()
         groups, fused = attention_groups(self.program, groups, self.uses)
         self.shared = in_place_epilogues(self.program, groups, self.uses)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
@@ -205,6 +205,8 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                 self._reduce(kernel, lines)
             elif isinstance(kernel, ScatterKernel):
                 self._scatter(kernel, lines)
+            elif self.zero_operand(kernel, epilogue, packs):
+                self._trimmed_gemm(group[0], kernel, self.zero_operand(kernel, epilogue, packs), lines)
             else:
                 self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]), packs)
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]

@@ -30,6 +30,11 @@ skipped when a factor of every product over the row (``P``) is 0 in every row of
 the forward's causal zeros), unless ``dP`` is not finite there (the reference's ``0 * inf`` is NaN). The chain
 runs where ``dS`` is first read (the ``dK = dS^T Q`` GEMM, before ``dQ``'s).
 
+The backward's other products, ``dK = dS^T Q`` and ``dV = P^T dO``, contract over the query rows: where the
+stored ``P`` / ``dS`` have zeros at keys a mask hides (a softmax chain with a key scan, or a backward chain
+whose zero factor is such a ``P``), they run in blocks of keys, each over only the query rows where its block
+of ``P`` / ``dS`` is not all 0 (:meth:`AttentionCRendering._trimmed_gemm`: found by scanning from both ends).
+
 ``LUMINAL_FUSED_ATTENTION=0`` turns this off.
 """
 
@@ -54,6 +59,7 @@ from .values import kernel_buffers, walk
 # rows, 21.5 at 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
 BLOCK_ROWS, MASKED_ROWS, BLOCK_BYTES = 256, 64, 1 << 22
 SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
+TRIM_BLOCK = 128  # the free-axis block of a GEMM trimmed to an operand's nonzero rows (_trimmed_gemm)
 SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
 
 
@@ -239,6 +245,8 @@ class AttentionCRendering:
         ptype = self.program.buffers[p_buf][1].c_type  # (bfloat16 bits under autocast)
         p_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ptype})"
         stored = stored_probabilities(self.program, group, self.uses)
+        if stored and scan is not None and (_softmax_members(members) or scan[0][0].buffer in self.zero_padded):
+            self.zero_padded.add(p_buf)  # zeros at keys a mask hides: GEMMs contracting over its rows trim them
         if stored:  # (the arena's rows of the block: ldp is the row length there)
             body.append(f"{ptype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
                         f"({idx(NK)});")
@@ -309,3 +317,86 @@ class AttentionCRendering:
                 "        lm_last = lm_c > lm_last ? lm_c : lm_last;", "    }",
                 "    lm_nkv = LUMINAL_MAX(lm_nkv, lm_last);", "}"]
         return out
+
+    def zero_operand(self, kernel, epilogue: str, packs: tuple):
+        """``"a"`` / ``"b"``: the operand of the GEMM ``kernel`` (no epilogue, no fused prologue) that is a fused
+        chain's stored probabilities (or ``dS``) where keys may be skipped, read with the keys along its free axis
+        (contiguous) and the query rows along the contraction: :meth:`_trimmed_gemm` runs it. None otherwise."""
+        if epilogue != "NULL" or packs != (None, None) or kernel.a_pro is not None or kernel.b_pro is not None:
+            return None
+        nb = len(kernel.dims) - 2
+        if kernel.a in self.zero_padded and kernel.a_view.strides[nb] == 1:
+            return "a"
+        if kernel.b in self.zero_padded and kernel.b_view.strides[nb + 1] == 1:
+            return "b"
+        return None
+
+    def _trimmed_gemm(self, i: int, kernel, side: str, lines: list) -> None:
+        """The GEMM ``kernel`` in blocks of its free axis over operand ``side`` (:meth:`zero_operand`: the keys of
+        ``dK = dS^T Q`` or of ``dV^T = dO^T P``), each block multiplying only the rows of the contraction (query
+        rows) where that operand is not 0 in some column of the block: under a causal mask the rows before the
+        block's first key, at the end of a padded sequence the whole block. The trimmed rows' terms are
+        ``0 * x``, 0 for every finite ``x`` (the fused chain's caveat on NaN and inf inputs applies)."""
+        dims, idx = kernel.dims, self.index
+        nb = len(dims) - 2
+        M, N = dims[-2], dims[-1]
+        av, bv = kernel.a_view, kernel.b_view
+        K = av.dims[-1]
+        zero = to_expr(0)
+        bvars = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(dims[:nb]))
+        a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], bvars)), zero)
+        b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], bvars)), zero)
+        c_off = sum((v * s for v, s in zip(bvars, ShapeTracker.contiguous_of(tuple(dims)).strides[:nb])), zero)
+        sam, sak, sbn, sbk = (idx(x) for x in (av.strides[nb], av.strides[nb + 2], bv.strides[nb + 1],
+                                               bv.strides[nb + 2]))
+        a, b, c = (self.pointer(x) for x in (kernel.a, kernel.b, kernel.out))
+        zbuf, F, zk = (kernel.a, M, sak) if side == "a" else (kernel.b, N, sbk)
+        ztype = self.program.buffers[zbuf][1]
+        nonzero = "(lm_r[f] & 0x7fff) != 0" if ztype == DType.bfloat16 else "lm_r[f] != 0"
+        ctype = kernel.dtype.c_type
+        batch = to_expr(1)
+        for d in dims[:nb]:
+            batch = batch * d
+        lines.append("    const long long lm_t4 = 4 * (long long)omp_get_max_threads();")
+        lines.append(f"    const long long lm_fb = LUMINAL_MAX(16, LUMINAL_MIN({TRIM_BLOCK}, "
+                     f"({idx(batch * F)} + lm_t4 - 1) / lm_t4) / 16 * 16);")
+        lines.append(f"    const long long lm_nblk = ({idx(F)} + lm_fb - 1) / lm_fb;")
+        lines.append(f"    #pragma omp parallel for collapse({nb + 1}) schedule(dynamic, 1) "
+                     f"if(({idx(batch * M * N * K)}) >= {PARALLEL_WORK})")
+        for j, d in enumerate(dims[:nb]):
+            lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
+        lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
+        z0 = f"{self.pointer(zbuf)} + ({idx(a_off if side == 'a' else b_off)}) + lm_f0"
+        body = [f"const long long lm_f0 = lm_b * lm_fb, lm_nf = LUMINAL_MIN(lm_fb, {idx(F)} - lm_f0);",
+                f"long long lm_k0 = 0, lm_k1 = {idx(K)};"]
+        for step, at in (("lm_k0++", "lm_k0"), ("lm_k1--", "lm_k1 - 1")):
+            body += [f"for (; lm_k0 < lm_k1; {step}) {{",
+                     f"    const {ztype.c_type} *const lm_r = {z0} + ({at}) * ({zk});",
+                     "    int lm_nz = 0;", "    #pragma omp simd reduction(|:lm_nz)",
+                     f"    for (long long f = 0; f < lm_nf; f++) lm_nz |= {nonzero};", "    if (lm_nz) break;", "}"]
+        name = self._gemm_name(i, kernel)
+        if side == "a":
+            body += ["int lm_e = 0;", "if (lm_k1 == lm_k0) {",
+                     f"    memset({c} + ({idx(c_off)}) + lm_f0 * ({idx(N)}), 0, lm_nf * ({idx(N)}) * sizeof({ctype}));",
+                     "} else {",
+                     f"    lm_e = {name}(lm_nf, {idx(N)}, lm_k1 - lm_k0, "
+                     f"{a} + ({idx(a_off)}) + lm_f0 + lm_k0 * ({sak}), {sam}, {sak}, "
+                     f"{b} + ({idx(b_off)}) + lm_k0 * ({sbk}), {sbn}, {sbk}, "
+                     f"{c} + ({idx(c_off)}) + lm_f0 * ({idx(N)}), NULL, bufs, syms);", "}"]
+        else:  # (the block is a band of C's columns: multiplied into scratch, then copied there)
+            body += [f"{ctype} *const lm_c = lm_k1 > lm_k0 ? ({ctype} *)lm_row_scratch({SLOT_S}, ({idx(M)}) * lm_nf * "
+                     f"(long long)sizeof({ctype}), NULL) : NULL;",
+                     "int lm_e = lm_k1 > lm_k0 && !lm_c ? " + str(SCRATCH_ERROR) + " : 0;",
+                     "if (lm_c) {",
+                     f"    lm_e = {name}({idx(M)}, lm_nf, lm_k1 - lm_k0, "
+                     f"{a} + ({idx(a_off)}) + lm_k0 * ({sak}), {sam}, {sak}, "
+                     f"{b} + ({idx(b_off)}) + lm_f0 + lm_k0 * ({sbk}), {sbn}, {sbk}, lm_c, NULL, bufs, syms);",
+                     "}",
+                     f"for (long long m = 0; m < {idx(M)} && !lm_e; m++) {{",
+                     f"    {ctype} *const lm_o = {c} + ({idx(c_off)}) + m * ({idx(N)}) + lm_f0;",
+                     "    if (lm_c) memcpy(lm_o, lm_c + m * lm_nf, lm_nf * sizeof(lm_o[0]));",
+                     "    else memset(lm_o, 0, lm_nf * sizeof(lm_o[0]));", "}"]
+        body += ["if (lm_e) {", "    #pragma omp atomic write", "    err = lm_e;", "}"]
+        lines += ["    " * (nb + 2) + x for x in body]
+        for j in range(nb, -1, -1):
+            lines.append(f"    {'    ' * j}}}")
