@@ -205,8 +205,8 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                 self._reduce(kernel, lines)
             elif isinstance(kernel, ScatterKernel):
                 self._scatter(kernel, lines)
-            elif self.zero_operand(kernel, epilogue, packs):
-                self._trimmed_gemm(group[0], kernel, self.zero_operand(kernel, epilogue, packs), lines)
+            elif side := self.zero_operand(kernel, epilogue, packs):
+                self._trimmed_gemm(group[0], kernel, side, lines)
             else:
                 self._gemm(kernel, lines, epilogue, self.gemm_impl.get(group[0]), packs)
             lines[at:at] = [f"    {decl}" for _, decl in self.constants.values()]
