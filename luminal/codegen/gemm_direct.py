@@ -79,6 +79,7 @@ from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
 FEW = 32  # rows of the other operand up to which a form with idle lanes is taken (measured: see the docstring)
+FEW_ROWS_PAR = 16  # threads from LM_OWN_GEMM_PAR_MACS / this multiply-adds where A has 1-3 rows (see render_direct)
 FULL = 0.85  # the share of lanes in use from which a form is taken with any number of rows
 
 
@@ -470,8 +471,10 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    if (!mem) return 3;",
         f"    {ctype} *restrict xp = ({ctype} *)mem;",
         f"    char *rest = mem + (((size_t)XP * sizeof({ctype}) + 63) & ~(size_t)63);",
+        # (threads from fewer multiply-adds where A has 1-3 rows, a depthwise layer's: each costs ~10x a dense one's;
+        # MobileNet at batch 1: 1.48 -> 1.37 ms)
         f"    const int par = !omp_in_parallel() && {nbat}.0 * (double)M * (double)N * (double)K >= "
-        "(double)LM_OWN_GEMM_PAR_MACS;",
+        f"(double)LM_OWN_GEMM_PAR_MACS / (M < 4 ? {FEW_ROWS_PAR} : 1);",
         "    int err = 0;",
         "    #pragma omp parallel if(par)",
         "    {",

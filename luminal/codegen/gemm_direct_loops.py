@@ -135,16 +135,7 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         f"                    long long off[{nv}], at[{nv}], len[{nv}];",
         f"                    const int nv = nvec - t * {nv} < {nv} ? (int)(nvec - t * {nv}) : {nv};",
         *setup,
-        f"                    vT acc[{mr}][{nv}];",
-        f"                    for (int i = 0; i < {mr}; i++)",
-        f"                        for (int v = 0; v < {nv}; v++) acc[i][v] = (vT){{0}};",
-        "                    for (long long k = 0; k < K; k++) {",
-        f"                        vT b[{nv}];",
-        f"                        for (int v = 0; v < {nv}; v++) b[v] = *(const vT *)(xp + off[v] + koff[k]);",
-        f"                        for (int i = 0; i < {mr}; i++)",
-        f"                            for (int v = 0; v < {nv}; v++) acc[i][v] += a[k * {mr} + i] * b[v];",
-        "                    }",
-        *store,
+        *_tile_sums(mr, nv, store),
         "                }",
         "            }",
         "            if (epi && n_hi > n_lo) {",
@@ -155,6 +146,30 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         *_EPI,
         "    }",
     ]
+
+
+def _tile_sums(mr: int, nv: int, store: list[str]) -> list[str]:
+    """C of one tile's sums over K and its stores: ``MR x NV`` accumulators, or, where the tile holds at most half
+    of its ``NV`` vectors (``nv``, known at run time: a depthwise layer's 7 x 7 plane is 4 vectors, a tile 8), a
+    tile of ``NV / 2`` (the full one would multiply and load the missing vectors' repeats: 576 channels of 7 x 7,
+    ~40 % of the time)."""
+    def sums(w):
+        return [f"vT acc[{mr}][{w}];",
+                f"for (int i = 0; i < {mr}; i++)",
+                f"    for (int v = 0; v < {w}; v++) acc[i][v] = (vT){{0}};",
+                "for (long long k = 0; k < K; k++) {",
+                f"    vT b[{w}];",
+                f"    for (int v = 0; v < {w}; v++) b[v] = *(const vT *)(xp + off[v] + koff[k]);",
+                f"    for (int i = 0; i < {mr}; i++)",
+                f"        for (int v = 0; v < {w}; v++) acc[i][v] += a[k * {mr} + i] * b[v];",
+                "}",
+                *[x[20:] if x.startswith(" " * 20) else x for x in store]]
+    sp = " " * 20
+    if nv < 4:
+        return [sp + x if x and not x.startswith("#") else x for x in sums(nv)]
+    out = [f"{sp}if (nv <= {nv // 2}) {{"] + [sp + "    " + x if not x.startswith("#") else x for x in sums(nv // 2)]
+    out += [f"{sp}}} else {{"] + [sp + "    " + x if not x.startswith("#") else x for x in sums(nv)] + [f"{sp}}}"]
+    return out
 
 
 def _lane_tables(vw: int, vpp: int, plane: int, wp: int, lq: int) -> list[str]:
