@@ -292,6 +292,26 @@ def test_strided_depthwise_forward(monkeypatch):
         _close(got[0], _torch(xs, arrays, kw)[0], dtype)
 
 
+SMALL_DEPTHWISE = [  # (input shape, weight shape, conv kwargs): rows of 7, 5 and 4 outputs: 7/16, 5/16, 4/16 lanes
+    ((1, 12, 14, 14), (12, 1, 3, 3), dict(stride=2, padding=1, groups=12)),
+    ((2, 6, 9, 9), (6, 1, 3, 3), dict(stride=2, padding=1, groups=6)),
+    ((1, 8, 4, 4), (8, 1, 3, 3), dict(padding=1, groups=8)),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", SMALL_DEPTHWISE)
+def test_depthwise_on_small_images_takes_the_direct_kernel(monkeypatch, xs, ws, kw):
+    """A depthwise layer whose output rows fill a quarter to a half of a vector (MobileNet's last stages: 7 x 7,
+    4 x 4, stride 2 from 14 x 14) runs the direct kernel, not a batch of one-row GEMMs over an im2col copy;
+    forward (with a bias) and both gradients against torch float64."""
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, bias=True)
+    assert _batched_direct(cx) == [True]
+    _close(got[0], _torch(xs, arrays, kw)[0], "float32")
+    cx, arrays, got = _run(monkeypatch, xs, ws, "float32", kw, grads=True)
+    for g, e in zip(got, _torch(xs, arrays, kw, grads=True)):
+        _close(g, e, "float32")
+
+
 @pytest.mark.parametrize("case", ["upstream", "input"])
 def test_partial_vectors_of_the_dot_form(monkeypatch, case):
     """Weight gradients over rows of 28 (16 + 12 lanes): a dot-form vector that crosses into the next row loads 16

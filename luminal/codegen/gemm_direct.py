@@ -80,6 +80,10 @@ from .kernel import GemmKernel, Load, Program
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
 FEW = 32  # rows of the other operand up to which a form with idle lanes is taken (measured: see the docstring)
 FEW_ROWS_PAR = 16  # threads from LM_OWN_GEMM_PAR_MACS / this multiply-adds where A has 1-3 rows (see render_direct)
+# with at most DEPTHWISE_ROWS rows of A (a depthwise layer's one per group) a rows form is taken from DEPTHWISE_USE of
+# its lanes: the packed alternative is a batch of GEMMs of one row and K = 9 (MobileNet's stride-2 3x3 layers on
+# small images, rows of 7 / 4: 192 channels 14 -> 7 at 117 us packed, 35 direct; 256 channels 9 -> 5 139 vs 29)
+DEPTHWISE_ROWS, DEPTHWISE_USE = 2, 0.25
 FULL = 0.85  # the share of lanes in use from which a form is taken with any number of rows
 
 
@@ -351,8 +355,10 @@ def _lanes(rows: int, vw: int, planes: int = 1, halo: int | None = None) -> tupl
 def _taken(use: float, mode: str, other: int, marginal: bool = False) -> bool:
     """Whether a form with ``use`` of its lanes in use is taken, ``other`` the rows of the packed / plain operand:
     whole vectors always (the dot form has no others), the rows form also from ``FULL`` on, or from half with at
-    most ``FEW`` rows, or (``marginal``: a GEMM the prologue search measured so) from half with any rows."""
-    return use == 1 or mode == "rows" and (use >= FULL or (other <= FEW or marginal) and use >= 0.5)
+    most ``FEW`` rows, or (``marginal``: a GEMM the prologue search measured so) from half with any rows, or from
+    ``DEPTHWISE_USE`` with at most ``DEPTHWISE_ROWS`` rows."""
+    return use == 1 or mode == "rows" and (use >= FULL or (other <= FEW or marginal) and use >= 0.5
+                                           or other <= DEPTHWISE_ROWS and use >= DEPTHWISE_USE)
 
 
 def _refine(dims, strides, masks, kdims) -> list[int]:
