@@ -550,6 +550,34 @@ def test_symbolic_batch_takes_the_direct_kernel(monkeypatch, xs, ws, kw):
             _close(got, exp, "float64")
 
 
+@pytest.mark.parametrize("search", ["quick", "full"])
+def test_searching_a_symbolic_batch_keeps_the_unmeasured_plan(monkeypatch, tmp_path, search):
+    """With the batch symbolic nothing can be measured at ``compile()``: a searching compile fuses the window
+    copies as ``"off"`` does (it left every one materialized: MobileNet's depthwise layers as im2col copies and
+    one-row GEMMs, 2-3x slower than the unsearched program), and the results match torch at two batches."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(5)
+    ws = [(6, 1, 3, 3), (8, 6, 3, 3)]
+    was = [rng.standard_normal(w).astype(np.float32) for w in ws]
+    sources = {}
+    for mode in ("off", search):
+        cx = lm.Graph()
+        x = cx.tensor(("batch", 6, 12, 32))
+        y = F.conv2d(F.conv2d(x, cx.tensor(ws[0]).set(was[0]), padding=1, groups=6).relu(),
+                     cx.tensor(ws[1]).set(was[1]), padding=1).retrieve()
+        cx.compile(device="cpu", search=mode, budget_s=3)
+        sources[mode] = cx.runtime.source.count(MARK)
+        for n in (2, 1):
+            xa = rng.standard_normal((n, 6, 12, 32)).astype(np.float32)
+            x.set(xa)
+            cx.execute()
+            t = torch.nn.functional.conv2d(torch.from_numpy(xa).double(), torch.from_numpy(was[0]).double(),
+                                           padding=1, groups=6).relu()
+            want = torch.nn.functional.conv2d(t, torch.from_numpy(was[1]).double(), padding=1).numpy()
+            _close(y.data(), want, "float32")
+    assert sources["off"] == 2 and sources[search] == sources["off"], sources
+
+
 @pytest.mark.parametrize("inside", [False, True])
 @pytest.mark.parametrize("xs,ws,kw", [((2, 8, 10, 32), (8, 1, 3, 3), dict(padding=1, groups=8)),
                                       ((2, 4, 9, 16), (8, 4, 3, 3), dict(padding=1)),

@@ -264,7 +264,9 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         except KeyboardInterrupt:
             warnings.warn("prologue search interrupted: remaining operands stay materialized", stacklevel=2)
             break
-        if m is None:
+        if m is None:  # (a size not bound yet, a symbolic batch: nothing to measure) the unmeasured default
+            if default_fused(program, buf, uses):
+                chosen.add(buf)
             continue
         report[keys[buf]] = m
         if not m["correct"]:
