@@ -220,24 +220,63 @@ def test_correctness_check_in_blocks_sees_every_element(monkeypatch, where):
 
 
 def test_ctrl_c_keeps_what_was_measured(monkeypatch):
-    real = S._measure
+    """Ctrl-C during the second kernel's rounds: the first keeps its measured winner (stored), the second falls
+    back to the default (not stored as tuned), the search says it was interrupted."""
+    real = S._rounds
     calls = []
 
-    def measure(*a, **k):
-        if len(calls) == 2:
+    def rounds(*a, **k):
+        if len(calls) == 1:
             raise KeyboardInterrupt
         calls.append(1)
         return real(*a, **k)
-    monkeypatch.setattr(S, "_measure", measure)
+    monkeypatch.setattr(S, "_rounds", rounds)
     shapes = [S.GemmShape("float32", 1, 32, 32, 32, 32, 1, 32, 1), S.GemmShape("float32", 1, 16, 16, 16, 16, 1, 16, 1)]
     with pytest.warns(UserWarning, match="interrupted"):
         res = S.search_gemms(shapes, "quick", 600, True, progress=False)  # (no candidate skipped for time)
     assert res.interrupted
-    first = shapes[0].key()
+    first, second = shapes[0].key(), shapes[1].key()
     measured = {c: t for c, t in res.timings[first].items() if t is not None}
-    assert res.choices[first] == min(measured, key=measured.get)
+    best = min(measured, key=measured.get)
+    same = S.default_equivalent(shapes[0], True)
+    assert res.choices[first] == (same if measured[same] <= (1 + S.MARGIN) * measured[best] else best)
     assert set(res.choices) == {s.key() for s in shapes}
-    assert tuning.lookup(first) is None  # an interrupted kernel is not stored as tuned
+    assert res.choices[second] == S.default_choice("float32", True)
+    assert tuning.lookup(first) is not None and tuning.lookup(second) is None  # (interrupted: not stored)
+
+
+def test_candidates_are_timed_in_turn(monkeypatch):
+    """After one warm-up call each, every round runs each candidate still racing once, in turn: no candidate
+    gets a second timed round before every other has had its first (a load burst then hits all of them)."""
+    order = []
+    real = S._BenchLibrary.run
+
+    def run(self, choice, shape, bufs, reps):
+        order.append(choice)
+        return real(self, choice, shape, bufs, reps)
+    monkeypatch.setattr(S._BenchLibrary, "run", run)
+    shape = S.GemmShape("float32", 1, 48, 64, 96, 96, 1, 96, 1)
+    res = S.search_gemms([shape], "quick", 600, True, progress=False, store=False)
+    cands = [c for c, t in res.timings[shape.key()].items() if t is not None]
+    assert len(cands) >= 3
+    warm, timed = order[:len(cands)], order[len(cands):]
+    assert sorted(warm) == sorted(cands)
+    assert timed[:len(cands)] == warm and timed[len(cands):2 * len(cands)] == warm  # (rounds 1 and 2: everyone)
+
+
+@pytest.mark.parametrize("gain", [0.01, 0.1])
+def test_the_default_kernel_is_kept_unless_clearly_beaten(monkeypatch, gain):
+    """The candidate computing the shape as the unmeasured default does (``"auto"``'s dot kernel for 32 rows
+    against a K-contiguous weight) wins unless another candidate is more than ``MARGIN`` faster: 1 % faster
+    loses to it, 10 % faster wins."""
+    shape = S.GemmShape("float32", 1, 32, 256, 384, 384, 1, 384, 1)
+    assert S.default_equivalent(shape, True) == "dot"
+
+    def rounds(lib, live, shape, bufs, deadline):
+        return {c: (1.0 - gain if c == "blas" else 1.0) * 1e-3 for c in live}
+    monkeypatch.setattr(S, "_rounds", rounds)
+    res = S.search_gemms([shape], "quick", 600, True, progress=False, store=False)
+    assert res.choices[shape.key()] == ("dot" if gain < S.MARGIN else "blas")
 
 
 def symbolic_matmul(seed):
