@@ -442,6 +442,61 @@ def test_reference_matmul_does_not_materialize_the_product(monkeypatch):
     np.testing.assert_allclose(out.data(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_reference_contracts_a_product_summed_over_merged_axes(monkeypatch, dtype):
+    """A weight gradient as autograd builds it, ``sum_{b,s} x[b,s,:,None] * y[b,s,None,:]``, reads the broadcast
+    product through a view merging ``(b, s)`` into one axis: the interpreter contracts it without the product
+    (tracemalloc peak far below its 512 MiB in float32), equal to numpy's float64 einsum (float tolerance;
+    bfloat16: each product rounded, summed in float32 as the primitives do), also with an operand that is
+    broadcast over part of the merged run and with a symbolic batch. (A float16 / bfloat16 sum is a float32
+    sum between casts, no such pair; the merged run's float16 arithmetic: the next test.)"""
+    monkeypatch.setenv("LUMINAL_DEVICE", "reference")
+    rng = np.random.default_rng(7)
+    B, S, N, K = 4, 128, 256, 512
+    np_dtype = lm.DType(dtype).numpy
+    x = (rng.standard_normal((B, S, N)) * 3).astype(np.float64)
+    y = (rng.standard_normal((B, S, K)) * 3).astype(np.float64)
+    if dtype == "int64":
+        x, y = np.round(x), np.round(y)
+    xs, ys = x.astype(np_dtype), y.astype(np_dtype)
+    for batch in (B, "b"):
+        cx = lm.Graph()
+        xt, yt = cx.tensor((batch, S, N), dtype).set(xs), cx.tensor((batch, S, K), dtype).set(ys)
+        prod = xt.unsqueeze(3) * yt.unsqueeze(2)                      # (B, S, N, K), broadcast views
+        out = prod.reshape((prod.dims[0] * S, N, K)).sum(0).retrieve()  # summed over the merged (B * S)
+        part = (xt.unsqueeze(3) * yt[:, :1].unsqueeze(2)).reshape((prod.dims[0] * S, N, K)).sum(0).retrieve()
+        tracemalloc.start()
+        try:
+            cx.execute()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 * 2 ** 20, f"peak {peak / 2 ** 20:.0f} MiB"
+        xr, yr = xs.astype(np.float64), ys.astype(np.float64)
+        want = np.einsum("bsn,bsk->nk", xr, yr)
+        want_part = np.einsum("bsn,bk->nk", xr, yr[:, 0])
+        tol = dict(rtol=0, atol=0) if dtype == "int64" else dict(rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(out.data(), want, **tol)
+        np.testing.assert_allclose(part.data(), want_part, **tol)
+
+
+def test_contract_over_a_merged_run_in_float16():
+    """``_contract`` over a run of two product axes (an operand varying on one of them only, the other on
+    both) in float16: each product rounded to float16, summed in float32, the sum rounded once, exactly as
+    materializing the product and summing it does."""
+    from luminal.runtime.reference import _contract
+    from luminal.shape import ShapeTracker
+    rng = np.random.default_rng(8)
+    a = (rng.standard_normal((3, 1, 5, 1)) * 4).astype(np.float16)   # (b, s, n, k): varies over b only
+    b = (rng.standard_normal((3, 4, 1, 6)) * 4).astype(np.float16)   # over b and s
+    full = (3, 4, 5, 6)
+    views = [ShapeTracker(list(full), [5, 0, 1, 0], 0, ()), ShapeTracker(list(full), [24, 6, 0, 1], 0, ())]
+    got = _contract([(a.reshape(-1), views[0]), (b.reshape(-1), views[1])], [0, 1], {}, (5, 6))
+    prod = (np.broadcast_to(a, full).astype(np.float32) * np.broadcast_to(b, full).astype(np.float32))
+    want = prod.astype(np.float16).astype(np.float32).sum((0, 1), dtype=np.float32).astype(np.float16)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_reference_contractions_keep_the_primitive_semantics(monkeypatch):
     monkeypatch.setenv("LUMINAL_DEVICE", "reference")
     rng = np.random.default_rng(6)
