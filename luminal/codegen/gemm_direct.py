@@ -41,7 +41,8 @@ vectors (24 = 16 + 8), the rows form can run its vectors over whole *padded* row
 (the next output axis) at a time: the positions past a row (its halo, 2 of 26) are computed and dropped when
 stored (``DirectPlan.q2``). Of the forms that apply, the one that leaves the fewest lanes idle is taken: one with
 none idle (rows a multiple of the vector; the dot form), a "rows" form with at least ``FULL`` of them in use, or
-one with at most half of them idle and at most ``FEW`` rows of A (few output channels). (Measured on AVX-512,
+one with at most half of them idle and at most ``FEW`` rows of A (few output channels), or, with at most
+``DEPTHWISE_ROWS`` rows of A (a depthwise layer), from ``DEPTHWISE_USE`` of them in use. (Measured on AVX-512,
 one training step of a 3x3 convolution: 16 -> 32 channels on 32x32 images 2.8 ms direct vs 3.3 packed, 64 -> 64
 on 16^3 volumes 19.6 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x24 images, rows of 16 + 8 lanes,
 8.8 vs 4.9, and a weight gradient's "dot" form over rows of 26 with a partial vector per row (8 -> 32 channels)
