@@ -321,6 +321,17 @@ def test_causal_training_step_and_attention_weights(monkeypatch):
     np.testing.assert_allclose(weights.data().reshape(2, 90, 90), want_w.numpy(), **TOL)
 
 
+def _autocast_causal(shape, low, fused, monkeypatch):
+    """A graph of causal attention over q, k, v of ``shape`` built under ``lm.autocast(low)``, its output cast
+    back to float32; the fused chain on or off: ``(graph, (q, k, v), output)``."""
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+    cx = lm.Graph()
+    q, k, v = (cx.tensor(shape) for _ in range(3))
+    with lm.autocast(dtype=low):
+        y = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32)
+    return cx, (q, k, v), y
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_autocast_attention_is_fused(dtype, monkeypatch):
     """Under ``lm.autocast``: q, k, v rounded, the probabilities rounded before their product (torch's CPU
@@ -333,11 +344,8 @@ def test_autocast_attention_is_fused(dtype, monkeypatch):
     arrays = _arrays(rng, shape, shape, 32)
     got = {}
     for fused in (True, False):
-        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
-        cx = lm.Graph()
-        q, k, v = (cx.tensor(shape) for _ in range(3))
-        with lm.autocast(dtype=low):
-            y = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32).retrieve()
+        cx, (q, k, v), y = _autocast_causal(shape, low, fused, monkeypatch)
+        y.retrieve()
         cx.compile(device="cpu")
         assert fused_chains(cx) == int(fused)
         got[fused] = _run(cx, (q, k, v), arrays, y, shape)
@@ -482,11 +490,7 @@ def test_autocast_masked_backward_trims_bfloat16_operands(monkeypatch):
     arrays = _arrays(rng, shape, shape, 32)
     got = {}
     for fused in (True, False):
-        monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
-        cx = lm.Graph()
-        q, k, v = (cx.tensor(shape) for _ in range(3))
-        with lm.autocast(dtype=lm.DType.bfloat16):
-            y = scaled_dot_product_attention(q, k, v, is_causal=True).cast(lm.DType.float32)
+        cx, (q, k, v), y = _autocast_causal(shape, lm.DType.bfloat16, fused, monkeypatch)
         grads = [g.retrieve() for g in grad((y * y).sum(), [q, k, v])]
         cx.compile(device="cpu")
         assert (trimmed_gemms(cx) > 0) == fused
