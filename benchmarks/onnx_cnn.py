@@ -1,6 +1,7 @@
 """Imported CNNs with a dynamic batch: luminal (ONNX import, one program over ("batch", ...)) vs onnxruntime vs PyTorch.
 
 Run:  python benchmarks/onnx_cnn.py [--models resnet18,mobilenet] [--batches 1,8] [--size 112] [--repeats 5]
+      [--search quick|full] [--search-budget 30]
 
 The models are defined here in torch (no torchvision): ``resnet18`` (ResNet-18's layout: a 7x7/2 stem, max pool,
 four stages of two basic blocks with 64-128-256-512 channels, batch norms, global average pool, a 1000-way linear
@@ -11,13 +12,17 @@ once; the same program serves every batch size. Columns: min ms per inference (m
 an inner loop of ~0.3 s after ~0.1 s of warm-up calls; the frameworks alternate, so they see the same machine
 load), for
 luminal, onnxruntime (CPU execution provider, intra-op threads = cores) and torch eager (no_grad); the direct
-convolution kernels in luminal's program; max |luminal - onnxruntime| relative to the largest output. Prints a
-table; asserts nothing. OPENBLAS_CORETYPE is printed, never changed.
+convolution kernels in luminal's program; max |luminal - onnxruntime| relative to the largest output. ``--search``
+adds a column: the same model compiled with ``search=`` (a fresh tuning cache; the batch is symbolic, so the GEMMs
+are searched at each batch's first call, which is not timed) and ``lm+s/lm``, its time over the unsearched one's
+(a searched program slower than the unsearched one is a bug: this column found one). Prints a table; asserts
+nothing. OPENBLAS_CORETYPE is printed, never changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import tempfile
@@ -83,6 +88,20 @@ def _models(name: str):
     return net
 
 
+@contextlib.contextmanager
+def _cache_dir(path: str):
+    """``$LUMINAL_CACHE_DIR`` set to ``path`` inside the block (restored after)."""
+    old = os.environ.get("LUMINAL_CACHE_DIR")
+    os.environ["LUMINAL_CACHE_DIR"] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("LUMINAL_CACHE_DIR")
+        else:
+            os.environ["LUMINAL_CACHE_DIR"] = old
+
+
 def _time(fn, seconds: float = 0.3) -> float:
     """Mean seconds per call over ~``seconds``, after ~0.1 s of calls: the framework that ran before may leave its
     worker threads spinning for a while (onnxruntime's and OpenMP's spin-wait), which would slow the first calls."""
@@ -104,6 +123,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--size", type=int, default=112)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--search", choices=["quick", "full"], default=None, help="also time luminal with search=")
+    ap.add_argument("--search-budget", type=float, default=30.0)
     args = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -115,7 +136,8 @@ def main() -> None:
     print(f"cpu: {threads} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
           f"inputs (batch, 3, {args.size}, {args.size})")
     print(f"{'model':10s} {'batch':>5s} {'luminal':>9s} {'ort':>9s} {'torch':>9s} {'lm/ort':>7s} {'lm/torch':>8s} "
-          f"{'direct':>6s} {'compile s':>9s} {'rel diff':>9s}   (min ms per inference)")
+          f"{'direct':>6s} {'compile s':>9s} {'rel diff':>9s}" + (f" {'lm+search':>9s} {'lm+s/lm':>7s}" if args.search
+                                                                  else "") + "   (min ms per inference)")
     for name in [m for m in args.models.split(",") if m]:
         net = _models(name)
         buf = io.BytesIO()
@@ -125,16 +147,17 @@ def main() -> None:
                               output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
                               opset_version=17, dynamo=False)
         proto = buf.getvalue()
-        with tempfile.TemporaryDirectory() as cache:
-            old = os.environ.get("LUMINAL_CACHE_DIR")
-            os.environ["LUMINAL_CACHE_DIR"] = cache  # (a cold compile)
-            t0 = time.perf_counter()
-            model = lo.load(proto, device="cpu", compile=True)
-            compile_s = time.perf_counter() - t0
-            if old is None:
-                os.environ.pop("LUMINAL_CACHE_DIR")
-            else:
-                os.environ["LUMINAL_CACHE_DIR"] = old
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as search_cache:
+            # a cold compile; and each batch's first call (where a search="off" program looks tuned GEMMs up, and
+            # a searching one searches) in a tuning cache of its own, so the unsearched column stays unsearched
+            with _cache_dir(cache):
+                t0 = time.perf_counter()
+                model = lo.load(proto, device="cpu", compile=True)
+                compile_s = time.perf_counter() - t0
+            searched = None
+            if args.search:
+                with _cache_dir(search_cache):
+                    searched = lo.load(proto, device="cpu").compile(search=args.search, budget_s=args.search_budget)
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = threads
             sess = ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"])
@@ -143,7 +166,8 @@ def main() -> None:
                 x = np.random.default_rng(b).standard_normal((b, 3, args.size, args.size)).astype(np.float32)
                 tx = torch.from_numpy(x)
                 want = sess.run(None, {"x": x})[0]
-                got = np.asarray(model.run({"x": x})["y"])
+                with _cache_dir(cache):
+                    got = np.asarray(model.run({"x": x})["y"])
                 diff = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
                 def lm_step():
@@ -155,13 +179,19 @@ def main() -> None:
                 def torch_step():
                     with torch.no_grad():
                         net(tx)
-                best = {k: float("inf") for k in ("lm", "ort", "torch")}
+                steps = [("lm", lm_step), ("ort", ort_step), ("torch", torch_step)]
+                if searched is not None:
+                    with _cache_dir(search_cache):
+                        searched.run({"x": x})  # (the search at this batch: not timed)
+                    steps.append(("lms", lambda: searched.run({"x": x})))
+                best = {k: float("inf") for k, _ in steps}
                 for _ in range(args.repeats):
-                    for k, fn in (("lm", lm_step), ("ort", ort_step), ("torch", torch_step)):
+                    for k, fn in steps:
                         best[k] = min(best[k], _time(fn))
                 print(f"{name:10s} {b:5d} {best['lm'] * 1e3:9.2f} {best['ort'] * 1e3:9.2f} {best['torch'] * 1e3:9.2f} "
                       f"{best['lm'] / best['ort']:7.2f} {best['lm'] / best['torch']:8.2f} {direct:6d} "
-                      f"{compile_s:9.1f} {diff:9.1e}")
+                      f"{compile_s:9.1f} {diff:9.1e}" + (f" {best['lms'] * 1e3:9.2f} {best['lms'] / best['lm']:7.2f}"
+                                                         if searched is not None else ""))
 
 
 if __name__ == "__main__":
