@@ -413,3 +413,34 @@ def test_view_op_errors_name_the_problem():
         ShapeTracker.contiguous_of((2, -1))
     with pytest.raises(IndexError, match="reads"):  # a view beyond its buffer is refused, not read out of bounds
         ShapeTracker.contiguous_of((2, 3)).gather_numpy(np.arange(4))
+
+
+def _masked_views():
+    """Views whose reads take the index gather: padded (masks), flipped (negative strides), padded and permuted
+    with a broadcast axis, padded on a symbolic axis."""
+    base = ShapeTracker.contiguous_of((6, 9, 11))
+    yield base.pad(1, 2, 3).pad(2, 1, 0), {}
+    yield base.flip(2).pad(0, 1, 1).permute((2, 0, 1)), {}
+    yield base.pad(2, 4, 4).expand_dim(1, 5).slice(3, 1, 17, 2), {}
+    sym = ShapeTracker.contiguous_of(("n", 9, 11))
+    yield sym.pad(0, 1, 2).pad(2, 3, 3), {"n": 6}
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 37, 100])
+def test_masked_gather_in_slices_equals_the_whole(monkeypatch, chunk):
+    """A large masked gather is computed in slices of its first long axis (bounded index arrays): the same
+    array as the whole gather (a numpy oracle: the padded / flipped / permuted array built directly for the
+    first view), and a view reading past its buffer still raises IndexError when sliced."""
+    import luminal.shape.tracker as tracker
+    buf = np.random.default_rng(3).standard_normal(6 * 9 * 11).astype(np.float32)
+    whole = [v.gather_numpy(buf, b) for v, b in _masked_views()]
+    monkeypatch.setattr(tracker, "GATHER_CHUNK", chunk)
+    for (v, b), want in zip(_masked_views(), whole):
+        got = v.gather_numpy(buf, b)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    first = np.pad(buf.reshape(6, 9, 11), ((0, 0), (2, 3), (1, 0)))
+    np.testing.assert_array_equal(next(_masked_views())[0].gather_numpy(buf), first)
+    past = ShapeTracker((4, 40), (11, 1), 0, ()).pad(0, 1, 1)  # (rows 3: elements up to 72 of a 66-element buffer)
+    with pytest.raises(IndexError, match="outside"):
+        past.gather_numpy(buf[:66])

@@ -494,29 +494,53 @@ class ShapeTracker:
             item = flat.itemsize
             return np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * item for s in strides],
                                                    writeable=False)
-        ndim = len(shape)
-        axes = [np.arange(d, dtype=np.int64).reshape([d if j == k else 1 for j in range(ndim)])
-                for k, d in enumerate(shape)]
-        phys = np.full([1] * ndim, offset, dtype=np.int64)
-        for s, ax in zip(strides, axes):
-            if s:
-                phys = phys + s * ax
-        valid = np.ones([1] * ndim, dtype=bool)
-        for cs, k, size in self.masks:
-            lin = np.full([1] * ndim, k.evaluate(b), dtype=np.int64)
-            for c, ax in zip(cs, axes):
-                cv = c.evaluate(b)
-                if cv:
-                    lin = lin + cv * ax
-            valid = valid & (lin >= 0) & (lin < size.evaluate(b))
-        phys, valid = np.broadcast_to(phys, shape), np.broadcast_to(valid, shape)
-        safe = np.where(valid, phys, 0)
-        if valid.any():
-            used = phys[valid]
-            if used.min() < 0 or used.max() >= flat.size:
-                raise IndexError(f"view {self} reads outside a buffer of {flat.size} elements")
-        out = flat[safe] if flat.size else np.zeros(shape, dtype=buffer.dtype)
-        return np.where(valid, out, np.zeros((), dtype=buffer.dtype))
+        masks = [([c.evaluate(b) for c in cs], k.evaluate(b), size.evaluate(b)) for cs, k, size in self.masks]
+        # a masked or reversed read is an index gather: its index and mask arrays are int64 / bool over the whole
+        # view, so a large view is gathered in slices of its first long axis (a convolution's padded im2col view
+        # of 24M elements took 757 MB of temporaries at once)
+        j = next((k for k, d in enumerate(shape) if d > 1), 0)
+        step = max(1, GATHER_CHUNK // max(1, n // max(shape[j], 1))) if shape else 1
+        if not shape or step >= shape[j]:
+            return _gather_part(flat, shape, strides, offset, masks, 0, 0, shape[0] if shape else 1, self)
+        out = np.empty(shape, dtype=buffer.dtype)
+        for lo in range(0, shape[j], step):
+            hi = min(lo + step, shape[j])
+            out[(slice(None),) * j + (slice(lo, hi),)] = _gather_part(flat, shape, strides, offset, masks, j, lo, hi,
+                                                                     self)
+        return out
+
+
+GATHER_CHUNK = 1 << 20  # view elements per slice of a masked gather (see ShapeTracker.gather_numpy)
+
+
+def _gather_part(flat, shape, strides, offset, masks, j, lo, hi, view) -> np.ndarray:
+    """The elements of ``view`` (of ``shape``, its ``strides``, ``offset`` and evaluated ``masks``) whose index on
+    axis ``j`` is in ``[lo, hi)``, gathered from ``flat`` with zeros where a mask is false."""
+    ndim = len(shape)
+    part = list(shape)
+    if ndim:
+        part[j] = hi - lo
+    axes = [np.arange(lo if k == j else 0, hi if k == j else d, dtype=np.int64).reshape(
+        [part[k] if i == k else 1 for i in range(ndim)]) for k, d in enumerate(shape)]
+    phys = np.full([1] * ndim, offset, dtype=np.int64)
+    for s, ax in zip(strides, axes):
+        if s:
+            phys = phys + s * ax
+    valid = np.ones([1] * ndim, dtype=bool)
+    for cs, k, size in masks:
+        lin = np.full([1] * ndim, k, dtype=np.int64)
+        for c, ax in zip(cs, axes):
+            if c:
+                lin = lin + c * ax
+        valid = valid & (lin >= 0) & (lin < size)
+    phys, valid = np.broadcast_to(phys, part), np.broadcast_to(valid, part)
+    safe = np.where(valid, phys, 0)
+    if valid.any():
+        used = phys[valid]
+        if used.min() < 0 or used.max() >= flat.size:
+            raise IndexError(f"view {view} reads outside a buffer of {flat.size} elements")
+    out = flat[safe] if flat.size else np.zeros(part, dtype=flat.dtype)
+    return np.where(valid, out, np.zeros((), dtype=flat.dtype))
 
 
 def _group_dims(old: tuple[Expression, ...], new: tuple[Expression, ...]):
