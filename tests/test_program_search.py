@@ -121,6 +121,37 @@ def test_search_follows_the_measurement_and_the_cache(monkeypatch):
     assert cx3.egraph_reports[-1].program_choice == "measured" and timed
 
 
+def test_at_most_three_candidate_programs_are_alive(monkeypatch):
+    """Each challenger races the cost model's program; besides those two only the fastest challenger so far is
+    kept (each candidate holds an arena and a library): while any round runs, at most three built candidates
+    are alive. The fastest program still wins (the clock here makes the fully scaled program 3x faster)."""
+    import gc
+    import weakref
+    alive = weakref.WeakSet()
+    real = PS._build
+
+    def build(*a, **k):
+        g = real(*a, **k)
+        if g is not None:
+            alive.add(g)
+        return g
+    monkeypatch.setattr(PS, "_build", build)
+    most = []
+
+    def clock(g):
+        gc.collect()
+        most.append(len(alive))
+        return 1.0 / (1 + full_size_muls(g))
+    monkeypatch.setattr(PS, "_round", clock)  # (not fake_clock: its list would keep every graph alive)
+    cx, y, want = two_maxes()
+    cx.compile(device="cpu", search="full")
+    res = cx.egraph_reports[-1].program_search
+    assert len(res.seconds) == 4 and max(most) == 3, (res.seconds, most)
+    assert res.winner != 0 and full_size_muls(cx) == 2
+    cx.execute()
+    np.testing.assert_allclose(y.data(), want, rtol=1e-6)
+
+
 def test_without_an_entry_the_cost_models_choice_runs(monkeypatch):
     monkeypatch.setattr(PS, "_round", lambda g: pytest.fail("search='off' must not measure"))
     cx, y, want = two_maxes()

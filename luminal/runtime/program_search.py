@@ -18,10 +18,13 @@ with one kind of rewrite applied everywhere it matched, the best with one e-clas
   :data:`FLOOR` of that of the largest float output: outputs that are pure rounding noise; integers and bools
   equal; NaN and infinities where the reference has them). A candidate that fails, or that fails to build or
   run, is dropped with a warning;
-* the survivors run **round-robin** (so they see the same machine load): one warm-up ``execute()``, then up to
-  :data:`ROUNDS` rounds of about :data:`ROUND_S` seconds each; a candidate's time is the **minimum over rounds
-  of the mean time per execute**. After three rounds, candidates slower than :data:`EARLY_STOP` times the best
-  stop. The budget covers building and measuring; candidates not built when it runs out are not measured;
+* each challenger, once built, **races the cost model's program** (candidate 0), the two in turn (so they see
+  the same machine load): up to :data:`ROUNDS` rounds of about :data:`ROUND_S` seconds each; a candidate's time
+  is the **minimum over rounds of the mean time per execute** (candidate 0's over all its rounds). After three
+  rounds a challenger slower than :data:`EARLY_STOP` times the best stops. Only candidate 0, the fastest
+  challenger so far and the one racing are alive at a time (each holds its arena and library: W4's eight
+  candidates, all alive at once, took 620 MB; the process peaked at 966 MB against PyTorch eager's ~480). The
+  budget covers building and measuring; candidates not built when it runs out are not measured;
 * the winner is the fastest, but the cost model's choice (candidate 0) is kept unless another is at least
   :data:`MARGIN` faster, and then again in :data:`CONFIRM` paired rounds (the two alternating; the median of
   the per-pair ratios must be below ``1 - MARGIN``): on a shared machine single rounds vary by more than the
@@ -36,6 +39,7 @@ later compiles and processes. Ctrl-C keeps what was measured so far. A tqdm bar 
 from __future__ import annotations
 
 import copy
+import gc
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -201,46 +205,26 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
                    disable=(None if progress is None else not progress))
     except ImportError:  # pragma: no cover - tqdm is a dependency
         pass
-    built: dict[int, object] = {}
-    best = [float("inf")] * len(candidates)
+    first = None       # candidate 0 (the cost model's program) once built: every challenger races it
+    best = None        # (index, graph) of the fastest challenger so far: the other challengers are dropped
     try:
         for i, cand in enumerate(candidates):
             if i > 0 and time.perf_counter() - start > budget_s:
                 result.rejected[i] = "not built: the budget was spent"
                 continue
-            g = detached_copy(base)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    apply(g, cand)
-                    g.compile(tail, device="cpu", search="off")
-                    g.execute()
-                    got = outputs(g, retrieved)
-            except Exception as e:  # noqa: BLE001 - a candidate that cannot run is not a candidate
-                result.rejected[i] = f"failed: {type(e).__name__}: {e}"
-                warnings.warn(f"program search: candidate {i} failed to build or run ({e}); dropped", stacklevel=3)
+            g = _build(base, cand, apply, tail, retrieved, ref, i, result)
+            if g is None:
                 continue
-            why = mismatch(got, ref)
-            if why:
-                result.rejected[i] = f"wrong result: {why}"
-                warnings.warn(f"program search: candidate {i} disagrees with the reference interpreter ({why}); "
-                              "dropped", stacklevel=3)
-                continue
-            built[i] = g
             if bar is not None:
                 bar.update(1)
-        for rnd in range(ROUNDS):
-            if rnd > 0 and time.perf_counter() - start > budget_s:
-                break
-            for i, g in list(built.items()):
-                t = _round(g)
-                best[i] = min(best[i], t)
-                result.seconds[i] = best[i]
-            if rnd >= 2:  # (the cost model's program stays: a winner is confirmed against it)
-                fastest = min(best)
-                for i in list(built):
-                    if i != 0 and best[i] > EARLY_STOP * fastest:
-                        del built[i]
+            if i == 0:
+                first = g
+                continue
+            _race((0, first) if first is not None else best, (i, g), result, start, budget_s)
+            if best is None or result.seconds[i] < result.seconds[best[0]]:
+                best = (i, g)  # (the previous best is released)
+            g = None
+            gc.collect()  # (a dropped program's arena and library go now, not at the next collection)
             if bar is not None and result.seconds:
                 bar.set_postfix_str(f"best {min(result.seconds.values()) * 1e3:.2f} ms")
     except KeyboardInterrupt:
@@ -250,11 +234,50 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
         if bar is not None:
             bar.close()
     result.winner = choose(result.seconds)
-    if result.winner != 0 and 0 in built and not result.interrupted:
-        if not _confirm(built[0], built[result.winner], result):
+    if result.winner != 0 and first is not None and not result.interrupted:
+        if not _confirm(first, best[1], result):
             result.winner = 0
     result.elapsed = time.perf_counter() - start
     return result
+
+
+def _build(base, cand, apply, tail, retrieved, ref, i: int, result: ProgramSearchResult):
+    """Candidate ``i`` rebuilt in a copy of ``base``, compiled, run once and checked against the reference
+    outputs ``ref``; None (with the reason in ``result.rejected`` and a warning) when it fails or disagrees."""
+    g = detached_copy(base)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            apply(g, cand)
+            g.compile(tail, device="cpu", search="off")
+            g.execute()
+            got = outputs(g, retrieved)
+    except Exception as e:  # noqa: BLE001 - a candidate that cannot run is not a candidate
+        result.rejected[i] = f"failed: {type(e).__name__}: {e}"
+        warnings.warn(f"program search: candidate {i} failed to build or run ({e}); dropped", stacklevel=4)
+        return None
+    why = mismatch(got, ref)
+    if why:
+        result.rejected[i] = f"wrong result: {why}"
+        warnings.warn(f"program search: candidate {i} disagrees with the reference interpreter ({why}); dropped",
+                      stacklevel=4)
+        return None
+    return g
+
+
+def _race(rival, challenger, result: ProgramSearchResult, start: float, budget_s: float) -> None:
+    """Up to :data:`ROUNDS` rounds of ``challenger`` (``(index, graph)``) in turn with ``rival`` (the cost model's
+    program, or the best challenger when that did not build; None: the challenger alone), each candidate's time
+    the minimum over its rounds (``result.seconds``); the race stops after three rounds when the challenger is
+    slower than :data:`EARLY_STOP` times the best, and when the budget is spent (after one round)."""
+    i = challenger[0]
+    for rnd in range(ROUNDS):
+        if rnd > 0 and time.perf_counter() - start > budget_s:
+            break
+        for k, prog in (rival, challenger) if rival is not None else (challenger,):
+            result.seconds[k] = min(result.seconds.get(k, float("inf")), _round(prog))
+        if rnd >= 2 and result.seconds[i] > EARLY_STOP * min(result.seconds.values()):
+            break
 
 
 def _confirm(default, challenger, result: ProgramSearchResult) -> bool:
