@@ -36,7 +36,8 @@ from .library import declarations, gemm_part, link_function
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, ScatterKernel
 from .shared import _dispatch, _shared_body
 from .c_reduce import PARALLEL_WORK, ReduceRendering, small_extent  # noqa: F401  (PARALLEL_WORK: re-exported)
-from .c_attention import AttentionCRendering, attention_groups, scratch_buffers
+from .c_attention import (AttentionCRendering, attention_groups, gemm_offsets, scratch_buffers,
+                          zero_padded_buffers)
 
 STREAM_TILE = 2048  # elements per tile of a streamed elementwise loop (8-16 KiB: stays in L1)
 UNROLL_LINES = 600  # at most this many body lines when a kernel's tiny inner loops are unrolled into copies
@@ -174,8 +175,9 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
         groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
                                direct_plan(self.program, g) is not None)
-        self.uses, self.zero_padded = buffer_uses(self.program), set()
+        self.uses = buffer_uses(self.program)
         groups, fused = attention_groups(self.program, groups, self.uses)
+        self.zero_padded = zero_padded_buffers(self.program, fused, self.uses)
         self.shared = in_place_epilogues(self.program, groups, self.uses)
         bodies: dict[str, str] = {}  # canonical kernel text -> the name of its shared body
         for k, group in enumerate(groups):
@@ -538,23 +540,14 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         av, bv = kernel.a_view, kernel.b_view
         k = av.dims[-1]
         idx = self.index
-        batch_vars = tuple(Expression.symbol(f"i{j}", d - 1)
-                           for j, d in enumerate(dims[:nb]))
+        batch_vars, a_off, b_off, c_off, batch = gemm_offsets(kernel)
         zero = to_expr(0)
-        a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], batch_vars)), zero)
-        b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], batch_vars)), zero)
-        c_off = to_expr(0)
-        for v, s in zip(batch_vars, ShapeTracker.contiguous_of(dims).strides[:nb]):
-            c_off = c_off + v * s
         stores = operand_stores(self.program, kernel)
         if stores:  # an operand stored as bfloat16 / float16: one dispatch function, never searched
             fn = lowp_name(*stores)
         # fn: a function name, or (fallback, [((batch, M, N, K), name), ...]) dispatching on the run-time sizes
         default_fn = "lm_gemm_f32" if kernel.dtype == DType.float32 else "lm_gemm_f64"
         fallback, special = (fn or default_fn, []) if not isinstance(fn, tuple) else fn
-        batch = to_expr(1)
-        for d in dims[:nb]:
-            batch = batch * d
 
         def call(name, assign):
             if packs != (None, None):

@@ -122,6 +122,49 @@ def scratch_buffers(program, group, uses) -> list:
     return [kernels[group[0]].out, *p, *row_locals(program, group[1:-1], uses)]
 
 
+def gemm_offsets(kernel: GemmKernel) -> tuple:
+    """``(batch variables, A offset, B offset, C offset, batch count)`` of a GEMM kernel's call for the batch index
+    ``i0, i1, ...`` (expressions; C row-major over the kernel's dims)."""
+    nb = len(kernel.dims) - 2
+    zero = to_expr(0)
+    bvars = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(kernel.dims[:nb]))
+    av, bv = kernel.a_view, kernel.b_view
+    a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], bvars)), zero)
+    b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], bvars)), zero)
+    c_off = sum((v * s for v, s in zip(bvars, ShapeTracker.contiguous_of(tuple(kernel.dims)).strides[:nb])), zero)
+    batch = to_expr(1)
+    for d in kernel.dims[:nb]:
+        batch = batch * d
+    return bvars, a_off, b_off, c_off, batch
+
+
+def skip_values(program, members_i: list, s_buf: int, uses):
+    """``(values, softmax)``: the values that decide which keys a block of the fused chain over the row group
+    ``members_i`` (scores buffer ``s_buf``) may skip: a softmax's mask terms (:func:`mask_terms`, a key is seen
+    where they are above -inf), another chain's zero factor (:func:`zero_factor`, seen where it is not 0); None
+    when no key may be skipped."""
+    members = [program.kernels[i] for i in members_i]
+    if _softmax_members(members):
+        rest = mask_terms(members[0].value, s_buf)
+        return None if rest is None else (rest, True)
+    z = zero_factor(program, members_i, s_buf, uses)
+    return None if z is None else ([z], False)
+
+
+def zero_padded_buffers(program, fused, uses) -> set:
+    """The buffers the fused chains ``fused`` (in execution order) store with zeros at keys a mask hides: a
+    softmax chain's stored probabilities when its mask lets keys be skipped, a chain's ``dS`` when its zero factor
+    is such a buffer (the backward of a masked softmax). GEMMs contracting over their rows trim those rows
+    (:meth:`AttentionCRendering._trimmed_gemm`)."""
+    out = set()
+    for group in sorted(fused):
+        scan = skip_values(program, list(group[1:-1]), program.kernels[group[0]].out, uses)
+        if scan is not None and stored_probabilities(program, group, uses) and (
+                scan[1] or scan[0][0].buffer in out):
+            out.add(program.kernels[group[-2]].out)
+    return out
+
+
 def _terms(v) -> list:
     return _terms(v.args[0]) + _terms(v.args[1]) if _op(v, "Add", 2) else [v]
 
@@ -245,8 +288,6 @@ class AttentionCRendering:
         ptype = self.program.buffers[p_buf][1].c_type  # (bfloat16 bits under autocast)
         p_bytes = f"(lm_m1 - lm_m0) * lm_nkv * (long long)sizeof({ptype})"
         stored = stored_probabilities(self.program, group, self.uses)
-        if stored and scan is not None and (_softmax_members(members) or scan[0][0].buffer in self.zero_padded):
-            self.zero_padded.add(p_buf)  # zeros at keys a mask hides: GEMMs contracting over its rows trim them
         if stored:  # (the arena's rows of the block: ldp is the row length there)
             body.append(f"{ptype} *const lm_p = {self.pointer(p_buf)} + ({idx(flat_at(zero) * NK)}) + lm_m0 * "
                         f"({idx(NK)});")
@@ -287,13 +328,13 @@ class AttentionCRendering:
         """``(values, first, test)``: what decides which keys a block may skip (see :meth:`_visible_keys`): the
         values whose C ``test`` is true at a key in some row make it visible; ``first``: the C count before any
         (``NK`` keys in all). None when no key may be skipped."""
-        members = [self.program.kernels[i] for i in members_i]
-        if _softmax_members(members):
-            rest = mask_terms(members[0].value, s_buf)
-            # (at least one key: a row that sees none is NaN, as the reference; none when there are no keys)
-            return None if rest is None else (rest, f"LUMINAL_MIN(1, {self.index(NK)})", "lm_r != -INFINITY")
-        z = zero_factor(self.program, members_i, s_buf, self.uses)
-        return None if z is None else ([z], "0", "lm_r != 0")
+        scan = skip_values(self.program, members_i, s_buf, self.uses)
+        if scan is None:
+            return None
+        values, softmax = scan
+        # (a softmax sees at least one key: a row that sees none is NaN, as the reference; none without keys)
+        return (values, f"LUMINAL_MIN(1, {self.index(NK)})", "lm_r != -INFINITY") if softmax else \
+            (values, "0", "lm_r != 0")
 
     def _visible_keys(self, scan, bvars, rvar, NK) -> list[str]:
         """Statements setting ``lm_nkv``: the number of keys the block's rows ``[lm_m0, lm_m1)`` may see (see the
@@ -342,11 +383,7 @@ class AttentionCRendering:
         M, N = dims[-2], dims[-1]
         av, bv = kernel.a_view, kernel.b_view
         K = av.dims[-1]
-        zero = to_expr(0)
-        bvars = tuple(Expression.symbol(f"i{j}", d - 1) for j, d in enumerate(dims[:nb]))
-        a_off = av.offset + sum((s * v for s, v in zip(av.strides[:nb], bvars)), zero)
-        b_off = bv.offset + sum((s * v for s, v in zip(bv.strides[:nb], bvars)), zero)
-        c_off = sum((v * s for v, s in zip(bvars, ShapeTracker.contiguous_of(tuple(dims)).strides[:nb])), zero)
+        _, a_off, b_off, c_off, batch = gemm_offsets(kernel)
         sam, sak, sbn, sbk = (idx(x) for x in (av.strides[nb], av.strides[nb + 2], bv.strides[nb + 1],
                                                bv.strides[nb + 2]))
         a, b, c = (self.pointer(x) for x in (kernel.a, kernel.b, kernel.out))
@@ -354,9 +391,6 @@ class AttentionCRendering:
         ztype = self.program.buffers[zbuf][1]
         nonzero = "(lm_r[f] & 0x7fff) != 0" if ztype == DType.bfloat16 else "lm_r[f] != 0"
         ctype = kernel.dtype.c_type
-        batch = to_expr(1)
-        for d in dims[:nb]:
-            batch = batch * d
         lines.append("    const long long lm_t4 = 4 * (long long)omp_get_max_threads();")
         lines.append(f"    const long long lm_fb = LUMINAL_MAX(16, LUMINAL_MIN({TRIM_BLOCK}, "
                      f"({idx(batch * F)} + lm_t4 - 1) / lm_t4) / 16 * 16);")

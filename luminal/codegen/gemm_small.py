@@ -27,6 +27,19 @@ from .gemm_lowp import STORE_TYPES, convert_loop
 from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
+# ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
+AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
+
+
+def auto_kernel(m: int, n: int, k: int, sak: int, sbk: int) -> str:
+    """Which kernel ``lm_gemm_auto_*`` runs for an ``m x n x k`` product with operand strides along K ``sak``,
+    ``sbk`` (the rule of its C, :data:`_AUTO`): ``"gemv"``, ``"dot"`` or ``"blas"``."""
+    if (m == 1 or n == 1) and k > 0:
+        return "gemv"
+    if m <= AUTO_SMALL_M and n >= AUTO_DOT_N and sak == 1 and sbk == 1 and (
+            k >= AUTO_DOT_K or m <= AUTO_TINY_M and k >= AUTO_TINY_K):
+        return "dot"
+    return "blas"
 
 
 def small_config(dtype: str) -> GemmConfig:
@@ -337,7 +350,7 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
                               const long long *syms) {
     if ((M == 1 || N == 1) && K > 0)
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M <= LM_AUTO_SMALL_M && N >= 48 && sak == 1 && sbk == 1 && (K >= 256 || (M <= 16 && K >= 128)))
+    if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
@@ -356,6 +369,8 @@ def auto_source(dtype: str, with_dot: bool = True) -> str:
     parts = [gemv_source(dtype, names["gemv"], names["blas"])]
     if with_dot:
         parts.append(dot_source(dtype, names["dot"], names["blas"]))
-    parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("GEMV(", names["gemv"] + "(")
+    parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
+                 .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M)).replace("TINY_K", str(AUTO_TINY_K))
+                 .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
     return "\n\n".join(parts)

@@ -83,7 +83,7 @@ def interpret(graph, timings: list[OpTiming] | None) -> None:
     nodes = graph.nodes
     bindings = graph._bindings()
     contract = _contractions(graph, keep)
-    fused = {reduce_id: mul_id for mul_id, reduce_id in contract.items()}
+    fused = {reduce_id: (mul_id, axes) for mul_id, (reduce_id, axes) in contract.items()}
     for node_id in order:
         node = nodes[node_id]
         if node_id in contract:  # evaluated by its SumReduce (below), its inputs kept until then
@@ -100,10 +100,10 @@ def interpret(graph, timings: list[OpTiming] | None) -> None:
                 timings.append(OpTiming(node_id, "Input", out_shape, node.dtype.value, time.perf_counter() - start))
             continue
         if node_id in fused:
-            mul = nodes[fused[node_id]]
-            runs = _merged_axes(node.inputs[0].shape, mul.dims)  # (the product read whole, axes maybe merged)
-            result = _contract([(tensors[(e.src, e.output)], e.shape) for e in mul.inputs], runs[node.op.axis],
-                               bindings, out_shape)
+            mul_id, axes = fused[node_id]
+            mul = nodes[mul_id]
+            result = _contract([(tensors[(e.src, e.output)], e.shape) for e in mul.inputs], axes, bindings,
+                               out_shape)
             _store(tensors, node, out_shape, result, timings, start)
             _release(tensors, mul.inputs, counts, keep)
             continue
@@ -166,9 +166,9 @@ def format_timings(rows: list[OpTiming]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- contractions
-def _contractions(graph, keep: set[int]) -> dict[int, int]:
-    """``{Mul node: the SumReduce node that alone reads it}`` for the products the interpreter contracts
-    without materializing (see :func:`_contract`): a matrix product or convolution is
+def _contractions(graph, keep: set[int]) -> dict[int, tuple[int, list[int]]]:
+    """``{Mul node: (the SumReduce node that alone reads it, the product's axes it sums)}`` for the products the
+    interpreter contracts without materializing (see :func:`_contract`): a matrix product or convolution is
     ``SumReduce(Mul(broadcast views))``, whose product is M*N*K elements."""
     counts = graph._consumer_counts
     nodes = graph.nodes
@@ -178,10 +178,12 @@ def _contractions(graph, keep: set[int]) -> dict[int, int]:
             continue
         e = node.inputs[0]
         src = nodes[e.src]
-        if isinstance(src.op, ops.Mul) and counts.get((e.src, 0)) == 1 and e.src not in keep and \
-                _merged_axes(e.shape, src.dims) is not None and \
-                any(i.shape.is_fake(j) for i in src.inputs for j in range(len(src.dims))):
-            out[e.src] = node.id
+        if not (isinstance(src.op, ops.Mul) and counts.get((e.src, 0)) == 1 and e.src not in keep and
+                any(i.shape.is_fake(j) for i in src.inputs for j in range(len(src.dims)))):
+            continue
+        runs = _merged_axes(e.shape, src.dims)  # (the product read whole, its axes possibly merged)
+        if runs is not None:
+            out[e.src] = (node.id, runs[node.op.axis])
     return out
 
 

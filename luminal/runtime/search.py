@@ -378,17 +378,13 @@ class SearchResult:
 def default_equivalent(shape: GemmShape, blas: bool) -> str | None:
     """The candidate that computes ``shape`` the way the unmeasured default does (``"auto"`` dispatches per call:
     :mod:`luminal.codegen.gemm_small`), or None (its matrix-vector kernel, which is no candidate)."""
-    from ..codegen.gemm_small import AUTO_SMALL_M
+    from ..codegen.gemm_small import auto_kernel
 
     pick = default_choice(shape.dtype, blas, shape.m, shape.n)
     if pick != "auto":
         return pick
-    if shape.m == 1 or shape.n == 1:
-        return None
-    if shape.m <= AUTO_SMALL_M and shape.n >= 48 and shape.sak == 1 and shape.sbk == 1 and (
-            shape.k >= 256 or shape.m <= 16 and shape.k >= 128):
-        return "dot"
-    return "blas"
+    kernel = auto_kernel(shape.m, shape.n, shape.k, shape.sak, shape.sbk)
+    return None if kernel == "gemv" else kernel
 
 
 def _rounds(lib: _BenchLibrary, live: dict, shape: GemmShape, bufs, deadline: float) -> dict[str, float]:
