@@ -370,7 +370,8 @@ def auto_source(dtype: str, with_dot: bool = True) -> str:
     if with_dot:
         parts.append(dot_source(dtype, names["dot"], names["blas"]))
     parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
-                 .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M)).replace("TINY_K", str(AUTO_TINY_K))
+                 .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M))
+                 .replace("TINY_K", str(AUTO_TINY_K))
                  .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
     return "\n\n".join(parts)
