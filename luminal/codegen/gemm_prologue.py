@@ -155,8 +155,8 @@ def fuse_prologues(program: Program, buffers, packed=(), marginal=()) -> Program
     """``program`` with each buffer of ``buffers`` (keys of :func:`prologue_candidates`) no longer stored: its
     GEMM readers carry it as a :class:`Prologue` and its writer is dropped (the kernels after it move up one
     index: tables keyed by kernel index are built on the returned program); the readers of a buffer in
-    ``packed`` pack it (never the direct convolution), those of one in ``marginal`` take the direct convolution in its marginal forms too (``GemmKernel.direct``). Returns
-    ``program`` itself when ``buffers`` is empty."""
+    ``packed`` pack it (never the direct convolution), those of one in ``marginal`` take the direct convolution
+    in its marginal forms too (``GemmKernel.direct``). Returns ``program`` itself when ``buffers`` is empty."""
     buffers, packed, marginal = set(buffers), set(packed), set(marginal)
     if not buffers:
         return program
