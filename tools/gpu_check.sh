@@ -14,8 +14,10 @@ OUT="${OUT:-gpu_logs}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 LUMINAL_CACHE_DIR=/tmp/luminal_cache
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH="/tmp/site:$PWD"
+    # installed once per machine: the script may run step by step (tests, suite, bench) with different limits
+    [[ -d /tmp/site/egglog ]] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD"
 else
     export PYTHONPATH="$PWD"
 fi
