@@ -20,6 +20,8 @@ set once (unchanged inputs are not copied again; the kept results are copied to 
 ``execute()`` with the results left on the device (``runtime.host_outputs = False``), and luminal kernels only
 (``GPURuntime.time_kernels``: the launches alone, a CUDA-graph replay once captured, device-synchronized).
 Each cell is the median over timed calls (min and max beside it); the first call (compile) is timed alone.
+``kernels (execute replays / calls)``: launches per step, and how many of the timed ``execute()`` calls replayed a
+captured CUDA graph. ``--profile N`` prints a cProfile of N more executes (results on the device).
 Every framework's result is checked against torch's before its time is printed.
 """
 
@@ -161,7 +163,7 @@ def build_case(case: str):
     raise ValueError(f"unknown case {case!r}")
 
 
-def run(case: str, seconds: float, compiled: bool, search: str = "off") -> dict:
+def run(case: str, seconds: float, compiled: bool, search: str = "off", profile: int = 0) -> dict:
     import torch
 
     import luminal as lm
@@ -203,13 +205,29 @@ def run(case: str, seconds: float, compiled: bool, search: str = "off") -> dict:
             row["WRONG"] = True
     else:
         row["max rel err"] = float(abs(have.item() - float(want)) / abs(float(want)))
-    row["luminal"] = _stats(_time_calls(cx.execute, lambda: None, seconds))
+    replays = cx.runtime.graph_replays
+    calls = _time_calls(cx.execute, lambda: None, seconds)
+    row["luminal"] = _stats(calls)
     cx.runtime.host_outputs = False  # the results stay on the GPU (data(device=True) / data() on demand)
-    row["luminal on device"] = _stats(_time_calls(cx.execute, lambda: None, seconds))
+    device_calls = _time_calls(cx.execute, lambda: None, seconds)
+    row["luminal on device"] = _stats(device_calls)
+    # executes served by a captured CUDA graph, of those timed (+2: each timing's untimed first call)
+    row["execute replays"] = f"{cx.runtime.graph_replays - replays}/{len(calls) + len(device_calls) + 2}"
+    if profile:
+        import cProfile
+        import io
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(profile):
+            cx.execute()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+        row["profile"] = text.getvalue()
     cx.runtime.host_outputs = True
     row["luminal kernels"] = _stats(cx.runtime.time_kernels(cx, repeat=max(3, int(seconds * 50))))
     row["kernels"] = len(cx.runtime.tprogram.launches)
-    row["graph replays"] = cx.runtime.graph_replays
     row["search"] = [e for e in cx.runtime.search_log]
     if flops:
         for k in ("torch", "torch.compile", "luminal", "luminal kernels"):
@@ -225,16 +243,18 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--search", default="quick", choices=["off", "quick", "full"],
                     help="luminal's measured search (GEMM tile configurations on the GPU)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also cProfile N executes (results left on the device) and print the top functions")
     args = ap.parse_args()
     import torch
     print(f"# device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
     cols = ["torch", "torch.compile", "luminal", "luminal on device", "luminal kernels"]
     print("| case | " + " | ".join(f"{c} ms (med/min/max)" for c in cols) + " | GFLOP/s torch / lum kernels | "
-          "first s torch / compile / luminal | kernels (graph replays) | max rel err |")
+          "first s torch / compile / luminal | kernels (execute replays / calls) | max rel err |")
     print("|---" * (len(cols) + 5) + "|")
     for case in args.only.split(","):
         try:
-            r = run(case, args.seconds, not args.no_compile, args.search)
+            r = run(case, args.seconds, not args.no_compile, args.search, args.profile)
         except Exception as e:  # noqa: BLE001 - one case failing does not hide the others
             import traceback
             traceback.print_exc()
@@ -249,10 +269,12 @@ def main() -> None:
         first = " / ".join(f"{r[k]:.2f}" if k in r else "-" for k in ("torch first s", "torch.compile first s",
                                                                        "luminal first s"))
         wrong = " WRONG" if r.get("WRONG") else ""
-        print(f"| {case} | " + " | ".join(cells) + f" | {gf} | {first} | {r['kernels']} ({r['graph replays']}) | "
+        print(f"| {case} | " + " | ".join(cells) + f" | {gf} | {first} | {r['kernels']} ({r['execute replays']}) | "
               f"{r['max rel err']:.1e}{wrong} |", flush=True)
         for e in r["search"]:  # GEMM candidates: seconds per launch, CUDA events, min of 3 rounds of 3
             print(f"  {case} searched: {e}", flush=True)
+        if "profile" in r:
+            print(r["profile"], flush=True)
 
 
 if __name__ == "__main__":

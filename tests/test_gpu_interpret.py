@@ -554,7 +554,20 @@ def test_attention_fuses_low_precision_operands_and_autocast(low):
         s = q.cast(low) @ k.cast(low).transpose(-1, -2)
         return [q, k, v], [s.cast("float32").softmax(-1) @ v]
 
-    runtime = compare(explicit, [(rand((2, 3, 40, 24), 1), rand((2, 3, 40, 24), 2), rand((2, 3, 40, 24), 3))], **F32)
+    feed = [(rand((2, 3, 40, 24), 1), rand((2, 3, 40, 24), 2), rand((2, 3, 40, 24), 3))]
+    if DEV == "gpu-interpret":
+        runtime = compare(explicit, feed, **F32)
+    else:
+        # A low-precision score is a float32 sum rounded once; tensor cores add in another order, so a sum within
+        # float32 rounding of a rounding boundary may round to the neighbouring value (an H200 put 12 of 5760
+        # outputs 4.5e-5 off in float16): nearly all outputs as above, the rest within one ulp of the low type
+        # in a score (|scores| < 32 here, |values - output| <= 6)
+        (want,), _ = run_graph(explicit, feed, "reference")
+        (have,), runtime = run_graph(explicit, feed, DEV)
+        off = ~np.isclose(have[0], want[0], **F32)
+        assert off.mean() < 0.01, off.mean()
+        ulp = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[low] * 16
+        np.testing.assert_allclose(have[0], want[0], rtol=0, atol=6 * ulp)
     assert [launch.kind for launch in runtime.tprogram.launches].count("attention") == 1
 
     def model(autocast):
@@ -950,23 +963,23 @@ def test_inputs_are_copied_to_the_device_only_when_set_changes_them():
     calls = _count_uploads(cx.runtime)
     cx.execute()
     first = y.data()
-    assert sorted(calls) == [1, 15, 30]  # the error flag, w, x
+    assert sorted(calls) == [15, 30]  # w, x (the error flag is zeroed on the device, not uploaded)
     calls.clear()
-    cx.execute()  # nothing changed: only the one-element error flag
-    assert calls == [1]
+    cx.execute()  # nothing changed: nothing copied
+    assert calls == []
     np.testing.assert_allclose(y.data(), first)
     a[:] = rand((6, 5), 3)
     x.set(a)  # the same array object, changed in place, set again
     calls.clear()
     cx.execute()
-    assert sorted(calls) == [1, 30]
+    assert sorted(calls) == [30]
     np.testing.assert_allclose(y.data(), np.maximum(a @ w.data(), 0), rtol=1e-5, atol=1e-5)
 
 
 def test_carried_training_state_stays_on_the_device():
     """SGD + momentum with a fixed batch, results copied to the host (the default): after the first step the
-    weights and moments are not copied to the device again (only the batch, the hyperparameters and the error
-    flag), nor to the host (only the error flag: the next step reads them on the device; a read fetches them:
+    weights and moments are not copied to the device again (only the batch and the hyperparameters), nor to
+    the host (only the error flag: the next step reads them on the device; a read fetches them:
     ``optimizer.state`` gives numpy arrays), the fetched carried arrays are read-only, and the weights and
     moments equal the reference interpreter's (read between steps too)."""
     from luminal.training import SGD
@@ -985,9 +998,9 @@ def test_carried_training_state_stays_on_the_device():
             x.set(X)
             cx.execute()
             if device == DEV and step > 0:
-                # the error flag, the optimizer's 4 hyperparameters (a deferred input, read every step) and x;
-                # y is unchanged, the weights and moments come from the device
-                assert sorted(calls) == [1, 4, 40], calls
+                # the optimizer's 4 hyperparameters (a deferred input, read every step) and x; y is unchanged,
+                # the weights and moments come from the device
+                assert sorted(calls) == [4, 40], calls
                 assert downloads == [1], downloads  # the error flag; no weight or moment
             if step == 1:  # a read between steps fetches the values; the next step still reads the device's
                 weights.setdefault("between", {})[device] = {k: np.array(v) for k, v in m.state_dict().items()}
@@ -1714,6 +1727,37 @@ def test_carried_state_swaps_buffers_instead_of_copying(host_outputs):
     for key in ((DEV, "1"), (DEV, "0")):
         for w, h in zip(want, results[key]):
             np.testing.assert_allclose(h, w, **CHAIN)
+
+
+def test_training_steps_with_swapped_buffers_replay_captured_graphs():
+    """Carried state swaps buffers every step, so the plan key (which buffers are swapped) alternates; each
+    key is captured on its second uncaptured run and replayed afterwards (an H200 replayed none of W3x16's
+    training steps: only a key equal to the last run's was captured, never the case when two alternate). On
+    the interpreter, which cannot capture, a stand-in capture keeps the launches with the buffers of the
+    moment, as a CUDA graph keeps their pointers. Losses and weights equal the reference's after every step."""
+    from luminal.training import Adam
+
+    _require()
+    state = {}
+    for device in ("reference", DEV):
+        cx, m, _, _ = _mlp_training_step(lambda params: Adam(params, lr=0.05))
+        cx.compile(device=device)
+        runtime = cx.runtime
+        if device == "gpu-interpret":
+            runtime.memory.graphs, runtime.memory.stream = True, None
+            runtime._capture = lambda bindings, rt=runtime: [("call", step) for _, step in rt._steps(bindings)]
+        got = []
+        for _ in range(8):
+            cx.execute()
+            got.append({k: np.array(v) for k, v in m.state_dict().items()})
+        state[device] = got
+        if device == DEV:
+            assert runtime.memory.graphs and len(runtime._graphs) == 2, runtime._graphs.keys()
+            # each key: one uncaptured run, then captured (and replayed) on its second run, replayed after that
+            assert runtime.graph_replays == 8 - 2, runtime.graph_replays
+    for want, have in zip(state["reference"], state[DEV]):
+        for k, v in want.items():
+            np.testing.assert_allclose(have[k], v, **CHAIN)
 
 
 def test_autocast_training_step_has_every_gemm_in_low_precision():

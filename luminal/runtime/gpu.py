@@ -102,7 +102,7 @@ class GPURuntime:
         self._uploaded: dict[int, object] = {}    # input node -> the host array last copied into its buffer
         self._resident: dict[int, tuple] = {}     # id(host array) -> (array, output node) of the last download
         self._graphs: dict[tuple, object] = {}    # bindings key -> captured CUDA graph of every launch
-        self._warm = None                         # plan key (_plan_key) of the last uncaptured run
+        self._warm: set = set()                   # plan keys (_plan_key) that ran uncaptured once
         # carried inputs whose buffer is currently swapped with the output carried into them (see _upload); part
         # of the plan key: a captured CUDA graph holds the pointers of one assignment
         self._swapped: frozenset = frozenset()
@@ -137,7 +137,7 @@ class GPURuntime:
         self._uploaded.clear()
         self._resident.clear()
         self._graphs.clear()
-        self._warm = None
+        self._warm = set()
         self._swapped = frozenset()
         from .arena import lifetimes, place
 
@@ -243,7 +243,6 @@ class GPURuntime:
                     host = host.view(storage_name(dtype))
                 memory.upload(buf, host)
             self._uploaded[node_id] = arr
-        memory.upload(self._err, np.zeros(1, np.int32))
         return bindings
 
     def _can_swap(self, node_id: int, source: int, carried_into: int) -> bool:
@@ -283,7 +282,7 @@ class GPURuntime:
         if plan is not None:
             self._replay(plan, memory.stream)
             return
-        if memory.graphs and self._warm == key:
+        if memory.graphs and key in self._warm:  # (carried buffers swapped: two keys alternate, each captured)
             plan = self._capture(bindings)
             if plan is not None:
                 if len(self._graphs) >= 16:  # bounded: each assignment of swapped buffers has its own graph
@@ -297,7 +296,7 @@ class GPURuntime:
         with memory.launching():
             for _, step in self._steps(bindings, tune=self.search != "off"):
                 step()
-        self._warm = key
+        self._warm.add(key)
 
     def _launch_args(self, launch, bindings) -> tuple[list, list]:
         """The arguments of one launch (buffers, error buffer, symbols, extra ints) and the extra ints alone."""
@@ -384,7 +383,8 @@ class GPURuntime:
         """``(capturable, call)`` per kernel in program order; each call launches asynchronously on the device
         (Triton kernels; cuBLAS GEMMs, not capturable). GEMMs take their measured tile configuration
         (``search`` on ``cuda``) or the default one; with ``tune`` a GEMM's candidates are timed when it is
-        reached (its operands are ready: the steps before it have run)."""
+        reached (its operands are ready: the steps before it have run). The first step zeroes the error flag."""
+        yield True, functools.partial(self.memory.clear, self._err)  # (in the CUDA graph: no upload per execute)
         for launch in self.tprogram.launches:
             fn = getattr(self.module, launch.name)
             args, extra = self._launch_args(launch, bindings)

@@ -33,6 +33,10 @@ class TorchCPUMemory:
     def zeros(self, n: int, storage: str):
         return self.torch.zeros(max(n, 1), dtype=getattr(self.torch, storage))
 
+    def clear(self, buf) -> None:
+        """Zero a whole buffer (in stream order on a GPU: captured into a CUDA graph like a launch)."""
+        buf.zero_()
+
     def view(self, arena, offset: int, n: int, storage: str):
         dtype = getattr(self.torch, storage)
         nbytes = max(n, 1) * self.torch.empty(0, dtype=dtype).element_size()
@@ -121,6 +125,9 @@ class CuPyMemory:
         with self.stream:
             out.fill(0)
         return out
+
+    def clear(self, buf) -> None:
+        self.cupy.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, self.stream.ptr)
 
     def upload(self, dst, arr: np.ndarray) -> None:
         if arr.size:
