@@ -1483,6 +1483,100 @@ def _compile_check(code: str) -> dict:
     return json.loads(line[0][6:])
 
 
+def _run_ptx_block(lines, regs):
+    """A tiny interpreter of the 32/16-bit moves and 16-bit add/sub/min/max that ``scalarize_packed_int16``
+    writes: ``regs`` maps register names to ints (updated in place)."""
+    def val(x):
+        return regs[x] if x.startswith("%") else int(x) & 0xFFFFFFFF
+    for line in (ln.strip().rstrip(";") for ln in lines):
+        if line in ("{", "}") or line.startswith(".reg"):
+            continue
+        op, rest = line.split(None, 1)
+        dst, *srcs = [t.strip() for t in rest.replace("{", "").replace("}", "").split(",")]
+        if op == "mov.b32" and rest.startswith("{"):  # unpack: {lo, hi}, word
+            lo, hi, word = [t.strip() for t in rest.replace("{", "").replace("}", "").split(",")]
+            regs[lo], regs[hi] = val(word) & 0xFFFF, val(word) >> 16
+        elif op == "mov.b32" and "{" in rest:  # pack: word, {lo, hi}
+            regs[dst] = (val(srcs[0]) & 0xFFFF) | (val(srcs[1]) & 0xFFFF) << 16
+        elif op == "mov.b32":
+            regs[dst] = val(srcs[0])
+        else:
+            name, kind = op.split(".")
+            a, b = val(srcs[0]), val(srcs[1])
+            if kind == "s16":
+                a, b = a - ((a & 0x8000) << 1), b - ((b & 0x8000) << 1)
+            regs[dst] = {"add": a + b, "sub": a - b, "min": min(a, b), "max": max(a, b)}[name] & 0xFFFF
+
+
+def test_packed_int16_ptx_is_rewritten_lane_by_lane():
+    """ptxas miscompiled a packed 16-bit add (``add.s16x2``, LLVM's pairing of two narrowed index computations)
+    into an add of 0 on an H200, so an adaptive average pool read the wrong batch element: every NVIDIA
+    kernel's PTX has such instructions replaced by two scalar 16-bit ones. The rewrite, run by a small
+    interpreter, gives what the packed instruction means (each 16-bit lane on its own, wrapping) for register and
+    immediate operands; the adaptive pool program compiled for sm_90 has packed adds in its PTX without the
+    rewrite and none with it, nor packed adds in its machine code (SASS, read with Triton's cuobjdump)."""
+    _require()
+    from luminal.runtime.gpu_compile import scalarize_packed_int16
+
+    rng = np.random.default_rng(0)
+    for op in ("add", "sub", "min", "max"):
+        for sign in "su":
+            for b in ("%r88", "16646398", "-7"):
+                ptx = f"\tmov.b32 \t%r5, 1;\n\t{op}.{sign}16x2 \t%r89, %r87, {b};\n\tadd.s32 %r6, %r5, 1;\n"
+                out = scalarize_packed_int16(ptx)
+                assert "16x2" not in out and out.startswith("\tmov.b32 \t%r5, 1;\n") and \
+                    out.endswith("\tadd.s32 %r6, %r5, 1;\n"), out
+                block = out.splitlines()[1:-1]
+                for x, y in rng.integers(0, 2 ** 32, size=(20, 2)).tolist() + [[0xFFFF7FFF, 0x00018001]]:
+                    regs = {"%r87": x, "%r88": y}
+                    _run_ptx_block(block, regs)
+                    y = regs["%r88"] if b == "%r88" else int(b) & 0xFFFFFFFF
+                    want = 0
+                    for shift in (0, 16):  # the packed instruction: each lane alone
+                        u, v = (x >> shift) & 0xFFFF, (y >> shift) & 0xFFFF
+                        if sign == "s":
+                            u, v = u - ((u & 0x8000) << 1), v - ((v & 0x8000) << 1)
+                        lane = {"add": u + v, "sub": u - v, "min": min(u, v), "max": max(u, v)}[op] & 0xFFFF
+                        want |= lane << shift
+                    assert regs["%r89"] == want, (op, sign, b, hex(x), hex(y))
+    code = textwrap.dedent("""
+        import json, os, subprocess, tempfile
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()  # (Triton 3.6 keys its cache without the hook)
+        import luminal as lm, triton
+        from luminal import nn
+        from luminal.codegen.gemm_lowp import narrow_operands
+        from luminal.codegen.kernel import lower
+        from luminal.codegen.triton import render
+        from luminal.codegen.triton_support import storage_name
+        from luminal.compiler.base import run
+        from luminal.compiler.generic import GenericCompiler
+        from luminal.runtime.gpu_compile import compile_for_target
+        cx = lm.Graph()
+        nn.AdaptiveAvgPool2d((4, 5))(cx.tensor((2, 3, 9, 8))).retrieve()
+        run(GenericCompiler("cuda"), cx, None)
+        p = narrow_operands(lower(cx), store_as=(lm.bfloat16, lm.float16), round_on_load=False)
+        tp = render(p)
+        store = {b: storage_name(d) for b, (_, d) in p.buffers.items()}
+        os.environ["LUMINAL_PTX_WORKAROUND"] = "0"
+        before = compile_for_target(tp, store, kinds=("elementwise",))
+        os.environ["LUMINAL_PTX_WORKAROUND"] = "1"
+        after = compile_for_target(tp, store, kinds=("elementwise",))
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        sass = []
+        for name, asm in after.items():
+            if os.path.exists(tool):
+                path = os.path.join(tempfile.mkdtemp(), "k.cubin")
+                open(path, "wb").write(asm["cubin"])
+                sass.append(subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout)
+        print("RESULT" + json.dumps({"before": sum(a["ptx"].count("16x2 ") for a in before.values()),
+                                     "after": sum(a["ptx"].count("16x2 ") for a in after.values()),
+                                     "sass": [s.count("VIADD.16x2") for s in sass], "kernels": len(after)}))
+    """)
+    got = _compile_check(code)
+    assert got["kernels"] >= 2 and got["before"] > 0, got  # (the rewrite is tested on what LLVM really emits)
+    assert got["after"] == 0 and not any(got["sass"]), got
+
+
 def test_kernels_compile_for_hopper_without_a_gpu():
     """Triton's real compiler (not its interpreter) takes every generated kernel kind down to PTX and a cubin for
     an H100/H200 (sm_90) on this CPU-only machine: elementwise (float fmod through libdevice in float64, float ->

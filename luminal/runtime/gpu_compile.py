@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import threading
 
 _MODULES: dict[str, object] = {}
@@ -20,9 +21,63 @@ _MODULE_LOCK = threading.Lock()
 NO_FP_FUSION = {"enable_fp_fusion": False}
 
 
+# Packed 16-bit integer SIMD in the PTX that Triton's LLVM emits (``add.s16x2 d, a, b``): LLVM narrows small index
+# arithmetic (``(i1 + i2 - 2) // 3`` with i1, i2 < 4) to i8 lanes and its SLP vectorizer pairs two of them. ptxas
+# (12.8 and 12.9, bundled with Triton 3.6 / 3.9) compiled such an add whose one lane was dead into a VIADD.16x2
+# with the immediate 0 instead of 0x00FE00FE: on an H200 an adaptive average pool read the wrong batch element
+# (tests/test_nn_pooling.py on cuda). The hook below rewrites every such instruction as two scalar 16-bit ones.
+_PACKED_INT16 = re.compile(r"^([ \t]*)(add|sub|min|max)\.([su])16x2[ \t]+(%\w+),[ \t]*([%\w-]+),[ \t]*([%\w-]+);",
+                           re.MULTILINE)
+PTX_WORKAROUND_KEY = "luminal-scalar-int16x2-1"
+
+
+def scalarize_packed_int16(ptx: str) -> str:
+    """``ptx`` with each packed 16-bit integer ``add/sub/min/max.{s,u}16x2 d, a, b;`` replaced by a scoped block
+    doing the two 16-bit halves one at a time (the same result; operands may be registers or immediates)."""
+    def one(m):
+        pad, op, sign, d, a, b = m.groups()
+        lines = ["{", ".reg .b16 %lmh<4>;", ".reg .b32 %lmw<2>;", f"mov.b32 %lmw0, {a};", f"mov.b32 %lmw1, {b};",
+                 "mov.b32 {%lmh0, %lmh1}, %lmw0;", "mov.b32 {%lmh2, %lmh3}, %lmw1;",
+                 f"{op}.{sign}16 %lmh0, %lmh0, %lmh2;", f"{op}.{sign}16 %lmh1, %lmh1, %lmh3;",
+                 f"mov.b32 {d}, {{%lmh0, %lmh1}};", "}"]
+        return "\n".join(pad + line for line in lines)
+    return _PACKED_INT16.sub(one, ptx)
+
+
+def install_ptx_workaround() -> None:
+    """Route the PTX of every NVIDIA kernel Triton compiles in this process through
+    :func:`scalarize_packed_int16` (a stage hook, chained after one already installed; idempotent; part of the
+    kernel cache key where Triton asks for one). ``LUMINAL_PTX_WORKAROUND=0`` leaves Triton as it is."""
+    if os.environ.get("LUMINAL_PTX_WORKAROUND", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    previous = knobs.runtime.add_stages_inspection_hook
+    if getattr(previous, "luminal", False):
+        return
+
+    def hook(*args):
+        if not args:  # Triton asks for the hook's part of the cache key
+            key, digest = previous() if previous is not None else ("", "")
+            return key + PTX_WORKAROUND_KEY, hashlib.sha256((digest + PTX_WORKAROUND_KEY).encode()).hexdigest()
+        if previous is not None:
+            previous(*args)
+        backend, stages = args[0], args[1]
+        if getattr(getattr(backend, "target", None), "backend", None) == "cuda" and "ptx" in stages:
+            make_ptx = stages["ptx"]
+            stages["ptx"] = lambda src, metadata: scalarize_packed_int16(make_ptx(src, metadata))
+
+    hook.luminal = True
+    knobs.runtime.add_stages_inspection_hook = hook
+
+
 def _load_module(source: str):
     """Import the generated source as a module. Triton's ``@jit`` reads a function's source with ``inspect``,
-    so the text is written to a file (under the luminal cache folder, named by its hash) and imported from it."""
+    so the text is written to a file (under the luminal cache folder, named by its hash) and imported from it.
+    On a GPU (not Triton's interpreter) the PTX workaround is installed first (:func:`install_ptx_workaround`)."""
+    install_ptx_workaround()
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     with _MODULE_LOCK:
         mod = _MODULES.get(digest)
@@ -84,6 +139,8 @@ def compile_for_target(tprogram, buffer_storage: dict, arch: int | str = 90, war
     ``"elementwise"``, ...). Needs a process where Triton's interpreter is off (``TRITON_INTERPRET`` unset)."""
     import triton
     from triton.backends.compiler import GPUTarget
+
+    install_ptx_workaround()
 
     if backend not in ("cuda", "hip"):
         raise ValueError(f"compile_for_target: backend must be 'cuda' or 'hip', got {backend!r}")
