@@ -1,15 +1,12 @@
 """The computation graph: nodes (primitive ops), data and schedule edges, tensor store, execution entry points.
 
-A :class:`Graph` is both the program and its runtime state. Nodes hold a
-primitive :class:`~luminal.ops.Op`; a data edge carries the source node, its
-output slot and the :class:`~luminal.shape.ShapeTracker` through which the
-consumer reads it (views live on edges, never in nodes). Schedule edges only
-order execution. ``execute()`` hands the graph to its runtime (``graph.runtime``,
-a plug-in of :mod:`luminal.runtime`), then runs the checks, carries and hooks;
-a graph never compiled runs on the reference interpreter
-(:mod:`luminal.runtime.reference`: each node with numpy in topological order,
-intermediates freed by reference count). This module imports no runtime at
-import time: runtimes are imported where they are first used.
+A :class:`Graph` is both the program and its runtime state. Nodes hold a primitive :class:`~luminal.ops.Op`; a data
+edge carries the source node, its output slot and the :class:`~luminal.shape.ShapeTracker` through which the
+consumer reads it (views live on edges, never in nodes). Schedule edges only order execution. ``execute()`` hands
+the graph to its runtime (``graph.runtime``, a plug-in of :mod:`luminal.runtime`), then runs the checks, carries and
+hooks; a graph never compiled runs on the reference interpreter (:mod:`luminal.runtime.reference`: each node with
+numpy in topological order, intermediates freed by reference count). This module imports no runtime at import time:
+runtimes are imported where they are first used.
 
 Example::
 
@@ -299,13 +296,17 @@ class Graph(GraphCreation):
         self.to_retrieve.add(output)
 
     def _apply_carries(self) -> None:
-        for output, input in self.carries:
-            output = output if output in self.nodes else self.resolve(output, ShapeTracker.contiguous_of(()))[0]
-            new = self.tensors.get((output, 0))
+        key = (self.version, tuple(self.carries))  # outputs resolved through redirects once per graph version
+        if getattr(self, "_carry_cache", (None,))[0] != key:
+            self._carry_cache = (key, [(o if o in self.nodes else self.resolve(o, ShapeTracker.contiguous_of(()))[0],
+                                        i) for o, i in self.carries])
+        tensors, recycle = self.tensors, getattr(self.runtime, "recycle", None)
+        for output, input in self._carry_cache[1]:
+            new = tensors.get((output, 0))
             if new is None:
                 on_device = getattr(self.runtime, "carry_on_device", None)  # the value stayed on the GPU
                 if on_device is not None and on_device(self, output, input):
-                    self.tensors.pop((input, 0), None)
+                    tensors.pop((input, 0), None)
                     continue
                 raise GraphError(f"carry: node {output} produced no value")
             dims = self.nodes[input].dims
@@ -313,9 +314,8 @@ class Graph(GraphCreation):
                 want = tuple(d.evaluate(self.dyn_map) for d in dims)
                 if new.size == int(np.prod(want, dtype=np.int64)) and new.flags.c_contiguous:
                     new = new.reshape(want)
-            old = self.tensors.get((input, 0))
-            self.tensors[(input, 0)] = new
-            recycle = getattr(self.runtime, "recycle", None)
+            old = tensors.get((input, 0))
+            tensors[(input, 0)] = new
             if recycle is not None:
                 recycle(output, old if old is not new else None)
 

@@ -1854,6 +1854,46 @@ def test_training_steps_with_swapped_buffers_replay_captured_graphs():
             np.testing.assert_allclose(have[k], v, **CHAIN)
 
 
+def test_run_time_check_values_come_with_the_step_results():
+    """A loss's run-time check (cross-entropy: the targets' extremes) is read after every step: with the results
+    left on the device its values are copied with the step's, after its one synchronize, not fetched one by one
+    (two more synchronizes per step before); a target out of range still raises IndexError and leaves the
+    weights as they were, equal to the reference's."""
+    from luminal import nn
+    from luminal.nn import functional as F
+    from luminal.training import Adam
+
+    _require()
+    X, Y = rand((6, 5), 4), np.array([0, 2, 1, 2, 0, 1])
+    weights = {}
+    for device in ("reference", DEV):
+        cx = lm.Graph()
+        nn.init.manual_seed(1)
+        m = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        x, y = cx.tensor((6, 5)).set(X), cx.tensor((6,), "int64").set(Y)
+        Adam(m.parameters(), lr=0.05).minimize(F.cross_entropy(m(x), y).retrieve())
+        cx.compile(device=device)
+        if device == DEV:
+            cx.runtime.host_outputs = False
+            syncs, real = [], cx.runtime.memory.synchronize
+            cx.runtime.memory.synchronize = lambda: syncs.append(1) or real()
+        for _ in range(3):
+            if device == DEV:
+                syncs.clear()
+            cx.execute()
+            if device == DEV:
+                assert len(syncs) == 1, len(syncs)
+        before = {k: np.array(v) for k, v in m.state_dict().items()}
+        y.set(np.array([0, 2, 1, 3, 0, 1]))
+        with pytest.raises(IndexError):
+            cx.execute()
+        for k, v in m.state_dict().items():
+            np.testing.assert_array_equal(np.array(v), before[k])
+        weights[device] = before
+    for k, v in weights["reference"].items():
+        np.testing.assert_allclose(weights[DEV][k], v, **CHAIN)
+
+
 def test_autocast_training_step_has_every_gemm_in_low_precision():
     """An autocast (bfloat16) MLP training step: the output gradients, which the bias gradients also sum, are
     stored as bfloat16 (the summing kernels widen them as they load), so all of the step's GEMMs (forward, input

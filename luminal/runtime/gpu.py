@@ -167,8 +167,7 @@ class GPURuntime:
             self._buffers[alias] = self._buffers[target]
 
     def execute(self, graph: Graph) -> None:
-        """Copy the changed inputs to the device, run every kernel (one CUDA-graph replay once warm), copy the
-        kept results back."""
+        """Copy the changed inputs to the device, run every kernel (a CUDA-graph replay once warm), copy results."""
         with self._lock:
             self._execute(graph)
 
@@ -486,17 +485,18 @@ class GPURuntime:
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph ({self.device}): {text}")
         tensors = graph.tensors
-        cache = self._carried_cache
-        if cache is None or cache[0] != (graph.version, tuple(graph.carries)):
-            cache = self._carried_cache = ((graph.version, tuple(graph.carries)), collections.Counter(
-                graph.resolve(o, ShapeTracker.contiguous_of(()))[0] for o, _ in graph.carries))
-        carried = cache[1]
+        key = (graph.version, tuple(graph.carries), len(graph.checks))
+        if self._carried_cache is None or self._carried_cache[0] != key:
+            live = lambda i: graph.resolve(i, ShapeTracker.contiguous_of(()))[0]  # noqa: E731
+            self._carried_cache = (key, collections.Counter(live(o) for o, _ in graph.carries),
+                                   {live(h.id) for handles, _, _ in graph.checks for h in handles})
+        _, carried, checked = self._carried_cache
         self._resident.clear()
         self._pending = {}
         for node_id in self.program.outputs:
-            if not self.host_outputs or node_id in carried:
-                # copied to the host by fetch() when data() asks for it; a carried value (training state) is read
-                # by the next step from its device buffer, so no step copies it to the host
+            if (not self.host_outputs and node_id not in checked) or node_id in carried:
+                # copied to the host by fetch() when data() asks (not a run-time check's value, read after every
+                # step); a carried value (training state) is read by the next step from its device buffer
                 self._pending[node_id] = bindings
                 continue
             dims, dtype = self.program.buffers[node_id]
