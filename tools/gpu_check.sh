@@ -33,7 +33,8 @@ fi
 if [[ "$what" == suite || "$what" == all ]]; then
     echo "== hl / nn / graph sample with LUMINAL_TEST_BACKENDS=cuda"
     LUMINAL_TEST_BACKENDS=cuda timeout "$limit" python3 -m pytest -q -n "$workers" -p no:cacheprovider --tb=short \
-        ${SUITE:-tests/test_hl_matmul.py tests/test_hl_reduce_norm.py tests/test_hl_extra_ops.py tests/test_graph.py tests/test_nn_*.py} \
+        ${SUITE:-tests/test_nn_pooling.py tests/test_hl_movement.py tests/test_hl_movement_creation.py \
+        tests/test_hl_matmul.py tests/test_hl_reduce_norm.py tests/test_hl_extra_ops.py tests/test_graph.py tests/test_nn_*.py} \
         2>&1 | tee "$OUT/suite.log" | grep -E "^(FAILED|ERROR)|passed|failed|^E " | head -80
 fi
 if [[ "$what" == bench || "$what" == all ]]; then
