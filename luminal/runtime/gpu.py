@@ -3,24 +3,22 @@
 Two devices share all of this module's code and differ only in where memory lives:
 
 * ``"gpu-interpret"``: Triton's interpreter (``TRITON_INTERPRET=1``) runs the generated kernels on the CPU, on
-  **torch CPU tensors**. Slow, but it executes exactly the source a GPU would compile, so every GPU kernel is
-  tested on machines without a GPU. ``TRITON_INTERPRET`` is read when ``triton`` is imported: this module sets
-  it before importing triton for this device, and a process that already imported triton without it cannot
-  switch (a clear error says so).
-* ``"cuda"`` (verified on an H100, see docs/gpu.md): memory from **CuPy**; CuPy arrays are handed to Triton
-  through a tiny wrapper with ``data_ptr()`` and ``dtype``; every copy and launch goes to one stream of the
+  **torch CPU tensors**. Slow, but it executes exactly the source a GPU would compile, so every GPU kernel is tested
+  on machines without a GPU. ``TRITON_INTERPRET`` is read when ``triton`` is imported: this module sets it before
+  importing triton for this device; a process that imported triton without it cannot switch (a clear error says so).
+* ``"cuda"`` (verified on an H100 and H200s, see docs/gpu.md): memory from **CuPy**; CuPy arrays are handed to
+  Triton through a tiny wrapper with ``data_ptr()`` and ``dtype``; every copy and launch goes to one stream of the
   runtime's own.
 
 Memory: inputs and kept outputs have their own allocations, intermediates share one arena planned from their
-lifetimes (:mod:`.arena`). An input is copied to the device only when ``set()`` gave it new data (or a CUDA
-array, copied device -> device); carried training state is copied device -> device from the output that
-produced it. Results are copied to the host after each run, or stay on the device until ``data()`` asks
-(``host_outputs = False``); carried training state (weights, optimizer moments) stays on the device in either
-mode, fetched when something reads it. The launches of a run are captured into a CUDA graph at
-the second run with the same bindings (in segments around cuBLAS calls) and replayed. On ``cuda`` the measured
-search times tile configurations and cuBLAS for large GEMMs. Errors found by kernels (gather index out of range,
-integer modulo by zero) are read back from a one-element buffer after the run and raised like the CPU backend
-does.
+lifetimes (:mod:`.arena`). An input is copied to the device only when ``set()`` gave it new data (or a CUDA array,
+copied device -> device); carried training state swaps buffers with the output that produced it. Results are copied
+to the host after each run, or stay on the device until ``data()`` asks (``host_outputs = False``); carried training
+state (weights, optimizer moments) stays on the device in either mode, fetched when something reads it. The launches
+of a run are captured into a CUDA graph at the second run with the same bindings and buffer assignment (in segments
+around cuBLAS calls) and replayed. On ``cuda`` the measured search times tile configurations and cuBLAS for large
+GEMMs. Errors found by kernels (gather index out of range, integer modulo by zero) are read back from a one-element
+buffer after the run and raised like the CPU backend does.
 
 ``LUMINAL_DEBUG=1`` prints the generated Triton source when a graph compiles.
 
@@ -201,11 +199,13 @@ class GPURuntime:
         tensors = graph.tensors
         memory = self.memory
         carried_into = collections.Counter(self._carried_in.values())  # output -> inputs it is carried into
+        deferred_inputs, carried_in = graph.deferred, self._carried_in
         for node_id in self.program.inputs:
+            arr, deferred = tensors.get((node_id, 0)), node_id in deferred_inputs
+            if arr is not None and self._uploaded.get(node_id) is arr and not deferred and node_id not in carried_in:
+                continue  # copied already (most of a step's inputs: its weights)
             node = graph.nodes[node_id]
             shape = tuple(d.evaluate(bindings) for d in node.dims)
-            arr = tensors.get((node_id, 0))
-            deferred = node_id in graph.deferred
             source = self._carried_in.get(node_id)
             if arr is None and source is not None and not deferred:  # carried state that stayed on the device
                 if source != node_id:
