@@ -11,6 +11,10 @@ with ``input_precision="ieee"``):
 * ``W2``: the tanh-GELU chain of W2 over 16M elements; ms.
 * ``W6x16``: the W5/W6 pre-LN encoder layer forward at batch 16, seq 128; ms.
 * ``W3x16``: the W3 MLP training step (forward, backward, Adam) at batch 4096; ms.
+* ``W4x16``: the W4 CNN training step (two 3x3 convolutions, max pool, two linear layers; SGD with momentum) at
+  batch 1024; ms.
+* ``W5x16``: the W5 encoder layer's forward and all parameter gradients at batch 128, seq 128; ms (the ``ffn1``
+  weight's gradient is compared).
 * ``<case>-bf16`` (e.g. ``W1-4096-bf16``, ``W6x16-bf16``, ``W3x16-bf16``): the case built under bfloat16 autocast
   (``lm.autocast(dtype=lm.bfloat16)`` / ``torch.autocast("cuda", dtype=torch.bfloat16)``); results are compared
   with torch's autocast result at 3e-2.
@@ -160,6 +164,67 @@ def build_case(case: str):
                 return loss
             return step
         return lum, tor, None
+    if case == "W4x16":  # the W4 CNN training step (SGD with momentum) at batch 64 x 16
+        from training_workloads import inputs
+        data = inputs("W4")
+        xs, ys = np.tile(data["x"], (16, 1, 1, 1)), np.tile(data["y"], 16)
+
+        def lum(lm):
+            import luminal.nn as nn
+            import luminal.nn.functional as F
+            from luminal.training import SGD
+            model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Linear(128, 10))
+            model.load_state_dict(data["params"])
+            cx = lm.Graph()
+            x, y = cx.tensor(xs.shape).set(xs), cx.tensor(ys.shape, "int64").set(ys)
+            loss = F.cross_entropy(model(x), y).retrieve()
+            SGD(model.parameters(), lr=0.01, momentum=0.9).minimize(loss)
+            return cx, loss
+
+        def tor(torch):
+            import torch.nn as T
+            m = T.Sequential(T.Conv2d(1, 32, 3), T.ReLU(), T.Conv2d(32, 64, 3), T.ReLU(), T.MaxPool2d(2), T.Flatten(),
+                             T.Linear(9216, 128), T.ReLU(), T.Linear(128, 10)).cuda()
+            m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in data["params"].items()})
+            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+            tx, ty = torch.from_numpy(xs).cuda(), torch.from_numpy(ys).cuda()
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = T.functional.cross_entropy(m(tx), ty)
+                loss.backward()
+                opt.step()
+                return loss
+            return step
+        return lum, tor, None
+    if case == "W5x16":  # the W5 encoder layer's forward and gradients at batch 8 x 16 (the ffn1 weight's shown)
+        import workloads
+        holder = {}
+
+        def lum(lm):
+            from luminal.training import grad
+            cx, x, y, params = workloads.transformer_layer(batch=128)
+            names = list(params)
+            holder["data"] = {"x": x.data(), **{k: v.data() for k, v in params.items()}}
+            grads = grad(y.mean(), [params[k] for k in names])
+            for g in grads:
+                g.retrieve()
+            return cx, grads[names.index("ffn1.weight")]
+
+        def tor(torch):
+            if "data" not in holder:
+                lum(__import__("luminal"))
+            t = {k: torch.from_numpy(v).cuda() for k, v in holder["data"].items()}
+            params = [v.requires_grad_() for k, v in t.items() if k != "x"]
+
+            def step():
+                for p in params:
+                    p.grad = None
+                workloads.torch_transformer_layer_t(t).mean().backward()
+                return t["ffn1.weight"].grad
+            return step
+        return lum, tor, None
     raise ValueError(f"unknown case {case!r}")
 
 
@@ -198,7 +263,7 @@ def run(case: str, seconds: float, compiled: bool, search: str = "off", profile:
     cx.execute()
     row["luminal first s"] = time.perf_counter() - t0
     have = out.data()
-    if not case.startswith("W3x16"):  # a training step: the first loss (before any update) is compared
+    if not case.startswith(("W3x16", "W4x16")):  # a training step: the first loss (before any update) is compared
         err = float(np.max(np.abs(have - want)) / (np.max(np.abs(want)) + 1e-30))
         row["max rel err"] = err
         if err > (3e-2 if case.endswith("-bf16") else 1e-3):
@@ -238,7 +303,8 @@ def run(case: str, seconds: float, compiled: bool, search: str = "off", profile:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="W1-4096,W1-4096-bf16,W1-8192,W2,W6x16,W6x16-bf16,W3x16,W3x16-bf16")
+    ap.add_argument("--only", default="W1-4096,W1-4096-bf16,W1-8192,W2,W6x16,W6x16-bf16,W3x16,W3x16-bf16,W4x16,"
+                    "W4x16-bf16,W5x16,W5x16-bf16")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--search", default="quick", choices=["off", "quick", "full"],
