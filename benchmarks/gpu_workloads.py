@@ -61,6 +61,19 @@ def _time_calls(fn, sync, seconds: float, max_calls: int = 1000):
     return times
 
 
+def _torch_training_step(torch, model, opt, xs, ys):
+    """One cross-entropy training step of ``model`` (on the GPU) with ``opt`` on the batch ``xs``, ``ys``."""
+    tx, ty = torch.from_numpy(xs).cuda(), torch.from_numpy(ys).cuda()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(tx), ty)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
 def build_case(case: str):
     """Returns ``(luminal graph builder, torch function builder, flops or None)``; the data is made here."""
     if case.endswith("-bf16"):
@@ -153,16 +166,7 @@ def build_case(case: str):
                 lum(__import__("luminal"))
             m = T.Sequential(T.Linear(784, 512), T.ReLU(), T.Linear(512, 512), T.ReLU(), T.Linear(512, 10)).cuda()
             m.load_state_dict({k: torch.from_numpy(v) for k, v in holder["state"].items()})
-            opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-            tx, ty = torch.from_numpy(xs).cuda(), torch.from_numpy(ys).cuda()
-
-            def step():
-                opt.zero_grad(set_to_none=True)
-                loss = T.functional.cross_entropy(m(tx), ty)
-                loss.backward()
-                opt.step()
-                return loss
-            return step
+            return _torch_training_step(torch, m, torch.optim.Adam(m.parameters(), lr=1e-3), xs, ys)
         return lum, tor, None
     if case == "W4x16":  # the W4 CNN training step (SGD with momentum) at batch 64 x 16
         from training_workloads import inputs
@@ -187,16 +191,7 @@ def build_case(case: str):
             m = T.Sequential(T.Conv2d(1, 32, 3), T.ReLU(), T.Conv2d(32, 64, 3), T.ReLU(), T.MaxPool2d(2), T.Flatten(),
                              T.Linear(9216, 128), T.ReLU(), T.Linear(128, 10)).cuda()
             m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in data["params"].items()})
-            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-            tx, ty = torch.from_numpy(xs).cuda(), torch.from_numpy(ys).cuda()
-
-            def step():
-                opt.zero_grad(set_to_none=True)
-                loss = T.functional.cross_entropy(m(tx), ty)
-                loss.backward()
-                opt.step()
-                return loss
-            return step
+            return _torch_training_step(torch, m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), xs, ys)
         return lum, tor, None
     if case == "W5x16":  # the W5 encoder layer's forward and gradients at batch 8 x 16 (the ffn1 weight's shown)
         import workloads
