@@ -102,6 +102,38 @@ def test_key_padding_mask_skips_the_padded_keys():
     np.testing.assert_allclose(got, _torch(q, k, v, np.where(causal, fmask, -np.inf).astype(np.float32)), **TOL)
 
 
+def test_finfo_min_padding_mask_skips_the_padded_keys(monkeypatch):
+    """Hugging Face's padding mask is additive ``finfo.min``, not -inf: a row that sees some key skips the padded
+    ones after it as with -inf (shown by a NaN key among them, which the unfused softmax spreads over every row of
+    its sequence: fused, those rows equal torch's without the NaN key); a sequence with no key left keeps all of
+    them, the reference's and torch's average over the finfo.min scores; -1e4 (older BERT masks) skips nothing."""
+    rng = np.random.default_rng(6)
+    b, h, l, s, d = 4, 2, 40, 130, 16
+    q, k, v = _arrays(rng, (b, h, l, d), (b, h, s, d), d)
+    lengths = np.array([130, 70, 0, 65])
+    seen = np.arange(s)[None, :] < lengths[:, None]
+    k[1, 0, 100] = np.nan  # a padded key of sequence 1
+    shapes = ((b, h, l, d), (b, h, s, d), (b, h, s, d))
+    k_clean = np.where(np.isnan(k), 0, k)
+    for low in (np.finfo(np.float32).min, -1e4):
+        mask = np.where(seen, 0, low).astype(np.float32).reshape(b, 1, 1, s)
+        got = {}
+        for fused in (True, False):
+            cx, ins, out = _compile(shapes, mask_shape=(b, 1, 1, s), mask_dtype=lm.DType.float32, fused=fused,
+                                    monkeypatch=monkeypatch)
+            assert fused_chains(cx) == int(fused)
+            got[fused] = _run(cx, ins, (q, k, v, mask), out, (b, h, l, d))
+        assert np.isnan(got[False][1, 0]).all()  # unfused: the NaN score reaches every row of its head
+        skipped = low < -1e30
+        assert np.isnan(got[True][1, 0]).all() != skipped
+        want = _torch(q, k_clean, v, mask)
+        for i in (0, 3) + ((1, 2) if skipped else ()):
+            np.testing.assert_allclose(got[True][i], want[i], **TOL)
+        # sequence 2 sees no key: all of them (finfo.min: an average; -1e4 + a score rounds in float32, so the
+        # unfused program is the oracle there)
+        np.testing.assert_allclose(got[True][2], got[False][2], **TOL)
+
+
 def test_rows_that_see_nothing_and_nan_inputs(monkeypatch):
     """A query row whose keys are all masked is NaN, as unfused (and torch's math path); a NaN in a key makes the
     rows that see it NaN; a block of rows none of which sees that key skips it (the module docstring: unfused,

@@ -19,6 +19,10 @@ the last one with ``R > -inf`` in some row (at least one key: a row that sees no
 reference). A skipped key's score would have been ``-inf``, its probability 0, for every finite score: so the
 results are the reference's, except where a masked position's score is itself NaN or infinite (a NaN or inf
 in ``Q`` or ``K``): the reference's row is NaN there, the fused kernel's is not (as torch's flash kernels).
+A finite mask value at or below :data:`MASK_FLOOR` (-1e30: Hugging Face's ``finfo.min`` padding masks) hides a
+key the same way in a row that sees another key above the floor (their exponential underflows to exactly 0
+for any score below ~1e29); a row that sees no key above it keeps all of them (the reference's softmax over
+``finfo.min`` scores is an average).
 
 Where the probabilities are read after the P.V GEMM (a training step's backward, which the softmax's
 gradient rule lets read them alone) or are an output (attention weights), the kernel stores them in their arena
@@ -136,6 +140,10 @@ def gemm_offsets(kernel: GemmKernel) -> tuple:
     for d in kernel.dims[:nb]:
         batch = batch * d
     return bvars, a_off, b_off, c_off, batch
+
+
+# a softmax's mask term at or below this hides its key from a row that sees another key above it (module docstring)
+MASK_FLOOR = -1e30
 
 
 def skip_values(program, members_i: list, s_buf: int, uses):
@@ -325,16 +333,19 @@ class AttentionCRendering:
             lines.append(f"    {'    ' * j}}}")
 
     def _key_scan(self, members_i: list, s_buf: int, NK):
-        """``(values, first, test)``: what decides which keys a block may skip (see :meth:`_visible_keys`): the
-        values whose C ``test`` is true at a key in some row make it visible; ``first``: the C count before any
-        (``NK`` keys in all). None when no key may be skipped."""
+        """``(values, first, test, any_test)``: what decides which keys a block may skip (see
+        :meth:`_visible_keys`): the values whose C ``test`` is true at a key in some row make it visible; a row
+        where ``test`` holds nowhere sees the keys where ``any_test`` holds (None: no such fallback); ``first``: the
+        C count before any (``NK`` keys in all). None when no key may be skipped."""
         scan = skip_values(self.program, members_i, s_buf, self.uses)
         if scan is None:
             return None
         values, softmax = scan
-        # (a softmax sees at least one key: a row that sees none is NaN, as the reference; none without keys)
-        return (values, f"LUMINAL_MIN(1, {self.index(NK)})", "lm_r != -INFINITY") if softmax else \
-            (values, "0", "lm_r != 0")
+        # (a softmax sees at least one key: a row that sees none is NaN, as the reference; none without keys. A
+        # mask value at or below MASK_FLOOR (finfo.min) hides its key from a row that sees a key above it: exp()
+        # of their difference is 0 for scores below ~1e29; a NaN mask value is seen)
+        return (values, f"LUMINAL_MIN(1, {self.index(NK)})", f"!(lm_r <= {MASK_FLOOR!r}f)", "lm_r != -INFINITY") \
+            if softmax else (values, "0", "lm_r != 0", None)
 
     def _visible_keys(self, scan, bvars, rvar, NK) -> list[str]:
         """Statements setting ``lm_nkv``: the number of keys the block's rows ``[lm_m0, lm_m1)`` may see (see the
@@ -343,20 +354,26 @@ class AttentionCRendering:
         (:meth:`_key_scan`) is None."""
         if scan is None:
             return [f"const long long lm_nkv = {self.index(NK)};"]
-        rest, first, test = scan
+        rest, first, test, any_test = scan
         nb = len(bvars)
         jvar = Expression.symbol("j", NK - 1)
         w = KernelWriter(self, loop_var="j")
         values = [w.emit(t, bvars + (rvar, jvar)) for t in rest]
         out = [f"long long lm_nkv = {first};", f"for (long long i{nb} = lm_m0; i{nb} < lm_m1; i{nb}++) {{"]
         out += ["    " + x for x in w.hoisted]
-        out += ["    long long lm_last = 0;", "    #pragma omp simd reduction(max:lm_last)",
+        out += ["    long long lm_last = 0, lm_any = 0;", "    #pragma omp simd reduction(max:lm_last, lm_any)",
                 f"    for (long long j = 0; j < {self.index(NK)}; j++) {{"]
         out += ["        " + x for x in w.lines]
         out += [f"        const float lm_r = {' + '.join(f'({v})' for v in values)};",
                 f"        const long long lm_c = {test} ? j + 1 : 0;",
-                "        lm_last = lm_c > lm_last ? lm_c : lm_last;", "    }",
-                "    lm_nkv = LUMINAL_MAX(lm_nkv, lm_last);", "}"]
+                "        lm_last = lm_c > lm_last ? lm_c : lm_last;"]
+        if any_test is not None:  # a row that sees no key above the floor: every key it does not mask with -inf
+            out += [f"        const long long lm_a = {any_test} ? j + 1 : 0;",
+                    "        lm_any = lm_a > lm_any ? lm_a : lm_any;", "    }",
+                    "    if (lm_last == 0) lm_last = lm_any;"]
+        else:
+            out.append("    }")
+        out += ["    lm_nkv = LUMINAL_MAX(lm_nkv, lm_last);", "}"]
         return out
 
     def zero_operand(self, kernel, epilogue: str, packs: tuple):
