@@ -190,15 +190,9 @@ static int lm_gemm_T(long long M, long long N, long long K, const T *A, long lon
         return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
     }
 #ifdef LUMINAL_BLAS
-    if (M * N * K >= LM_THREADED_MACS && M >= 256 && N >= 256 && !omp_in_parallel()) {
-        /* a big square-ish GEMM alone: OpenBLAS's threads share the packed panels (2-4% faster at 2048^3 than
-           a split, whose threads each pack all of A); a thread wake-up is nothing next to it */
-        lm_blas_threads(omp_get_max_threads());
-        BLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-             1, A, (int)lda, B, (int)ldb, 0, C, (int)N);
-        lm_blas_threads(1);
-        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;
-    }
+    /* (never OpenBLAS's own threads: right after a kernel the OpenMP threads still spin-wait on the same cores,
+       and a threaded sgemm then ran 1.6x slower -- a BERT FFN's 2048 x 384 x 1536 19.6 ms against 11.9 split;
+       alone, a 2048^3 GEMM is within 1% either way) */
     int err = 0;
     #pragma omp parallel if(M * N * K >= LM_SPLIT_MACS && !omp_in_parallel())
     {
@@ -231,14 +225,11 @@ static int lm_gemm_T(long long M, long long N, long long K, const T *A, long lon
 
 
 _BLAS_INIT = r"""
-/* One thread pool: OpenBLAS runs single-threaded inside the OpenMP threads (see lm_gemm_f32), except for
-   one big GEMM of at least LM_THREADED_MACS multiply-adds. */
+/* One thread pool: OpenBLAS runs single-threaded inside the OpenMP threads (see lm_gemm_f32). */
 #define LM_SPLIT_MACS 65536LL
-#define LM_THREADED_MACS (1LL << 30)
 #ifdef LUMINAL_BLAS
 void scipy_openblas_set_num_threads(int);
-static void lm_blas_threads(int n) { scipy_openblas_set_num_threads(n); }
-static void lm_blas_init(void) { static int done = 0; if (!done) { lm_blas_threads(1); done = 1; } }
+static void lm_blas_init(void) { static int done = 0; if (!done) { scipy_openblas_set_num_threads(1); done = 1; } }
 #else
 static void lm_blas_init(void) {}
 #endif
