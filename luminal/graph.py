@@ -79,8 +79,7 @@ class Graph(GraphCreation):
         dyn_map: symbol name -> bound value.
         no_delete: nodes whose outputs survive ``execute`` (weights, kept tensors).
         to_retrieve: nodes whose outputs are kept for ``GraphTensor.data()`` after ``execute``.
-        checks: run-time data checks (:meth:`add_check`), run after each ``execute``.
-    """
+        checks: run-time data checks (:meth:`add_check`), run after each ``execute``."""
 
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
@@ -192,8 +191,7 @@ class Graph(GraphCreation):
         before the post-execute hooks, ``check(*values)`` gets their numpy values and returns an error message,
         raised as ``exc``, or None. A failing check thus leaves training state (parameters, optimizer moments)
         as it was before the run. Losses use it to reject data PyTorch rejects (class indices out of range,
-        probabilities outside [0, 1]).
-        """
+        probabilities outside [0, 1])."""
         handles = tuple(tensors) if isinstance(tensors, (list, tuple)) else (tensors,)
         for h in handles:
             if h.graph is not self:
@@ -255,8 +253,7 @@ class Graph(GraphCreation):
 
         ``no_delete``/``to_retrieve`` membership, stored retrieved data and user handles (through
         :attr:`redirects`, see :meth:`follow_redirects`) move to ``new``. ``new`` must produce the same
-        logical elements in the same row-major order as ``old``.
-        """
+        logical elements in the same row-major order as ``old``."""
         if old == new:
             return
         for n in self.nodes.values():
@@ -277,8 +274,7 @@ class Graph(GraphCreation):
 
         This is how state crosses steps (updated parameters, optimizer moments): the step's result becomes
         the next step's input without a copy (the buffers are swapped; the compiled runtime writes the next
-        result into the input's previous array). ``output`` is marked for retrieval.
-        """
+        result into the input's previous array). ``output`` is marked for retrieval."""
         for nid in (output, input):
             if nid not in self.nodes:
                 raise GraphError(f"add_carry: node {nid} is not in this graph")
@@ -295,13 +291,17 @@ class Graph(GraphCreation):
         self.carries.append((output, input))
         self.to_retrieve.add(output)
 
-    def _apply_carries(self) -> None:
-        key = (self.version, tuple(self.carries))  # outputs resolved through redirects once per graph version
+    def resolved_carries(self) -> list[tuple[int, int]]:
+        """``(live output, input)`` per carry, the output followed through :attr:`redirects` (once per version)."""
+        key = (self.version, tuple(self.carries))
         if getattr(self, "_carry_cache", (None,))[0] != key:
-            self._carry_cache = (key, [(o if o in self.nodes else self.resolve(o, ShapeTracker.contiguous_of(()))[0],
-                                        i) for o, i in self.carries])
+            empty = ShapeTracker.contiguous_of(())  # (resolve() returns a node still in the graph as it is)
+            self._carry_cache = (key, [(self.resolve(o, empty)[0], i) for o, i in self.carries])
+        return self._carry_cache[1]
+
+    def _apply_carries(self) -> None:
         tensors, recycle = self.tensors, getattr(self.runtime, "recycle", None)
-        for output, input in self._carry_cache[1]:
+        for output, input in self.resolved_carries():
             new = tensors.get((output, 0))
             if new is None:
                 on_device = getattr(self.runtime, "carry_on_device", None)  # the value stayed on the GPU

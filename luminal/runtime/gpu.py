@@ -488,7 +488,7 @@ class GPURuntime:
         key = (graph.version, tuple(graph.carries), len(graph.checks))
         if self._carried_cache is None or self._carried_cache[0] != key:
             live = lambda i: graph.resolve(i, ShapeTracker.contiguous_of(()))[0]  # noqa: E731
-            self._carried_cache = (key, collections.Counter(live(o) for o, _ in graph.carries),
+            self._carried_cache = (key, collections.Counter(o for o, _ in graph.resolved_carries()),
                                    {live(h.id) for handles, _, _ in graph.checks for h in handles})
         _, carried, checked = self._carried_cache
         self._resident.clear()

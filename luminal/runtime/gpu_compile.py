@@ -140,11 +140,9 @@ def compile_for_target(tprogram, buffer_storage: dict, arch: int | str = 90, war
     import triton
     from triton.backends.compiler import GPUTarget
 
-    install_ptx_workaround()
-
     if backend not in ("cuda", "hip"):
         raise ValueError(f"compile_for_target: backend must be 'cuda' or 'hip', got {backend!r}")
-    module = _load_module(tprogram.source)
+    module = _load_module(tprogram.source)  # (installs the PTX workaround too)
     target = GPUTarget(backend, arch, warp_size or (32 if backend == "cuda" else 64))
     out = {}
     for launch in tprogram.launches:
