@@ -134,6 +134,104 @@ def test_finfo_min_padding_mask_skips_the_padded_keys(monkeypatch):
         np.testing.assert_allclose(got[True][2], got[False][2], **TOL)
 
 
+def _nan_to_fill_attention(shapes, fill, fused, monkeypatch, symbolic=False):
+    """``where(isnan(p), fill, p) @ v`` after ``p = softmax(q k^T / sqrt(d) + mask)`` (mask 0 / -inf): the
+    softmax ending of ONNX exports of PyTorch's attention, written with luminal's ops."""
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+    cx = lm.Graph()
+    qs, ks, ms = shapes
+    if symbolic:
+        qs, ks, ms = ("batch", qs[1], "seq", qs[3]), ("batch", ks[1], "seq", ks[3]), ("batch", 1, 1, "seq")
+    q, k, v = cx.tensor(qs), cx.tensor(ks), cx.tensor(ks)
+    m = cx.tensor(ms)
+    p = (q.matmul(k.transpose(2, 3)) * (1 / np.sqrt(shapes[0][-1])) + m).softmax(-1)
+    out = lm.where(p.isnan(), fill, p).matmul(v).retrieve()
+    cx.compile(device="cpu")
+    return cx, (q, k, v, m), out
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_where_isnan_after_the_softmax_joins_the_fused_chain(symbolic, monkeypatch):
+    """ONNX exports of PyTorch's attention (``torch.onnx.export`` of ``scaled_dot_product_attention``) end the
+    softmax with ``where(isnan(p), 0, p)``: a select whose reads of the row group's outputs are remapped, over
+    an axis of extent 1 more. It joins the row group and the chain is fused, its padded keys skipped (shown by
+    a NaN key among them: unfused, the NaN spreads to its head's rows and the select makes them 0; fused, they
+    equal torch's without that key); a sequence with no key left gives 0 (NaN probabilities selected away), as
+    unfused."""
+    rng = np.random.default_rng(11)
+    b, h, l, d = 4, 2, 90, 16
+    shapes = ((b, h, l, d), (b, h, l, d), (b, 1, 1, l))
+    q, k, v = _arrays(rng, (b, h, l, d), (b, h, l, d), d)
+    lengths = np.array([90, 50, 0, 33])
+    mask = np.where(np.arange(l)[None, :] < lengths[:, None], 0, -np.inf).astype(np.float32).reshape(b, 1, 1, l)
+    k[1, 0, 70] = np.nan  # a padded key of sequence 1
+    got = {}
+    for fused in (True, False):
+        cx, ins, out = _nan_to_fill_attention(shapes, 0.0, fused, monkeypatch, symbolic)
+        assert fused_chains(cx) == int(fused)
+        got[fused] = _run(cx, ins, (q, k, v, mask), out, (b, h, l, d))
+    assert (got[False][1, 0] == 0).all()  # unfused: the NaN score reaches every row of its head, selected to 0
+    want = _torch(q, np.where(np.isnan(k), 0, k), v, mask)
+    for i in (0, 1, 3):
+        np.testing.assert_allclose(got[True][i], want[i], **TOL)
+    for i in (0, 3):  # (unfused, the select is a member of the softmax's row group)
+        np.testing.assert_allclose(got[False][i], want[i], **TOL)
+    assert (got[True][2] == 0).all() and (got[False][2] == 0).all()
+
+
+def test_a_select_that_does_not_keep_zeros_skips_no_key(monkeypatch):
+    """``where(isnan(p), 1, p)`` maps a skipped key's 0 to itself but a NaN to 1: it joins the fused chain, which
+    then skips no key (the NaN among the padded keys is selected to 1 in every row of its head, as unfused)."""
+    rng = np.random.default_rng(12)
+    b, h, l, d = 3, 2, 80, 16
+    shapes = ((b, h, l, d), (b, h, l, d), (b, 1, 1, l))
+    q, k, v = _arrays(rng, (b, h, l, d), (b, h, l, d), d)
+    lengths = np.array([80, 40, 0])
+    mask = np.where(np.arange(l)[None, :] < lengths[:, None], 0, -np.inf).astype(np.float32).reshape(b, 1, 1, l)
+    k[1, 0, 60] = np.nan
+    got = {}
+    for fused in (True, False):
+        cx, ins, out = _nan_to_fill_attention(shapes, 1.0, fused, monkeypatch)
+        assert fused_chains(cx) == int(fused)
+        got[fused] = _run(cx, ins, (q, k, v, mask), out, (b, h, l, d))
+    ones = np.broadcast_to(v.sum(axis=2, keepdims=True), (b, h, l, d))  # every probability selected to 1
+    np.testing.assert_allclose(got[True][1, 0], ones[1, 0], **TOL)
+    np.testing.assert_allclose(got[True][2], ones[2], **TOL)
+    np.testing.assert_allclose(got[True], got[False], **TOL)
+
+
+def test_onnx_export_of_torch_attention_is_fused(monkeypatch):
+    """``torch.onnx.export`` (TorchScript exporter) of ``scaled_dot_product_attention`` with a boolean padding
+    mask over symbolic batch and sequence: one fused chain, equal to onnxruntime (a sequence with no key: 0)."""
+    ort = pytest.importorskip("onnxruntime")
+    import io
+    import warnings
+    import luminal.onnx
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v, m):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    x = torch.randn(2, 3, 5, 8)
+    buf = io.BytesIO()
+    dyn = {n: {0: "b", 2: "s"} for n in "qkv"} | {"m": {0: "b", 3: "s"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Attend(), (x, x, x, torch.ones(2, 1, 1, 5, dtype=torch.bool)), buf, opset_version=17,
+                          dynamo=False, input_names=list("qkvm"), output_names=["y"], dynamic_axes=dyn)
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1")
+    model = luminal.onnx.load(buf.getvalue(), device="cpu")
+    model.compile()
+    assert fused_chains(model.graph) == 1
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(13)
+    for b, s, lengths in [(3, 70, [70, 21, 0]), (1, 9, [4])]:
+        q, k, v = _arrays(rng, (b, 3, s, 8), (b, 3, s, 8), 8)
+        m = (np.arange(s)[None, :] < np.array(lengths)[:, None]).reshape(b, 1, 1, s)
+        feeds = dict(q=q, k=k, v=v, m=m)
+        np.testing.assert_allclose(model.run(feeds)["y"], sess.run(None, feeds)[0], **TOL)
+
+
 def test_rows_that_see_nothing_and_nan_inputs(monkeypatch):
     """A query row whose keys are all masked is NaN, as unfused (and torch's math path); a NaN in a key makes the
     rows that see it NaN; a block of rows none of which sees that key skips it (the module docstring: unfused,

@@ -174,7 +174,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         calls = []
         # (a batched GEMM gets an epilogue where one direct-convolution call runs every batch element)
         groups = kernel_groups(self.program, lambda g: isinstance(g, GemmKernel) and len(g.dims) > 2 and
-                               direct_plan(self.program, g) is not None)
+                               direct_plan(self.program, g) is not None, remapped_rows=True)
         self.uses = buffer_uses(self.program)
         groups, fused = attention_groups(self.program, groups, self.uses)
         self.zero_padded = zero_padded_buffers(self.program, fused, self.uses)
@@ -481,6 +481,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                            f"({start});")
             for kernel in kernels:
                 out.append("{")
+                ones = (to_expr(0),) * (len(kernel.dims) - n - 1)  # (a member's trailing axes of extent 1)
                 if isinstance(kernel, ReduceKernel) and short:
                     out += ["    " + x for x in self._unrolled_body(kernel, kernel.value, kernel.axis, vars_, flat)]
                 elif isinstance(kernel, ReduceKernel):
@@ -488,13 +489,13 @@ class CRenderer(ReduceRendering, AttentionCRendering):
                 elif len(kernel.dims) > n and kernel.dims[n] != 1 and short:
                     w = KernelWriter(self)
                     for jj in range(short):
-                        v = w.emit(kernel.value, vars_ + (to_expr(jj),))
+                        v = w.emit(kernel.value, vars_ + (to_expr(jj),) + ones)
                         w.lines.append(f"{self.pointer(kernel.out)}[{self.index(flat * extent + jj)}] = "
                                        f"{self.store(kernel.out, v)};")
                     out += ["    " + x for x in w.lines]
                 elif len(kernel.dims) > n and kernel.dims[n] != 1:  # over the row's inner axis
                     w = KernelWriter(self, loop_var="j")
-                    v = w.emit(kernel.value, vars_ + (jvar,))
+                    v = w.emit(kernel.value, vars_ + (jvar,) + ones)
                     out += ["    " + x for x in w.hoisted]
                     out += ["    #pragma omp simd", f"    for (long long j = 0; j < {bound}; j++) {{"]
                     out += ["        " + x for x in w.lines]

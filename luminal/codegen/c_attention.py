@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
@@ -53,7 +54,7 @@ from .c_reduce import PARALLEL_WORK, small_extent
 from .emit import KernelWriter
 from .gemm_lowp import lowp_name, operand_stores
 from .groups import row_locals
-from .kernel import ConstValue, ElementwiseKernel, GemmKernel, Load, ReduceKernel
+from .kernel import ConstValue, ElementwiseKernel, GatherValue, GemmKernel, Load, ReduceKernel, Remapped
 from .triton_attention import _is_load, _op, _softmax_members, find_attention
 from .values import kernel_buffers, walk
 
@@ -86,7 +87,7 @@ def attention_groups(program, groups: list, uses) -> tuple[list, set]:
         g0, g1, last = kernels[g0i], kernels[g1i], kernels[group[-1]]
         space = tuple(kernels[group[0]].dims) + (kernels[group[0]].extent,)
         if (g1i in epilogues or any(x is not None for g in (g0, g1) for x in (g.a_pro, g.b_pro))
-                or not isinstance(last, ElementwiseKernel) or tuple(last.dims) != space
+                or not isinstance(last, ElementwiseKernel) or tuple(last.dims[:len(space)]) != space
                 or small_extent(kernels[group[0]].extent) or len(row_locals(program, group, uses)) > SLOT_S):
             continue
         # the chain runs where its probabilities are first read (the P.V GEMM, or an earlier reader: the
@@ -152,11 +153,46 @@ def skip_values(program, members_i: list, s_buf: int, uses):
     where they are above -inf), another chain's zero factor (:func:`zero_factor`, seen where it is not 0); None
     when no key may be skipped."""
     members = [program.kernels[i] for i in members_i]
-    if _softmax_members(members):
+    if _softmax_of(members):
         rest = mask_terms(members[0].value, s_buf)
         return None if rest is None else (rest, True)
     z = zero_factor(program, members_i, s_buf, uses)
     return None if z is None else ([z], False)
+
+
+def _keeps_zero(value, is_p) -> bool:
+    """Whether ``value`` is 0 wherever the probability is (a key the fused chain skips): every value it can
+    select is the probability (``is_p``), a zero or outside a view's mask (which reads 0), whatever the select's
+    index."""
+    def zero(v):
+        if is_p(v):
+            return True
+        if isinstance(v, ConstValue):
+            return not isinstance(v.value, Expression) and float(v.value) == 0
+        if isinstance(v, GatherValue):
+            return v.data is not None and zero(v.data)
+        if isinstance(v, Remapped):
+            return zero(v.value)
+        return _op(v, "Add", 2) and zero(v.args[0]) and zero(v.args[1])
+    return zero(value)
+
+
+def _softmax_of(members) -> bool:
+    """Whether the row group ``members`` is a softmax (:func:`_softmax_members`), possibly with its probabilities
+    passed through a last member that keeps their zeros (:func:`_keeps_zero`): ONNX exports of PyTorch's
+    attention end the softmax with ``where(isnan(p), 0, p)``, stored or computed with the product inlined."""
+    if _softmax_members(members):
+        return True
+    *head, last = members
+    if not isinstance(last, ElementwiseKernel) or len(head) < 4:
+        return False
+    if _softmax_members(head) and _keeps_zero(last.value, lambda v: _is_load(v, head[-1].out)):
+        return True
+    n = len(members[0].dims)
+    for v in walk(last.value):  # the product e * r inlined into the last member
+        if _op(v, "Mul", 2) and _softmax_members(head + [replace(last, value=v, dims=tuple(last.dims[:n + 1]))]):
+            return _keeps_zero(last.value, lambda u: u == v)
+    return False
 
 
 def zero_padded_buffers(program, fused, uses) -> set:

@@ -10,7 +10,7 @@ from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, P
 from .values import buffer_uses, kernel_buffers, merge_value, read_offsets, walk
 
 
-def kernel_groups(program: Program, batched_epilogues=False) -> list[list[int]]:
+def kernel_groups(program: Program, batched_epilogues=False, remapped_rows: bool = False) -> list[list[int]]:
     """Kernels rendered together as one loop nest:
 
     * a *row group*: a reduction over the innermost axis and the kernels after it that work row by row --
@@ -28,11 +28,16 @@ def kernel_groups(program: Program, batched_epilogues=False) -> list[list[int]]:
       ``batched_epilogues`` (the Triton renderer, whose GEMM tiles know their batch index) a batched GEMM gets
       one too; it may also be a predicate on the GEMM kernel (the C renderer: the batched GEMMs that one
       direct-convolution call runs whole, a grouped convolution's).
+
+    ``remapped_rows`` (the C renderer, whose row members evaluate any read at its flat offset): a row group's
+    member may also read the group's outputs through remapped or gathered values (a ``where`` over the
+    probabilities, as ONNX exports of PyTorch's attention end their softmax with) when every such read lands on
+    its own element or its row's scalar, and may have trailing axes of extent 1 (a gather's kept axis).
     """
     groups: list[list[int]] = []
     k = 0
     while k < len(program.kernels):
-        row = _row_group_at(program.kernels, k)
+        row = _row_group_at(program.kernels, k, remapped_rows)
         if len(row) > 1:
             groups.append(row)
             k += len(row)
@@ -194,7 +199,7 @@ def epilogues_adjacent(program: Program) -> Program:
 MIN_ROWS = 8  # a row group needs at least this many rows to split over the threads (or symbolic ones)
 
 
-def _row_group_at(kernels, start: int) -> list[int]:
+def _row_group_at(kernels, start: int, remapped: bool = False) -> list[int]:
     """The row group starting at kernel ``start`` (see :func:`kernel_groups`); ``[start]`` when there is none."""
     red = kernels[start]
     if not isinstance(red, ReduceKernel) or not red.dims or red.axis != len(red.dims) or red.extent == 1:
@@ -205,7 +210,6 @@ def _row_group_at(kernels, start: int) -> list[int]:
         count = count * d
     if count.is_constant() and count.to_int() < MIN_ROWS:
         return [start]
-    scalar, interior = (rows, rows + (to_expr(1),)), rows + (extent,)
     produced = {red.out: rows}  # buffer -> its dims, for the group's outputs so far
     members = [start]
     for k in range(start + 1, len(kernels)):
@@ -213,21 +217,60 @@ def _row_group_at(kernels, start: int) -> list[int]:
         if isinstance(kernel, ReduceKernel):
             if tuple(kernel.dims) != rows or kernel.axis != len(rows) or kernel.extent != extent:
                 break
-            space = interior
-        elif isinstance(kernel, ElementwiseKernel) and tuple(kernel.dims) in (*scalar, interior):
+            space = rows + (extent,)
+        elif isinstance(kernel, ElementwiseKernel) and _row_space(tuple(kernel.dims), rows, extent, remapped):
             space = tuple(kernel.dims)
         else:
             break
-        if not _reads_own_row(kernel.value, produced, space, len(rows)):
+        if not _reads_own_row(kernel.value, produced, space, len(rows), remapped):
             break
         produced[kernel.out] = tuple(kernel.dims)
         members.append(k)
     return members
 
 
-def _reads_own_row(value, produced: dict, space: tuple, n: int) -> bool:
+def _row_space(dims: tuple, rows: tuple, extent, trailing: bool) -> bool:
+    """Whether an elementwise kernel over ``dims`` works on the rows ``rows`` (of ``extent`` elements): one value
+    per row or one per element, with more axes of extent 1 after them where ``trailing``."""
+    n = len(rows)
+    if trailing and len(dims) > n + 1 and all(to_expr(d) == 1 for d in dims[n + 1:]):
+        dims = dims[:n + 1]
+    return dims in (rows, rows + (to_expr(1),), rows + (extent,))
+
+
+def _reads_own_row(value, produced: dict, space: tuple, n: int, remapped: bool = False) -> bool:
     """Whether ``value`` (over ``space``: the rows, plus an inner axis or not) reads the buffers in ``produced``
-    only in its own row: a row's scalar broadcast along the inner axis, or the same element of a row."""
+    only in its own row: a row's scalar broadcast along the inner axis, or the same element of a row (read
+    plainly; with ``remapped`` also through remapped or gathered values, see :func:`_own_row_offsets`)."""
+    return _plain_own_row(value, produced, space, n) or remapped and _own_row_offsets(value, produced, space, n)
+
+
+def _own_row_offsets(value, produced: dict, space: tuple, n: int) -> bool:
+    """Whether every offset at which ``value`` reads a buffer of ``produced`` (:func:`read_offsets`, the C
+    emitter's own evaluation, through remaps and gathers) is provably its own element of the row or its row's
+    scalar, over index variables bounded by ``space`` (an offset that depends on a gathered run-time index is
+    not)."""
+    inner = len(space) > n and to_expr(space[n]) != 1
+    vs = [Expression.symbol(f"lm_row{j}", to_expr(d) - 1) for j, d in enumerate(space[:n])]
+    vs += [Expression.symbol("lm_key", to_expr(space[n]) - 1) if inner else to_expr(0)]
+    vs += [to_expr(0)] * (len(space) - n - 1)
+    for buf, dims in produced.items():
+        offsets = read_offsets(value, vs, buf)
+        wide = len(dims) > n and to_expr(dims[n]) != 1
+        if not offsets:
+            continue
+        if wide and not inner:
+            return False  # a per-row value reading the row's elements: a reduction, not a member
+        at = (vs[:n] + [vs[n] if wide else to_expr(0)] + [to_expr(0)] * len(dims))[:len(dims)]
+        own, _ = ShapeTracker.contiguous_of(dims).axis_expressions(tuple(at))
+        for off in offsets:
+            diff = (to_expr(off) - own).simplify()
+            if not (diff.is_constant() and diff.to_int() == 0):
+                return False
+    return True
+
+
+def _plain_own_row(value, produced: dict, space: tuple, n: int) -> bool:
     stack = [(value, False)]
     while stack:
         v, nested = stack.pop()
