@@ -448,7 +448,9 @@ cases = [((2, 4, 6, 32), (4, 1, 3, 3), dict(padding=1, groups=4)),       # depth
          ((1, 2, 5, 35), (4, 2, 5, 5), dict(stride=2, padding=2)),       # the two phases' split: a tail, even pad
          ((1, 2, 4, 21), (3, 2, 3, 3), dict(padding=1)),                 # a K tail in the dot form
          ((2, 8, 7, 7), (8, 1, 3, 3), dict(padding=1, groups=8)),        # planes of padded rows (7 in 9): with
-         ((1, 3, 14, 14), (5, 3, 3, 3), dict(padding=1))]                # AVX-512, compressed masked stores
+         ((1, 3, 14, 14), (5, 3, 3, 3), dict(padding=1)),               # AVX-512, compressed masked stores
+         ((1, 4, 20, 20), (80, 4, 3, 3), dict(padding=1)),               # cols form: a partial row block
+         ((2, 8, 14, 14), (32, 8, 3, 3), dict(stride=2, padding=1))]     # cols form: strided, two images
 rng = np.random.default_rng(0)
 for xs, ws, kw in cases:
     xa, wa = rng.standard_normal(xs), rng.standard_normal(ws)
@@ -499,8 +501,9 @@ print("SANITIZED-OK")
 
 
 def test_direct_kernels_under_address_and_undefined_sanitizers(tmp_path, monkeypatch):
-    """The direct kernels (batched groups, vectors across rows, phases, a K tail) in a build with AddressSanitizer
-    and UBSan (exact-size scratch buffers), forward and gradients against the reference interpreter."""
+    """The direct kernels (batched groups, vectors across rows, phases, a K tail, the cols form) in a build with
+    AddressSanitizer and UBSan (exact-size scratch buffers), forward and gradients against the reference
+    interpreter."""
     from hl_helpers import run_sanitized
     monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
     run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", extra_cflags="-DLM_OWN_GEMM_EXACT_BUFFERS")

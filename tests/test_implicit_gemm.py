@@ -188,7 +188,8 @@ def test_packed_choice_is_honoured(monkeypatch, tmp_path):
     _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "packed_buffers")
 
 
-MARGINAL = ((4, 8, 7, 7), (48, 8, 3, 3), dict(padding=1))  # rows of 7: 49 of 64 lanes, 48 > FEW rows of A
+# rows of 7: 49 of 64 lanes, 40 > FEW rows of A (and 40 of the cols form's 48 lanes: under FULL)
+MARGINAL = ((4, 8, 7, 7), (40, 8, 3, 3), dict(padding=1))
 
 
 def test_search_measures_the_marginal_direct_form(monkeypatch, tmp_path):

@@ -21,7 +21,7 @@ a fused prologue that is a plain load (:func:`window_load`) of a buffer of the
 GEMM's dtype, each index variable moving along one axis of that buffer (a positive step; the buffer's axes are
 split where the view reads a flattened axis as two), each mask bounding exactly the axis its variables move along
 (with the same coefficients) by its extent, every unmasked coordinate in range: then the view's offset is the
-copy's, term by term. Two forms:
+copy's, term by term. Three forms:
 
 * *rows* (the window is B; a convolution's forward, and its input gradient, which nn.conv computes as a
   convolution where this applies): vectors along the output's innermost axis, as above; A is interleaved by
@@ -32,6 +32,9 @@ copy's, term by term. Two forms:
   1 x 7 for a depthwise convolution's one row per group), their lanes added at the end; K in L1-sized chunks. A
   vector that crosses from one row into the next (rows of 24 = 16, then 8 + 8) loads both places in the copy
   and blends them by a lane mask, so every lane is in use for rows of at least ``VW - gcd(VW, rows)``.
+* *cols* (the window is B; a convolution's forward where the output rows leave lanes idle: 7, 14, 20): vectors along
+  the output channels (A's rows, interleaved), each window element broadcast, so no lane idles whatever the rows'
+  length or stride (:func:`~.gemm_direct_loops.cols_loops`; ``LUMINAL_DIRECT_COLS=0`` turns it off).
 
 A strided convolution reads every s-th element along the rows: the copy stores the innermost axis as s *phases*
 (element c at ``(c % s, c // s)``), where those reads are contiguous again (for s = 2 each row is split into its
@@ -49,7 +52,7 @@ on 16^3 volumes 19.6 vs 24.2, 32 -> 64 on 32x32 4.1 vs 4.2; but 64 -> 64 on 24x2
 0.75 vs 0.58 ms, so those keep the pack. The dot form with vectors across rows: W4's conv2 weight gradient (rows of
 24) 7.7-8.5 vs 8.2 ms packed (at par); a 7x7 depthwise convolution of 96 channels 2.8 vs 10.5 ms per step, where the pack
 copies 49 times the input.)
-:func:`render_direct` writes the C function (the loops of the two forms: :mod:`.gemm_direct_loops`), with the
+:func:`render_direct` writes the C function (the loops of the three forms: :mod:`.gemm_direct_loops`), with the
 fused own GEMM's signature (so the renderer calls it the same way); the prologue search (``search="quick"``)
 times it as the fused plan, against the same GEMMs packed and the copy materialized. ``LUMINAL_DIRECT_CONV=0``
 turns the path off.
@@ -75,7 +78,7 @@ from dataclasses import dataclass
 from ..dtype import DType
 from ..shape import Expression, to_expr
 from .gemm_config import vector_bytes
-from .gemm_direct_loops import dot_loops, dot_runs, rows_loops, tile
+from .gemm_direct_loops import cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, tile
 from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
@@ -86,6 +89,10 @@ FEW_ROWS_PAR = 16  # threads from LM_OWN_GEMM_PAR_MACS / this multiply-adds wher
 # small images, rows of 7 / 4: 192 channels 14 -> 7 at 117 us packed, 35 direct; 256 channels 9 -> 5 139 vs 29)
 DEPTHWISE_ROWS, DEPTHWISE_USE = 2, 0.25
 FULL = 0.85  # the share of lanes in use from which a form is taken with any number of rows
+# the "cols" form from this many output positions (a symbolic batch at 1): fewer (a ResNet's last stages, 7 x 7 and 4 x 4
+# against 256-512 channels) stream A, whose pack then costs more than the packed GEMM's (ResNet-18 at 112 x 112, one
+# 3x3 layer, batch 1: 49 positions 0.57 ms against 0.44, 16 1.60 against 0.80; batch 8: 2.47 / 2.82, 4.49 / 3.59)
+COLS_POSITIONS = 96
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,8 @@ class DirectPlan:
     per axis; ``steps[d] = (axis, step)`` for each index variable ``d`` of the prologue that moves (its kernel
     axis longer than 1, its stride non-zero); ``origin[a]``: the coordinate on axis ``a`` when every variable is
     0 (before padding). ``q``: the prologue axis along which the kernel takes vectors (unit stride in the copy):
-    the output's innermost axis (``mode="rows"``), or the innermost axis of the sum (``"dot"``). ``q2``: the next
+    the output's innermost axis (``mode="rows"``), or the innermost axis of the sum (``"dot"``); -1 for ``"cols"``
+    (its copy is read element by element, the output's axes all in the position's offset). ``q2``: the next
     output axis when the rows form's vectors run over planes of whole padded rows (else None)."""
     src: int
     dims: tuple
@@ -301,7 +309,16 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     plain = 1 if fused_other else _int((g.a_view if g.b_pro is not None else g.b_view).strides[-1])
     best, best_use = None, 0.0
     # (the window on side b: "rows" or "dot"; on side a: "dot")
-    for mode in ("rows", "dot") if g.b_pro is not None else ("dot",):
+    for mode in ("rows", "dot", "cols") if g.b_pro is not None else ("dot",):
+        if mode == "cols":  # vectors along A's rows, the window read element by element (no run, no phases):
+            m = _int(g.dims[-2])  # taken from FULL of its lanes where no other form has all of them in use
+            use = m / (-(-m // vw) * vw)
+            if os.environ.get("LUMINAL_DIRECT_COLS", "1") != "0" and use >= FULL and best_use < 1 and _least(
+                    g.dims[-1]) >= COLS_POSITIONS:
+                plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), -1, "cols")
+                if _least(plan.padded_size()) <= MAX_PADDED:
+                    best, best_use = plan, use
+            continue
         role = "row" if mode == "rows" else "k"
         q = next((d for d, e in enumerate(pro.axes) if e is not None and e[0] == role and e[1] == 1), None)
         # the run along q: along the input's innermost axis (a step s > 1, a strided convolution: the copy stores
@@ -415,7 +432,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     vw = vector_bytes() // g.dtype.itemsize
     rsp = plan.padded_strides()
     last, ph = len(rsp) - 1, plan.phase
-    q_role = pro.axes[plan.q][0]
+    q_role = pro.axes[plan.q][0] if plan.q >= 0 else "row"  # (the cols form: no run axis)
     base = _c(sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1), r)
 
     def coord(d, var):
@@ -435,8 +452,11 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     lq = kdims[plan.q]
     vpr = -(-lq // vw)  # vectors per run of the innermost axis
     ptr = r.pointer(plan.src)
-    rows = plan.mode == "rows"
-    mr = tile(g.dtype, _int(g.dims[-2]))[0]  # (the rows form's rows of A)
+    rows, cols = plan.mode == "rows", plan.mode == "cols"
+    mr = tile(g.dtype, _int(g.dims[-2]))[0]  # (the rows form's rows of A; the cols form's: vectors of them)
+    if cols:
+        mv, _, _ = cols_tile(g.dtype, _int(g.dims[-2]))
+        mr = mv * vw
     # the copy of the source with its halo: rows of the innermost axis, each at its padded place
     inner = plan.dims[-1]
     outer = 1
@@ -449,11 +469,12 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     # (a copy without a halo, one phase: every element but the slack past it is overwritten)
     zero_from = _c(plan.padded_size(), r) if ph == 1 and not any(lo or hi for lo, hi in plan.pads) else "0LL"
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
-    table = "K" if rows else ("N" if pro.side == "b" else "M")
+    table = "K" if rows or cols else ("N" if pro.side == "b" else "M")
     other = g.a_pro if pro.side == "b" else g.b_pro
     batch = _batch(g, plan, pro, rsp, kdims, r)
     nbat = batch[0] if batch else 1
-    extra = "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(b=nbat, mr=mr, t=ctype) if rows else \
+    extra = cols_scratch(ctype, mr, nbat) if cols else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
+        b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
         (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
          if other is not None else "")
@@ -471,7 +492,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        for (long long m = 0; m < {nbat}LL * M; m++) memset(C + m * N, 0, (size_t)N * sizeof({ctype}));",
         f"        return epi ? lm_epilogue_all(epi, bufs, syms, {nbat}LL * M, N) : 0;",
         "    }",
-        *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows else []),
+        *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows or cols else []),
         f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner(), r)};",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
@@ -503,7 +524,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    }",
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
-    lines += rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
+    lines += cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
+        rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
         if rows else dot_loops(part, ctype, vw, lq, base, pro.side, other is not None, batch,
                                (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
                                (_int(g.dims[-1]), _int(g.dims[-2])))

@@ -1,9 +1,10 @@
-"""The loops of the direct convolution's two forms (:mod:`.gemm_direct`), rendered as C.
+"""The loops of the direct convolution's three forms (:mod:`.gemm_direct`), rendered as C.
 
-:func:`rows_loops` (the window is B; tiles of ``NV`` vectors of output positions x ``MR`` rows of A) and
-:func:`dot_loops` (a weight gradient: tiles of dot products along the sum) write the part of the direct kernel's
-function after its padded copy is made: the offset tables, the threads' shares, the register tiles, the stores
-into C and the epilogue calls. Both get ``part(role, var)``, the C expression of the copy's offset for the GEMM
+:func:`rows_loops` (the window is B; tiles of ``NV`` vectors of output positions x ``MR`` rows of A),
+:func:`dot_loops` (a weight gradient: tiles of dot products along the sum) and :func:`cols_loops` (the window is B;
+tiles of ``MV`` vectors of A's rows x ``NB`` output positions) write the part of the direct kernel's function after
+its padded copy is made: the offset tables, the threads' shares, the register tiles, the stores into C and the
+epilogue calls. All get ``part(role, var)``, the C expression of the copy's offset for the GEMM
 index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from :func:`.gemm_direct.render_direct`, and ``base``, the
 C expression of the copy's offset where every index is 0 (symbolic when a batch of any size lies inside it).
 """
@@ -371,3 +372,130 @@ def dot_loops(part, ctype, vw, lq, base, side, fused_plain, batch=None, pq=(4, 4
         "    }",
     ]
     return lines
+
+
+COLS_KC = 128  # the "cols" form's slice of K: its block of A (64 x 128 floats) stays in L1 while the tiles read it
+COLS_CHUNK = 16  # tiles (of NB output positions) per chunk: their partial sums stay in the thread's stack
+
+
+def cols_tile(dtype: DType, m: int) -> tuple[int, int, int]:
+    """``(MV, NB, VW)`` of the "cols" form's register tile for ``m`` rows of A: ``MV`` vectors of rows of A (output
+    channels) x ``NB`` output positions (``MV * NB`` accumulators: 4 x 6, 2 x 12 or 1 x 24 with 32 vector registers,
+    2 x 6 or 1 x 12 with 16), no more vectors than the rows need."""
+    vw = vector_bytes() // dtype.itemsize
+    need = -(-max(m, 1) // vw)
+    if _registers() == 32:
+        mv = 4 if need >= 4 else 2 if need >= 2 else 1
+        return mv, 24 // mv, vw
+    mv = 2 if need >= 2 else 1
+    return mv, 12 // mv, vw
+
+
+def cols_scratch(ctype: str, mr: int, nbat: int) -> str:
+    """C bytes of the "cols" form's scratch beyond the copy: A interleaved by ``mr`` rows, and the K offsets."""
+    return f"(size_t)({nbat}LL * MB * {mr} * K) * sizeof({ctype}) + (size_t)K * sizeof(long long) + 192"
+
+
+def cols_loops(part, ctype, vw, base, m, fused_a, batch=None) -> list[str]:
+    """The "cols" form: vectors along the rows of A (output channels), each output position's window read one
+    element at a time and broadcast: tiles of ``MV`` vectors of rows x ``NB`` positions, whatever the output rows'
+    length (rows of 7 or 14 leave no lane idle) and stride (no phases: the copy is read element by element).
+
+    A is interleaved by ``MR = MV * VW`` rows first (by the prologue's pack callback where ``fused_a``). Each
+    thread takes a share of the tiles, in chunks of ``COLS_CHUNK``, and runs every block of ``MR`` rows of A over
+    each chunk, K in slices of ``COLS_KC`` (the slice of the block in L1 while the chunk's tiles read it), the
+    tiles' partial sums kept in the thread's stack between slices; then they are stored into C transposed (one
+    output position per accumulator vector) and the epilogue runs on the block's rows and the chunk's columns.
+    ``batch`` as for :func:`rows_loops`. (Weight-streaming layers, a few positions against a large A, are not
+    taken here: :func:`luminal.codegen.gemm_direct.direct_plan`.)"""
+    nbat, boff, aoff = batch or (1, "0", "0")
+    mv, nb, _ = cols_tile(DType.float32 if ctype == "float" else DType.float64, m)
+    mr, kc, ch = mv * vw, COLS_KC, COLS_CHUNK
+    short = "f32" if ctype == "float" else "f64"
+
+    def pack(dst, m0, m1, k0, k1, ind):  # rows [m0, m1) x K [k0, k1) of A (batch element b) as one MR-row sliver
+        if fused_a:
+            return [f"{ind}((const lm_pro_{short} *)(const void *)A)->fn(bufs, syms, ((const lm_pro_{short} *)"
+                    f"(const void *)A)->bi + b, {m0}, {m1} - {m0}, {k0}, {k1} - {k0}, {dst}, {mr});"]
+        return [f"{ind}for (long long i = 0; i < {mr}; i++) {{  /* (row by row of A: contiguous reads) */",
+                f"{ind}    {ctype} *restrict d = {dst} + i;",
+                f"{ind}    if ({m0} + i < {m1}) {{",
+                f"{ind}        const {ctype} *s = A + ({aoff}) + ({m0} + i) * sam + {k0} * sak;",
+                f"{ind}        for (long long k = 0; k < {k1} - {k0}; k++) d[k * {mr}] = s[k * sak];",
+                f"{ind}    }} else for (long long k = 0; k < {k1} - {k0}; k++) d[k * {mr}] = ({ctype})0;",
+                f"{ind}}}"]
+
+    block = [  # one block of rows (b, mb) over the tiles [ta, tb)
+        "{",
+        f"    const long long m0 = mb * {mr}, m1 = m0 + {mr} < M ? m0 + {mr} : M;",
+        "    if (pos_of != b * ntile + ta) {  /* the chunk's positions: pointers into the copy */",
+        "        pos_of = b * ntile + ta;",
+        f"        const long long xb = {boff};",
+        "        for (long long t = ta; t < tb; t++)",
+        f"            for (int j = 0; j < {nb}; j++) {{",
+        f"                const long long n = t * {nb} + j < N ? t * {nb} + j : N - 1;",
+        f"                pos[t - ta][j] = xp + xb + {base} + {part('row', 'n')};",
+        "            }",
+        "    }",
+        f"    for (long long k0 = 0; k0 < K; k0 += {kc}) {{",
+        f"        const long long k1 = k0 + {kc} < K ? k0 + {kc} : K;",
+        f"        const {ctype} *restrict a = ap + ((b * MB + mb) * K + k0) * {mr};",
+        "        for (long long t = ta; t < tb; t++) {",
+        f"            vT acc[{mv}][{nb}];",
+        f"            const {ctype} *const *p = pos[t - ta];",
+        f"            for (int i = 0; i < {mv}; i++)",
+        f"                for (int j = 0; j < {nb}; j++)",
+        f"                    acc[i][j] = k0 ? *(const vT *)&tt[t - ta][j][i * {vw}] : (vT){{0}};",
+        "            for (long long k = k0; k < k1; k++) {",
+        f"                vT av[{mv}];",
+        f"                for (int i = 0; i < {mv}; i++) av[i] = *(const vT *)(a + (k - k0) * {mr} + i * {vw});",
+        "                const long long o = koff[k];",
+        f"                for (int j = 0; j < {nb}; j++) {{",
+        f"                    const {ctype} s = p[j][o];",
+        f"                    for (int i = 0; i < {mv}; i++) acc[i][j] += av[i] * s;",
+        "                }",
+        "            }",
+        f"            for (int i = 0; i < {mv}; i++)",
+        f"                for (int j = 0; j < {nb}; j++) *(vT *)&tt[t - ta][j][i * {vw}] = acc[i][j];",
+        "        }",
+        "    }",
+        f"    {ctype} *cb = C + b * M * N;",
+        f"    const long long n_lo = ta * {nb}, n_hi = tb * {nb} < N ? tb * {nb} : N;",
+        "    for (long long r = m0; r < m1; r++)",
+        "        for (long long n = n_lo; n < n_hi; n++)",
+        f"            cb[r * N + n] = tt[(n - n_lo) / {nb}][(n - n_lo) % {nb}][r - m0];",
+        "    if (epi) {",
+        "        int e = epi(bufs, syms, b * M + m0, b * M + m1, n_lo, n_hi);  /* (rows b * M + m: batched) */",
+        "        if (e && !terr) terr = e;",
+        "    }",
+        "}"]
+    return [
+        "    long long *restrict koff = (long long *)rest;",
+        f"    {ctype} *restrict ap = ({ctype} *)(((size_t)(koff + K) + 63) & ~(size_t)63);",
+        f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
+        f"    const long long ntile = (N + {nb - 1}) / {nb};",
+        "    #pragma omp parallel for collapse(2) schedule(static) if(par)  /* A interleaved */",
+        f"    for (long long b = 0; b < {nbat}LL; b++)",
+        "        for (long long mb = 0; mb < MB; mb++) {",
+        f"            const long long m0 = mb * {mr}, m1 = m0 + {mr} < M ? m0 + {mr} : M;",
+        *pack(f"(ap + (b * MB + mb) * K * {mr})", "m0", "m1", "0", "K", " " * 12),
+        "        }",
+        "    #pragma omp parallel if(par)",
+        "    {",
+        "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
+        f"        {ctype} tt[{ch}][{nb}][{mr}] __attribute__((aligned(64)));",
+        f"        const {ctype} *pos[{ch}][{nb}];",
+        "        long long pos_of = -1;  /* (the first tile, in all batch elements, whose positions pos holds) */",
+        "        int terr = 0;",
+        f"        const long long q0 = {nbat}LL * ntile * id / nt, q1 = {nbat}LL * ntile * (id + 1) / nt;",
+        "        for (long long q = q0, qe; q < q1; q = qe) {",
+        "            const long long b = q / ntile, ta = q % ntile;  /* (a chunk within one batch element) */",
+        f"            qe = q + {ch} < q1 ? q + {ch} : q1;",
+        "            if (qe > (b + 1) * ntile) qe = (b + 1) * ntile;",
+        "            const long long tb = ta + (qe - q);",
+        "            for (long long mb = 0; mb < MB; mb++)",
+        *["            " + x for x in block],
+        "        }",
+        *_EPI,
+        "    }",
+    ]
