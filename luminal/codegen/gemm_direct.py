@@ -78,7 +78,8 @@ from dataclasses import dataclass
 from ..dtype import DType
 from ..shape import Expression, to_expr
 from .gemm_config import vector_bytes
-from .gemm_direct_loops import cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, tile
+from .gemm_direct_loops import (cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, split_two,
+                                tile)
 from .kernel import GemmKernel, Load, Program
 
 MAX_PADDED = 1 << 26  # elements: a larger padded copy keeps the pack
@@ -457,17 +458,17 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     if cols:
         mv, _, _ = cols_tile(g.dtype, _int(g.dims[-2]))
         mr = mv * vw
-    # the copy of the source with its halo: rows of the innermost axis, each at its padded place
-    inner = plan.dims[-1]
-    outer = 1
-    for d in plan.dims[:-1]:
-        outer *= d
-    # (the outermost axis needs no modulo: a symbolic one has none)
-    at = " + ".join(f"{_c(rsp[a], r)} * ((row / {_c(_outer_stride(plan.dims, a), r)})"
-                    + (f" % {_c(plan.dims[a], r)}" if a else "") + f" + {plan.pads[a][0]})"
-                    for a in range(len(plan.dims) - 1)) or "0"
-    # (a copy without a halo, one phase: every element but the slack past it is overwritten)
-    zero_from = _c(plan.padded_size(), r) if ph == 1 and not any(lo or hi for lo, hi in plan.pads) else "0LL"
+    # the copy of the source with its halo, row by row of the copy (all phases of a row of the innermost axis): a
+    # row of the halo zeroed, a row of the source copied to its padded place and its halo zeroed around it, while
+    # the row is in L1 (zeroing the whole copy first cost a pass over it: a third of a depthwise layer's time)
+    inner, lo_in, psz = plan.dims[-1], plan.pads[-1][0], plan.padded_sizes()
+    rowlen = psz[-1]
+    prows, src_row = _size(_prod(psz[:-1])), []
+    for a in range(len(plan.dims) - 1):  # (the outermost axis needs no modulo: a symbolic one has none)
+        at = f"(prow / {_c(_prod(psz[a + 1:-1]), r)})" + (f" % {_c(psz[a], r)}" if a else "")
+        src_row.append(f"{{ const long long c = {at} - {plan.pads[a][0]}; inside &= c >= 0 && c < "
+                       f"{_c(plan.dims[a], r)}; row += c * {_c(_outer_stride(plan.dims, a), r)}; }}")
+    tail = rowlen - lo_in - inner  # (ph == 1: the row's right halo)
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows or cols else ("N" if pro.side == "b" else "M")
     other = g.a_pro if pro.side == "b" else g.b_pro
@@ -506,21 +507,32 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    int err = 0;",
         "    #pragma omp parallel if(par)",
         "    {",
-        "        #pragma omp for schedule(static)  /* the halo (and the slack past the copy) zeroed in parallel */",
-        f"        for (long long z = {zero_from}; z < XP; z += 4096)",
-        f"            memset(xp + z, 0, (size_t)(XP - z < 4096 ? XP - z : 4096) * sizeof({ctype}));",
+        "        #pragma omp single nowait  /* (the slack past the copy) */",
+        f"        memset(xp + {_c(plan.padded_size(), r)}, 0, (size_t)(XP - {_c(plan.padded_size(), r)}) * "
+        f"sizeof({ctype}));",
         "        #pragma omp for schedule(static)",
-        f"        for (long long row = 0; row < {_c(outer, r)}; row++)",
-        *([f"            memcpy(xp + ({at}) + {plan.pads[-1][0]}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
-          if ph == 1 else _split_two(ctype, vw, f"xp + ({at})", f"{ptr} + row * {inner}LL", inner, plan.pads[-1][0],
+        f"        for (long long prow = 0; prow < {_c(prows, r)}; prow++) {{",
+        f"            {ctype} *restrict dst = xp + prow * {rowlen}LL;",
+        "            long long row = 0; int inside = 1;",
+        *[f"            {x}" for x in src_row],
+        "            if (!inside) {",
+        f"                memset(dst, 0, {rowlen}LL * sizeof({ctype}));",
+        "                continue;",
+        "            }",
+        *([f"            memset(dst, 0, {lo_in}LL * sizeof({ctype}));"] if ph == 1 and lo_in else []),
+        *([f"            memset(dst + {lo_in + inner}LL, 0, {tail}LL * sizeof({ctype}));"] if ph == 1 and tail else []),
+        *([f"            memset(dst, 0, {rowlen}LL * sizeof({ctype}));"] if ph > 1 else []),
+        *([f"            memcpy(dst + {lo_in}, {ptr} + row * {inner}LL, {inner} * sizeof({ctype}));"]
+          if ph == 1 else split_two(ctype, vw, "dst", f"{ptr} + row * {inner}LL", inner, lo_in,
                                      plan.inner()) if ph == 2 else [
             f"            for (long long r = 0; r < {ph}; r++) {{  /* phase r: the elements c = r (mod {ph}) */",
-            f"                {ctype} *restrict d = xp + ({at}) + r * {plan.inner()}LL;",
+            f"                {ctype} *restrict d = dst + r * {plan.inner()}LL;",
             f"                const {ctype} *restrict s = {ptr} + row * {inner}LL - {plan.pads[-1][0]};",
             f"                for (long long c = {plan.pads[-1][0]} + ((r - {plan.pads[-1][0]}) % {ph} + {ph}) % {ph}; "
             f"c < {plan.pads[-1][0] + inner}; c += {ph})",
             f"                    d[c / {ph}] = s[c];",
             "            }"]),
+        "        }",
         "    }",
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
@@ -533,34 +545,6 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
     return head + "\n".join(lines)
-
-
-def _split_two(ctype: str, vw: int, dst: str, src: str, n: int, lo: int, inner: int) -> list[str]:
-    """C copying one source row of ``n`` elements into its two phases (a stride-2 convolution's copy): padded
-    position ``p = c + lo`` of element ``c`` goes to phase ``p % 2`` at ``p / 2``, so the even elements land in one
-    phase row from ``lo / 2`` on and the odd ones in the other from ``(lo + 1) / 2``. Two vectors at a time, split
-    into their even and odd lanes by one shuffle each (the element-by-element loop cost a strided depthwise
-    convolution most of its time), the last elements one by one."""
-    evens = ", ".join(str(2 * i) for i in range(vw))
-    odds = ", ".join(str(2 * i + 1) for i in range(vw))
-    return [
-        "            {",
-        f"            {ctype} *restrict de = {dst} + {lo % 2 * inner}LL + {lo // 2}LL;  /* the even elements */",
-        f"            {ctype} *restrict dd = {dst} + {(lo + 1) % 2 * inner}LL + {(lo + 1) // 2}LL;",
-        f"            const {ctype} *restrict s = {src};",
-        "            long long j = 0;",
-        "#if defined(__clang__) || __GNUC__ >= 12  /* (__builtin_shufflevector) */",
-        f"            for (; 2 * j + {2 * vw} <= {n}; j += {vw}) {{",
-        "                const vT v0 = *(const vT *)(s + 2 * j), v1 = *(const vT *)(s + 2 * j + " + str(vw) + ");",
-        f"                *(vT *)(de + j) = __builtin_shufflevector(v0, v1, {evens});",
-        f"                *(vT *)(dd + j) = __builtin_shufflevector(v0, v1, {odds});",
-        "            }",
-        "#endif",
-        f"            for (; 2 * j < {n}; j++) {{",
-        "                de[j] = s[2 * j];",
-        f"                if (2 * j + 1 < {n}) dd[j] = s[2 * j + 1];",
-        "            }",
-        "            }"]
 
 
 def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
@@ -583,6 +567,13 @@ def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
     for d in bdims:
         count *= d
     return count, " + ".join(xterms) or "0", " + ".join(pterms) or "0"
+
+
+def _prod(sizes):
+    n = 1
+    for d in sizes:
+        n = _size(to_expr(n) * to_expr(d))
+    return n
 
 
 def _outer_stride(dims, a: int) -> int:

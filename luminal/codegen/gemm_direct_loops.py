@@ -3,10 +3,11 @@
 :func:`rows_loops` (the window is B; tiles of ``NV`` vectors of output positions x ``MR`` rows of A),
 :func:`dot_loops` (a weight gradient: tiles of dot products along the sum) and :func:`cols_loops` (the window is B;
 tiles of ``MV`` vectors of A's rows x ``NB`` output positions) write the part of the direct kernel's function after
-its padded copy is made: the offset tables, the threads' shares, the register tiles, the stores into C and the
-epilogue calls. All get ``part(role, var)``, the C expression of the copy's offset for the GEMM
-index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from :func:`.gemm_direct.render_direct`, and ``base``, the
-C expression of the copy's offset where every index is 0 (symbolic when a batch of any size lies inside it).
+its padded copy is made (:func:`split_two`: a stride-2 copy's row split into its phases): the offset tables, the
+threads' shares, the register tiles, the stores into C and the epilogue calls. All get ``part(role, var)``, the C
+expression of the copy's offset for the GEMM index ``var``'s axes of ``role`` (``"row"`` / ``"k"``), from
+:func:`.gemm_direct.render_direct`, and ``base``, the C expression of the copy's offset where every index is 0
+(symbolic when a batch of any size lies inside it).
 """
 
 from __future__ import annotations
@@ -499,3 +500,31 @@ def cols_loops(part, ctype, vw, base, m, fused_a, batch=None) -> list[str]:
         *_EPI,
         "    }",
     ]
+
+
+def split_two(ctype: str, vw: int, dst: str, src: str, n: int, lo: int, inner: int) -> list[str]:
+    """C copying one source row of ``n`` elements into its two phases (a stride-2 convolution's copy): padded
+    position ``p = c + lo`` of element ``c`` goes to phase ``p % 2`` at ``p / 2``, so the even elements land in one
+    phase row from ``lo / 2`` on and the odd ones in the other from ``(lo + 1) / 2``. Two vectors at a time, split
+    into their even and odd lanes by one shuffle each (the element-by-element loop cost a strided depthwise
+    convolution most of its time), the last elements one by one."""
+    evens = ", ".join(str(2 * i) for i in range(vw))
+    odds = ", ".join(str(2 * i + 1) for i in range(vw))
+    return [
+        "            {",
+        f"            {ctype} *restrict de = {dst} + {lo % 2 * inner}LL + {lo // 2}LL;  /* the even elements */",
+        f"            {ctype} *restrict dd = {dst} + {(lo + 1) % 2 * inner}LL + {(lo + 1) // 2}LL;",
+        f"            const {ctype} *restrict s = {src};",
+        "            long long j = 0;",
+        "#if defined(__clang__) || __GNUC__ >= 12  /* (__builtin_shufflevector) */",
+        f"            for (; 2 * j + {2 * vw} <= {n}; j += {vw}) {{",
+        "                const vT v0 = *(const vT *)(s + 2 * j), v1 = *(const vT *)(s + 2 * j + " + str(vw) + ");",
+        f"                *(vT *)(de + j) = __builtin_shufflevector(v0, v1, {evens});",
+        f"                *(vT *)(dd + j) = __builtin_shufflevector(v0, v1, {odds});",
+        "            }",
+        "#endif",
+        f"            for (; 2 * j < {n}; j++) {{",
+        "                de[j] = s[2 * j];",
+        f"                if (2 * j + 1 < {n}) dd[j] = s[2 * j + 1];",
+        "            }",
+        "            }"]
