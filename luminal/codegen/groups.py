@@ -252,8 +252,8 @@ def _own_row_offsets(value, produced: dict, space: tuple, n: int) -> bool:
     not)."""
     inner = len(space) > n and to_expr(space[n]) != 1
     vs = [Expression.symbol(f"lm_row{j}", to_expr(d) - 1) for j, d in enumerate(space[:n])]
-    vs += [Expression.symbol("lm_key", to_expr(space[n]) - 1) if inner else to_expr(0)]
-    vs += [to_expr(0)] * (len(space) - n - 1)
+    vs += ([Expression.symbol("lm_key", to_expr(space[n]) - 1)] if inner else []) + [to_expr(0)] * len(space)
+    vs = vs[:len(space)]  # (one variable per axis of the space: the rows, the key, zeros for axes of extent 1)
     for buf, dims in produced.items():
         offsets = read_offsets(value, vs, buf)
         wide = len(dims) > n and to_expr(dims[n]) != 1
@@ -261,7 +261,7 @@ def _own_row_offsets(value, produced: dict, space: tuple, n: int) -> bool:
             continue
         if wide and not inner:
             return False  # a per-row value reading the row's elements: a reduction, not a member
-        at = (vs[:n] + [vs[n] if wide else to_expr(0)] + [to_expr(0)] * len(dims))[:len(dims)]
+        at = (vs[:n] + [vs[n] if wide else to_expr(0)] + [to_expr(0)] * len(dims))[:len(dims)]  # (wide: inner)
         own, _ = ShapeTracker.contiguous_of(dims).axis_expressions(tuple(at))
         for off in offsets:
             diff = (to_expr(off) - own).simplify()
