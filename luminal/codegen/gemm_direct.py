@@ -90,9 +90,9 @@ FEW_ROWS_PAR = 16  # threads from LM_OWN_GEMM_PAR_MACS / this multiply-adds wher
 # small images, rows of 7 / 4: 192 channels 14 -> 7 at 117 us packed, 35 direct; 256 channels 9 -> 5 139 vs 29)
 DEPTHWISE_ROWS, DEPTHWISE_USE = 2, 0.25
 FULL = 0.85  # the share of lanes in use from which a form is taken with any number of rows
-# the "cols" form from this many output positions (a symbolic batch at 1): fewer (a ResNet's last stages, 7 x 7 and 4 x 4
-# against 256-512 channels) stream A, whose pack then costs more than the packed GEMM's (ResNet-18 at 112 x 112, one
-# 3x3 layer, batch 1: 49 positions 0.57 ms against 0.44, 16 1.60 against 0.80; batch 8: 2.47 / 2.82, 4.49 / 3.59)
+# the "cols" form from this many output positions (a symbolic batch at 1): fewer (a ResNet's last stages, 7 x 7 and
+# 4 x 4 against 256-512 channels) stream A, whose pack then costs more than the packed GEMM's (ResNet-18 at 112 x 112,
+# one 3x3 layer, batch 1: 49 positions 0.57 ms against 0.44, 16 1.60 against 0.80; batch 8: 2.47 / 2.82, 4.49 / 3.59)
 COLS_POSITIONS = 96
 
 
@@ -460,14 +460,14 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         mr = mv * vw
     # the copy of the source with its halo, row by row of the copy (all phases of a row of the innermost axis): a
     # row of the halo zeroed, a row of the source copied to its padded place and its halo zeroed around it, while
-    # the row is in L1 (zeroing the whole copy first cost a pass over it: a third of a depthwise layer's time)
+    # the row is in L1 (zeroing the whole copy first cost a pass over it: a MobileNet's stride-2 stem 0.70 -> 0.53 ms)
     inner, lo_in, psz = plan.dims[-1], plan.pads[-1][0], plan.padded_sizes()
     rowlen = psz[-1]
     prows, src_row = _size(_prod(psz[:-1])), []
     for a in range(len(plan.dims) - 1):  # (the outermost axis needs no modulo: a symbolic one has none)
         at = f"(prow / {_c(_prod(psz[a + 1:-1]), r)})" + (f" % {_c(psz[a], r)}" if a else "")
         src_row.append(f"{{ const long long c = {at} - {plan.pads[a][0]}; inside &= c >= 0 && c < "
-                       f"{_c(plan.dims[a], r)}; row += c * {_c(_outer_stride(plan.dims, a), r)}; }}")
+                       f"{_c(plan.dims[a], r)}; row += c * {_c(_prod(plan.dims[a + 1:-1]), r)}; }}")
     tail = rowlen - lo_in - inner  # (ph == 1: the row's right halo)
     # scratch: the copy, A interleaved by MR rows ("rows"), the offset table of the other index, the vector tables
     table = "K" if rows or cols else ("N" if pro.side == "b" else "M")
@@ -570,15 +570,8 @@ def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
 
 
 def _prod(sizes):
+    """The product of ``sizes`` (an ``int`` where it is a constant)."""
     n = 1
     for d in sizes:
         n = _size(to_expr(n) * to_expr(d))
     return n
-
-
-def _outer_stride(dims, a: int) -> int:
-    """The flat-row stride of axis ``a`` over the rows of ``dims`` (all but the innermost axis)."""
-    s = 1
-    for d in dims[a + 1:-1]:
-        s = _size(s * d)
-    return s
