@@ -96,28 +96,12 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         if vw * (4 if ctype == "float" else 8) == 64:  # AVX-512: each vector's kept lanes in one compress-store
             store = _compress_store(store, sp, ctype, mr, vw)
             tables = _lane_tables(vw, vpp, plane, wp, lq)
-    if fused_a:  # A through its prologue's pack callback: MR-row slivers over all of K are this layout
-        short = "f32" if ctype == "float" else "f64"
-        a_pack = [f"    const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
-                  f"    for (long long b = 0; b < {nbat}LL; b++)",
-                  "    for (long long mb = 0; mb < MB; mb++)",
-                  f"        pa->fn(bufs, syms, pa->bi + b, mb * {mr}, M - mb * {mr} < {mr} ? M - mb * {mr} : {mr}, "
-                  "0, K, "
-                  f"ap + (b * MB + mb) * K * {mr}, {mr});"]
-    else:
-        a_pack = [f"    for (long long b = 0; b < {nbat}LL; b++)",
-                  "    for (long long mb = 0; mb < MB; mb++)",
-                  "        for (long long k = 0; k < K; k++)",
-                  f"            for (int i = 0; i < {mr}; i++)",
-                  f"                ap[((b * MB + mb) * K + k) * {mr} + i] = mb * {mr} + i < M ? "
-                  f"A[{aoff} + (mb * {mr} + i) * sam + k * sak] "
-                  f": ({ctype})0;"]
     return [
         *tables,
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
         f"    long long *restrict koff = (long long *)(ap + {nbat}LL * MB * {mr} * K);",
         f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
-        *a_pack,
+        *interleave_a(ctype, mr, nbat, aoff, fused_a),
         f"    const long long nvec = {nvec}, ntile = (nvec + {nv - 1}) / {nv}, nall = ntile * {nbat}LL;",
         "    #pragma omp parallel if(par)",
         "    {",
@@ -148,6 +132,30 @@ def rows_loops(part, ctype, mr, vw, lq, vpr, base, m, fused_a, wide=None, batch=
         *_EPI,
         "    }",
     ]
+
+
+def interleave_a(ctype: str, mr: int, nbat: int, aoff: str, fused_a: bool) -> list[str]:
+    """C writing A into ``ap`` interleaved by ``mr`` rows (``ap[((b * MB + mb) * K + k) * mr + i]`` = row
+    ``mb * mr + i`` of batch element ``b``, zeros past ``M``), the blocks in parallel: through the prologue's pack
+    callback where ``fused_a`` (MR-row slivers over all of K are this layout), else row by row of A (contiguous
+    reads). The rows and cols forms' A (``aoff``: the batch element's offset, a C expression of ``b``)."""
+    short = "f32" if ctype == "float" else "f64"
+    head = ["    #pragma omp parallel for collapse(2) schedule(static) if(par)",
+            f"    for (long long b = 0; b < {nbat}LL; b++)",
+            "        for (long long mb = 0; mb < MB; mb++) {",
+            f"            const long long m0 = mb * {mr}, m1 = m0 + {mr} < M ? m0 + {mr} : M;",
+            f"            {ctype} *restrict dst = ap + (b * MB + mb) * K * {mr};"]
+    if fused_a:
+        body = [f"            const lm_pro_{short} *pa = (const lm_pro_{short} *)(const void *)A;",
+                f"            pa->fn(bufs, syms, pa->bi + b, m0, m1 - m0, 0, K, dst, {mr});"]
+    else:
+        body = [f"            for (long long i = 0; i < {mr}; i++) {{",
+                "                if (m0 + i < m1) {",
+                f"                    const {ctype} *s = A + ({aoff}) + (m0 + i) * sam;",
+                f"                    for (long long k = 0; k < K; k++) dst[k * {mr} + i] = s[k * sak];",
+                f"                }} else for (long long k = 0; k < K; k++) dst[k * {mr} + i] = ({ctype})0;",
+                "            }"]
+    return head + body + ["        }"]
 
 
 def _tile_sums(mr: int, nv: int, store: list[str]) -> list[str]:
@@ -412,19 +420,6 @@ def cols_loops(part, ctype, vw, base, m, fused_a, batch=None) -> list[str]:
     nbat, boff, aoff = batch or (1, "0", "0")
     mv, nb, _ = cols_tile(DType.float32 if ctype == "float" else DType.float64, m)
     mr, kc, ch = mv * vw, COLS_KC, COLS_CHUNK
-    short = "f32" if ctype == "float" else "f64"
-
-    def pack(dst, m0, m1, k0, k1, ind):  # rows [m0, m1) x K [k0, k1) of A (batch element b) as one MR-row sliver
-        if fused_a:
-            return [f"{ind}((const lm_pro_{short} *)(const void *)A)->fn(bufs, syms, ((const lm_pro_{short} *)"
-                    f"(const void *)A)->bi + b, {m0}, {m1} - {m0}, {k0}, {k1} - {k0}, {dst}, {mr});"]
-        return [f"{ind}for (long long i = 0; i < {mr}; i++) {{  /* (row by row of A: contiguous reads) */",
-                f"{ind}    {ctype} *restrict d = {dst} + i;",
-                f"{ind}    if ({m0} + i < {m1}) {{",
-                f"{ind}        const {ctype} *s = A + ({aoff}) + ({m0} + i) * sam + {k0} * sak;",
-                f"{ind}        for (long long k = 0; k < {k1} - {k0}; k++) d[k * {mr}] = s[k * sak];",
-                f"{ind}    }} else for (long long k = 0; k < {k1} - {k0}; k++) d[k * {mr}] = ({ctype})0;",
-                f"{ind}}}"]
 
     block = [  # one block of rows (b, mb) over the tiles [ta, tb)
         "{",
@@ -475,12 +470,7 @@ def cols_loops(part, ctype, vw, base, m, fused_a, batch=None) -> list[str]:
         f"    {ctype} *restrict ap = ({ctype} *)(((size_t)(koff + K) + 63) & ~(size_t)63);",
         f"    for (long long k = 0; k < K; k++) koff[k] = {part('k', 'k')};",
         f"    const long long ntile = (N + {nb - 1}) / {nb};",
-        "    #pragma omp parallel for collapse(2) schedule(static) if(par)  /* A interleaved */",
-        f"    for (long long b = 0; b < {nbat}LL; b++)",
-        "        for (long long mb = 0; mb < MB; mb++) {",
-        f"            const long long m0 = mb * {mr}, m1 = m0 + {mr} < M ? m0 + {mr} : M;",
-        *pack(f"(ap + (b * MB + mb) * K * {mr})", "m0", "m1", "0", "K", " " * 12),
-        "        }",
+        *interleave_a(ctype, mr, nbat, aoff, fused_a),
         "    #pragma omp parallel if(par)",
         "    {",
         "        const long long nt = omp_get_num_threads(), id = omp_get_thread_num();",
