@@ -1,11 +1,14 @@
-"""GEMM implementations at small M, side by side in one process: OpenBLAS, luminal's own GEMM configurations,
-the dot-product kernel and the ``"auto"`` dispatch (luminal/codegen/gemm_small.py).
+"""GEMM implementations at small M or N, side by side in one process: OpenBLAS, luminal's own GEMM configurations,
+the dot-product kernel, the streaming kernel (luminal/codegen/gemm_stream.py) and the ``"auto"`` dispatch
+(luminal/codegen/gemm_small.py).
 
-Run:  python benchmarks/gemm_small.py [--shapes 32x1536x384xnk,1x3072x768xnk] [--choices blas,dot,auto,own]
+Run:  python benchmarks/gemm_small.py [--shapes 32x1536x384xnk,1x3072x768xnk] [--choices blas,dot,stream,auto]
                                       [--rounds 5] [--cpu-time] [--dtype float32]
 
 A shape is ``MxNxK`` plus the layout of B: ``nk`` (an N x K weight, PyTorch's layout: both operands contiguous
-along K) or ``kn`` (K x N, row-major). ``own`` is the own GEMM's default configuration, ``own-small`` the 8x48
+along K) or ``kn`` (K x N, row-major: the streaming kernel's layout, e.g. a convolution's weight times its
+im2col columns, 512x16x4608xkn for a late ResNet stage at batch 1; A is the same hot matrix every call, so a
+weight that would stream from memory in a real network is measured from cache here). ``own`` is the own GEMM's default configuration, ``own-small`` the 8x48
 small-M one; any ``own:<tag>`` of the search works too. Candidates run interleaved, round after round; each cell
 is the best round's GFLOP/s. ``--cpu-time`` times with the process CPU clock instead of the wall clock (all
 threads' CPU time: on a shared, loaded machine, run with OMP_NUM_THREADS=1 for per-core kernel efficiency that
@@ -24,13 +27,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SHAPES = ("32x384x384xnk,32x1536x384xnk,32x384x1536xnk,8x1536x384xnk,64x1536x384xnk,128x1024x256xnk,"
-          "1x2304x768xnk,1x768x3072xnk,32x1536x384xkn,32x32x32xnk")
+          "1x2304x768xnk,1x768x3072xnk,32x1536x384xkn,32x32x32xnk,512x16x4608xkn,256x49x2304xkn,128x196x1152xkn,"
+          "1024x384x384xkn")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=SHAPES)
-    parser.add_argument("--choices", default="blas,own,own-small,dot,auto")
+    parser.add_argument("--choices", default="blas,own,own-small,dot,stream,auto")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cpu-time", action="store_true")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])

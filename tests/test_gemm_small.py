@@ -1,5 +1,5 @@
-"""GEMMs at small M (luminal/codegen/gemm_small.py): the ``"auto"`` dispatcher and the dot-product kernel
-against a float64 numpy oracle, directly (one library with small C wrappers, as in test_own_gemm.py) and
+"""GEMMs at small M (luminal/codegen/gemm_small.py): the ``"auto"`` dispatcher, the dot-product kernel and the
+streaming kernel (luminal/codegen/gemm_stream.py) against a float64 numpy oracle, directly (one library with small C wrappers, as in test_own_gemm.py) and
 through compiled graphs; the search's candidates and choices for them.
 
 No timings are asserted here (see benchmarks/symbolic_shapes.py and the GEMM reports for numbers).
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 import subprocess
 
@@ -20,15 +21,16 @@ import luminal as lm
 from luminal.codegen.c import CProgram
 from luminal.codegen.c_support import HELPERS, gemm_helpers
 from luminal.codegen.gemm_config import _behaviour, default_config
-from luminal.codegen.gemm_small import (AUTO_SMALL_M, auto_parts, auto_source, dot_source, dot_tile, gemv_source,
-                                        small_config)
+from luminal.codegen.gemm_small import (AUTO_SMALL_M, AUTO_STREAM_M, AUTO_STREAM_N, auto_kernel, auto_parts,
+                                        auto_source, dot_source, dot_tile, gemv_source, small_config)
+from luminal.codegen.gemm_stream import stream_source, stream_tile
 from luminal.runtime import search as S
 from luminal.runtime.cpu import find_compiler
 
 CC = find_compiler()
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
 DTYPES = {"float32": (np.float32, "float", 1e-4), "float64": (np.float64, "double", 1e-12)}
-CHOICES = ("auto", "dot")
+CHOICES = ("auto", "dot", "stream")
 
 _THRESHOLDS = r"""
 static long long lm_test_par_macs = 1LL << 18;
@@ -55,10 +57,11 @@ int call_NAME(long long M, long long N, long long K, const T *A, long long sam, 
     return NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, cnt ? epi_T : NULL, bufs, syms);
 }
 void batch_NAME(long long nb, long long M, long long N, long long K, const T *A, long long sab, const T *B,
-                long long sbb, T *C, int *rets) {
+                long long sbb, T *C, int *rets, int kn) {
     #pragma omp parallel for schedule(dynamic, 1)
     for (long long b = 0; b < nb; b++)
-        rets[b] = NAME(M, N, K, A + b * sab, K, 1, B + b * sbb, K, 1, C + b * M * N, NULL, NULL, NULL);
+        rets[b] = kn ? NAME(M, N, K, A + b * sab, K, 1, B + b * sbb, 1, N, C + b * M * N, NULL, NULL, NULL)
+                     : NAME(M, N, K, A + b * sab, K, 1, B + b * sbb, K, 1, C + b * M * N, NULL, NULL, NULL);
 }
 """
 
@@ -217,17 +220,110 @@ def test_inside_parallel_region(lib, choice, dtype):
     rng = np.random.default_rng(4)
     g = getattr(lib, "batch_" + S.function_name(choice, dtype))
     P, L = ctypes.c_void_p, ctypes.c_longlong
-    g.argtypes = [L, L, L, L, P, L, P, L, P, P]
+    g.argtypes = [L, L, L, L, P, L, P, L, P, P, ctypes.c_int]
     with _threads(lib, 2, 0):
-        for nb, M, N, K in [(6, 32, 32, 32), (5, 17, 50, 300), (4, 1, 40, 260)]:
+        for (nb, M, N, K), kn in itertools.product([(6, 32, 32, 32), (5, 17, 50, 300), (4, 1, 40, 260),
+                                                    (3, 130, 70, 600)], (0, 1)):
             A = rng.standard_normal((nb, M, K)).astype(np_dtype)
-            Bt = rng.standard_normal((nb, N, K)).astype(np_dtype)
+            # B stored N x K (kn = 0: the dot kernel's layout) or K x N (kn = 1: the streaming kernel's)
+            B = rng.standard_normal((nb, K, N) if kn else (nb, N, K)).astype(np_dtype)
+            Bt = B.transpose(0, 2, 1) if kn else B
             C = np.full((nb, M, N), np.nan, np_dtype)
             rets = np.full(nb, -1, np.int32)
-            g(nb, M, N, K, A.ctypes.data, M * K, Bt.ctypes.data, N * K, C.ctypes.data, rets.ctypes.data)
+            g(nb, M, N, K, A.ctypes.data, M * K, B.ctypes.data, N * K, C.ctypes.data, rets.ctypes.data, kn)
             assert (rets == 0).all()
             for b in range(nb):
-                _check(C[b], A[b], Bt[b], tol, f"{choice} batch {b} {M}x{N}x{K}")
+                _check(C[b], A[b], Bt[b], tol, f"{choice} batch {b} {M}x{N}x{K} kn={kn}")
+
+
+def _kn(rng, np_dtype, n, k, pad=0):
+    """A logical (n, k) operand stored K x N (contiguous along N), rows ``n + pad`` elements apart."""
+    return rng.standard_normal((k, n + pad)).astype(np_dtype)[:, :n].T
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("choice", ["stream", "auto"])
+def test_stream_layout_shapes(lib, choice, dtype):
+    """B stored K x N (the streaming kernel's layout): M across the tile's rows and the threads' row blocks (the
+    zero-padded last tile), N across one to four vectors and several column blocks, K across the kernel's K
+    blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows; 1, 2 and 3 threads."""
+    np_dtype, _, tol = DTYPES[dtype]
+    f = _fn(lib, choice, dtype)
+    rng = np.random.default_rng(11)
+    cases = [(m, n, k) for m in (2, 5, 16, 17, 31, 128, 131) for n in (2, 15, 16, 17, 49, 64, 65, 130)
+             for k in (1, 37)]
+    cases += [(m, n, k) for m, n, k in [(17, 16, 2100), (131, 16, 2049), (45, 64, 513), (130, 49, 1100),
+                                        (129, 130, 600), (200, 1024, 40), (3, 5, 600)]]
+    for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
+        with _threads(lib, threads, par):
+            for i, (M, N, K) in enumerate(cases):
+                A = rng.standard_normal((M, K + 3 * (i % 2))).astype(np_dtype)[:, :K]
+                Bt = _kn(rng, np_dtype, N, K, pad=5 * (i % 3 == 0))
+                C, _, ret = _run(f, A, Bt, np_dtype)
+                assert ret == 0
+                _check(C, A, Bt, tol, f"{choice} {threads}t {M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_stream_epilogue_and_special_values(lib, dtype):
+    """The streaming kernel's epilogue sees every element once, after its final value (its error code comes
+    back); infinities and NaNs in A or B reach exactly the outputs they should (nothing is read from padding)."""
+    np_dtype, _, tol = DTYPES[dtype]
+    f = _fn(lib, "stream", dtype)
+    rng = np.random.default_rng(12)
+    for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
+        with _threads(lib, threads, par):
+            for M, N, K in [(130, 70, 600), (7, 16, 2100), (40, 1, 30), (129, 3, 5)]:
+                A = rng.standard_normal((M, K)).astype(np_dtype)
+                Bt = _kn(rng, np_dtype, N, K)
+                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
+                what = f"{threads}t {M}x{N}x{K}"
+                assert ret == 0 and (cnt == 1).all(), f"{what}: counts {np.unique(cnt)}"
+                _check(C - 1, A, Bt, tol, what)
+                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True, bad=(M // 2) * N + N - 1)
+                assert ret == 7 and (cnt == 1).all(), what
+    M, N, K = 131, 33, 700
+    A = rng.standard_normal((M, K)).astype(np_dtype)
+    Bt = np.ascontiguousarray(rng.standard_normal((K, N)).astype(np_dtype)).T
+    A[5, 600] = np.inf          # row 5: inf (or nan where B's column 600 holds a zero)
+    Bt[:, 600] = np.abs(Bt[:, 600]) + 1
+    Bt[7, 10] = np.nan          # column 7: nan everywhere
+    C, _, ret = _run(f, A, Bt, np_dtype)
+    assert ret == 0
+    assert np.isposinf(C[5, [n for n in range(N) if n != 7]]).all() and np.isnan(C[:, 7]).all()
+    rest = np.delete(np.delete(C, 5, axis=0), 7, axis=1)
+    assert np.isfinite(rest).all()
+    _check(rest, np.delete(A, 5, axis=0), np.delete(Bt, 7, axis=0), tol, "finite part")
+
+
+def test_auto_rule(monkeypatch):
+    """``auto_kernel`` (the Python mirror of the C dispatcher's rule, used by the search) by shape class;
+    ``LUMINAL_GEMM_STREAM=0`` takes the streaming kernel out of the rule and out of the dispatcher's C."""
+    monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
+    assert auto_kernel(1, 500, 64, 1, 1, 500) == "gemv" and auto_kernel(300, 1, 64, 1, 1, 64) == "gemv"
+    assert auto_kernel(32, 300, 300, 1, 300, 1) == "dot"
+    assert auto_kernel(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "stream"
+    assert auto_kernel(512, AUTO_STREAM_N, 64, 1, 1, 2048) == "stream"
+    assert auto_kernel(512, AUTO_STREAM_N + 1, 64, 1, 1, 2048) == "blas"   # wide B: OpenBLAS
+    assert auto_kernel(AUTO_STREAM_M - 1, 16, 4608, 1, 1, 16) == "blas"
+    assert auto_kernel(512, 16, 4608, 512, 1, 16) == "blas"               # A transposed
+    assert auto_kernel(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
+    assert AUTO_SMALL_M < AUTO_STREAM_M
+    for dtype in DTYPES:
+        tiles = stream_tile(dtype)
+        assert sorted(tiles) == [1, 2, 3, 4] and all(mr >= 1 for mr in tiles.values())
+    # constant sizes the dispatcher would send to OpenBLAS compile without it; the streaming layout keeps it
+    assert S.default_choice("float32", True, 512, 16, 1, 1) == "auto"
+    assert S.default_choice("float32", True, 512, 16, None, None) == "auto"
+    assert S.default_choice("float32", True, 512, 16, 4608, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 2000, 1, 1) == "blas"
+    assert S.default_choice("float32", True, 96, 16, 1, 1) == "blas"
+    on = auto_source("float32")
+    monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")
+    assert auto_kernel(512, 16, 4608, 1, 1, 16) == "blas"
+    assert S.default_choice("float32", True, 512, 16, 1, 1) == "blas"
+    off = auto_source("float32")
+    assert off != on and "M >= LLONG_MAX" in off and f"M >= {AUTO_STREAM_M}" in on
 
 
 def test_sources_and_choices(monkeypatch):
@@ -236,10 +332,12 @@ def test_sources_and_choices(monkeypatch):
         assert S.valid_choice("auto", dtype) and S.valid_choice("dot", dtype)
         assert S.function_name("auto", dtype).startswith("lm_gemm_auto_")
         parts = auto_parts(dtype)
-        assert set(parts) == {"gemv", "dot", "blas"} and parts["dot"] == S.function_name("dot", dtype)
+        assert set(parts) == {"gemv", "dot", "stream", "blas"} and parts["dot"] == S.function_name("dot", dtype)
+        assert parts["stream"] == S.function_name("stream", dtype) and S.valid_choice("stream", dtype)
         assert parts["blas"] == S.function_name("blas", dtype)
-        src = S.own_sources({("auto", dtype), ("dot", dtype), ("own:" + small_config(dtype).tag(), dtype)})
-        for fn in (S.function_name("auto", dtype), parts["dot"], parts["gemv"],
+        src = S.own_sources({("auto", dtype), ("dot", dtype), ("stream", dtype),
+                             ("own:" + small_config(dtype).tag(), dtype)})
+        for fn in (S.function_name("auto", dtype), parts["dot"], parts["gemv"], parts["stream"],
                    S.function_name("own:" + small_config(dtype).tag(), dtype)):
             assert src.count(f"static int {fn}(") == 1, fn
         # "auto" alone renders no packing GEMM (compile time)
@@ -255,6 +353,10 @@ def test_sources_and_choices(monkeypatch):
         auto_source("int32", {})
     with pytest.raises(ValueError):
         gemv_source("float32", "x", "not a name")
+    with pytest.raises(ValueError):
+        stream_source("float32", "x-y", "z")
+    with pytest.raises(ValueError):
+        stream_source("int8", "x", "y")
     with pytest.raises(ValueError):
         small_config("bfloat16")
     monkeypatch.setenv("LUMINAL_GEMM", "fast")
@@ -318,9 +420,9 @@ def test_graph_linear_symbolic_rows(monkeypatch, gemm):
 
 
 def test_sanitized_dot(tmp_path):
-    """The dot kernel, the GEMV and the dispatcher (no OpenBLAS: the fallback is plain loops) in a standalone
-    program under ASan + UBSan, with exactly-sized copy buffers: no read past an operand, no overflow, the naive
-    loops as the oracle."""
+    """The dot and streaming kernels, the GEMV and the dispatcher (no OpenBLAS: the fallback is plain loops) in a
+    standalone program under ASan + UBSan, with exactly-sized copy buffers, B stored N x K and K x N: no read past
+    an operand, no overflow, the naive loops as the oracle."""
     san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
     probe = tmp_path / "probe.c"
     probe.write_text("int main(void) { return 0; }\n")
@@ -337,9 +439,20 @@ def test_sanitized_dot(tmp_path):
         double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[n * K + k]; \
         if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
     free(A); free(B); free(C); } while (0)
+/* the same with B stored K x N (the streaming kernel's layout) */
+#define CHECKKN(T, FN, TOL) do { \
+    T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
+    for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
+    for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
+    if (FN(M, N, K, A, K, 1, B, 1, N, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
+    for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
+        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[k * N + n]; \
+        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad kn %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
+    free(A); free(B); free(C); } while (0)
 int main(void) {
-    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301}};
-    for (int s = 0; s < 7; s++) {
+    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301},
+                             {130, 70, 600}, {131, 16, 2100}};
+    for (int s = 0; s < 9; s++) {
         long long M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 CHECKS
     }
@@ -347,8 +460,8 @@ CHECKS
     return 0;
 }
 """
-    checks = [f"        CHECK({c}, {S.function_name(ch, d)}, {tol * 10});" for d, (_, c, tol) in DTYPES.items()
-              for ch in CHOICES]
+    checks = [f"        {mac}({c}, {S.function_name(ch, d)}, {tol * 10});" for d, (_, c, tol) in DTYPES.items()
+              for ch in CHOICES for mac in ("CHECK", "CHECKKN")]
     src = tmp_path / "san.c"
     src.write_text("#define LM_OWN_GEMM_EXACT_BUFFERS 1\n" + HELPERS + gemm_helpers()
                    + S.own_sources({(c, d) for c in CHOICES for d in DTYPES}) + main.replace("CHECKS", "\n".join(checks)))

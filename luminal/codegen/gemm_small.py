@@ -11,6 +11,10 @@ symbolic program serves decoding, one sequence and large batches:
   times PyTorch-layout ``N x K`` weights), K >= 256 (K >= 128 at M <= 16) and N >= 48 (the kernel splits N over
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
+* ``M >= AUTO_STREAM_M`` (128) rows, ``2 <= N <= AUTO_STREAM_N`` (1024) columns, A contiguous along K and B
+  along N (a convolution's weight times its im2col columns; an activation times an ONNX ``K x N`` weight):
+  :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there;
+  beyond 1024 columns OpenBLAS was up to 10 % ahead).
 * everything else: OpenBLAS (``lm_gemm_f32``), the faster one at large M here.
 
 No packing GEMM is part of ``"auto"``: rendering one into every program cost seconds of compile time (BERT: 1.5
@@ -22,6 +26,8 @@ is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tu
 
 from __future__ import annotations
 
+import os
+
 from .gemm import _COMMON, GEMV_ROWS
 from .gemm_lowp import STORE_TYPES, convert_loop
 from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
@@ -29,16 +35,27 @@ from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_con
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 # ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
 AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
+# rows from which, and columns up to which, "auto" runs the streaming kernel (A contiguous along K, B along N)
+AUTO_STREAM_M, AUTO_STREAM_N = 128, 1024
 
 
-def auto_kernel(m: int, n: int, k: int, sak: int, sbk: int) -> str:
-    """Which kernel ``lm_gemm_auto_*`` runs for an ``m x n x k`` product with operand strides along K ``sak``,
-    ``sbk`` (the rule of its C, :data:`_AUTO`): ``"gemv"``, ``"dot"`` or ``"blas"``."""
+def stream_enabled() -> bool:
+    """Whether ``"auto"`` runs the streaming kernel at all (``LUMINAL_GEMM_STREAM=0`` turns it off: OpenBLAS
+    there, as before it existed)."""
+    return os.environ.get("LUMINAL_GEMM_STREAM", "1") != "0"
+
+
+def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
+    """Which kernel ``lm_gemm_auto_*`` runs for an ``m x n x k`` product with operand strides ``sak`` (A along
+    K), ``sbn`` and ``sbk`` (B along N and K) (the rule of its C, :data:`_AUTO`): ``"gemv"``, ``"dot"``,
+    ``"stream"`` or ``"blas"``."""
     if (m == 1 or n == 1) and k > 0:
         return "gemv"
     if m <= AUTO_SMALL_M and n >= AUTO_DOT_N and sak == 1 and sbk == 1 and (
             k >= AUTO_DOT_K or m <= AUTO_TINY_M and k >= AUTO_TINY_K):
         return "dot"
+    if m >= AUTO_STREAM_M and 2 <= n <= AUTO_STREAM_N and k > 0 and sak == 1 and sbn == 1 and stream_enabled():
+        return "stream"
     return "blas"
 
 
@@ -58,11 +75,13 @@ def small_config(dtype: str) -> GemmConfig:
 
 def auto_parts(dtype: str) -> dict[str, str]:
     """The C functions ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: :func:`gemv_source`),
-    ``"dot"`` (small M, both operands contiguous along K: :func:`dot_source`) and ``"blas"`` (the rest, and the
-    fallback of the other two: ``lm_gemm_f32`` / ``lm_gemm_f64`` of :mod:`luminal.codegen.c_support`)."""
+    ``"dot"`` (small M, both operands contiguous along K: :func:`dot_source`), ``"stream"`` (larger M, A
+    contiguous along K and B along N: :func:`~luminal.codegen.gemm_stream.stream_source`) and ``"blas"`` (the
+    rest, and the fallback of the others: ``lm_gemm_f32`` / ``lm_gemm_f64`` of :mod:`luminal.codegen.c_support`)."""
     _width(dtype)
     short = "f32" if dtype == "float32" else "f64"
-    return {"gemv": f"lm_og_gemv_{short}", "dot": f"lm_og_dot_{short}", "blas": f"lm_gemm_{short}"}
+    return {"gemv": f"lm_og_gemv_{short}", "dot": f"lm_og_dot_{short}", "stream": f"lm_og_stream_{short}",
+            "blas": f"lm_gemm_{short}"}
 
 
 def dot_tile(dtype: str) -> tuple[int, int, int]:
@@ -340,8 +359,9 @@ def gemv_source(dtype: str, name: str, fallback: str) -> str:
 
 
 _AUTO = r"""
-/* lm_gemm_auto_SHORT: per call, matrix-vector products and small-M products with both operands contiguous along K
-   on luminal's kernels, the rest on lm_gemm_SHORT (OpenBLAS) (luminal.codegen.gemm_small) */
+/* lm_gemm_auto_SHORT: per call, matrix-vector products, small-M products with both operands contiguous along K and
+   larger-M products with A contiguous along K and B along N on luminal's kernels, the rest on lm_gemm_SHORT
+   (OpenBLAS) (luminal.codegen.gemm_small) */
 #ifndef LM_AUTO_SMALL_M
 #define LM_AUTO_SMALL_M SMALLM
 #endif
@@ -352,16 +372,21 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    if (M >= STREAM_M && N >= 2 && N <= STREAM_N && K > 0 && sak == 1 && sbn == 1)
+        return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
 """
 
 
-def auto_source(dtype: str, with_dot: bool = True) -> str:
-    """C source of ``lm_gemm_auto_f32`` / ``_f64`` for ``dtype`` with the GEMV and dot-product kernels it calls
-    (:func:`auto_parts`; ``lm_gemm_*`` comes from :func:`luminal.codegen.c_support.gemm_helpers`), leaving the
-    dot kernel out when ``with_dot`` is false (rendered already in the same translation unit, e.g. as a search
-    candidate). No packing GEMM is rendered: compiling one costs a program about a second."""
+def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> str:
+    """C source of ``lm_gemm_auto_f32`` / ``_f64`` for ``dtype`` with the GEMV, dot-product and streaming kernels
+    it calls (:func:`auto_parts`; ``lm_gemm_*`` comes from :func:`luminal.codegen.c_support.gemm_helpers`),
+    leaving the dot (streaming) kernel out when ``with_dot`` (``with_stream``) is false (rendered already in the
+    same translation unit, e.g. as a search candidate). No packing GEMM is rendered: compiling one costs a program
+    about a second."""
+    from .gemm_stream import stream_source
+
     if dtype not in ("float32", "float64"):
         raise ValueError(f"auto GEMM supports float32 and float64, not {dtype!r}")
     names = auto_parts(dtype)
@@ -369,9 +394,13 @@ def auto_source(dtype: str, with_dot: bool = True) -> str:
     parts = [gemv_source(dtype, names["gemv"], names["blas"])]
     if with_dot:
         parts.append(dot_source(dtype, names["dot"], names["blas"]))
+    if with_stream:
+        parts.append(stream_source(dtype, names["stream"], names["blas"]))
+    stream_m = AUTO_STREAM_M if stream_enabled() else "LLONG_MAX"  # (off: no call; the kernel stays rendered)
     parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
                  .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M))
-                 .replace("TINY_K", str(AUTO_TINY_K))
+                 .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_M", str(stream_m))
+                 .replace("STREAM_N", str(AUTO_STREAM_N)).replace("STREAM(", names["stream"] + "(")
                  .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
     return "\n\n".join(parts)

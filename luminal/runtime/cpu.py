@@ -152,7 +152,9 @@ class CPURuntime:
     def _default(self, i: int) -> str:
         from .search import default_choice
         kernel = self.program.kernels[i]
-        return default_choice(kernel.dtype.value, self.blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int())
+        nb = len(kernel.dims) - 2
+        return default_choice(kernel.dtype.value, self.blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int(),
+                              kernel.a_view.strides[nb + 2].to_int(), kernel.b_view.strides[nb + 1].to_int())
 
     def choices_at(self, bindings) -> dict[int, str]:
         """GEMM kernel index -> the implementation the current library runs at ``bindings``."""

@@ -142,7 +142,7 @@ def own_config(choice: str):
 
 def valid_choice(choice: str, dtype: str) -> bool:
     """Whether ``choice`` names a candidate this version can render for ``dtype`` on this CPU."""
-    if choice in ("blas", "auto", "dot"):
+    if choice in ("blas", "auto", "dot", "stream"):
         return True
     try:
         cfg = own_config(choice)
@@ -157,22 +157,26 @@ def valid_choice(choice: str, dtype: str) -> bool:
     return True
 
 
-def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None) -> str:
+def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None,
+                   sak: int | None = None, sbn: int | None = None) -> str:
     """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"auto"``, ``"own"`` or
     ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS
-    is not installed. ``"auto"`` dispatches on the sizes at run time (own GEMM for M == 1, N == 1 and small M,
-    OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m`` and columns ``n``
-    are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n > 1``) it is
-    ``"blas"`` itself: the same calls, without a dispatcher and its kernels for the C compiler to build."""
+    is not installed. ``"auto"`` dispatches on the sizes at run time (own kernels for M == 1, N == 1, small M and
+    the streaming layout, OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m``
+    and columns ``n`` are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n >
+    1``, and the streaming kernel ruled out by the sizes or by the strides ``sak`` of A along K and ``sbn`` of B
+    along N, where they are known) it is ``"blas"`` itself: the same calls, without a dispatcher."""
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
     if pick not in ("auto", "own", "blas"):
         raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'auto', 'own' or 'blas'")
     if blas and pick == "auto" and m is not None and n is not None:
-        from ..codegen.gemm_small import AUTO_SMALL_M
+        from ..codegen.gemm_small import AUTO_SMALL_M, AUTO_STREAM_M, AUTO_STREAM_N, stream_enabled
 
-        if m > AUTO_SMALL_M and n > 1:
+        stream = (m >= AUTO_STREAM_M and 2 <= n <= AUTO_STREAM_N and sak in (None, 1) and sbn in (None, 1)
+                  and stream_enabled())
+        if m > AUTO_SMALL_M and n > 1 and not stream:
             return "blas"
     if blas and pick in ("blas", "auto"):
         return pick
@@ -185,8 +189,9 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     """The choices measured for ``shape``: OpenBLAS (when installed), the own GEMM's
     :func:`~luminal.codegen.gemm.candidate_configs` and, for ``M <= AUTO_SMALL_M`` rows, the small-M
     configuration of ``"auto"`` (:func:`~luminal.codegen.gemm_small.small_config`) when no candidate behaves
-    like it, and ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
-    along K (and K >= 64)."""
+    like it, ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
+    along K (and K >= 64), and ``"stream"`` (:func:`~luminal.codegen.gemm_stream.stream_source`) when A is
+    contiguous along K and B along N (at more than one row and column)."""
     from ..codegen.gemm_config import _behaviour, candidate_configs
     from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
@@ -201,6 +206,8 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     out += ["own:" + c.tag() for c in cfgs]
     if shape.m <= AUTO_SMALL_M and shape.m > 1 and shape.n > 1 and shape.k >= 64 and shape.sak == 1 and shape.sbk == 1:
         out.append("dot")  # the packing-free dot-product kernel (both operands contiguous along K)
+    if shape.m > 1 and shape.n > 1 and shape.k > 0 and shape.sak == 1 and shape.sbn == 1:
+        out.append("stream")  # A read in place, B contiguous along N
     return out
 
 
@@ -212,25 +219,29 @@ def function_name(choice: str, dtype: str) -> str:
         return f"lm_gemm_{short}"
     if choice == "auto":
         return f"lm_gemm_auto_{short}"
-    if choice == "dot":
-        return f"lm_og_dot_{short}"
+    if choice in ("dot", "stream"):
+        return f"lm_og_{choice}_{short}"
     return f"lm_og_{short}_{choice[4:]}"
 
 
 def own_sources(choices: set[tuple[str, str]]) -> str:
-    """C source of the GEMM functions behind ``(choice, dtype)`` pairs: own GEMMs, the dot-product kernel,
-    ``"auto"``'s dispatcher with its kernels (each rendered once); OpenBLAS needs none. Expects ``HELPERS`` and
-    ``gemm_helpers()`` before it."""
+    """C source of the GEMM functions behind ``(choice, dtype)`` pairs: own GEMMs, the dot-product and streaming
+    kernels, ``"auto"``'s dispatcher with its kernels (each rendered once); OpenBLAS needs none. Expects
+    ``HELPERS`` and ``gemm_helpers()`` before it."""
     from ..codegen.gemm import own_gemm_source
     from ..codegen.gemm_small import auto_source, dot_source
+    from ..codegen.gemm_stream import stream_source
 
     own = sorted((c, d) for c, d in choices if c.startswith("own:"))
     parts = [own_gemm_source(dtype, own_config(choice), function_name(choice, dtype)) for choice, dtype in own]
     dots = sorted({d for c, d in choices if c == "dot"})
     for dtype in dots:
         parts.append(dot_source(dtype, function_name("dot", dtype), function_name("blas", dtype)))
+    streams = sorted({d for c, d in choices if c == "stream"})
+    for dtype in streams:
+        parts.append(stream_source(dtype, function_name("stream", dtype), function_name("blas", dtype)))
     for dtype in sorted({d for c, d in choices if c == "auto"}):
-        parts.append(auto_source(dtype, with_dot=dtype not in dots))
+        parts.append(auto_source(dtype, with_dot=dtype not in dots, with_stream=dtype not in streams))
     return "\n\n".join(parts)
 
 
@@ -239,6 +250,7 @@ def own_parts(choices: set[tuple[str, str]], blas: bool) -> tuple:
     dtype)`` (OpenBLAS needs none): compiled once per machine and linked into every program that uses them."""
     from ..codegen.gemm import own_gemm_source
     from ..codegen.gemm_small import auto_source, dot_source
+    from ..codegen.gemm_stream import stream_source
     from ..codegen.library import gemm_part
 
     parts = []
@@ -250,6 +262,8 @@ def own_parts(choices: set[tuple[str, str]], blas: bool) -> tuple:
             body = own_gemm_source(dtype, own_config(choice), name)
         elif choice == "dot":
             body = dot_source(dtype, name, function_name("blas", dtype))
+        elif choice == "stream":
+            body = stream_source(dtype, name, function_name("blas", dtype))
         else:
             body = auto_source(dtype)
         ctype = "float" if dtype == "float32" else "double"
@@ -380,10 +394,10 @@ def default_equivalent(shape: GemmShape, blas: bool) -> str | None:
     :mod:`luminal.codegen.gemm_small`), or None (its matrix-vector kernel, which is no candidate)."""
     from ..codegen.gemm_small import auto_kernel
 
-    pick = default_choice(shape.dtype, blas, shape.m, shape.n)
+    pick = default_choice(shape.dtype, blas, shape.m, shape.n, shape.sak, shape.sbn)
     if pick != "auto":
         return pick
-    kernel = auto_kernel(shape.m, shape.n, shape.k, shape.sak, shape.sbk)
+    kernel = auto_kernel(shape.m, shape.n, shape.k, shape.sak, shape.sbn, shape.sbk)
     return None if kernel == "gemv" else kernel
 
 
