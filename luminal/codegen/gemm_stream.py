@@ -133,7 +133,7 @@ CASES
 
 
 def _tile(nv: int, mr: int) -> str:
-    decls = [f"    NAME_v " + ", ".join(f"c{r}_{j} = {{0}}" for j in range(nv)) + ";" for r in range(mr)]
+    decls = ["    NAME_v " + ", ".join(f"c{r}_{j} = {{0}}" for j in range(nv)) + ";" for r in range(mr)]
     loads = ["        const NAME_v " + ", ".join(f"y{j} = *(const NAME_v *)(bp + k * NVW + {j} * W)"
                                               for j in range(nv)) + ";"]
     body = [f"        {{ const T x = a[{r} * lda + k]; " + " ".join(f"c{r}_{j} += x * y{j};" for j in range(nv)) + " }"
@@ -147,7 +147,7 @@ def _tile(nv: int, mr: int) -> str:
             stores.append(f"            {{ NAME_v o; if (acc) {{ memcpy(&o, cr + {j} * W, VB); o += c{r}_{j}; }}"
                           f" else o = c{r}_{j}; memcpy(cr + {j} * W, &o, VB); }}")
         stores.append("        } else {")
-        stores.append(f"            T s[NVW]; " + " ".join(f"memcpy(s + {j} * W, &c{r}_{j}, VB);" for j in range(nv)))
+        stores.append("            T s[NVW]; " + " ".join(f"memcpy(s + {j} * W, &c{r}_{j}, VB);" for j in range(nv)))
         stores.append("            for (int j = 0; j < cols; j++) cr[j] = acc ? cr[j] + s[j] : s[j];")
         stores.append("        }")
         stores.append("    }")
@@ -172,7 +172,7 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     cases = [f"                    case {nv}: NAME_tile{nv}(kb, a, lda, bp, c, N, rows, cols, pc > 0); break;"
              for nv in range(1, NV_MAX)]
     cases.append(f"                    default: NAME_tile{NV_MAX}(kb, a, lda, bp, c, N, rows, cols, pc > 0); break;")
-    src = (f"typedef T NAME_v __attribute__((vector_size(VB)));\n"
+    src = ("typedef T NAME_v __attribute__((vector_size(VB)));\n"
            + "".join(_tile(nv, tiles[nv]) for nv in range(1, NV_MAX + 1))
            + _MAIN.replace("CASES", "\n".join(cases)))
     subs = {"W": str(w), "VB": str(vector_bytes()), "T": ctype, "FALLBACK": fallback, "NVMAX": str(NV_MAX),
