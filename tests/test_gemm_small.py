@@ -245,7 +245,7 @@ def _kn(rng, np_dtype, n, k, pad=0):
 @pytest.mark.parametrize("choice", ["stream", "auto"])
 def test_stream_layout_shapes(lib, choice, dtype):
     """B stored K x N (the streaming kernel's layout): M across the tile's rows and the threads' row blocks (the
-    zero-padded last tile), N across one to four vectors and several column blocks, K across the kernel's K
+    zero-padded last tile; few rows: the threads split N), N across one to four vectors and several column blocks, K across the kernel's K
     blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows; 1, 2 and 3 threads."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, choice, dtype)
@@ -267,13 +267,13 @@ def test_stream_layout_shapes(lib, choice, dtype):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_stream_epilogue_and_special_values(lib, dtype):
     """The streaming kernel's epilogue sees every element once, after its final value (its error code comes
-    back); infinities and NaNs in A or B reach exactly the outputs they should (nothing is read from padding)."""
+    back), with the threads splitting M or (few rows) N; infinities and NaNs in A or B reach exactly the outputs they should (nothing is read from padding)."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, "stream", dtype)
     rng = np.random.default_rng(12)
     for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
         with _threads(lib, threads, par):
-            for M, N, K in [(130, 70, 600), (7, 16, 2100), (40, 1, 30), (129, 3, 5)]:
+            for M, N, K in [(130, 70, 600), (7, 16, 2100), (40, 1, 30), (129, 3, 5), (40, 200, 600)]:
                 A = rng.standard_normal((M, K)).astype(np_dtype)
                 Bt = _kn(rng, np_dtype, N, K)
                 C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
@@ -302,10 +302,14 @@ def test_auto_rule(monkeypatch):
     monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
     assert auto_kernel(1, 500, 64, 1, 1, 500) == "gemv" and auto_kernel(300, 1, 64, 1, 1, 64) == "gemv"
     assert auto_kernel(32, 300, 300, 1, 300, 1) == "dot"
-    assert auto_kernel(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "stream"
-    assert auto_kernel(512, AUTO_STREAM_N, 64, 1, 1, 2048) == "stream"
-    assert auto_kernel(512, AUTO_STREAM_N + 1, 64, 1, 1, 2048) == "blas"   # wide B: OpenBLAS
-    assert auto_kernel(AUTO_STREAM_M - 1, 16, 4608, 1, 1, 16) == "blas"
+    assert auto_kernel(128, 16, 4608, 1, 1, 16) == "stream"
+    assert auto_kernel(128, 8, 4608, 1, 1, 8) == "blas"                   # half a vector of columns
+    assert auto_kernel(AUTO_STREAM_M, 64, 4608, 1, 1, 64) == "stream"
+    assert auto_kernel(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "blas"       # few rows and few columns
+    assert auto_kernel(AUTO_STREAM_M - 1, 64, 4608, 1, 1, 64) == "blas"
+    assert auto_kernel(512, AUTO_STREAM_N, 576, 1, 1, 2048) == "stream"
+    assert auto_kernel(512, AUTO_STREAM_N + 1, 576, 1, 1, 2048) == "blas"  # wide B and long K: OpenBLAS
+    assert auto_kernel(512, 6272, 24, 1, 1, 6272) == "stream"             # ... short K: streaming
     assert auto_kernel(512, 16, 4608, 512, 1, 16) == "blas"               # A transposed
     assert auto_kernel(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
     assert AUTO_SMALL_M < AUTO_STREAM_M
@@ -313,15 +317,16 @@ def test_auto_rule(monkeypatch):
         tiles = stream_tile(dtype)
         assert sorted(tiles) == [1, 2, 3, 4] and all(mr >= 1 for mr in tiles.values())
     # constant sizes the dispatcher would send to OpenBLAS compile without it; the streaming layout keeps it
-    assert S.default_choice("float32", True, 512, 16, 1, 1) == "auto"
-    assert S.default_choice("float32", True, 512, 16, None, None) == "auto"
-    assert S.default_choice("float32", True, 512, 16, 4608, 1) == "blas"
-    assert S.default_choice("float32", True, 512, 2000, 1, 1) == "blas"
-    assert S.default_choice("float32", True, 96, 16, 1, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "auto"
+    assert S.default_choice("float32", True, 512, 16, None, None, None) == "auto"
+    assert S.default_choice("float32", True, 512, 16, 4608, 4608, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 2000, 4608, 1, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 2000, None, 1, 1) == "auto"
+    assert S.default_choice("float32", True, 80, 160, 4608, 1, 1) == "blas"
     on = auto_source("float32")
     monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")
     assert auto_kernel(512, 16, 4608, 1, 1, 16) == "blas"
-    assert S.default_choice("float32", True, 512, 16, 1, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "blas"
     off = auto_source("float32")
     assert off != on and "M >= LLONG_MAX" in off and f"M >= {AUTO_STREAM_M}" in on
 
@@ -476,16 +481,19 @@ CHECKS
 
 
 def test_constant_large_gemms_compile_without_the_dispatcher(monkeypatch, tmp_path):
-    # "auto" would call OpenBLAS for every call of a GEMM with constant M > AUTO_SMALL_M and N > 1, so such a
-    # program is rendered with OpenBLAS directly (no dispatcher, GEMV or dot kernels to compile); a small-M GEMM
-    # keeps the dispatcher. Results against numpy either way.
+    # "auto" would call OpenBLAS for every call of a GEMM with constant M > AUTO_SMALL_M and N > 1 outside the
+    # streaming kernel's layout (B contiguous along N), so such a program is rendered with OpenBLAS directly (no
+    # dispatcher, GEMV or dot kernels to compile); a small-M GEMM and one the streaming kernel takes keep the
+    # dispatcher. Results against numpy either way.
     monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(9)
-    for m, has_auto in ((96, False), (32, True)):
+    for m, b_kn, has_auto in ((96, False, False), (32, False, True), (96, True, True)):
         a, b = rng.standard_normal((m, 300)).astype(np.float32), rng.standard_normal((300, 200)).astype(np.float32)
         cx = lm.Graph()
-        y = (cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)).retrieve()
+        tb = cx.tensor(b.shape).set(b) if b_kn else cx.tensor(b.T.shape).set(np.ascontiguousarray(b.T)).permute(1, 0)
+        y = (cx.tensor(a.shape).set(a) @ tb).retrieve()
         cx.compile(None, y, device="cpu")
         cx.execute()
         np.testing.assert_allclose(y.data(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)

@@ -11,10 +11,12 @@ symbolic program serves decoding, one sequence and large batches:
   times PyTorch-layout ``N x K`` weights), K >= 256 (K >= 128 at M <= 16) and N >= 48 (the kernel splits N over
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
-* ``M >= AUTO_STREAM_M`` (128) rows, ``2 <= N <= AUTO_STREAM_N`` (1024) columns, A contiguous along K and B
-  along N (a convolution's weight times its im2col columns; an activation times an ONNX ``K x N`` weight):
+* A contiguous along K and B along N (a convolution's weight times its im2col columns, an activation times an
+  ONNX ``K x N`` weight, a linear layer's input gradient) with ``M >= AUTO_STREAM_M`` (96) rows, at least 16
+  columns (64 below 128 rows) and at most ``AUTO_STREAM_N`` (1024) unless ``K <= AUTO_STREAM_WIDE_K`` (256):
   :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there;
-  beyond 1024 columns OpenBLAS was up to 10 % ahead).
+  OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, 10 % beyond 1024 columns at
+  K >= 576).
 * everything else: OpenBLAS (``lm_gemm_f32``), the faster one at large M here.
 
 No packing GEMM is part of ``"auto"``: rendering one into every program cost seconds of compile time (BERT: 1.5
@@ -35,14 +37,25 @@ from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_con
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 # ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
 AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
-# rows from which, and columns up to which, "auto" runs the streaming kernel (A contiguous along K, B along N)
-AUTO_STREAM_M, AUTO_STREAM_N = 128, 1024
+# "auto" runs the streaming kernel (A contiguous along K, B along N) from AUTO_STREAM_M rows with at least
+# AUTO_STREAM_MIN_N columns (AUTO_STREAM_FEW_N below AUTO_STREAM_FULL_M rows), at most AUTO_STREAM_N of them
+# unless K <= AUTO_STREAM_WIDE_K
+AUTO_STREAM_M, AUTO_STREAM_FULL_M, AUTO_STREAM_MIN_N, AUTO_STREAM_FEW_N = 96, 128, 16, 64
+AUTO_STREAM_N, AUTO_STREAM_WIDE_K = 1024, 256
 
 
 def stream_enabled() -> bool:
     """Whether ``"auto"`` runs the streaming kernel at all (``LUMINAL_GEMM_STREAM=0`` turns it off: OpenBLAS
     there, as before it existed)."""
     return os.environ.get("LUMINAL_GEMM_STREAM", "1") != "0"
+
+
+def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None) -> bool:
+    """Whether ``"auto"`` runs the streaming kernel for an ``m x n x k`` product with A's stride ``sak`` along K
+    and B's ``sbn`` along N; an argument of None (not known before run time) counts as one that fits."""
+    return (stream_enabled() and m >= AUTO_STREAM_M and sak in (None, 1) and sbn in (None, 1)
+            and n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
+            and (n <= AUTO_STREAM_N or k is None or k <= AUTO_STREAM_WIDE_K) and (k is None or k > 0))
 
 
 def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
@@ -54,7 +67,7 @@ def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
     if m <= AUTO_SMALL_M and n >= AUTO_DOT_N and sak == 1 and sbk == 1 and (
             k >= AUTO_DOT_K or m <= AUTO_TINY_M and k >= AUTO_TINY_K):
         return "dot"
-    if m >= AUTO_STREAM_M and 2 <= n <= AUTO_STREAM_N and k > 0 and sak == 1 and sbn == 1 and stream_enabled():
+    if stream_fits(m, n, k, sak, sbn):
         return "stream"
     return "blas"
 
@@ -372,7 +385,8 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M >= STREAM_M && N >= 2 && N <= STREAM_N && K > 0 && sak == 1 && sbn == 1)
+    if (M >= STREAM_M && N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N) && (N <= STREAM_N || K <= STREAM_WIDE_K)
+        && K > 0 && sak == 1 && sbn == 1)
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
@@ -399,7 +413,9 @@ def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> 
     stream_m = AUTO_STREAM_M if stream_enabled() else "LLONG_MAX"  # (off: no call; the kernel stays rendered)
     parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
                  .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M))
-                 .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_M", str(stream_m))
+                 .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_FULL_M", str(AUTO_STREAM_FULL_M))
+                 .replace("STREAM_MIN_N", str(AUTO_STREAM_MIN_N)).replace("STREAM_FEW_N", str(AUTO_STREAM_FEW_N))
+                 .replace("STREAM_WIDE_K", str(AUTO_STREAM_WIDE_K)).replace("STREAM_M", str(stream_m))
                  .replace("STREAM_N", str(AUTO_STREAM_N)).replace("STREAM(", names["stream"] + "(")
                  .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))

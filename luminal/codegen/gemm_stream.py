@@ -11,7 +11,8 @@ streaming kernel was 1.0-1.7x faster at every N from 8 to 784 and K from 288 to 
 98, which fill 77-88 % of the vector lanes); at M <= 64 OpenBLAS was ahead by up to 1.6x (two threads then share
 too few rows).
 
-Structure (:func:`stream_source`): the threads split M into blocks of the tile's rows; per K block of
+Structure (:func:`stream_source`): the threads split M into blocks of the tile's rows (below
+``LM_STREAM_SPLIT_ROWS`` rows per thread, N into column blocks, each thread reading all of the small A); per K block of
 ``LM_STREAM_BBYTES`` bytes of B and per block of ``4 * W`` columns (W lanes per vector) each thread copies that
 block of B into an aligned buffer (zero-padded to whole vectors; B is small next to A) and runs a register tile of
 ``mr`` rows x ``nv`` vectors (:data:`TILES`: 16 x 1, 12 x 2, 8 x 3 or 6 x 4 with 32 vector registers) along the
@@ -60,6 +61,9 @@ static __thread size_t NAME_bcap, NAME_acap;
 #ifndef LM_STREAM_BBYTES
 #define LM_STREAM_BBYTES (128 << 10)  /* bytes of the block of B each thread copies (kept in L2) */
 #endif
+#ifndef LM_STREAM_SPLIT_ROWS  /* the threads split M from this many rows per thread on, else N */
+#define LM_STREAM_SPLIT_ROWS 64
+#endif
 static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
@@ -72,19 +76,29 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
     if (kc < 16) kc = 16;
     #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
-        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), unit = mrs[vmax];
-        long long blocks = (M + unit - 1) / unit, lo = blocks * t / nt * unit, hi = blocks * (t + 1) / nt * unit;
-        if (hi > M) hi = M;
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), unit = mrs[vmax], lo = 0, hi = M, c0 = 0, c1 = N;
+        long long cblocks = (N + NVMAX * W - 1) / (NVMAX * W);
+        if (M >= LM_STREAM_SPLIT_ROWS * nt || cblocks < nt) {  /* rows in blocks of the widest tile's */
+            long long blocks = (M + unit - 1) / unit;
+            lo = blocks * t / nt * unit;
+            hi = blocks * (t + 1) / nt * unit;
+            if (hi > M) hi = M;
+        } else {  /* few rows: columns, in whole column blocks */
+            c0 = cblocks * t / nt * (NVMAX * W);
+            c1 = cblocks * (t + 1) / nt * (NVMAX * W);
+            if (c1 > N) c1 = N;
+            if (c0 >= c1) hi = lo;
+        }
         T *bp = hi > lo ? (T *)lm_og_grow(&NAME_bbuf, &NAME_bcap, (size_t)(kc * vmax * W) * sizeof(T)) : NULL;
         T *ap = hi > lo ? (T *)lm_og_grow(&NAME_abuf, &NAME_acap, (size_t)(MRMAX * kc) * sizeof(T)) : NULL;
-        if (hi > lo && (!bp || !ap)) {  /* no memory for the copies: plain loops over this thread's rows */
+        if (hi > lo && (!bp || !ap)) {  /* no memory for the copies: plain loops over this thread's block */
             for (long long m = lo; m < hi; m++)
-                for (long long n = 0; n < N; n++) {
+                for (long long n = c0; n < c1; n++) {
                     T s = 0;
                     for (long long k = 0; k < K; k++) s += A[m * sam + k] * B[n + k * sbk];
                     C[m * N + n] = s;
                 }
-            int e = epi ? epi(bufs, syms, lo, hi, 0, N) : 0;
+            int e = epi ? epi(bufs, syms, lo, hi, c0, c1) : 0;
             if (e) {
                 #pragma omp critical(lm_own_gemm_err)
                 { if (!err) err = e; }
@@ -93,8 +107,8 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         }
         for (long long pc = 0; pc < K && hi > lo; pc += kc) {
             long long kb = K - pc < kc ? K - pc : kc;
-            for (long long n0 = 0; n0 < N; n0 += NVMAX * W) {
-                int cols = N - n0 < NVMAX * W ? (int)(N - n0) : NVMAX * W, nv = (cols + W - 1) / W, mr = mrs[nv];
+            for (long long n0 = c0; n0 < c1; n0 += NVMAX * W) {
+                int cols = c1 - n0 < NVMAX * W ? (int)(c1 - n0) : NVMAX * W, nv = (cols + W - 1) / W, mr = mrs[nv];
                 long long ldp = (long long)nv * W;
                 for (long long k = 0; k < kb; k++) {
                     memcpy(bp + k * ldp, B + (pc + k) * sbk + n0, (size_t)cols * sizeof(T));

@@ -157,26 +157,24 @@ def valid_choice(choice: str, dtype: str) -> bool:
     return True
 
 
-def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None,
+def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None, k: int | None = None,
                    sak: int | None = None, sbn: int | None = None) -> str:
     """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"auto"``, ``"own"`` or
     ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS
     is not installed. ``"auto"`` dispatches on the sizes at run time (own kernels for M == 1, N == 1, small M and
     the streaming layout, OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m``
     and columns ``n`` are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n >
-    1``, and the streaming kernel ruled out by the sizes or by the strides ``sak`` of A along K and ``sbn`` of B
-    along N, where they are known) it is ``"blas"`` itself: the same calls, without a dispatcher."""
+    1``, and the streaming kernel ruled out by the sizes, ``k`` or the strides ``sak`` of A along K and ``sbn`` of
+    B along N, where they are known) it is ``"blas"`` itself: the same calls, without a dispatcher."""
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
     if pick not in ("auto", "own", "blas"):
         raise ValueError(f"LUMINAL_GEMM={pick!r}: expected 'auto', 'own' or 'blas'")
     if blas and pick == "auto" and m is not None and n is not None:
-        from ..codegen.gemm_small import AUTO_SMALL_M, AUTO_STREAM_M, AUTO_STREAM_N, stream_enabled
+        from ..codegen.gemm_small import AUTO_SMALL_M, stream_fits
 
-        stream = (m >= AUTO_STREAM_M and 2 <= n <= AUTO_STREAM_N and sak in (None, 1) and sbn in (None, 1)
-                  and stream_enabled())
-        if m > AUTO_SMALL_M and n > 1 and not stream:
+        if m > AUTO_SMALL_M and n > 1 and not stream_fits(m, n, k, sak, sbn):
             return "blas"
     if blas and pick in ("blas", "auto"):
         return pick
@@ -394,7 +392,7 @@ def default_equivalent(shape: GemmShape, blas: bool) -> str | None:
     :mod:`luminal.codegen.gemm_small`), or None (its matrix-vector kernel, which is no candidate)."""
     from ..codegen.gemm_small import auto_kernel
 
-    pick = default_choice(shape.dtype, blas, shape.m, shape.n, shape.sak, shape.sbn)
+    pick = default_choice(shape.dtype, blas, shape.m, shape.n, shape.k, shape.sak, shape.sbn)
     if pick != "auto":
         return pick
     kernel = auto_kernel(shape.m, shape.n, shape.k, shape.sak, shape.sbn, shape.sbk)
