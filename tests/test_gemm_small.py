@@ -250,7 +250,7 @@ def test_stream_layout_shapes(lib, choice, dtype):
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, choice, dtype)
     rng = np.random.default_rng(11)
-    cases = [(m, n, k) for m in (2, 5, 16, 17, 31, 128, 131) for n in (2, 15, 16, 17, 49, 64, 65, 130)
+    cases = [(m, n, k) for m in (2, 5, 16, 17, 24, 31, 40, 128, 131) for n in (2, 15, 16, 17, 49, 64, 65, 130)
              for k in (1, 37)]
     cases += [(m, n, k) for m, n, k in [(17, 16, 2100), (131, 16, 2049), (45, 64, 513), (130, 49, 1100),
                                         (129, 130, 600), (200, 1024, 40), (3, 5, 600)]]
@@ -310,6 +310,10 @@ def test_auto_rule(monkeypatch):
     assert auto_kernel(512, AUTO_STREAM_N, 576, 1, 1, 2048) == "stream"
     assert auto_kernel(512, AUTO_STREAM_N + 1, 576, 1, 1, 2048) == "blas"  # wide B and long K: OpenBLAS
     assert auto_kernel(512, 6272, 24, 1, 1, 6272) == "stream"             # ... short K: streaming
+    assert auto_kernel(32, 25088, 32, 1, 1, 25088) == "stream"            # few rows, wide and short
+    assert auto_kernel(16, 3136, 32, 1, 1, 3136) == "blas"                # ... too little work
+    assert auto_kernel(64, 1568, 576, 1, 1, 1568) == "blas"               # ... K too long
+    assert auto_kernel(8, 25088, 64, 1, 1, 25088) == "blas"               # ... too few rows
     assert auto_kernel(512, 16, 4608, 512, 1, 16) == "blas"               # A transposed
     assert auto_kernel(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
     assert AUTO_SMALL_M < AUTO_STREAM_M
@@ -328,7 +332,37 @@ def test_auto_rule(monkeypatch):
     assert auto_kernel(512, 16, 4608, 1, 1, 16) == "blas"
     assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "blas"
     off = auto_source("float32")
-    assert off != on and "M >= LLONG_MAX" in off and f"M >= {AUTO_STREAM_M}" in on
+    assert off != on and "if (0 && K > 0" in off and "if (1 && K > 0" in on
+
+
+def test_auto_dispatch_matches_its_python_rule(monkeypatch, tmp_path):
+    """The dispatcher's C (its kernels replaced by stubs that name themselves) picks, over a grid of shapes,
+    layouts and the small-M / streaming thresholds, exactly what ``auto_kernel`` says: the search and the
+    compile-time default rely on that mirror."""
+    from luminal.runtime.build import build_library
+
+    monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
+    src = auto_source("float32", with_dot=False, with_stream=False)
+    parts = auto_parts("float32")
+    stubs = "".join(f"static int {parts[r]}(long long M, long long N, long long K, const float *A, long long sam, "
+                    f"long long sak, const float *B, long long sbn, long long sbk, float *C, lm_epilogue e, "
+                    f"void **b, const long long *s) {{ return {i}; }}\n"
+                    for i, r in enumerate(("gemv", "dot", "stream", "blas"), 1))
+    head = "#include <stddef.h>\ntypedef int (*lm_epilogue)(void **, const long long *, long long, long long, " \
+           "long long, long long);\n"
+    body = src[src.index("/* lm_gemm_auto_f32"):]
+    call = "int pick(long long M, long long N, long long K, long long sak, long long sbn, long long sbk) " \
+           "{ return lm_gemm_auto_f32(M, N, K, NULL, 0, sak, NULL, sbn, sbk, NULL, NULL, NULL, NULL); }\n"
+    lib = ctypes.CDLL(build_library(CProgram(head + stubs + body + call, [], [], False)))
+    L = ctypes.c_longlong
+    lib.pick.argtypes = [L] * 6
+    names = {1: "gemv", 2: "dot", 3: "stream", 4: "blas"}
+    ms = (1, 2, 15, 16, 17, 64, 65, 95, 96, 127, 128, 512)
+    ns = (1, 8, 15, 16, 47, 48, 63, 64, 1024, 1025, 4096, 262144)
+    ks = (0, 1, 127, 128, 255, 256, 257, 4608)
+    layouts = ((1, 1, 1), (1, 1, 7), (1, 7, 1), (7, 1, 1))  # (sak, sbn, sbk)
+    for m, n, k, (sak, sbn, sbk) in itertools.product(ms, ns, ks, layouts):
+        assert names[lib.pick(m, n, k, sak, sbn, sbk)] == auto_kernel(m, n, k, sak, sbn, sbk), (m, n, k, sak, sbn, sbk)
 
 
 def test_sources_and_choices(monkeypatch):
@@ -500,3 +534,37 @@ def test_constant_large_gemms_compile_without_the_dispatcher(monkeypatch, tmp_pa
         if not cx.runtime.blas:
             continue  # (without OpenBLAS the default is the own GEMM either way)
         assert ("lm_gemm_auto_f32" in cx.runtime.source) == has_auto, m
+
+
+def test_programs_linked_to_different_parts_stay_apart(monkeypatch, tmp_path):
+    # Two compiles of one graph whose GEMM dispatcher differs (LUMINAL_GEMM_STREAM off, then on) render the same
+    # program text around different library parts. They must load as two libraries: one loaded library shared by
+    # both would keep only the last link's function pointers, and the first graph would silently run the second's
+    # kernels (it did: its results then matched the streaming kernel's rounding bit for bit).
+    monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((512, 2304)).astype(np.float32)
+    cols = rng.standard_normal((2304, 16)).astype(np.float32)
+
+    def build():
+        cx = lm.Graph()
+        y = (cx.tensor(w.shape).set(w) @ cx.tensor((2304, "n")).set(cols)).retrieve()  # (symbolic N: "auto")
+        cx.compile(None, y, device="cpu")
+        return cx, y
+    monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")
+    off, y_off = build()
+    off.execute()
+    first = y_off.data().copy()
+    monkeypatch.delenv("LUMINAL_GEMM_STREAM")
+    on, y_on = build()
+    on.execute()
+    streamed = y_on.data().copy()
+    ref = w.astype(np.float64) @ cols.astype(np.float64)
+    for got in (first, streamed):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+    if not off.runtime.blas:
+        return  # (no OpenBLAS: both dispatchers' fallbacks are luminal's own kernels)
+    assert not np.array_equal(first, streamed)  # (the two kernels round differently: what tells them apart)
+    off.execute()
+    np.testing.assert_array_equal(y_off.data(), first)

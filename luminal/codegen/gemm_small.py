@@ -13,7 +13,8 @@ symbolic program serves decoding, one sequence and large batches:
   GEMMs re-pack it on every call: half their time at M = 32).
 * A contiguous along K and B along N (a convolution's weight times its im2col columns, an activation times an
   ONNX ``K x N`` weight, a linear layer's input gradient) with ``M >= AUTO_STREAM_M`` (96) rows, at least 16
-  columns (64 below 128 rows) and at most ``AUTO_STREAM_N`` (1024) unless ``K <= AUTO_STREAM_WIDE_K`` (256):
+  columns (64 below 128 rows) and at most ``AUTO_STREAM_N`` (1024) unless ``K <= AUTO_STREAM_WIDE_K`` (256), or
+  with 16 to 95 rows, more than 1024 columns, K <= 256 and at least 2^22 multiply-adds (the threads then split N):
   :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there;
   OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, 10 % beyond 1024 columns at
   K >= 576).
@@ -42,6 +43,9 @@ AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
 # unless K <= AUTO_STREAM_WIDE_K
 AUTO_STREAM_M, AUTO_STREAM_FULL_M, AUTO_STREAM_MIN_N, AUTO_STREAM_FEW_N = 96, 128, 16, 64
 AUTO_STREAM_N, AUTO_STREAM_WIDE_K = 1024, 256
+# ... and below AUTO_STREAM_M rows, from AUTO_STREAM_FEW_M rows with more than AUTO_STREAM_N columns, K <= 256 and
+# at least AUTO_STREAM_MACS multiply-adds (MobileNet's 1x1 convolutions at batch 8, 16-64 x 6272-25088 x 16-144)
+AUTO_STREAM_FEW_M, AUTO_STREAM_MACS = 16, 1 << 22
 
 
 def stream_enabled() -> bool:
@@ -53,9 +57,13 @@ def stream_enabled() -> bool:
 def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None) -> bool:
     """Whether ``"auto"`` runs the streaming kernel for an ``m x n x k`` product with A's stride ``sak`` along K
     and B's ``sbn`` along N; an argument of None (not known before run time) counts as one that fits."""
-    return (stream_enabled() and m >= AUTO_STREAM_M and sak in (None, 1) and sbn in (None, 1)
-            and n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
-            and (n <= AUTO_STREAM_N or k is None or k <= AUTO_STREAM_WIDE_K) and (k is None or k > 0))
+    if not (stream_enabled() and sak in (None, 1) and sbn in (None, 1) and (k is None or k > 0)):
+        return False
+    if m < AUTO_STREAM_M:  # few rows: only wide, short products
+        return (m >= AUTO_STREAM_FEW_M and n > AUTO_STREAM_N and (k is None or k <= AUTO_STREAM_WIDE_K
+                                                                  and m * n * k >= AUTO_STREAM_MACS))
+    return (n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
+            and (n <= AUTO_STREAM_N or k is None or k <= AUTO_STREAM_WIDE_K))
 
 
 def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
@@ -385,8 +393,10 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (M >= STREAM_M && N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N) && (N <= STREAM_N || K <= STREAM_WIDE_K)
-        && K > 0 && sak == 1 && sbn == 1)
+    if (STREAM_ON && K > 0 && sak == 1 && sbn == 1 && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
+                                                          && (N <= STREAM_N || K <= STREAM_WIDE_K)
+                                                        : M >= STREAM_FEW_M && N > STREAM_N && K <= STREAM_WIDE_K
+                                                          && (double)M * (double)N * (double)K >= STREAM_MACS))
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
@@ -410,12 +420,13 @@ def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> 
         parts.append(dot_source(dtype, names["dot"], names["blas"]))
     if with_stream:
         parts.append(stream_source(dtype, names["stream"], names["blas"]))
-    stream_m = AUTO_STREAM_M if stream_enabled() else "LLONG_MAX"  # (off: no call; the kernel stays rendered)
+    stream_on = "1" if stream_enabled() else "0"  # (off: never called; the kernel stays rendered)
     parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
                  .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M))
                  .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_FULL_M", str(AUTO_STREAM_FULL_M))
                  .replace("STREAM_MIN_N", str(AUTO_STREAM_MIN_N)).replace("STREAM_FEW_N", str(AUTO_STREAM_FEW_N))
-                 .replace("STREAM_WIDE_K", str(AUTO_STREAM_WIDE_K)).replace("STREAM_M", str(stream_m))
+                 .replace("STREAM_FEW_M", str(AUTO_STREAM_FEW_M)).replace("STREAM_MACS", str(AUTO_STREAM_MACS))
+                 .replace("STREAM_WIDE_K", str(AUTO_STREAM_WIDE_K)).replace("STREAM_ON", stream_on).replace("STREAM_M", str(AUTO_STREAM_M))
                  .replace("STREAM_N", str(AUTO_STREAM_N)).replace("STREAM(", names["stream"] + "(")
                  .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))

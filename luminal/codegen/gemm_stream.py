@@ -64,6 +64,9 @@ static __thread size_t NAME_bcap, NAME_acap;
 #ifndef LM_STREAM_SPLIT_ROWS  /* the threads split M from this many rows per thread on, else N */
 #define LM_STREAM_SPLIT_ROWS 64
 #endif
+#ifndef LM_STREAM_FIT_ROWS  /* below this many rows the column blocks are as wide as fits M best */
+#define LM_STREAM_FIT_ROWS 64
+#endif
 static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
@@ -71,21 +74,31 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         return FALLBACK(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     static const int mrs[NVMAX + 1] = {MRS};
     int err = 0;
-    long long vmax = ((N < NVMAX * W ? N : NVMAX * W) + W - 1) / W;
+    /* column blocks of NVMAX vectors; with few rows, of the width whose tile wastes the fewest rows (32 rows:
+       4 tiles of 8 x 3 vectors, not 6 of 6 x 4 with 4 rows of zeros) */
+    long long cbw = NVMAX * W;
+    if (M < LM_STREAM_FIT_ROWS) {
+        double best = 2;
+        for (int v = NVMAX; v >= 1; v--) {
+            double all = (double)((M + mrs[v] - 1) / mrs[v] * mrs[v]), waste = (all - (double)M) / all;
+            if (waste < best) { best = waste; cbw = (long long)v * W; }
+        }
+    }
+    long long vmax = ((N < cbw ? N : cbw) + W - 1) / W;
     long long kc = LM_STREAM_BBYTES / (long long)(vmax * W * sizeof(T));
     if (kc < 16) kc = 16;
     #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
         long long nt = omp_get_num_threads(), t = omp_get_thread_num(), unit = mrs[vmax], lo = 0, hi = M, c0 = 0, c1 = N;
-        long long cblocks = (N + NVMAX * W - 1) / (NVMAX * W);
+        long long cblocks = (N + cbw - 1) / cbw;
         if (M >= LM_STREAM_SPLIT_ROWS * nt || cblocks < nt) {  /* rows in blocks of the widest tile's */
             long long blocks = (M + unit - 1) / unit;
             lo = blocks * t / nt * unit;
             hi = blocks * (t + 1) / nt * unit;
             if (hi > M) hi = M;
         } else {  /* few rows: columns, in whole column blocks */
-            c0 = cblocks * t / nt * (NVMAX * W);
-            c1 = cblocks * (t + 1) / nt * (NVMAX * W);
+            c0 = cblocks * t / nt * cbw;
+            c1 = cblocks * (t + 1) / nt * cbw;
             if (c1 > N) c1 = N;
             if (c0 >= c1) hi = lo;
         }
@@ -107,8 +120,8 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         }
         for (long long pc = 0; pc < K && hi > lo; pc += kc) {
             long long kb = K - pc < kc ? K - pc : kc;
-            for (long long n0 = c0; n0 < c1; n0 += NVMAX * W) {
-                int cols = c1 - n0 < NVMAX * W ? (int)(c1 - n0) : NVMAX * W, nv = (cols + W - 1) / W, mr = mrs[nv];
+            for (long long n0 = c0; n0 < c1; n0 += cbw) {
+                int cols = c1 - n0 < cbw ? (int)(c1 - n0) : (int)cbw, nv = (cols + W - 1) / W, mr = mrs[nv];
                 long long ldp = (long long)nv * W;
                 for (long long k = 0; k < kb; k++) {
                     memcpy(bp + k * ldp, B + (pc + k) * sbk + n0, (size_t)cols * sizeof(T));

@@ -17,6 +17,7 @@ builds with different flags or sources coexist in one process.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from ..shape import C_PRELUDE
@@ -66,6 +67,9 @@ def link_function(parts) -> str:
     parts' entry points in order (the last translation unit when the program is split, see
     :func:`luminal.runtime.build.split_units`)."""
     names = [f[0] for part in parts for f in part.functions]
-    defs = [f"{_HIDDEN} {n}_t {n};" for n in names]
+    # (each part's digest: a program linked to other parts -- their source can depend on the environment, e.g.
+    # LUMINAL_GEMM_STREAM -- is another library, never the same loaded one whose pointers the last link set)
+    digests = " ".join(f"{p.key}={hashlib.sha256(p.source.encode()).hexdigest()[:16]}" for p in parts)
+    defs = [f"/* linked parts: {digests} */"] + [f"{_HIDDEN} {n}_t {n};" for n in names]
     sets = " ".join(f"{n} = ({n}_t)fns[{i}];" for i, n in enumerate(names))
     return "\n".join(defs) + f"\nvoid luminal_link(void **fns) {{ {sets} }}\n"
