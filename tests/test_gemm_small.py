@@ -307,12 +307,11 @@ def test_auto_rule(monkeypatch):
     assert auto_kernel(AUTO_STREAM_M, 64, 4608, 1, 1, 64) == "stream"
     assert auto_kernel(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "blas"       # few rows and few columns
     assert auto_kernel(AUTO_STREAM_M - 1, 64, 4608, 1, 1, 64) == "blas"
-    assert auto_kernel(512, AUTO_STREAM_N, 576, 1, 1, 2048) == "stream"
-    assert auto_kernel(512, AUTO_STREAM_N + 1, 576, 1, 1, 2048) == "blas"  # wide B and long K: OpenBLAS
-    assert auto_kernel(512, 6272, 24, 1, 1, 6272) == "stream"             # ... short K: streaming
-    assert auto_kernel(32, 25088, 32, 1, 1, 25088) == "stream"            # few rows, wide and short
+    assert auto_kernel(2048, 2048, 2048, 1, 1, 2048) == "stream"          # two row-major matrices
+    assert auto_kernel(32, 25088, 32, 1, 1, 25088) == "stream"            # few rows, wide
+    assert auto_kernel(64, 1568, 576, 1, 1, 1568) == "stream"
+    assert auto_kernel(64, AUTO_STREAM_N, 576, 1, 1, AUTO_STREAM_N) == "blas"  # ... not wide enough
     assert auto_kernel(16, 3136, 32, 1, 1, 3136) == "blas"                # ... too little work
-    assert auto_kernel(64, 1568, 576, 1, 1, 1568) == "blas"               # ... K too long
     assert auto_kernel(8, 25088, 64, 1, 1, 25088) == "blas"               # ... too few rows
     assert auto_kernel(512, 16, 4608, 512, 1, 16) == "blas"               # A transposed
     assert auto_kernel(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
@@ -324,8 +323,8 @@ def test_auto_rule(monkeypatch):
     assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "auto"
     assert S.default_choice("float32", True, 512, 16, None, None, None) == "auto"
     assert S.default_choice("float32", True, 512, 16, 4608, 4608, 1) == "blas"
-    assert S.default_choice("float32", True, 512, 2000, 4608, 1, 1) == "blas"
-    assert S.default_choice("float32", True, 512, 2000, None, 1, 1) == "auto"
+    assert S.default_choice("float32", True, 512, 2000, 4608, 1, 1) == "auto"
+    assert S.default_choice("float32", True, 512, 8, 4608, 1, 1) == "blas"
     assert S.default_choice("float32", True, 80, 160, 4608, 1, 1) == "blas"
     on = auto_source("float32")
     monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")

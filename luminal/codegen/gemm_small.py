@@ -12,12 +12,12 @@ symbolic program serves decoding, one sequence and large batches:
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
 * A contiguous along K and B along N (a convolution's weight times its im2col columns, an activation times an
-  ONNX ``K x N`` weight, a linear layer's input gradient) with ``M >= AUTO_STREAM_M`` (96) rows, at least 16
-  columns (64 below 128 rows) and at most ``AUTO_STREAM_N`` (1024) unless ``K <= AUTO_STREAM_WIDE_K`` (256), or
-  with 16 to 95 rows, more than 1024 columns, K <= 256 and at least 2^22 multiply-adds (the threads then split N):
-  :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there;
-  OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, 10 % beyond 1024 columns at
-  K >= 576).
+  ONNX ``K x N`` weight, a linear layer's input gradient, two row-major matrices) with ``M >= AUTO_STREAM_M``
+  (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more than ``AUTO_STREAM_N``
+  (1024) columns and at least 2^22 multiply-adds (the threads then split N):
+  :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there,
+  2048^3 included; OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, and on products
+  of fewer than 2^22 multiply-adds with fewer rows).
 * everything else: OpenBLAS (``lm_gemm_f32``), the faster one at large M here.
 
 No packing GEMM is part of ``"auto"``: rendering one into every program cost seconds of compile time (BERT: 1.5
@@ -39,13 +39,11 @@ AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUT
 # ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
 AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
 # "auto" runs the streaming kernel (A contiguous along K, B along N) from AUTO_STREAM_M rows with at least
-# AUTO_STREAM_MIN_N columns (AUTO_STREAM_FEW_N below AUTO_STREAM_FULL_M rows), at most AUTO_STREAM_N of them
-# unless K <= AUTO_STREAM_WIDE_K
+# AUTO_STREAM_MIN_N columns (AUTO_STREAM_FEW_N below AUTO_STREAM_FULL_M rows) ...
 AUTO_STREAM_M, AUTO_STREAM_FULL_M, AUTO_STREAM_MIN_N, AUTO_STREAM_FEW_N = 96, 128, 16, 64
-AUTO_STREAM_N, AUTO_STREAM_WIDE_K = 1024, 256
-# ... and below AUTO_STREAM_M rows, from AUTO_STREAM_FEW_M rows with more than AUTO_STREAM_N columns, K <= 256 and
-# at least AUTO_STREAM_MACS multiply-adds (MobileNet's 1x1 convolutions at batch 8, 16-64 x 6272-25088 x 16-144)
-AUTO_STREAM_FEW_M, AUTO_STREAM_MACS = 16, 1 << 22
+# ... and below AUTO_STREAM_M rows, from AUTO_STREAM_FEW_M rows with more than AUTO_STREAM_N columns and at least
+# AUTO_STREAM_MACS multiply-adds (MobileNet's 1x1 convolutions at batch 8, 16-64 x 6272-25088 x 16-144)
+AUTO_STREAM_FEW_M, AUTO_STREAM_N, AUTO_STREAM_MACS = 16, 1024, 1 << 22
 
 
 def stream_enabled() -> bool:
@@ -59,11 +57,9 @@ def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None)
     and B's ``sbn`` along N; an argument of None (not known before run time) counts as one that fits."""
     if not (stream_enabled() and sak in (None, 1) and sbn in (None, 1) and (k is None or k > 0)):
         return False
-    if m < AUTO_STREAM_M:  # few rows: only wide, short products
-        return (m >= AUTO_STREAM_FEW_M and n > AUTO_STREAM_N and (k is None or k <= AUTO_STREAM_WIDE_K
-                                                                  and m * n * k >= AUTO_STREAM_MACS))
-    return (n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
-            and (n <= AUTO_STREAM_N or k is None or k <= AUTO_STREAM_WIDE_K))
+    if m < AUTO_STREAM_M:  # few rows: only wide products with enough work
+        return m >= AUTO_STREAM_FEW_M and n > AUTO_STREAM_N and (k is None or m * n * k >= AUTO_STREAM_MACS)
+    return n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
 
 
 def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
@@ -394,8 +390,7 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (STREAM_ON && K > 0 && sak == 1 && sbn == 1 && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
-                                                          && (N <= STREAM_N || K <= STREAM_WIDE_K)
-                                                        : M >= STREAM_FEW_M && N > STREAM_N && K <= STREAM_WIDE_K
+                                                        : M >= STREAM_FEW_M && N > STREAM_N
                                                           && (double)M * (double)N * (double)K >= STREAM_MACS))
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
@@ -426,7 +421,7 @@ def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> 
                  .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_FULL_M", str(AUTO_STREAM_FULL_M))
                  .replace("STREAM_MIN_N", str(AUTO_STREAM_MIN_N)).replace("STREAM_FEW_N", str(AUTO_STREAM_FEW_N))
                  .replace("STREAM_FEW_M", str(AUTO_STREAM_FEW_M)).replace("STREAM_MACS", str(AUTO_STREAM_MACS))
-                 .replace("STREAM_WIDE_K", str(AUTO_STREAM_WIDE_K)).replace("STREAM_ON", stream_on).replace("STREAM_M", str(AUTO_STREAM_M))
+                 .replace("STREAM_ON", stream_on).replace("STREAM_M", str(AUTO_STREAM_M))
                  .replace("STREAM_N", str(AUTO_STREAM_N)).replace("STREAM(", names["stream"] + "(")
                  .replace("GEMV(", names["gemv"] + "(")
                  .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
