@@ -246,7 +246,8 @@ def _kn(rng, np_dtype, n, k, pad=0):
 def test_stream_layout_shapes(lib, choice, dtype):
     """B stored K x N (the streaming kernel's layout): M across the tile's rows and the threads' row blocks (the
     zero-padded last tile; few rows: the threads split N), N across one to four vectors and several column blocks, K across the kernel's K
-    blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows; 1, 2 and 3 threads."""
+    blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows, A also stored transposed (a weight
+    gradient's layout); 1, 2 and 3 threads."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, choice, dtype)
     rng = np.random.default_rng(11)
@@ -257,7 +258,10 @@ def test_stream_layout_shapes(lib, choice, dtype):
     for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
         with _threads(lib, threads, par):
             for i, (M, N, K) in enumerate(cases):
-                A = rng.standard_normal((M, K + 3 * (i % 2))).astype(np_dtype)[:, :K]
+                if i % 4 == 3:  # A stored transposed (contiguous along M), columns M + 2 apart
+                    A = rng.standard_normal((K, M + 2)).astype(np_dtype)[:, :M].T
+                else:
+                    A = rng.standard_normal((M, K + 3 * (i % 2))).astype(np_dtype)[:, :K]
                 Bt = _kn(rng, np_dtype, N, K, pad=5 * (i % 3 == 0))
                 C, _, ret = _run(f, A, Bt, np_dtype)
                 assert ret == 0
@@ -296,25 +300,31 @@ def test_stream_epilogue_and_special_values(lib, dtype):
     _check(rest, np.delete(A, 5, axis=0), np.delete(Bt, 7, axis=0), tol, "finite part")
 
 
+def _rule(m, n, k, sak, sbn, sbk, sam=None):
+    """``auto_kernel`` with A row-major (``sam = K``) unless ``sam`` is given."""
+    return auto_kernel(m, n, k, sak, sbn, sbk, sam=k if sam is None else sam)
+
+
 def test_auto_rule(monkeypatch):
     """``auto_kernel`` (the Python mirror of the C dispatcher's rule, used by the search) by shape class;
     ``LUMINAL_GEMM_STREAM=0`` takes the streaming kernel out of the rule and out of the dispatcher's C."""
     monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
-    assert auto_kernel(1, 500, 64, 1, 1, 500) == "gemv" and auto_kernel(300, 1, 64, 1, 1, 64) == "gemv"
-    assert auto_kernel(32, 300, 300, 1, 300, 1) == "dot"
-    assert auto_kernel(128, 16, 4608, 1, 1, 16) == "stream"
-    assert auto_kernel(128, 8, 4608, 1, 1, 8) == "blas"                   # half a vector of columns
-    assert auto_kernel(AUTO_STREAM_M, 64, 4608, 1, 1, 64) == "stream"
-    assert auto_kernel(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "blas"       # few rows and few columns
-    assert auto_kernel(AUTO_STREAM_M - 1, 64, 4608, 1, 1, 64) == "blas"
-    assert auto_kernel(2048, 2048, 2048, 1, 1, 2048) == "stream"          # two row-major matrices
-    assert auto_kernel(32, 25088, 32, 1, 1, 25088) == "stream"            # few rows, wide
-    assert auto_kernel(64, 1568, 576, 1, 1, 1568) == "stream"
-    assert auto_kernel(64, AUTO_STREAM_N, 576, 1, 1, AUTO_STREAM_N) == "blas"  # ... not wide enough
-    assert auto_kernel(16, 3136, 32, 1, 1, 3136) == "blas"                # ... too little work
-    assert auto_kernel(8, 25088, 64, 1, 1, 25088) == "blas"               # ... too few rows
-    assert auto_kernel(512, 16, 4608, 512, 1, 16) == "blas"               # A transposed
-    assert auto_kernel(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
+    assert _rule(1, 500, 64, 1, 1, 500) == "gemv" and _rule(300, 1, 64, 1, 1, 64) == "gemv"
+    assert _rule(32, 300, 300, 1, 300, 1) == "dot"
+    assert _rule(128, 16, 4608, 1, 1, 16) == "stream"
+    assert _rule(128, 8, 4608, 1, 1, 8) == "blas"                   # half a vector of columns
+    assert _rule(AUTO_STREAM_M, 64, 4608, 1, 1, 64) == "stream"
+    assert _rule(AUTO_STREAM_M, 16, 4608, 1, 1, 16) == "blas"       # few rows and few columns
+    assert _rule(AUTO_STREAM_M - 1, 64, 4608, 1, 1, 64) == "blas"
+    assert _rule(2048, 2048, 2048, 1, 1, 2048) == "stream"          # two row-major matrices
+    assert _rule(32, 25088, 32, 1, 1, 25088) == "stream"            # few rows, wide
+    assert _rule(64, 1568, 576, 1, 1, 1568) == "stream"
+    assert _rule(64, AUTO_STREAM_N, 576, 1, 1, AUTO_STREAM_N) == "blas"  # ... not wide enough
+    assert _rule(16, 3136, 32, 1, 1, 3136) == "blas"                # ... too little work
+    assert _rule(8, 25088, 64, 1, 1, 25088) == "blas"               # ... too few rows
+    assert _rule(512, 16, 4608, 512, 1, 16) == "blas"               # A strided both ways
+    assert _rule(512, 16, 4608, 512, 1, 16, sam=1) == "stream"      # A transposed (a weight gradient's)
+    assert _rule(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
     assert AUTO_SMALL_M < AUTO_STREAM_M
     for dtype in DTYPES:
         tiles = stream_tile(dtype)
@@ -322,13 +332,14 @@ def test_auto_rule(monkeypatch):
     # constant sizes the dispatcher would send to OpenBLAS compile without it; the streaming layout keeps it
     assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "auto"
     assert S.default_choice("float32", True, 512, 16, None, None, None) == "auto"
-    assert S.default_choice("float32", True, 512, 16, 4608, 4608, 1) == "blas"
+    assert S.default_choice("float32", True, 512, 16, 4608, 4608, 1, sam=7) == "blas"   # A strided both ways
+    assert S.default_choice("float32", True, 512, 16, 4608, 512, 1, sam=1) == "auto"    # A transposed
     assert S.default_choice("float32", True, 512, 2000, 4608, 1, 1) == "auto"
     assert S.default_choice("float32", True, 512, 8, 4608, 1, 1) == "blas"
     assert S.default_choice("float32", True, 80, 160, 4608, 1, 1) == "blas"
     on = auto_source("float32")
     monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")
-    assert auto_kernel(512, 16, 4608, 1, 1, 16) == "blas"
+    assert _rule(512, 16, 4608, 1, 1, 16) == "blas"
     assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "blas"
     off = auto_source("float32")
     assert off != on and "if (0 && K > 0" in off and "if (1 && K > 0" in on
@@ -350,18 +361,19 @@ def test_auto_dispatch_matches_its_python_rule(monkeypatch, tmp_path):
     head = "#include <stddef.h>\ntypedef int (*lm_epilogue)(void **, const long long *, long long, long long, " \
            "long long, long long);\n"
     body = src[src.index("/* lm_gemm_auto_f32"):]
-    call = "int pick(long long M, long long N, long long K, long long sak, long long sbn, long long sbk) " \
-           "{ return lm_gemm_auto_f32(M, N, K, NULL, 0, sak, NULL, sbn, sbk, NULL, NULL, NULL, NULL); }\n"
+    call = "int pick(long long M, long long N, long long K, long long sam, long long sak, long long sbn, " \
+           "long long sbk) { return lm_gemm_auto_f32(M, N, K, NULL, sam, sak, NULL, sbn, sbk, NULL, NULL, NULL, NULL); }\n"
     lib = ctypes.CDLL(build_library(CProgram(head + stubs + body + call, [], [], False)))
     L = ctypes.c_longlong
-    lib.pick.argtypes = [L] * 6
+    lib.pick.argtypes = [L] * 7
     names = {1: "gemv", 2: "dot", 3: "stream", 4: "blas"}
     ms = (1, 2, 15, 16, 17, 64, 65, 95, 96, 127, 128, 512)
     ns = (1, 8, 15, 16, 47, 48, 63, 64, 1024, 1025, 4096, 262144)
     ks = (0, 1, 127, 128, 255, 256, 257, 4608)
-    layouts = ((1, 1, 1), (1, 1, 7), (1, 7, 1), (7, 1, 1))  # (sak, sbn, sbk)
-    for m, n, k, (sak, sbn, sbk) in itertools.product(ms, ns, ks, layouts):
-        assert names[lib.pick(m, n, k, sak, sbn, sbk)] == auto_kernel(m, n, k, sak, sbn, sbk), (m, n, k, sak, sbn, sbk)
+    layouts = ((9, 1, 1, 1), (9, 1, 1, 7), (9, 1, 7, 1), (9, 7, 1, 1), (1, 9, 1, 7), (1, 9, 7, 1))  # sam, sak, sbn, sbk
+    for m, n, k, (sam, sak, sbn, sbk) in itertools.product(ms, ns, ks, layouts):
+        got = names[lib.pick(m, n, k, sam, sak, sbn, sbk)]
+        assert got == auto_kernel(m, n, k, sak, sbn, sbk, sam=sam), (m, n, k, sam, sak, sbn, sbk)
 
 
 def test_sources_and_choices(monkeypatch):
@@ -477,6 +489,16 @@ def test_sanitized_dot(tmp_path):
         double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[n * K + k]; \
         if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
     free(A); free(B); free(C); } while (0)
+/* A stored K x M (transposed), B stored K x N */
+#define CHECKT(T, FN, TOL) do { \
+    T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
+    for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
+    for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
+    if (FN(M, N, K, A, 1, M, B, 1, N, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
+    for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
+        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[k * M + m] * B[k * N + n]; \
+        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad t %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
+    free(A); free(B); free(C); } while (0)
 /* the same with B stored K x N (the streaming kernel's layout) */
 #define CHECKKN(T, FN, TOL) do { \
     T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
@@ -499,7 +521,7 @@ CHECKS
 }
 """
     checks = [f"        {mac}({c}, {S.function_name(ch, d)}, {tol * 10});" for d, (_, c, tol) in DTYPES.items()
-              for ch in CHOICES for mac in ("CHECK", "CHECKKN")]
+              for ch in CHOICES for mac in ("CHECK", "CHECKKN", "CHECKT")]
     src = tmp_path / "san.c"
     src.write_text("#define LM_OWN_GEMM_EXACT_BUFFERS 1\n" + HELPERS + gemm_helpers()
                    + S.own_sources({(c, d) for c in CHOICES for d in DTYPES}) + main.replace("CHECKS", "\n".join(checks)))

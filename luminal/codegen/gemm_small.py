@@ -11,8 +11,8 @@ symbolic program serves decoding, one sequence and large batches:
   times PyTorch-layout ``N x K`` weights), K >= 256 (K >= 128 at M <= 16) and N >= 48 (the kernel splits N over
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
-* A contiguous along K and B along N (a convolution's weight times its im2col columns, an activation times an
-  ONNX ``K x N`` weight, a linear layer's input gradient, two row-major matrices) with ``M >= AUTO_STREAM_M``
+* A contiguous along K or M and B along N (a convolution's weight times its im2col columns, an activation times
+  an ONNX ``K x N`` weight, a linear layer's input or weight gradient, two row-major matrices) with ``M >= AUTO_STREAM_M``
   (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more than ``AUTO_STREAM_N``
   (1024) columns and at least 2^22 multiply-adds (the threads then split N):
   :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there,
@@ -38,7 +38,7 @@ from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_con
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 # ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
 AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
-# "auto" runs the streaming kernel (A contiguous along K, B along N) from AUTO_STREAM_M rows with at least
+# "auto" runs the streaming kernel (A contiguous along K or M, B along N) from AUTO_STREAM_M rows with at least
 # AUTO_STREAM_MIN_N columns (AUTO_STREAM_FEW_N below AUTO_STREAM_FULL_M rows) ...
 AUTO_STREAM_M, AUTO_STREAM_FULL_M, AUTO_STREAM_MIN_N, AUTO_STREAM_FEW_N = 96, 128, 16, 64
 # ... and below AUTO_STREAM_M rows, from AUTO_STREAM_FEW_M rows with more than AUTO_STREAM_N columns and at least
@@ -52,26 +52,28 @@ def stream_enabled() -> bool:
     return os.environ.get("LUMINAL_GEMM_STREAM", "1") != "0"
 
 
-def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None) -> bool:
-    """Whether ``"auto"`` runs the streaming kernel for an ``m x n x k`` product with A's stride ``sak`` along K
-    and B's ``sbn`` along N; an argument of None (not known before run time) counts as one that fits."""
-    if not (stream_enabled() and sak in (None, 1) and sbn in (None, 1) and (k is None or k > 0)):
+def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None, sam: int | None = None) -> bool:
+    """Whether ``"auto"`` runs the streaming kernel for an ``m x n x k`` product with A's strides ``sak`` along K
+    and ``sam`` along M (one of them 1) and B's ``sbn`` along N (1); an argument of None (not known before run
+    time) counts as one that fits."""
+    a_ok = sak in (None, 1) or sam in (None, 1)
+    if not (stream_enabled() and a_ok and sbn in (None, 1) and (k is None or k > 0)):
         return False
     if m < AUTO_STREAM_M:  # few rows: only wide products with enough work
         return m >= AUTO_STREAM_FEW_M and n > AUTO_STREAM_N and (k is None or m * n * k >= AUTO_STREAM_MACS)
     return n >= (AUTO_STREAM_MIN_N if m >= AUTO_STREAM_FULL_M else AUTO_STREAM_FEW_N)
 
 
-def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int) -> str:
-    """Which kernel ``lm_gemm_auto_*`` runs for an ``m x n x k`` product with operand strides ``sak`` (A along
-    K), ``sbn`` and ``sbk`` (B along N and K) (the rule of its C, :data:`_AUTO`): ``"gemv"``, ``"dot"``,
-    ``"stream"`` or ``"blas"``."""
+def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int, *, sam: int) -> str:
+    """Which kernel ``lm_gemm_auto_*`` runs for an ``m x n x k`` product with operand strides ``sam`` and ``sak``
+    (A along M and K), ``sbn`` and ``sbk`` (B along N and K) (the rule of its C, :data:`_AUTO`): ``"gemv"``,
+    ``"dot"``, ``"stream"`` or ``"blas"``."""
     if (m == 1 or n == 1) and k > 0:
         return "gemv"
     if m <= AUTO_SMALL_M and n >= AUTO_DOT_N and sak == 1 and sbk == 1 and (
             k >= AUTO_DOT_K or m <= AUTO_TINY_M and k >= AUTO_TINY_K):
         return "dot"
-    if stream_fits(m, n, k, sak, sbn):
+    if stream_fits(m, n, k, sak, sbn, sam):
         return "stream"
     return "blas"
 
@@ -377,7 +379,7 @@ def gemv_source(dtype: str, name: str, fallback: str) -> str:
 
 _AUTO = r"""
 /* lm_gemm_auto_SHORT: per call, matrix-vector products, small-M products with both operands contiguous along K and
-   larger-M products with A contiguous along K and B along N on luminal's kernels, the rest on lm_gemm_SHORT
+   larger-M products with A contiguous along K or M and B along N on luminal's kernels, the rest on lm_gemm_SHORT
    (OpenBLAS) (luminal.codegen.gemm_small) */
 #ifndef LM_AUTO_SMALL_M
 #define LM_AUTO_SMALL_M SMALLM
@@ -389,7 +391,7 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (STREAM_ON && K > 0 && sak == 1 && sbn == 1 && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
+    if (STREAM_ON && K > 0 && (sak == 1 || sam == 1) && sbn == 1 && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
                                                         : M >= STREAM_FEW_M && N > STREAM_N
                                                           && (double)M * (double)N * (double)K >= STREAM_MACS))
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);

@@ -42,8 +42,8 @@ def stream_tile(dtype: str) -> dict[int, int]:
 
 
 _TILE = r"""
-/* rows [0, rows) and columns [0, cols) of c (+)= the MR rows at a (row stride lda) . the kb x NVW block at bp
-   (rows NVW apart, VB-aligned) */
+/* rows [0, rows) and columns [0, cols) of c (+)= the MR rows at a (element (r, k) at AT) . the kb x NVW block at
+   bp (rows NVW apart, VB-aligned) */
 static __attribute__((noinline)) void NAME_tileNV(long long kb, const T *a, long long lda, const T *bp, T *restrict c,
                                                   long long ldc, int rows, int cols, int acc) {
     bp = (const T *)__builtin_assume_aligned(bp, VB);
@@ -71,8 +71,9 @@ static __thread size_t NAME_bcap, NAME_acap;
 static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
-    if (M <= 0 || N <= 0 || K <= 0 || sak != 1 || sbn != 1)
+    if (M <= 0 || N <= 0 || K <= 0 || (sak != 1 && sam != 1) || sbn != 1)
         return FALLBACK(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
+    const int at = sak != 1;  /* A stored transposed (contiguous along M: a weight gradient's dY^T) */
     static const int mrs[NVMAX + 1] = {MRS};
     int err = 0;
     /* column blocks of NVMAX vectors; with few rows, of the width whose tile wastes the fewest rows (32 rows:
@@ -133,15 +134,19 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                 }
                 for (long long m = lo; m < hi; m += mr) {
                     int rows = hi - m < mr ? (int)(hi - m) : mr;
-                    const T *a = A + m * sam + pc;
-                    long long lda = sam;
-                    if (rows < mr) {  /* the last rows: a zero-padded copy, so the tile reads no row past A */
+                    const T *a = A + m * sam + pc * sak;
+                    long long lda = at ? sak : sam;
+                    int ta = at;
+                    if (rows < mr) {  /* the last rows: a zero-padded copy (K-contiguous), so the tile reads no row
+                                         past A */
                         for (int r = 0; r < mr; r++) {
-                            if (r < rows) memcpy(ap + r * kb, a + r * sam, (size_t)kb * sizeof(T));
-                            else memset(ap + r * kb, 0, (size_t)kb * sizeof(T));
+                            if (r >= rows) memset(ap + r * kb, 0, (size_t)kb * sizeof(T));
+                            else if (!at) memcpy(ap + r * kb, a + r * sam, (size_t)kb * sizeof(T));
+                            else for (long long k = 0; k < kb; k++) ap[r * kb + k] = a[r + k * sak];
                         }
                         a = ap;
                         lda = kb;
+                        ta = 0;
                     }
                     T *c = C + m * N + n0;
                     switch (nv) {
@@ -163,12 +168,14 @@ CASES
 """
 
 
-def _tile(nv: int, mr: int) -> str:
+def _tile(nv: int, mr: int, transposed: bool) -> str:
+    at = "a[k * lda + r]" if transposed else "a[r * lda + k]"
     decls = ["    NAME_v " + ", ".join(f"c{r}_{j} = {{0}}" for j in range(nv)) + ";" for r in range(mr)]
     loads = ["        const NAME_v " + ", ".join(f"y{j} = *(const NAME_v *)(bp + k * NVW + {j} * W)"
                                               for j in range(nv)) + ";"]
-    body = [f"        {{ const T x = a[{r} * lda + k]; " + " ".join(f"c{r}_{j} += x * y{j};" for j in range(nv)) + " }"
-            for r in range(mr)]
+    elem = "a[k * lda + {r}]" if transposed else "a[{r} * lda + k]"
+    body = [f"        {{ const T x = {elem.format(r=r)}; " + " ".join(f"c{r}_{j} += x * y{j};" for j in range(nv))
+            + " }" for r in range(mr)]
     stores = []
     for r in range(mr):
         stores.append(f"    if (rows > {r}) {{")
@@ -183,14 +190,15 @@ def _tile(nv: int, mr: int) -> str:
         stores.append("        }")
         stores.append("    }")
     text = (_TILE.replace("DECLS", "\n".join(decls)).replace("LOADS", "\n".join(loads)).replace("BODY", "\n".join(body))
-            .replace("STORES", "\n".join(stores)).replace("NVW", f"({nv} * W)"))
-    return text.replace("tileNV", f"tile{nv}").replace("MR rows", f"{mr} rows")
+            .replace("STORES", "\n".join(stores)).replace("NVW", f"({nv} * W)").replace("AT", at))
+    return text.replace("tileNV", f"tile{nv}{'t' if transposed else ''}").replace("MR rows", f"{mr} rows")
 
 
 def stream_source(dtype: str, name: str, fallback: str) -> str:
     """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)`` with the semantics
     of ``lm_gemm_f32`` (:mod:`luminal.codegen.c_support`): the streaming GEMM for A contiguous along K (``sak ==
-    1``) and B contiguous along N (``sbn == 1``), M split over the threads from ``LM_OWN_GEMM_PAR_MACS``
+    1``) or along M (``sam == 1``: read transposed, a weight gradient's ``dY^T``) and B contiguous along N (``sbn
+    == 1``), M or N split over the threads from ``LM_OWN_GEMM_PAR_MACS``
     multiply-adds on (outside a parallel region). Other layouts, and M, N or K of zero, call ``fallback`` (a
     function with the same signature rendered before this text). The text starts with the own GEMM's common
     header (include-guarded: its buffer allocator and thresholds)."""
@@ -200,11 +208,13 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     w = _width(dtype)
     tiles = stream_tile(dtype)
     ctype = "float" if dtype == "float32" else "double"
-    cases = [f"                    case {nv}: NAME_tile{nv}(kb, a, lda, bp, c, N, rows, cols, pc > 0); break;"
-             for nv in range(1, NV_MAX)]
-    cases.append(f"                    default: NAME_tile{NV_MAX}(kb, a, lda, bp, c, N, rows, cols, pc > 0); break;")
+    call = "NAME_tile{nv}{t}(kb, a, lda, bp, c, N, rows, cols, pc > 0)"
+    cases = [f"                    case {nv}: if (ta) {call.format(nv=nv, t='t')}; else {call.format(nv=nv, t='')};"
+             f" break;" for nv in range(1, NV_MAX)]
+    cases.append(f"                    default: if (ta) {call.format(nv=NV_MAX, t='t')}; "
+                 f"else {call.format(nv=NV_MAX, t='')}; break;")
     src = ("typedef T NAME_v __attribute__((vector_size(VB)));\n"
-           + "".join(_tile(nv, tiles[nv]) for nv in range(1, NV_MAX + 1))
+           + "".join(_tile(nv, tiles[nv], t) for nv in range(1, NV_MAX + 1) for t in (False, True))
            + _MAIN.replace("CASES", "\n".join(cases)))
     subs = {"W": str(w), "VB": str(vector_bytes()), "T": ctype, "FALLBACK": fallback, "NVMAX": str(NV_MAX),
             "MRS": ", ".join(["0"] + [str(tiles[nv]) for nv in range(1, NV_MAX + 1)]),

@@ -155,7 +155,7 @@ class CPURuntime:
         nb = len(kernel.dims) - 2
         return default_choice(kernel.dtype.value, self.blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int(),
                               kernel.a_view.dims[-1].to_int(), kernel.a_view.strides[nb + 2].to_int(),
-                              kernel.b_view.strides[nb + 1].to_int())
+                              kernel.b_view.strides[nb + 1].to_int(), sam=kernel.a_view.strides[nb].to_int())
 
     def choices_at(self, bindings) -> dict[int, str]:
         """GEMM kernel index -> the implementation the current library runs at ``bindings``."""
