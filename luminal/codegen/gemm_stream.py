@@ -1,25 +1,26 @@
-"""The streaming GEMM: ``C = A . B`` with A read where it is stored (contiguous along K) and B contiguous along N,
-each element of A broadcast against vectors of a row of B; nothing of A is packed.
+"""The streaming GEMM: ``C = A . B`` with A read where it is stored (contiguous along K, or along M: transposed)
+and B contiguous along N, each element of A broadcast against vectors of a row of B; nothing of A is packed.
 
 This is the shape of a convolution lowered to im2col + GEMM (A: the ``Cout x Cin*kh*kw`` weight in PyTorch's
-layout, B: the ``K x positions`` column matrix) and of an activation times a ``K x N`` weight (ONNX MatMul). A
-packing GEMM copies A into panels on every call: with the few positions of a late ResNet stage (512 x 16 x 4608
-at batch 1) the weight is read twice from memory and OpenBLAS ran at 90-100 GFLOP/s; streamed once it ran at
-165 (0.77 -> 0.46 ms). Measured on the 2-core Zen 4 (AVX-512) against OpenBLAS split over the threads by rows
-(``lm_gemm_f32``), six distinct weights in turn so that A comes from memory, B in cache: at M >= 128 rows the
-streaming kernel was 1.0-1.7x faster at every N from 8 to 784 and K from 288 to 4608 (the least gain at N = 49 or
-98, which fill 77-88 % of the vector lanes); at M <= 64 OpenBLAS was ahead by up to 1.6x (two threads then share
-too few rows).
+layout, B: the ``K x positions`` column matrix), of an activation times a ``K x N`` weight (ONNX MatMul), of a
+linear layer's input gradient (``dY . W``) and weight gradient (``dY^T . X``: A transposed), and of two row-major
+matrices. A packing GEMM copies A into panels on every call: with the few positions of a late ResNet stage (512 x
+16 x 4608 at batch 1) the weight is read twice from memory and OpenBLAS ran at 90-100 GFLOP/s; streamed once it
+ran at 165 (0.77 -> 0.46 ms). Measured on the 2-core Zen 4 (AVX-512) against OpenBLAS split over the threads
+(``lm_gemm_f32``): 1.0-1.7x from 96 rows at every N from 16 and K from 16 to 4608 (2048^3 included), behind only
+where lanes idle (8 columns: 2x) or there is little work for few rows; the rule ``"auto"`` applies is in
+:mod:`.gemm_small` (``stream_fits``), the numbers in docs/cpu_backend.md.
 
 Structure (:func:`stream_source`): the threads split M into blocks of the tile's rows where B is the smaller
 operand (N <= M: each thread copies all of B), else (or below ``LM_STREAM_SPLIT_ROWS`` rows per thread) N into
-column blocks, each thread reading all of A in place; per K block of
-``LM_STREAM_BBYTES`` bytes of B and per block of ``4 * W`` columns (W lanes per vector) each thread copies that
-block of B into an aligned buffer (zero-padded to whole vectors; B is small next to A) and runs a register tile of
-``mr`` rows x ``nv`` vectors (:data:`TILES`: 16 x 1, 12 x 2, 8 x 3 or 6 x 4 with 32 vector registers) along the
-whole K block, reading its ``mr`` rows of A straight from memory, one element per row and step, broadcast by the
-FMA itself. Rows of a thread's last tile that do not exist are copied with zeros (never read past A). The epilogue
-runs on each thread's rows of a column block as soon as its last K block is done.
+column blocks, each thread reading all of A in place. Per K block of ``LM_STREAM_BBYTES`` bytes of B and per column
+block (``4 * W`` columns, W lanes per vector; with fewer than ``LM_STREAM_FIT_ROWS`` rows as wide as the tile that
+wastes the fewest rows) each thread copies that block of B into an aligned buffer (zero-padded to whole vectors)
+and runs a register tile of ``mr`` rows x ``nv`` vectors (:data:`TILES`: 16 x 1, 12 x 2, 8 x 3 or 6 x 4 with 32
+vector registers) along the whole K block, reading its ``mr`` rows of A straight from memory, one element per row
+and step, broadcast by the FMA itself (A transposed: ``mr`` consecutive elements of a row of A^T per step). Rows of
+a thread's last tile that do not exist are copied with zeros (never read past A). The epilogue runs on each
+thread's block of C as soon as its last K block is done.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
             lo = blocks * t / nt * unit;
             hi = blocks * (t + 1) / nt * unit;
             if (hi > M) hi = M;
-        } else {  /* few rows: columns, in whole column blocks */
+        } else {  /* columns, in whole column blocks */
             c0 = cblocks * t / nt * cbw;
             c1 = cblocks * (t + 1) / nt * cbw;
             if (c1 > N) c1 = N;
@@ -113,7 +114,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
             for (long long m = lo; m < hi; m++)
                 for (long long n = c0; n < c1; n++) {
                     T s = 0;
-                    for (long long k = 0; k < K; k++) s += A[m * sam + k] * B[n + k * sbk];
+                    for (long long k = 0; k < K; k++) s += A[m * sam + k * sak] * B[n + k * sbk];
                     C[m * N + n] = s;
                 }
             int e = epi ? epi(bufs, syms, lo, hi, c0, c1) : 0;
