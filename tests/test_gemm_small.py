@@ -480,34 +480,16 @@ def test_sanitized_dot(tmp_path):
         pytest.skip("no sanitizer runtimes")
     main = r"""
 #include <stdio.h>
-#define CHECK(T, FN, TOL) do { \
+/* FN against naive loops, A(m, k) at A[m * SAM + k * SAK], B(k, n) at B[n * SBN + k * SBK] */
+#define CHECK(T, FN, TOL, SAM, SAK, SBN, SBK) do { \
     T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
     for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
     for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
-    if (FN(M, N, K, A, K, 1, B, K, 1, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
+    if (FN(M, N, K, A, SAM, SAK, B, SBN, SBK, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
     for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
-        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[n * K + k]; \
-        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
-    free(A); free(B); free(C); } while (0)
-/* A stored K x M (transposed), B stored K x N */
-#define CHECKT(T, FN, TOL) do { \
-    T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
-    for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
-    for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
-    if (FN(M, N, K, A, 1, M, B, 1, N, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
-    for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
-        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[k * M + m] * B[k * N + n]; \
-        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad t %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
-    free(A); free(B); free(C); } while (0)
-/* the same with B stored K x N (the streaming kernel's layout) */
-#define CHECKKN(T, FN, TOL) do { \
-    T *A = malloc(sizeof(T) * (M * K + 1)), *B = malloc(sizeof(T) * (N * K + 1)), *C = malloc(sizeof(T) * (M * N + 1)); \
-    for (long long i = 0; i < M * K; i++) A[i] = (T)((i * 7919 % 23) - 11) / 8; \
-    for (long long i = 0; i < N * K; i++) B[i] = (T)((i * 104729 % 29) - 14) / 8; \
-    if (FN(M, N, K, A, K, 1, B, 1, N, C, NULL, NULL, NULL)) { printf("ret\n"); return 1; } \
-    for (long long m = 0; m < M; m++) for (long long n = 0; n < N; n++) { \
-        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * K + k] * B[k * N + n]; \
-        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { printf("bad kn %s %lld %lld %lld\n", #FN, M, N, K); return 1; } } \
+        double r = 0; for (long long k = 0; k < K; k++) r += (double)A[m * SAM + k * SAK] * B[n * SBN + k * SBK]; \
+        if (fabs(C[m * N + n] - r) > TOL * (1 + fabs(r))) { \
+            printf("bad %s %lld %lld %lld (%s)\n", #FN, M, N, K, #SAM #SAK #SBN #SBK); return 1; } } \
     free(A); free(B); free(C); } while (0)
 int main(void) {
     long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301},
@@ -520,8 +502,10 @@ CHECKS
     return 0;
 }
 """
-    checks = [f"        {mac}({c}, {S.function_name(ch, d)}, {tol * 10});" for d, (_, c, tol) in DTYPES.items()
-              for ch in CHOICES for mac in ("CHECK", "CHECKKN", "CHECKT")]
+    # B stored N x K, B stored K x N (the streaming kernel's layout), A stored transposed too
+    layouts = ("K, 1, K, 1", "K, 1, 1, N", "1, M, 1, N")
+    checks = [f"        CHECK({c}, {S.function_name(ch, d)}, {tol * 10}, {lay});" for d, (_, c, tol) in DTYPES.items()
+              for ch in CHOICES for lay in layouts]
     src = tmp_path / "san.c"
     src.write_text("#define LM_OWN_GEMM_EXACT_BUFFERS 1\n" + HELPERS + gemm_helpers()
                    + S.own_sources({(c, d) for c in CHOICES for d in DTYPES}) + main.replace("CHECKS", "\n".join(checks)))

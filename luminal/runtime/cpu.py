@@ -150,12 +150,8 @@ class CPURuntime:
         return (shape.batch, shape.m, shape.n, shape.k)
 
     def _default(self, i: int) -> str:
-        from .search import default_choice
-        kernel = self.program.kernels[i]
-        nb = len(kernel.dims) - 2
-        return default_choice(kernel.dtype.value, self.blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int(),
-                              kernel.a_view.dims[-1].to_int(), kernel.a_view.strides[nb + 2].to_int(),
-                              kernel.b_view.strides[nb + 1].to_int(), sam=kernel.a_view.strides[nb].to_int())
+        from .search import kernel_default
+        return kernel_default(self.program.kernels[i], self.blas)
 
     def choices_at(self, bindings) -> dict[int, str]:
         """GEMM kernel index -> the implementation the current library runs at ``bindings``."""

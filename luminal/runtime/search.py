@@ -184,6 +184,15 @@ def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None =
     return "own:" + default_config(dtype).tag()
 
 
+def kernel_default(kernel: GemmKernel, blas: bool) -> str:
+    """:func:`default_choice` for ``kernel`` from its sizes and strides that are constants (the rest unknown)."""
+    nb = len(kernel.dims) - 2
+    av, bv = kernel.a_view, kernel.b_view
+    return default_choice(kernel.dtype.value, blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int(),
+                          av.dims[-1].to_int(), av.strides[nb + 2].to_int(), bv.strides[nb + 1].to_int(),
+                          sam=av.strides[nb].to_int())
+
+
 def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     """The choices measured for ``shape``: OpenBLAS (when installed), the own GEMM's
     :func:`~luminal.codegen.gemm.candidate_configs` and, for ``M <= AUTO_SMALL_M`` rows, the small-M
