@@ -184,6 +184,17 @@ def test_layouts(lib, choice, dtype):
                 _check(C, A, Bt, tol, f"{choice} {M}x{N}x{K} A {la} B {lb}")
 
 
+def _check_epilogue(f, A, Bt, np_dtype, tol, what):
+    """The epilogue (adds 1, counts its visits) sees every element of C once, after its final value; an error
+    code it returns (7, at one element) comes back."""
+    M, N = A.shape[0], Bt.shape[0]
+    C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
+    assert ret == 0 and (cnt == 1).all(), f"{what}: counts {np.unique(cnt)}"
+    _check(C - 1, A, Bt, tol, what)
+    C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True, bad=(M // 2) * N + N - 1)
+    assert ret == 7 and (cnt == 1).all(), what
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("choice", CHOICES)
 def test_empty_and_epilogue(lib, choice, dtype):
@@ -204,12 +215,7 @@ def test_empty_and_epilogue(lib, choice, dtype):
             for M, N, K in [(1, 700, 300), (2, 13, 300), (17, 600, 300), (40, 1000, 513), (64, 37, 256), (9, 1, 300)]:
                 A = _operand(rng, np_dtype, M, K, "row")
                 Bt = _operand(rng, np_dtype, N, K, "row")
-                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
-                what = f"{choice} {threads}t {M}x{N}x{K}"
-                assert ret == 0 and (cnt == 1).all(), f"{what}: counts {np.unique(cnt)}"
-                _check(C - 1, A, Bt, tol, what)
-                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True, bad=(M // 2) * N + N - 1)
-                assert ret == 7 and (cnt == 1).all(), what
+                _check_epilogue(f, A, Bt, np_dtype, tol, f"{choice} {threads}t {M}x{N}x{K}")
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -279,13 +285,7 @@ def test_stream_epilogue_and_special_values(lib, dtype):
         with _threads(lib, threads, par):
             for M, N, K in [(130, 70, 600), (7, 16, 2100), (40, 1, 30), (129, 3, 5), (40, 200, 600)]:
                 A = rng.standard_normal((M, K)).astype(np_dtype)
-                Bt = _kn(rng, np_dtype, N, K)
-                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True)
-                what = f"{threads}t {M}x{N}x{K}"
-                assert ret == 0 and (cnt == 1).all(), f"{what}: counts {np.unique(cnt)}"
-                _check(C - 1, A, Bt, tol, what)
-                C, cnt, ret = _run(f, A, Bt, np_dtype, epi=True, bad=(M // 2) * N + N - 1)
-                assert ret == 7 and (cnt == 1).all(), what
+                _check_epilogue(f, A, _kn(rng, np_dtype, N, K), np_dtype, tol, f"{threads}t {M}x{N}x{K}")
     M, N, K = 131, 33, 700
     A = rng.standard_normal((M, K)).astype(np_dtype)
     Bt = np.ascontiguousarray(rng.standard_normal((K, N)).astype(np_dtype)).T
