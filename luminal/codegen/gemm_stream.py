@@ -18,7 +18,8 @@ block (``4 * W`` columns, W lanes per vector; with fewer than ``LM_STREAM_FIT_RO
 wastes the fewest rows) each thread copies that block of B into an aligned buffer (zero-padded to whole vectors)
 and runs a register tile of ``mr`` rows x ``nv`` vectors (:data:`TILES`: 16 x 1, 12 x 2, 8 x 3 or 6 x 4 with 32
 vector registers) along the whole K block, reading its ``mr`` rows of A straight from memory, one element per row
-and step, broadcast by the FMA itself (A transposed: ``mr`` consecutive elements of a row of A^T per step). Rows of
+and step, broadcast by the FMA itself (A transposed: ``mr`` consecutive elements of a row of A^T per step, each
+tile then serving up to ``LM_STREAM_SUPER`` column blocks of B copied together). Rows of
 a thread's last tile that do not exist are copied with zeros (never read past A). The epilogue runs on each
 thread's block of C as soon as its last K block is done.
 """
@@ -69,6 +70,10 @@ static __thread size_t NAME_bcap, NAME_acap;
 #ifndef LM_STREAM_FIT_ROWS  /* below this many rows the column blocks are as wide as fits M best */
 #define LM_STREAM_FIT_ROWS 64
 #endif
+#ifndef LM_STREAM_SUPER  /* column blocks of B copied together where A is transposed: each tile of A, read once,
+                            serves all of them (a tile's step reads a part of a line of A^T) */
+#define LM_STREAM_SUPER 4
+#endif
 static int NAME(long long M, long long N, long long K, const T *A, long long sam, long long sak,
                 const T *B, long long sbn, long long sbk, T *C, lm_epilogue epi, void **bufs,
                 const long long *syms) {
@@ -88,7 +93,9 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         }
     }
     long long vmax = ((N < cbw ? N : cbw) + W - 1) / W;
-    long long kc = LM_STREAM_BBYTES / (long long)(vmax * W * sizeof(T));
+    const long long sup = at ? LM_STREAM_SUPER : 1;  /* (A in rows: one block; measured no better with more) */
+    long long span = (N + W - 1) / W * W < sup * cbw ? (N + W - 1) / W * W : sup * cbw;
+    long long kc = LM_STREAM_BBYTES / (long long)(span * sizeof(T));  /* (B's copied block: kc x span) */
     if (kc < 16) kc = 16;
     #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
@@ -108,7 +115,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
             if (c1 > N) c1 = N;
             if (c0 >= c1) hi = lo;
         }
-        T *bp = hi > lo ? (T *)lm_og_grow(&NAME_bbuf, &NAME_bcap, (size_t)(kc * vmax * W) * sizeof(T)) : NULL;
+        T *bp = hi > lo ? (T *)lm_og_grow(&NAME_bbuf, &NAME_bcap, (size_t)(kc * span) * sizeof(T)) : NULL;
         T *ap = hi > lo ? (T *)lm_og_grow(&NAME_abuf, &NAME_acap, (size_t)(MRMAX * kc) * sizeof(T)) : NULL;
         if (hi > lo && (!bp || !ap)) {  /* no memory for the copies: plain loops over this thread's block */
             for (long long m = lo; m < hi; m++)
@@ -126,12 +133,21 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
         }
         for (long long pc = 0; pc < K && hi > lo; pc += kc) {
             long long kb = K - pc < kc ? K - pc : kc;
-            for (long long n0 = c0; n0 < c1; n0 += cbw) {
-                int cols = c1 - n0 < cbw ? (int)(c1 - n0) : (int)cbw, nv = (cols + W - 1) / W, mr = mrs[nv];
+            /* super blocks: up to `sup` whole column blocks (then what is left, one block of fewer vectors); each
+               tile of A is read once for all of them */
+            for (long long s0 = c0, s1; s0 < c1; s0 = s1) {
+                long long whole = (c1 - s0) / cbw, nblk = whole > sup ? sup : whole;
+                int nv = whole ? (int)(cbw / W) : (int)((c1 - s0 + W - 1) / W), mr = mrs[nv];
                 long long ldp = (long long)nv * W;
-                for (long long k = 0; k < kb; k++) {
-                    memcpy(bp + k * ldp, B + (pc + k) * sbk + n0, (size_t)cols * sizeof(T));
-                    for (long long j = cols; j < ldp; j++) bp[k * ldp + j] = 0;  /* (never stored: no stale NaN) */
+                if (!whole) nblk = 1;
+                s1 = whole ? s0 + nblk * cbw : c1;
+                for (long long b = 0; b < nblk; b++) {
+                    long long n0 = s0 + b * cbw, cols = s1 - n0 < ldp ? s1 - n0 : ldp;
+                    T *bb = bp + b * kb * ldp;
+                    for (long long k = 0; k < kb; k++) {
+                        memcpy(bb + k * ldp, B + (pc + k) * sbk + n0, (size_t)cols * sizeof(T));
+                        for (long long j = cols; j < ldp; j++) bb[k * ldp + j] = 0;  /* (never stored: no stale NaN) */
+                    }
                 }
                 for (long long m = lo; m < hi; m += mr) {
                     int rows = hi - m < mr ? (int)(hi - m) : mr;
@@ -149,13 +165,18 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                         lda = kb;
                         ta = 0;
                     }
-                    T *c = C + m * N + n0;
-                    switch (nv) {
+                    for (long long b = 0; b < nblk; b++) {
+                        long long n0 = s0 + b * cbw;
+                        int cols = s1 - n0 < ldp ? (int)(s1 - n0) : (int)ldp;
+                        const T *bb = bp + b * kb * ldp;
+                        T *c = C + m * N + n0;
+                        switch (nv) {
 CASES
+                        }
                     }
                 }
                 if (epi && pc + kb >= K) {
-                    int e = epi(bufs, syms, lo, hi, n0, n0 + cols);
+                    int e = epi(bufs, syms, lo, hi, s0, s1);
                     if (e) {
                         #pragma omp critical(lm_own_gemm_err)
                         { if (!err) err = e; }
@@ -209,10 +230,10 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     w = _width(dtype)
     tiles = stream_tile(dtype)
     ctype = "float" if dtype == "float32" else "double"
-    call = "NAME_tile{nv}{t}(kb, a, lda, bp, c, N, rows, cols, pc > 0)"
-    cases = [f"                    case {nv}: if (ta) {call.format(nv=nv, t='t')}; else {call.format(nv=nv, t='')};"
+    call = "NAME_tile{nv}{t}(kb, a, lda, bb, c, N, rows, cols, pc > 0)"
+    cases = [f"                        case {nv}: if (ta) {call.format(nv=nv, t='t')}; else {call.format(nv=nv, t='')};"
              f" break;" for nv in range(1, NV_MAX)]
-    cases.append(f"                    default: if (ta) {call.format(nv=NV_MAX, t='t')}; "
+    cases.append(f"                        default: if (ta) {call.format(nv=NV_MAX, t='t')}; "
                  f"else {call.format(nv=NV_MAX, t='')}; break;")
     src = ("typedef T NAME_v __attribute__((vector_size(VB)));\n"
            + "".join(_tile(nv, tiles[nv], t) for nv in range(1, NV_MAX + 1) for t in (False, True))
