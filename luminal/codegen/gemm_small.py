@@ -12,8 +12,8 @@ symbolic program serves decoding, one sequence and large batches:
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
 * A contiguous along K or M and B along N (a convolution's weight times its im2col columns, an activation times
-  an ONNX ``K x N`` weight, a linear layer's input or weight gradient, two row-major matrices) with ``M >= AUTO_STREAM_M``
-  (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more than ``AUTO_STREAM_N``
+  an ONNX ``K x N`` weight, a linear layer's input or weight gradient, two row-major matrices) with
+  ``M >= AUTO_STREAM_M`` (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more than ``AUTO_STREAM_N``
   (1024) columns and at least 2^22 multiply-adds (the threads then split N):
   :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there,
   2048^3 included; OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, and on products
@@ -30,6 +30,7 @@ is installed), ``blas`` or ``own`` pick the implementation of GEMMs without a tu
 from __future__ import annotations
 
 import os
+import re
 
 from .gemm import _COMMON, GEMV_ROWS
 from .gemm_lowp import STORE_TYPES, convert_loop
@@ -95,7 +96,7 @@ def small_config(dtype: str) -> GemmConfig:
 def auto_parts(dtype: str) -> dict[str, str]:
     """The C functions ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: :func:`gemv_source`),
     ``"dot"`` (small M, both operands contiguous along K: :func:`dot_source`), ``"stream"`` (larger M, A
-    contiguous along K and B along N: :func:`~luminal.codegen.gemm_stream.stream_source`) and ``"blas"`` (the
+    contiguous along K or M and B along N: :func:`~luminal.codegen.gemm_stream.stream_source`) and ``"blas"`` (the
     rest, and the fallback of the others: ``lm_gemm_f32`` / ``lm_gemm_f64`` of :mod:`luminal.codegen.c_support`)."""
     _width(dtype)
     short = "f32" if dtype == "float32" else "f64"
@@ -281,8 +282,6 @@ def dot_source(dtype: str, name: str, fallback: str, a_store: str | None = None,
     bfloat16 and multiplies with AVX512-BF16's ``vdpbf16ps`` (pairs of exact products added into float32 lanes:
     twice the multiply-adds per instruction of a float32 FMA); the caller guards it with ``__AVX512BF16__``.
     """
-    import re
-
     for n in (name, fallback):
         if not re.fullmatch(r"[A-Za-z_]\w*", n):
             raise ValueError(f"not a C identifier: {n!r}")
@@ -364,8 +363,6 @@ def gemv_source(dtype: str, name: str, fallback: str) -> str:
     thread's part; other shapes (and K == 0) call ``fallback`` (rendered before this text). Measured on the Xeon,
     1 x 768 x 3072 with an N x K weight: 3.3x faster than OpenBLAS's ``sgemm`` (memory-bound, ~28 GB/s per core
     from L3, ~15 from DRAM)."""
-    import re
-
     for n in (name, fallback):
         if not re.fullmatch(r"[A-Za-z_]\w*", n):
             raise ValueError(f"not a C identifier: {n!r}")
@@ -391,9 +388,9 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (STREAM_ON && K > 0 && (sak == 1 || sam == 1) && sbn == 1 && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
-                                                        : M >= STREAM_FEW_M && N > STREAM_N
-                                                          && (double)M * (double)N * (double)K >= STREAM_MACS))
+    if (STREAM_ON && K > 0 && (sak == 1 || sam == 1) && sbn == 1
+        && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
+                          : M >= STREAM_FEW_M && N > STREAM_N && (double)M * (double)N * (double)K >= STREAM_MACS))
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     return lm_gemm_SHORT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
 }
@@ -417,14 +414,12 @@ def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> 
         parts.append(dot_source(dtype, names["dot"], names["blas"]))
     if with_stream:
         parts.append(stream_source(dtype, names["stream"], names["blas"]))
-    stream_on = "1" if stream_enabled() else "0"  # (off: never called; the kernel stays rendered)
-    parts.append(_AUTO.replace("SHORT", short).replace("SMALLM", str(AUTO_SMALL_M)).replace("DOT_N", str(AUTO_DOT_N))
-                 .replace("DOT_K", str(AUTO_DOT_K)).replace("TINY_M", str(AUTO_TINY_M))
-                 .replace("TINY_K", str(AUTO_TINY_K)).replace("STREAM_FULL_M", str(AUTO_STREAM_FULL_M))
-                 .replace("STREAM_MIN_N", str(AUTO_STREAM_MIN_N)).replace("STREAM_FEW_N", str(AUTO_STREAM_FEW_N))
-                 .replace("STREAM_FEW_M", str(AUTO_STREAM_FEW_M)).replace("STREAM_MACS", str(AUTO_STREAM_MACS))
-                 .replace("STREAM_ON", stream_on).replace("STREAM_M", str(AUTO_STREAM_M))
-                 .replace("STREAM_N", str(AUTO_STREAM_N)).replace("STREAM(", names["stream"] + "(")
-                 .replace("GEMV(", names["gemv"] + "(")
-                 .replace("DOT(", names["dot"] + "(").replace("const T", f"const {ctype}").replace("T *C", f"{ctype} *C"))
+    subs = {"SMALLM": AUTO_SMALL_M, "DOT_N": AUTO_DOT_N, "DOT_K": AUTO_DOT_K, "TINY_M": AUTO_TINY_M,
+            "TINY_K": AUTO_TINY_K, "STREAM_ON": int(stream_enabled()),  # (off: never called; still rendered)
+            "STREAM_M": AUTO_STREAM_M, "STREAM_FULL_M": AUTO_STREAM_FULL_M, "STREAM_MIN_N": AUTO_STREAM_MIN_N,
+            "STREAM_FEW_N": AUTO_STREAM_FEW_N, "STREAM_FEW_M": AUTO_STREAM_FEW_M, "STREAM_N": AUTO_STREAM_N,
+            "STREAM_MACS": AUTO_STREAM_MACS, "GEMV": names["gemv"], "DOT": names["dot"], "STREAM": names["stream"],
+            "T": ctype}
+    parts.append(re.sub(r"\b(" + "|".join(subs) + r")\b", lambda m: str(subs[m.group(1)]),
+                        _AUTO.replace("SHORT", short)))
     return "\n\n".join(parts)

@@ -99,7 +99,8 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
     if (kc < 16) kc = 16;
     #pragma omp parallel if(!omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS)
     {
-        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), unit = mrs[vmax], lo = 0, hi = M, c0 = 0, c1 = N;
+        long long nt = omp_get_num_threads(), t = omp_get_thread_num(), unit = mrs[vmax];
+        long long lo = 0, hi = M, c0 = 0, c1 = N;
         long long cblocks = (N + cbw - 1) / cbw;
         /* rows (in blocks of the widest tile's) where B is the smaller operand: each thread copies all of B's
            blocks; else columns, each thread reading all of A in place (a BERT FFN's 128 x 384 x 1536 with a K x N
@@ -191,11 +192,10 @@ CASES
 
 
 def _tile(nv: int, mr: int, transposed: bool) -> str:
-    at = "a[k * lda + r]" if transposed else "a[r * lda + k]"
+    elem = "a[k * lda + {r}]" if transposed else "a[{r} * lda + k]"  # (row r, step k of A)
     decls = ["    NAME_v " + ", ".join(f"c{r}_{j} = {{0}}" for j in range(nv)) + ";" for r in range(mr)]
     loads = ["        const NAME_v " + ", ".join(f"y{j} = *(const NAME_v *)(bp + k * NVW + {j} * W)"
                                               for j in range(nv)) + ";"]
-    elem = "a[k * lda + {r}]" if transposed else "a[{r} * lda + k]"
     body = [f"        {{ const T x = {elem.format(r=r)}; " + " ".join(f"c{r}_{j} += x * y{j};" for j in range(nv))
             + " }" for r in range(mr)]
     stores = []
@@ -212,7 +212,7 @@ def _tile(nv: int, mr: int, transposed: bool) -> str:
         stores.append("        }")
         stores.append("    }")
     text = (_TILE.replace("DECLS", "\n".join(decls)).replace("LOADS", "\n".join(loads)).replace("BODY", "\n".join(body))
-            .replace("STORES", "\n".join(stores)).replace("NVW", f"({nv} * W)").replace("AT", at))
+            .replace("STORES", "\n".join(stores)).replace("NVW", f"({nv} * W)").replace("AT", elem.format(r="r")))
     return text.replace("tileNV", f"tile{nv}{'t' if transposed else ''}").replace("MR rows", f"{mr} rows")
 
 
@@ -220,8 +220,8 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     """C source of ``static int NAME(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms)`` with the semantics
     of ``lm_gemm_f32`` (:mod:`luminal.codegen.c_support`): the streaming GEMM for A contiguous along K (``sak ==
     1``) or along M (``sam == 1``: read transposed, a weight gradient's ``dY^T``) and B contiguous along N (``sbn
-    == 1``), M or N split over the threads from ``LM_OWN_GEMM_PAR_MACS``
-    multiply-adds on (outside a parallel region). Other layouts, and M, N or K of zero, call ``fallback`` (a
+    == 1``), M or N split over the threads from ``LM_OWN_GEMM_PAR_MACS`` multiply-adds on (outside a parallel
+    region). Other layouts, and M, N or K of zero, call ``fallback`` (a
     function with the same signature rendered before this text). The text starts with the own GEMM's common
     header (include-guarded: its buffer allocator and thresholds)."""
     for n in (name, fallback):
