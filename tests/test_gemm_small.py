@@ -1,6 +1,6 @@
 """GEMMs at small M (luminal/codegen/gemm_small.py): the ``"auto"`` dispatcher, the dot-product kernel and the
-streaming kernel (luminal/codegen/gemm_stream.py) against a float64 numpy oracle, directly (one library with small C wrappers, as in test_own_gemm.py) and
-through compiled graphs; the search's candidates and choices for them.
+streaming kernel (luminal/codegen/gemm_stream.py) against a float64 numpy oracle, directly (one library with small
+C wrappers, as in test_own_gemm.py) and through compiled graphs; the search's candidates and choices for them.
 
 No timings are asserted here (see benchmarks/symbolic_shapes.py and the GEMM reports for numbers).
 """
@@ -251,9 +251,9 @@ def _kn(rng, np_dtype, n, k, pad=0):
 @pytest.mark.parametrize("choice", ["stream", "auto"])
 def test_stream_layout_shapes(lib, choice, dtype):
     """B stored K x N (the streaming kernel's layout): M across the tile's rows and the threads' row blocks (the
-    zero-padded last tile; few rows: the threads split N), N across one to four vectors and several column blocks, K across the kernel's K
-    blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows, A also stored transposed (a weight
-    gradient's layout); 1, 2 and 3 threads."""
+    zero-padded last tile; few rows: the threads split N), N across one to four vectors and several column blocks,
+    K across the kernel's K blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows, A also
+    stored transposed (a weight gradient's layout); 1, 2 and 3 threads."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, choice, dtype)
     rng = np.random.default_rng(11)
@@ -277,7 +277,8 @@ def test_stream_layout_shapes(lib, choice, dtype):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_stream_epilogue_and_special_values(lib, dtype):
     """The streaming kernel's epilogue sees every element once, after its final value (its error code comes
-    back), with the threads splitting M or (few rows) N; infinities and NaNs in A or B reach exactly the outputs they should (nothing is read from padding)."""
+    back), with the threads splitting M or (few rows) N; infinities and NaNs in A or B reach exactly the outputs
+    they should (nothing is read from padding)."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, "stream", dtype)
     rng = np.random.default_rng(12)
@@ -362,7 +363,8 @@ def test_auto_dispatch_matches_its_python_rule(monkeypatch, tmp_path):
            "long long, long long);\n"
     body = src[src.index("/* lm_gemm_auto_f32"):]
     call = "int pick(long long M, long long N, long long K, long long sam, long long sak, long long sbn, " \
-           "long long sbk) { return lm_gemm_auto_f32(M, N, K, NULL, sam, sak, NULL, sbn, sbk, NULL, NULL, NULL, NULL); }\n"
+           "long long sbk) {\n    return lm_gemm_auto_f32(M, N, K, NULL, sam, sak, NULL, sbn, sbk, NULL, NULL, " \
+           "NULL, NULL);\n}\n"
     lib = ctypes.CDLL(build_library(CProgram(head + stubs + body + call, [], [], False)))
     L = ctypes.c_longlong
     lib.pick.argtypes = [L] * 7
@@ -492,8 +494,8 @@ def test_sanitized_dot(tmp_path):
             printf("bad %s %lld %lld %lld (%s)\n", #FN, M, N, K, #SAM #SAK #SBN #SBK); return 1; } } \
     free(A); free(B); free(C); } while (0)
 int main(void) {
-    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300}, {1, 37, 301},
-                             {130, 70, 600}, {131, 16, 2100}};
+    long long shapes[][3] = {{2, 2, 1}, {3, 13, 17}, {17, 25, 300}, {40, 12, 513}, {64, 100, 1100}, {5, 1, 300},
+                             {1, 37, 301}, {130, 70, 600}, {131, 16, 2100}};
     for (int s = 0; s < 9; s++) {
         long long M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 CHECKS

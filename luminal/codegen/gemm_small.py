@@ -13,8 +13,8 @@ symbolic program serves decoding, one sequence and large batches:
   GEMMs re-pack it on every call: half their time at M = 32).
 * A contiguous along K or M and B along N (a convolution's weight times its im2col columns, an activation times
   an ONNX ``K x N`` weight, a linear layer's input or weight gradient, two row-major matrices) with
-  ``M >= AUTO_STREAM_M`` (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more than ``AUTO_STREAM_N``
-  (1024) columns and at least 2^22 multiply-adds (the threads then split N):
+  ``M >= AUTO_STREAM_M`` (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more
+  than ``AUTO_STREAM_N`` (1024) columns and at least 2^22 multiply-adds (the threads then split N):
   :func:`~luminal.codegen.gemm_stream.stream_source`, which reads A where it is stored (1.0-1.7x OpenBLAS there,
   2048^3 included; OpenBLAS was ahead by up to 2x at 8 columns, 1.3x at 16 columns and 96 rows, and on products
   of fewer than 2^22 multiply-adds with fewer rows).
