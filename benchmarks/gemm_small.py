@@ -13,7 +13,8 @@ copies of A, one per call in turn, 96 MiB together). ``own`` is the own GEMM's d
 ``own-small`` the 8x48 small-M one; any ``own:<tag>`` of the search works too. Candidates run interleaved, round
 after round; each cell is the best round's GFLOP/s. ``--cpu-time`` times with the process CPU clock instead of
 the wall clock (all threads' CPU time: on a shared, loaded machine, run with OMP_NUM_THREADS=1 for per-core
-kernel efficiency that other processes do not disturb). Every result is checked against numpy first. Asserts nothing about timings.
+kernel efficiency that other processes do not disturb). Every result is checked against numpy first. Asserts
+nothing about timings.
 """
 
 from __future__ import annotations
