@@ -22,6 +22,13 @@ TOL = {"float32": 1e-4, "float64": 1e-10}
 COLS = "direct convolution (see luminal/codegen/gemm_direct.py), cols form"
 
 
+@pytest.fixture(autouse=True)
+def _no_winograd(monkeypatch):
+    """These cases are about the cols form: 3x3 stride-1 layers from 16 channels would take Winograd
+    (tests/test_winograd.py)."""
+    monkeypatch.setenv("LUMINAL_WINOGRAD", "0")
+
+
 def _close(got, exp, dtype):
     scale = max(float(np.max(np.abs(exp))), 1e-30)
     assert got.shape == exp.shape

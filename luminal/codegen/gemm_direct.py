@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from ..dtype import DType
 from ..shape import Expression, to_expr
 from .gemm_config import vector_bytes
+from .gemm_winograd import wino_geometry, wino_loops, wino_mr, wino_plan, wino_scratch, wino_tiles
 from .gemm_direct_loops import (cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, split_two,
                                 tile)
 from .kernel import GemmKernel, Load, Program
@@ -114,6 +115,7 @@ class DirectPlan:
     mode: str = "rows"
     phase: int = 1
     q2: int | None = None
+    wino: dict | None = None  # mode "wino": the geometry of luminal.codegen.gemm_winograd.wino_plan
 
     def inner(self) -> int:
         """Elements per phase of the copy's innermost axis (its padded extent when ``phase`` is 1)."""
@@ -304,6 +306,11 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             return None
         pads.append((lo_pad, hi_pad))
     vw = vector_bytes() // g.dtype.itemsize
+    w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), kdims, steps, len(dims) - 1) if g.b_pro else None
+    if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3), gemm_winograd)
+        plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), w["ow"], "wino", wino=w)
+        if _least(plan.padded_size()) <= MAX_PADDED:
+            return plan
     # the other operand: plain (read in place by "dot": contiguous along K), or through its own prologue
     # (computed into a row-major scratch by its pack callback first)
     fused_other = (g.a_pro if g.b_pro is not None else g.b_pro) is not None
@@ -432,6 +439,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     ctype = g.dtype.c_type
     vw = vector_bytes() // g.dtype.itemsize
     rsp = plan.padded_strides()
+    wino_rows = rsp[plan.wino["H"]] if plan.mode == "wino" else 0  # (the copy's stride along the rows' axis)
     last, ph = len(rsp) - 1, plan.phase
     q_role = pro.axes[plan.q][0] if plan.q >= 0 else "row"  # (the cols form: no run axis)
     base = _c(sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1), r)
@@ -458,6 +466,9 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     if cols:
         mv, _, _ = cols_tile(g.dtype, _int(g.dims[-2]))
         mr = mv * vw
+    wino = plan.mode == "wino"
+    if wino:
+        mr = wino_mr(plan.wino, g.dtype.itemsize)
     # the copy of the source with its halo, row by row of the copy (all phases of a row of the innermost axis): a
     # row of the halo zeroed, a row of the source copied to its padded place and its halo zeroed around it, while
     # the row is in L1 (zeroing the whole copy first cost a pass over it: a MobileNet's stride-2 stem 0.70 -> 0.53 ms)
@@ -474,7 +485,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     other = g.a_pro if pro.side == "b" else g.b_pro
     batch = _batch(g, plan, pro, rsp, kdims, r)
     nbat = batch[0] if batch else 1
-    extra = cols_scratch(ctype, mr, nbat) if cols else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
+    extra = wino_scratch(ctype, plan.wino, g.dtype.itemsize) if wino else cols_scratch(ctype, mr, nbat) if cols else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
         b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
         (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
@@ -493,8 +504,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        for (long long m = 0; m < {nbat}LL * M; m++) memset(C + m * N, 0, (size_t)N * sizeof({ctype}));",
         f"        return epi ? lm_epilogue_all(epi, bufs, syms, {nbat}LL * M, N) : 0;",
         "    }",
-        *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows or cols else []),
-        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner(), r)};",
+        *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows or cols or wino else []),
+        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner() + (wino_rows + 2 * vw if wino else 0), r)};",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",
@@ -536,7 +547,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    }",
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
-    lines += cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
+    lines += wino_loops(name, part, ctype, base, plan.wino, g.dtype.itemsize, _c(wino_rows, r), _int(g.dims[-2]),
+                        g.a_pro is not None) if wino else cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
         rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
         if rows else dot_loops(part, ctype, vw, lq, base, pro.side, other is not None, batch,
                                (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
@@ -544,6 +556,9 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     lines += ["    return err;", "}"]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
+    if wino:
+        gm = wino_geometry(plan.wino, g.dtype.itemsize)
+        head += "\n" + wino_tiles(name, ctype, gm["MR"], gm["NV"], gm["VW"])
     return head + "\n".join(lines)
 
 

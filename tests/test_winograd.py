@@ -1,0 +1,153 @@
+"""Winograd F(2x2, 3x3) convolutions (luminal/codegen/gemm_winograd.py) against torch CPU in float64.
+
+3x3 stride-1 convolutions from 16 input and output channels: even and odd output sizes (partial tiles at the
+edges), rows of one tile and of several vectors of tiles, output channels not a multiple of the register tile,
+padding, a bias and ReLU epilogue, a symbolic batch, 3-D kernels (a 3x3x3 kernel: three 2-D ones summed), the
+input gradient (a 3x3 stride-1 convolution itself), float32 and float64, non-finite inputs. Each case checks
+that the Winograd kernel is the one that ran (its comment is in the generated C) and the cases it must not take
+(strided, dilated, few channels, ``LUMINAL_WINOGRAD=0``). Tolerance: the largest error at most 1e-4 (float32) /
+1e-10 (float64) of the largest reference value. No timings are asserted.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+import luminal.nn.functional as F
+from luminal.training import grad
+
+TOL = {"float32": 1e-4, "float64": 1e-10}
+MARK = "Winograd F(2x2, 3x3)"
+
+
+def _close(got, exp, dtype):
+    assert got.shape == exp.shape
+    scale = max(float(np.max(np.abs(exp))), 1e-30)
+    assert np.max(np.abs(got.astype(np.float64) - exp)) <= TOL[dtype] * scale
+
+
+def _case(xs, ws, dtype, kw, bias=False, relu=False, grads=False, seed=0, batch=None):
+    rng = np.random.default_rng(seed)
+    xa = rng.standard_normal(xs).astype(dtype)
+    wa = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
+    ba = rng.standard_normal(ws[0]).astype(dtype) if bias else None
+    conv = F.conv3d if len(xs) == 5 else F.conv2d
+    cx = lm.Graph()
+    x = cx.tensor(xs if batch is None else (batch,) + tuple(xs[1:]), dtype).set(xa)
+    w = cx.tensor(ws, dtype).set(wa)
+    b = cx.tensor((ws[0],), dtype).set(ba) if bias else None
+    y = conv(x, w, b, **kw)
+    if relu:
+        y = y.relu()
+    outs = [y] + (grad((y * y).sum() * 0.5, [x, w]) if grads else [])
+    for t in outs:
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    tx = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
+    tw = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
+    tb = torch.from_numpy(ba.astype(np.float64)) if bias else None
+    ty = (torch.nn.functional.conv3d if len(xs) == 5 else torch.nn.functional.conv2d)(tx, tw, tb, **kw)
+    if relu:
+        ty = ty.relu()
+    exp = [ty.detach().numpy()]
+    if grads:
+        (ty * ty).sum().mul(0.5).backward()
+        exp += [tx.grad.numpy(), tw.grad.numpy()]
+    return cx, [t.data() for t in outs], exp
+
+
+CASES = [  # (input shape, weight shape, conv kwargs)
+    ((2, 16, 12, 12), (16, 16, 3, 3), dict(padding=1)),   # 12 x 12: whole tiles
+    ((1, 16, 7, 7), (32, 16, 3, 3), dict(padding=1)),     # 7 x 7: a partial tile per row and column
+    ((2, 20, 9, 13), (17, 20, 3, 3), {}),                 # 7 x 11 unpadded; 17 outputs: a partial register tile
+    ((1, 16, 5, 70), (16, 16, 3, 3), dict(padding=1)),    # rows of 35 tiles: three vectors, the last partial
+    ((3, 24, 4, 4), (16, 24, 3, 3), dict(padding=(1, 1))),  # rows of 2 tiles: a vector spans 8 rows of tiles
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", CASES)
+def test_winograd_forward_matches_torch(xs, ws, kw, dtype):
+    cx, got, exp = _case(xs, ws, dtype, kw, bias=True, relu=True)
+    assert MARK in cx.runtime.source, "the Winograd kernel did not run"
+    _close(got[0], exp[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_winograd_gradients(dtype):
+    """The forward and the input gradient (a full 3x3 convolution of the output's gradient) run the Winograd
+    kernel; all three results against torch."""
+    cx, got, exp = _case((2, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
+    assert cx.runtime.source.count(MARK) >= 2
+    for g, e in zip(got, exp):
+        _close(g, e, dtype)
+
+
+def test_winograd_3d_kernel():
+    """A 3x3x3 kernel: the depth offset joins the channels (three 2-D convolutions summed)."""
+    cx, got, exp = _case((2, 16, 5, 6, 9), (16, 16, 3, 3, 3), "float64", dict(padding=1))
+    assert MARK in cx.runtime.source
+    _close(got[0], exp[0], "float64")
+
+
+def test_winograd_symbolic_batch():
+    """One program for every batch size: the rows of tiles are counted at run time."""
+    rng = np.random.default_rng(3)
+    wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(("batch", 16, 9, 9), "float32")
+    w = cx.tensor(wa.shape, "float32").set(wa)
+    y = F.conv2d(x, w, padding=1).retrieve()
+    cx.compile(device="cpu")
+    assert MARK in cx.runtime.source
+    for n in (1, 3):
+        xa = rng.standard_normal((n, 16, 9, 9)).astype(np.float32)
+        x.set(xa)
+        cx.execute()
+        exp = torch.nn.functional.conv2d(torch.from_numpy(xa.astype(np.float64)),
+                                         torch.from_numpy(wa.astype(np.float64)), padding=1).numpy()
+        _close(y.data(), exp, "float32")
+
+
+def test_winograd_non_finite_inputs():
+    """An output whose window holds an infinity or a NaN is not finite (it may be NaN where the direct sum is
+    infinite); every other output is exact to tolerance (each output reads only its own window)."""
+    rng = np.random.default_rng(4)
+    xa = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    xa[0, 3, 2, 5], xa[0, 7, 6, 1] = np.inf, np.nan
+    wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    cx = lm.Graph()
+    x, w = cx.tensor(xa.shape, "float32").set(xa), cx.tensor(wa.shape, "float32").set(wa)
+    y = F.conv2d(x, w, padding=1).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert MARK in cx.runtime.source
+    exp = torch.nn.functional.conv2d(torch.from_numpy(xa.astype(np.float64)),
+                                     torch.from_numpy(wa.astype(np.float64)), padding=1).numpy()
+    got = y.data()
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(exp))
+    fin = np.isfinite(exp)
+    assert fin.sum() > 0.5 * fin.size  # (each non-finite input reaches 9 positions of every output channel)
+    assert np.max(np.abs(got[fin] - exp[fin])) <= 1e-4 * np.max(np.abs(exp[fin]))
+
+
+@pytest.mark.parametrize("xs,ws,kw", [((1, 16, 10, 10), (16, 16, 3, 3), dict(stride=2, padding=1)),
+                                      ((1, 16, 10, 10), (16, 16, 3, 3), dict(dilation=2, padding=2)),
+                                      ((1, 8, 10, 10), (16, 8, 3, 3), dict(padding=1)),
+                                      ((1, 16, 10, 10), (8, 16, 3, 3), dict(padding=1)),
+                                      ((1, 16, 10, 10), (16, 16, 5, 5), dict(padding=2))])
+def test_not_taken(xs, ws, kw):
+    """Strided, dilated, under 16 input or output channels, 5x5: not Winograd (still right)."""
+    cx, got, exp = _case(xs, ws, "float32", kw)
+    assert MARK not in cx.runtime.source
+    _close(got[0], exp[0], "float32")
+
+
+def test_switched_off(monkeypatch):
+    monkeypatch.setenv("LUMINAL_WINOGRAD", "0")
+    xs, ws, kw = CASES[1]
+    cx, got, exp = _case(xs, ws, "float32", kw)
+    assert MARK not in cx.runtime.source
+    _close(got[0], exp[0], "float32")
