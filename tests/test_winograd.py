@@ -59,11 +59,11 @@ def _case(xs, ws, dtype, kw, bias=False, relu=False, grads=False, seed=0, batch=
 
 
 CASES = [  # (input shape, weight shape, conv kwargs)
-    ((2, 16, 12, 12), (16, 16, 3, 3), dict(padding=1)),   # 12 x 12: whole tiles
-    ((1, 16, 7, 7), (32, 16, 3, 3), dict(padding=1)),     # 7 x 7: a partial tile per row and column
-    ((2, 20, 9, 13), (17, 20, 3, 3), {}),                 # 7 x 11 unpadded; 17 outputs: a partial register tile
-    ((1, 16, 5, 70), (16, 16, 3, 3), dict(padding=1)),    # rows of 35 tiles: three vectors, the last partial
-    ((3, 24, 4, 4), (16, 24, 3, 3), dict(padding=(1, 1))),  # rows of 2 tiles: a vector spans 8 rows of tiles
+    ((6, 16, 12, 12), (16, 16, 3, 3), dict(padding=1)),   # 12 x 12: whole tiles
+    ((12, 16, 7, 7), (32, 16, 3, 3), dict(padding=1)),    # 7 x 7: a partial tile per row and column
+    ((8, 20, 9, 13), (17, 20, 3, 3), {}),                 # 7 x 11 unpadded; 17 outputs: a partial register tile
+    ((2, 16, 5, 70), (16, 16, 3, 3), dict(padding=1)),    # rows of 35 tiles: three vectors, the last partial
+    ((48, 24, 4, 4), (16, 24, 3, 3), dict(padding=(1, 1))),  # rows of 2 tiles: a vector spans 8 rows of tiles
 ]
 
 
@@ -79,7 +79,7 @@ def test_winograd_forward_matches_torch(xs, ws, kw, dtype):
 def test_winograd_gradients(dtype):
     """The forward and the input gradient (a full 3x3 convolution of the output's gradient) run the Winograd
     kernel; all three results against torch."""
-    cx, got, exp = _case((2, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
+    cx, got, exp = _case((7, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
     assert cx.runtime.source.count(MARK) >= 2
     for g, e in zip(got, exp):
         _close(g, e, dtype)
@@ -87,23 +87,24 @@ def test_winograd_gradients(dtype):
 
 def test_winograd_3d_kernel():
     """A 3x3x3 kernel: the depth offset joins the channels (three 2-D convolutions summed)."""
-    cx, got, exp = _case((2, 16, 5, 6, 9), (16, 16, 3, 3, 3), "float64", dict(padding=1))
+    cx, got, exp = _case((3, 16, 5, 6, 9), (16, 16, 3, 3, 3), "float64", dict(padding=1))
     assert MARK in cx.runtime.source
     _close(got[0], exp[0], "float64")
 
 
 def test_winograd_symbolic_batch():
-    """One program for every batch size: the rows of tiles are counted at run time."""
+    """One program for every batch size (taken where a batch of 1 has enough tiles): the rows of tiles are
+    counted at run time."""
     rng = np.random.default_rng(3)
     wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
     cx = lm.Graph()
-    x = cx.tensor(("batch", 16, 9, 9), "float32")
+    x = cx.tensor(("batch", 16, 32, 32), "float32")
     w = cx.tensor(wa.shape, "float32").set(wa)
     y = F.conv2d(x, w, padding=1).retrieve()
     cx.compile(device="cpu")
     assert MARK in cx.runtime.source
     for n in (1, 3):
-        xa = rng.standard_normal((n, 16, 9, 9)).astype(np.float32)
+        xa = rng.standard_normal((n, 16, 32, 32)).astype(np.float32)
         x.set(xa)
         cx.execute()
         exp = torch.nn.functional.conv2d(torch.from_numpy(xa.astype(np.float64)),
@@ -115,8 +116,8 @@ def test_winograd_non_finite_inputs():
     """An output whose window holds an infinity or a NaN is not finite (it may be NaN where the direct sum is
     infinite); every other output is exact to tolerance (each output reads only its own window)."""
     rng = np.random.default_rng(4)
-    xa = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
-    xa[0, 3, 2, 5], xa[0, 7, 6, 1] = np.inf, np.nan
+    xa = rng.standard_normal((12, 16, 8, 8)).astype(np.float32)
+    xa[4, 3, 2, 5], xa[4, 7, 6, 1] = np.inf, np.nan
     wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
     cx = lm.Graph()
     x, w = cx.tensor(xa.shape, "float32").set(xa), cx.tensor(wa.shape, "float32").set(wa)
@@ -129,17 +130,19 @@ def test_winograd_non_finite_inputs():
     got = y.data()
     np.testing.assert_array_equal(np.isfinite(got), np.isfinite(exp))
     fin = np.isfinite(exp)
-    assert fin.sum() > 0.5 * fin.size  # (each non-finite input reaches 9 positions of every output channel)
+    assert fin.sum() > 0.9 * fin.size  # (each non-finite input reaches 9 positions of every output channel)
     assert np.max(np.abs(got[fin] - exp[fin])) <= 1e-4 * np.max(np.abs(exp[fin]))
 
 
-@pytest.mark.parametrize("xs,ws,kw", [((1, 16, 10, 10), (16, 16, 3, 3), dict(stride=2, padding=1)),
-                                      ((1, 16, 10, 10), (16, 16, 3, 3), dict(dilation=2, padding=2)),
-                                      ((1, 8, 10, 10), (16, 8, 3, 3), dict(padding=1)),
-                                      ((1, 16, 10, 10), (8, 16, 3, 3), dict(padding=1)),
-                                      ((1, 16, 10, 10), (16, 16, 5, 5), dict(padding=2))])
+@pytest.mark.parametrize("xs,ws,kw", [((8, 16, 10, 10), (16, 16, 3, 3), dict(stride=2, padding=1)),
+                                      ((8, 16, 10, 10), (16, 16, 3, 3), dict(dilation=2, padding=2)),
+                                      ((8, 8, 10, 10), (16, 8, 3, 3), dict(padding=1)),
+                                      ((8, 16, 10, 10), (8, 16, 3, 3), dict(padding=1)),
+                                      ((8, 16, 10, 10), (16, 16, 5, 5), dict(padding=2)),
+                                      ((1, 16, 10, 10), (16, 16, 3, 3), dict(padding=1))])
 def test_not_taken(xs, ws, kw):
-    """Strided, dilated, under 16 input or output channels, 5x5: not Winograd (still right)."""
+    """Strided, dilated, under 16 input or output channels, 5x5, under 192 tiles (25): not Winograd (still
+    right)."""
     cx, got, exp = _case(xs, ws, "float32", kw)
     assert MARK not in cx.runtime.source
     _close(got[0], exp[0], "float32")

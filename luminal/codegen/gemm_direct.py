@@ -306,7 +306,8 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             return None
         pads.append((lo_pad, hi_pad))
     vw = vector_bytes() // g.dtype.itemsize
-    w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), kdims, steps, len(dims) - 1) if g.b_pro else None
+    w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), _least(g.dims[-1]), kdims, steps,
+                  len(dims) - 1) if g.b_pro is not None else None
     if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3), gemm_winograd)
         plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), w["ow"], "wino", wino=w)
         if _least(plan.padded_size()) <= MAX_PADDED:

@@ -38,12 +38,21 @@ from .gemm_config import vector_bytes
 from .gemm_stream import TILES
 
 MIN_CHANNELS = 16  # input and output channels from which it is taken (below, the transforms cost the saving)
-V_BYTES = 256 * 1024  # the block's transformed input (16 x channels x tiles) at most this (one vector of tiles)
+# tiles (at the least batch) from which it is taken: fewer (a ResNet's 14 x 14 and 7 x 7 stages at batch 1) give
+# too few blocks to share out over the threads, and the transformed weights (16/9 of the weights) dominate
+MIN_TILES = 192
+V_BYTES = 512 * 1024  # the block's transformed input (16 x channels x tiles) at most this (one vector of tiles)
+MO_BYTES = 512 * 1024  # the block's 16 products (16 x output channels x tiles) at most this (one vector of tiles)
 MAX_VECTORS = 8  # tiles per block at most this many vectors
+# the register tile's relative speed by its vectors of tiles (with the most rows :data:`.gemm_stream.TILES` has; with
+# fewer, times the square root of their share), measured on W4's layers (2 cores Zen 4, min of alternating runs):
+# 64 outputs 6 x 4 4.8 ms, 8 x 3 5.2, 12 x 2 5.3, 4 x 4 5.9; 32 outputs (6 x 4 computes 36 rows) 8 x 3 as fast
+TILE_EFFICIENCY = {4: 1.0, 3: 0.9, 2: 0.87, 1: 0.75}
 
 
-def wino_plan(pro, m, k_total, kdims, steps, last) -> dict | None:
-    """The Winograd geometry of a GEMM of ``m`` rows (constant) and ``k_total`` (K; None where symbolic) whose B
+def wino_plan(pro, m, k_total, n_least, kdims, steps, last) -> dict | None:
+    """The Winograd geometry of a GEMM of ``m`` rows (constant), ``k_total`` (K; None where symbolic) and at least
+    ``n_least`` columns (N at its least binding: a batch of 1) whose B
     operand is the window prologue ``pro`` (``kdims`` its kernel's extents, ``steps[d] = (axis, step)`` of its
     moving axes, ``last`` the copy's innermost axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy
     axis of rows), ``OH``, ``OW``, ``CH`` (input channels)."""
@@ -63,6 +72,8 @@ def wino_plan(pro, m, k_total, kdims, steps, last) -> dict | None:
     if oh is None or OW < 2 or any(d not in steps for d in (kw, kh, ow, oh)):
         return None
     OH = kdims[oh]
+    if (n_least or 0) // (OH * OW) * (-(-OH // 2)) * (-(-OW // 2)) < MIN_TILES:
+        return None
     H = steps[kh][0]
     if steps[kw] != (last, 1) or steps[ow] != (last, 1) or steps[kh] != (H, 1) or steps[oh] != (H, 1) or H == last:
         return None
@@ -74,26 +85,31 @@ def wino_plan(pro, m, k_total, kdims, steps, last) -> dict | None:
                 return None
     if any(len(ds) > 1 for e, ds in role.items() if e in (("k", 1), ("k", 3), ("row", 1), ("row", OW))):
         return None
-    return {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9}
+    return {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m}
 
 
 def wino_geometry(w: dict, itemsize: int) -> dict:
     """Vector width ``VW``, rows of tiles per block ``R``, tiles per row ``TW`` / column ``TH``, the block's vector
     columns ``TS`` (and ``TSP``: a row of the transformed input, with room for a row's last vector), ``MR`` and
-    ``NV`` (the register tile) for the geometry ``w`` of :func:`wino_plan`."""
+    ``NV`` (the register tile) for the geometry ``w`` of :func:`wino_plan` (``w["M"]`` output channels): the
+    least estimated time, the products computed past the tiles and channels there are (lanes past a block's
+    tiles, rows past the last channel) over the register tile's efficiency (:data:`TILE_EFFICIENCY`), the larger
+    block among equals."""
     vw = vector_bytes() // itemsize
-    tw, th = -(-w["OW"] // 2), -(-w["OH"] // 2)
-    cap = max(1, min(MAX_VECTORS, V_BYTES // (16 * w["CH"] * itemsize * vw))) * vw
+    tiles = TILES[vector_bytes()]
+    tw, th, m = -(-w["OW"] // 2), -(-w["OH"] // 2), w["M"]
+    cap = max(1, min(MAX_VECTORS, V_BYTES // (16 * w["CH"] * itemsize * vw), MO_BYTES // (16 * m * itemsize * vw)))
     best = None
-    for r in range(1, max(1, cap // tw) + 1):
+    for r in range(1, max(1, cap * vw // tw) + 1):
         ts = -(-(r * tw) // vw) * vw
-        use = r * tw / ts
-        if best is None or use > best[0] + 1e-9 or abs(use - best[0]) <= 1e-9:
-            best = (use, r, ts)
-    _, r, ts = best
-    nv = min(4, ts // vw)
-    return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv,
-            "MR": TILES[vector_bytes()][nv]}
+        for nv in range(1, min(4, ts // vw) + 1):
+            for mr in range(2, tiles[nv] + 1):
+                eff = TILE_EFFICIENCY[nv] * (mr / tiles[nv]) ** 0.5
+                cost = round(-(-m // mr) * mr * ts / (m * r * tw) / eff, 6)
+                if best is None or (cost, -r) < best[0]:
+                    best = ((cost, -r), r, ts, nv, mr)
+    _, r, ts, nv, mr = best
+    return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv, "MR": mr}
 
 
 def wino_mr(w: dict, itemsize: int) -> int:
@@ -105,7 +121,7 @@ def wino_scratch(ctype: str, w: dict, itemsize: int) -> str:
     """C expression of the scratch bytes past the copy: A interleaved, its transform, the channel offsets, and per
     thread the block's transformed input and products."""
     gm = wino_geometry(w, itemsize)
-    per = f"(16LL * {w['CH']} * {gm['TSP']} + 16LL * {gm['MR']} * {gm['TS']} + {2 * gm['VW']} + 16)"
+    per = f"(16LL * {w['CH']} * {gm['TSP']} + 16LL * MB * {gm['MR']} * {gm['TS']} + {2 * gm['VW']} + 16)"
     return (f"(size_t)(MB * {gm['MR']} * K + 16LL * MB * {gm['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
             f"+ 64) * sizeof({ctype}) + (size_t){w['CH']} * sizeof(long long) + 192")
 
@@ -182,11 +198,21 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         f"{sp}    *(vT *)(d + (8 + j) * VS + t0) = t[2][j] - t[1][j];",
         f"{sp}    *(vT *)(d + (12 + j) * VS + t0) = t[1][j] - t[3][j];",
         f"{sp}}}"]
-    sp8 = " " * 32
-    store = [
+    sp8 = " " * 28
+    v, mt, st = ("v16sf", "unsigned short", "__builtin_ia32_storeups512_mask") if ctype == "float" else \
+        ("v8df", "unsigned char", "__builtin_ia32_storeupd512_mask")
+    store = [  # (a partial pair of vectors: with AVX-512 one masked store; memcpy through the stack cost 10 %)
         f"{sp8}if (cnt == {2 * vw}) {{ *(vT *)q = lo; *(vT *)(q + {vw}) = hi; }}",
-        f"{sp8}else {{ {ctype} tmp[{2 * vw}]; *(vT *)tmp = lo; *(vT *)(tmp + {vw}) = hi; "
-        f"memcpy(q, tmp, (size_t)cnt * sizeof({ctype})); }}"]
+        f"{sp8}else {{",
+        *([f"#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+           f"{sp8}    typedef {ctype} {v} __attribute__((vector_size(64)));",
+           f"{sp8}    if (cnt >= {vw}) {{ *(vT *)q = lo; {st}(q + {vw}, ({v})hi, ({mt})((1u << (cnt - {vw})) - 1)); }}",
+           f"{sp8}    else {st}(q, ({v})lo, ({mt})((1u << cnt) - 1));",
+           "#else"] if vw * itemsize == 64 else []),
+        f"{sp8}    {ctype} tmp[{2 * vw}]; *(vT *)tmp = lo; *(vT *)(tmp + {vw}) = hi;",
+        f"{sp8}    memcpy(q, tmp, (size_t)cnt * sizeof({ctype}));",
+        *(["#endif"] if vw * itemsize == 64 else []),
+        f"{sp8}}}"]
     gemm = [f"{sp}int v0 = 0;",
             f"{sp}for (; v0 + {nv} <= nvt; v0 += {nv}) {name}_t{nv}({ch}, u, v + v0 * {vw}, {tsp}, "
             f"o + v0 * {vw}, {ts});"]
@@ -201,7 +227,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         f"    {ctype} *restrict U = ap + MB * {mr} * K;",
         f"    long long *restrict coff = (long long *)(U + 16LL * MB * {mr} * {ch});",
         f"    {ctype} *restrict wsp = ({ctype} *)(((uintptr_t)(coff + {ch}) + 63) & ~(uintptr_t)63);",
-        f"    const long long per = 16LL * {ch} * {tsp} + 16LL * {mr} * {ts} + {2 * vw} + 16;",
+        f"    const long long per = 16LL * {ch} * {tsp} + 16LL * MB * {mr} * {ts} + {2 * vw} + 16;",
         f"    for (long long c = 0; c < {ch}; c++) coff[c] = {part('k', '(c * 9LL)')};",
         *interleave_a(ctype, mr, 1, "0", fused_a),
         "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
@@ -243,44 +269,44 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         "                    }",
         "                }",
         "            }",
-        "            for (long long mb = 0; mb < MB; mb++) {",
-        "                for (int xi = 0; xi < 16; xi++) {  /* the 16 products, MR rows of U at a time */",
+        "            for (int xi = 0; xi < 16; xi++)  /* the 16 products, MR rows of U at a time (V_xi in L1) */",
+        "                for (long long mb = 0; mb < MB; mb++) {",
         f"                    const {ctype} *u = U + ((xi * MB + mb) * {ch}) * {mr};",
         f"                    const {ctype} *v = V + xi * VS;",
-        f"                    {ctype} *o = Mo + xi * {mr * ts}LL;",
+        f"                    {ctype} *o = Mo + (xi * MB + mb) * {mr * ts}LL;",
         *gemm,
         "                }",
-        f"                for (int i = 0; i < {mr} && mb * {mr} + i < M; i++) {{  /* Y = A^T M A */",
-        f"                    {ctype} *crow = C + (mb * {mr} + i) * N;",
-        "                    for (long long r = 0; r < nr; r++) {",
-        f"                        const long long g = g0 + r, h0 = g % {th}LL * 2;",
-        f"                        {ctype} *q0 = crow + g / {th}LL * {oh * ow}LL + h0 * {ow}LL;",
-        f"                        for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
-        f"                            const {ctype} *mp = Mo + i * {ts}LL + r * {tw}LL + t0;",
-        "                            vT mm[16], s0[4], s1[4];",
-        f"                            for (int x = 0; x < 16; x++) mm[x] = *(const vT *)(mp + x * {mr * ts}LL);",
-        "                            for (int j = 0; j < 4; j++) {",
-        "                                s0[j] = mm[j] + mm[4 + j] + mm[8 + j];",
-        "                                s1[j] = mm[4 + j] - mm[8 + j] - mm[12 + j];",
-        "                            }",
-        "                            const vT y00 = s0[0] + s0[1] + s0[2], y01 = s0[1] - s0[2] - s0[3];",
-        "                            const vT y10 = s1[0] + s1[1] + s1[2], y11 = s1[1] - s1[2] - s1[3];",
-        f"                            const long long cnt = {ow}LL - 2 * t0 < {2 * vw} ? {ow}LL - 2 * t0 : {2 * vw};",
-        "                            for (int h = 0; h < 2; h++) {",
-        f"                                if (h0 + h >= {oh}) break;",
-        f"                                {ctype} *q = q0 + h * {ow}LL + 2 * t0;",
-        "                                const vT ya = h ? y10 : y00, yb = h ? y11 : y01;",
+        "            for (long long m = 0; m < M; m++) {  /* Y = A^T M A */",
+        f"                {ctype} *crow = C + m * N;",
+        "                for (long long r = 0; r < nr; r++) {",
+        f"                    const long long g = g0 + r, h0 = g % {th}LL * 2;",
+        f"                    {ctype} *q0 = crow + g / {th}LL * {oh * ow}LL + h0 * {ow}LL;",
+        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
+        f"                        const {ctype} *mp = Mo + m * {ts}LL + r * {tw}LL + t0;",
+        "                        vT mm[16], s0[4], s1[4];",
+        "                        for (int x = 0; x < 16; x++) mm[x] = *(const vT *)(mp + x * MB * "
+        f"{mr * ts}LL);",
+        "                        for (int j = 0; j < 4; j++) {",
+        "                            s0[j] = mm[j] + mm[4 + j] + mm[8 + j];",
+        "                            s1[j] = mm[4 + j] - mm[8 + j] - mm[12 + j];",
+        "                        }",
+        "                        const vT y00 = s0[0] + s0[1] + s0[2], y01 = s0[1] - s0[2] - s0[3];",
+        "                        const vT y10 = s1[0] + s1[1] + s1[2], y11 = s1[1] - s1[2] - s1[3];",
+        f"                        const long long cnt = {ow}LL - 2 * t0 < {2 * vw} ? {ow}LL - 2 * t0 : {2 * vw};",
+        "                        for (int h = 0; h < 2; h++) {",
+        f"                            if (h0 + h >= {oh}) break;",
+        f"                            {ctype} *q = q0 + h * {ow}LL + 2 * t0;",
+        "                            const vT ya = h ? y10 : y00, yb = h ? y11 : y01;",
         "#if defined(__clang__) || __GNUC__ >= 12",
-        f"                                const vT lo = {_shuffle('ya', 'yb', lo)}, hi = {_shuffle('ya', 'yb', hi)};",
+        f"                            const vT lo = {_shuffle('ya', 'yb', lo)}, hi = {_shuffle('ya', 'yb', hi)};",
         "#else",
-        "                                vT lo, hi;",
-        f"                                for (int l = 0; l < {vw}; l++) {{",
-        f"                                    lo[l] = l & 1 ? yb[l / 2] : ya[l / 2];",
-        f"                                    hi[l] = l & 1 ? yb[{vw // 2} + l / 2] : ya[{vw // 2} + l / 2];",
-        "                                }",
+        "                            vT lo, hi;",
+        f"                            for (int l = 0; l < {vw}; l++) {{",
+        f"                                lo[l] = l & 1 ? yb[l / 2] : ya[l / 2];",
+        f"                                hi[l] = l & 1 ? yb[{vw // 2} + l / 2] : ya[{vw // 2} + l / 2];",
+        "                            }",
         "#endif",
         *store,
-        "                            }",
         "                        }",
         "                    }",
         "                }",
