@@ -1,0 +1,117 @@
+"""3x3 stride-1 convolutions (+ ReLU): luminal's Winograd F(2x2, 3x3) kernel against its other kernels, PyTorch and
+JAX, alternating in one process.
+
+Run:  python benchmarks/winograd.py [--seconds 6] [--only w4-fwd,r56-b8]
+
+Each case is one ``relu(conv2d(x, w, padding))`` in float32: luminal compiled twice in this process (the default,
+with ``luminal/codegen/gemm_winograd.py``, and with ``LUMINAL_WINOGRAD=0`` while compiling: the direct or packed
+kernel it replaces), PyTorch eager and ``jax.jit`` (when installed). The calls alternate for ``--seconds`` per
+case; the table shows each one's minimum in ms and GFLOP/s (2 x multiply-adds of the direct sum), and luminal's
+results are checked against PyTorch's first. Asserts nothing; OPENBLAS_CORETYPE is printed, never changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+CASES = {  # name: (input shape, output channels, padding)
+    "w4-fwd": ((64, 32, 26, 26), 64, 0),    # W4's conv2 forward
+    "w4-dx": ((64, 64, 24, 24), 32, 2),     # the shape of its input gradient (a full convolution)
+    "r56-b1": ((1, 64, 56, 56), 64, 1),     # ResNet stages at 224 x 224, batch 1 and 8
+    "r28-b1": ((1, 128, 28, 28), 128, 1),
+    "r56-b8": ((8, 64, 56, 56), 64, 1),
+    "r28-b8": ((8, 128, 28, 28), 128, 1),
+    "r14-b8": ((8, 256, 14, 14), 256, 1),
+}
+
+
+def _luminal(xa, wa, pad, env):
+    import luminal as lm
+    import luminal.nn.functional as F
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        cx = lm.Graph()
+        x = cx.tensor(xa.shape, "float32").set(xa)
+        w = cx.tensor(wa.shape, "float32").set(wa)
+        y = F.conv2d(x, w, padding=pad).relu().retrieve()
+        cx.compile(device="cpu")
+        wino = "Winograd F(2x2, 3x3)" in cx.runtime.source
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def run():
+        cx.execute()
+        return y.data()
+    return run, wino
+
+
+def _torch(xa, wa, pad):
+    import torch
+    x, w = torch.from_numpy(xa), torch.from_numpy(wa)
+
+    def run():
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(x, w, padding=pad).relu().numpy()
+    return run
+
+
+def _jax(xa, wa, pad):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    f = jax.jit(lambda x, w: jax.nn.relu(jax.lax.conv_general_dilated(x, w, (1, 1), [(pad, pad)] * 2)))
+    x, w = jnp.asarray(xa), jnp.asarray(wa)
+
+    def run():
+        return np.asarray(f(x, w).block_until_ready())
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--only", default=",".join(CASES))
+    args = ap.parse_args()
+    print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    cols = ["winograd", "off", "torch", "jax"]
+    print(f"{'case':8} {'shape':28} " + " ".join(f"{c:>9}" for c in cols) + "   off/wino torch/wino  (min ms)")
+    for name in args.only.split(","):
+        xs, m, pad = CASES[name]
+        rng = np.random.default_rng(0)
+        xa = rng.standard_normal(xs).astype(np.float32)
+        wa = (rng.standard_normal((m, xs[1], 3, 3)) / np.sqrt(9 * xs[1])).astype(np.float32)
+        wino, taken = _luminal(xa, wa, pad, {})
+        off, _ = _luminal(xa, wa, pad, {"LUMINAL_WINOGRAD": "0"})
+        runs = [wino, off, _torch(xa, wa, pad), _jax(xa, wa, pad)]
+        ref = runs[2]()
+        for r in runs[:2]:
+            got = r()
+            err = np.max(np.abs(got - ref)) / np.max(np.abs(ref))
+            assert err < 1e-4, (name, err)
+        best = [np.inf] * len(runs)
+        end = time.time() + args.seconds
+        while time.time() < end:
+            for i, r in enumerate(runs):
+                if r is not None:
+                    t = time.perf_counter()
+                    r()
+                    best[i] = min(best[i], time.perf_counter() - t)
+        ms = [b * 1e3 for b in best]
+        shape = f"{xs[1]}->{m} {xs[2]}x{xs[3]} b{xs[0]}" + ("" if taken else " (not taken)")
+        print(f"{name:8} {shape:28} " + " ".join(f"{v:9.3f}" if np.isfinite(v) else f"{'-':>9}" for v in ms)
+              + f"   {ms[1] / ms[0]:8.2f} {ms[2] / ms[0]:10.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
