@@ -1,4 +1,5 @@
-"""Winograd F(2x2, 3x3) convolutions (luminal/codegen/gemm_winograd.py) against torch CPU in float64.
+"""Winograd convolutions against torch CPU in float64: F(2x2, 3x3) for the forward and the input gradient
+(luminal/codegen/gemm_winograd.py), F(3x3, 2x2) for the weight gradient (luminal/codegen/gemm_winograd_dw.py).
 
 3x3 stride-1 convolutions from 16 input and output channels: even and odd output sizes (partial tiles at the
 edges), rows of one tile and of several vectors of tiles, output channels not a multiple of the register tile,
@@ -6,7 +7,9 @@ padding, a bias and ReLU epilogue, a symbolic batch, 3-D kernels (a 3x3x3 kernel
 input gradient (a 3x3 stride-1 convolution itself), float32 and float64, non-finite inputs. Each case checks
 that the Winograd kernel is the one that ran (its comment is in the generated C) and the cases it must not take
 (strided, dilated, few channels, ``LUMINAL_WINOGRAD=0``). Tolerance: the largest error at most 1e-4 (float32) /
-1e-10 (float64) of the largest reference value. No timings are asserted.
+1e-10 (float64) of the largest reference value. Weight gradients: odd and even sizes, padding on one axis, both or
+none, channels not a multiple of the vector (the channels-last copy padded), output channels past the register
+tile, a symbolic batch. No timings are asserted.
 """
 
 import numpy as np
@@ -19,6 +22,7 @@ from luminal.training import grad
 
 TOL = {"float32": 1e-4, "float64": 1e-10}
 MARK = "Winograd F(2x2, 3x3)"
+MARK_DW = "Winograd F(3x3, 2x2) weight gradient"
 
 
 def _close(got, exp, dtype):
@@ -80,9 +84,47 @@ def test_winograd_gradients(dtype):
     """The forward and the input gradient (a full 3x3 convolution of the output's gradient) run the Winograd
     kernel; all three results against torch."""
     cx, got, exp = _case((7, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
-    assert cx.runtime.source.count(MARK) >= 2
+    assert cx.runtime.source.count(MARK) >= 2 and MARK_DW in cx.runtime.source
     for g, e in zip(got, exp):
         _close(g, e, dtype)
+
+
+DW_CASES = [  # (input shape, weight shape, conv kwargs): the weight gradient's Winograd kernel
+    ((8, 16, 15, 13), (24, 16, 3, 3), dict(padding=1)),   # 15 x 13 outputs: partial tiles on both axes
+    ((3, 20, 17, 40), (17, 20, 3, 3), {}),                # 20 channels (copy padded to 32), 17 output channels
+    ((2, 32, 20, 21), (40, 32, 3, 3), dict(padding=(1, 0))),  # padded rows only; 40 outputs
+    ((8, 16, 12, 12), (16, 16, 3, 3), dict(padding=(0, 1))),  # padded columns only
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,kw", DW_CASES)
+def test_winograd_weight_gradient(xs, ws, kw, dtype):
+    cx, got, exp = _case(xs, ws, dtype, kw, grads=True)
+    assert MARK_DW in cx.runtime.source, "the weight gradient's Winograd kernel did not run"
+    for g, e in zip(got, exp):
+        _close(g, e, dtype)
+
+
+def test_winograd_weight_gradient_symbolic_batch():
+    """One program for every batch size: the images are counted from K at run time."""
+    rng = np.random.default_rng(6)
+    wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float64)
+    cx = lm.Graph()
+    x = cx.tensor(("batch", 16, 32, 32), "float64")
+    w = cx.tensor(wa.shape, "float64").set(wa)
+    y = F.conv2d(x, w, padding=1)
+    gw = grad((y * y).sum() * 0.5, [w])[0].retrieve()
+    cx.compile(device="cpu")
+    assert MARK_DW in cx.runtime.source
+    for n in (1, 2):
+        xa = rng.standard_normal((n, 16, 32, 32))
+        x.set(xa)
+        cx.execute()
+        tx, tw = torch.from_numpy(xa), torch.from_numpy(wa).requires_grad_()
+        ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+        (ty * ty).sum().mul(0.5).backward()
+        _close(gw.data(), tw.grad.numpy(), "float64")
 
 
 def test_winograd_3d_kernel():
@@ -143,14 +185,16 @@ def test_winograd_non_finite_inputs():
 def test_not_taken(xs, ws, kw):
     """Strided, dilated, under 16 input or output channels, 5x5, under 192 tiles (25): not Winograd (still
     right)."""
-    cx, got, exp = _case(xs, ws, "float32", kw)
-    assert MARK not in cx.runtime.source
-    _close(got[0], exp[0], "float32")
+    cx, got, exp = _case(xs, ws, "float32", kw, grads=True)
+    assert MARK not in cx.runtime.source and MARK_DW not in cx.runtime.source
+    for g, e in zip(got, exp):
+        _close(g, e, "float32")
 
 
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("LUMINAL_WINOGRAD", "0")
     xs, ws, kw = CASES[1]
-    cx, got, exp = _case(xs, ws, "float32", kw)
-    assert MARK not in cx.runtime.source
-    _close(got[0], exp[0], "float32")
+    cx, got, exp = _case(xs, ws, "float32", kw, grads=True)
+    assert MARK not in cx.runtime.source and MARK_DW not in cx.runtime.source
+    for g, e in zip(got, exp):
+        _close(g, e, "float32")

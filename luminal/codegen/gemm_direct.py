@@ -57,6 +57,10 @@ fused own GEMM's signature (so the renderer calls it the same way); the prologue
 times it as the fused plan, against the same GEMMs packed and the copy materialized. ``LUMINAL_DIRECT_CONV=0``
 turns the path off.
 
+Two more forms take 3x3 stride-1 layers from 16 channels (enough positions): ``"wino"``, Winograd F(2x2, 3x3) for
+the forward and the input gradient (:mod:`.gemm_winograd`), and ``"winodw"``, F(3x3, 2x2) for the weight gradient
+(:mod:`.gemm_winograd_dw`); ``LUMINAL_WINOGRAD=0`` turns them off.
+
 A grouped convolution is a batched GEMM (batch = groups): the copy is made once, each batch element's window
 starts at its group's channels, and the tiles of all of them are shared out over the threads together (a
 depthwise convolution has one row of A per group: the rows form's tile is 1 x 8 vectors).
@@ -76,8 +80,10 @@ import os
 from dataclasses import dataclass
 
 from ..dtype import DType
-from ..shape import Expression, to_expr
+from ..shape import to_expr
 from .gemm_config import vector_bytes
+from .sizes import _below, _c, _divides, _int, _least, _long, _prod, _size, same_size
+from .gemm_winograd_dw import render_wino_dw, wino_dw_plan
 from .gemm_winograd import wino_geometry, wino_loops, wino_mr, wino_plan, wino_scratch, wino_tiles
 from .gemm_direct_loops import (cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, split_two,
                                 tile)
@@ -158,52 +164,6 @@ def window_load(pro) -> Load | None:
     if not isinstance(v, Load) or v.dtype != pro.kernel.dtype or len(v.view.dims) != len(pro.kernel.dims):
         return None
     return v
-
-
-def _int(x):
-    return to_expr(x).to_int()
-
-
-def _size(x):
-    """A size as an ``int`` when it is a constant, else its :class:`~luminal.shape.Expression` (a batch of any size)."""
-    e = to_expr(x)
-    return e.to_int() if e.is_constant() else e
-
-
-def _long(n) -> bool:
-    """Whether an extent may exceed 1 (a symbolic one may)."""
-    return not isinstance(n, int) or n > 1
-
-
-def _least(e) -> int | None:
-    """A lower bound of ``e`` over every binding of its symbols from 1 up (a batch of 0 never reaches the kernel:
-    it returns before its first index), or None."""
-    e = to_expr(e)
-    if e.is_constant():
-        return e.to_int()
-    return e.substitute({n: Expression.symbol(n) + 1 for n in e.symbols()}).bounds()[0]
-
-
-def _below(a, b) -> bool:
-    """Whether ``a < b`` for every binding of their symbols (from 1 up)."""
-    low = _least(to_expr(b) - to_expr(a))
-    return low is not None and low >= 1
-
-
-def same_size(a, b) -> bool:
-    """Whether sizes ``a == b`` for every binding of their symbols."""
-    return _int(to_expr(a) - to_expr(b)) == 0
-
-
-def _divides(a, b) -> bool:
-    """Whether ``a`` divides ``b`` for every binding of their symbols."""
-    return _int(to_expr(b) % to_expr(a)) == 0
-
-
-def _c(n, r) -> str:
-    """A size in C: a literal, or a symbolic size through the renderer ``r``'s names for the symbols."""
-    n = _size(n)
-    return f"{n}LL" if isinstance(n, int) else f"({r.index(n)})"
 
 
 def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
@@ -306,12 +266,17 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             return None
         pads.append((lo_pad, hi_pad))
     vw = vector_bytes() // g.dtype.itemsize
+    one = g.b_pro is not None and all(_int(d) == 1 for d in g.dims[:-2])  # (one GEMM, no groups)
     w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), _least(g.dims[-1]), kdims, steps,
-                  len(dims) - 1) if g.b_pro is not None else None
+                  len(dims) - 1) if one else None
     if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3), gemm_winograd)
         plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), w["ow"], "wino", wino=w)
         if _least(plan.padded_size()) <= MAX_PADDED:
             return plan
+    w = wino_dw_plan(pro, _int(g.dims[-2]), _int(g.dims[-1]), _least(g.a_view.dims[-1]), kdims, steps, len(dims) - 1,
+                     pads, origin, g.a_pro is None and _int(g.a_view.strides[-1]) == 1) if one else None
+    if w is not None:  # (a 3x3 layer's weight gradient: Winograd F(3x3, 2x2), gemm_winograd_dw)
+        return DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), -1, "winodw", wino=w)
     # the other operand: plain (read in place by "dot": contiguous along K), or through its own prologue
     # (computed into a row-major scratch by its pack callback first)
     fused_other = (g.a_pro if g.b_pro is not None else g.b_pro) is not None
@@ -435,6 +400,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     through ``r`` (the :class:`~luminal.codegen.c.CRenderer`: buffer slots and pointer names)."""
     from .gemm import _COMMON
 
+    if plan.mode == "winodw":
+        return render_wino_dw(r, name, g, plan)
     pro = g.b_pro or g.a_pro
     kdims = [_size(d) for d in pro.kernel.dims]
     ctype = g.dtype.c_type
@@ -486,7 +453,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     other = g.a_pro if pro.side == "b" else g.b_pro
     batch = _batch(g, plan, pro, rsp, kdims, r)
     nbat = batch[0] if batch else 1
-    extra = wino_scratch(ctype, plan.wino, g.dtype.itemsize) if wino else cols_scratch(ctype, mr, nbat) if cols else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
+    extra = wino_scratch(ctype, plan.wino, g.dtype.itemsize) if wino else cols_scratch(ctype, mr, nbat) if cols \
+        else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
         b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
         (f" + (size_t)({nbat}LL * {'M' if pro.side == 'b' else 'N'} * K) * sizeof({ctype}) + 128"
@@ -506,7 +474,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        return epi ? lm_epilogue_all(epi, bufs, syms, {nbat}LL * M, N) : 0;",
         "    }",
         *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows or cols or wino else []),
-        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner() + (wino_rows + 2 * vw if wino else 0), r)};",
+        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner() + wino_rows + 2 * vw * wino, r)};",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",
@@ -549,7 +517,8 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
     lines += wino_loops(name, part, ctype, base, plan.wino, g.dtype.itemsize, _c(wino_rows, r), _int(g.dims[-2]),
-                        g.a_pro is not None) if wino else cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
+                        g.a_pro is not None) if wino else \
+        cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
         rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
         if rows else dot_loops(part, ctype, vw, lq, base, pro.side, other is not None, batch,
                                (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
@@ -583,11 +552,3 @@ def _batch(g: GemmKernel, plan: DirectPlan, pro, rsp, kdims, r) -> tuple | None:
     for d in bdims:
         count *= d
     return count, " + ".join(xterms) or "0", " + ".join(pterms) or "0"
-
-
-def _prod(sizes):
-    """The product of ``sizes`` (an ``int`` where it is a constant)."""
-    n = 1
-    for d in sizes:
-        n = _size(to_expr(n) * to_expr(d))
-    return n

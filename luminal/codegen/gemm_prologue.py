@@ -40,7 +40,7 @@ from .. import ops
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
 from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Program
-from .gemm_direct import same_size
+from .sizes import same_size
 from .gemm_lowp import operand_stores
 from .values import buffer_uses, kernel_buffers, walk, work_per_element
 

@@ -52,10 +52,10 @@ TILE_EFFICIENCY = {4: 1.0, 3: 0.9, 2: 0.87, 1: 0.75}
 
 def wino_plan(pro, m, k_total, n_least, kdims, steps, last) -> dict | None:
     """The Winograd geometry of a GEMM of ``m`` rows (constant), ``k_total`` (K; None where symbolic) and at least
-    ``n_least`` columns (N at its least binding: a batch of 1) whose B
-    operand is the window prologue ``pro`` (``kdims`` its kernel's extents, ``steps[d] = (axis, step)`` of its
-    moving axes, ``last`` the copy's innermost axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy
-    axis of rows), ``OH``, ``OW``, ``CH`` (input channels)."""
+    ``n_least`` columns (N at its least binding: a batch of 1) whose B operand is the window prologue ``pro``
+    (``kdims`` its kernel's extents, ``steps[d] = (axis, step)`` of its moving axes, ``last`` the copy's innermost
+    axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy axis of
+    rows), ``OH``, ``OW``, ``CH`` (input channels), ``M`` (output channels)."""
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not isinstance(k_total, int):
         return None
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
@@ -204,7 +204,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
     store = [  # (a partial pair of vectors: with AVX-512 one masked store; memcpy through the stack cost 10 %)
         f"{sp8}if (cnt == {2 * vw}) {{ *(vT *)q = lo; *(vT *)(q + {vw}) = hi; }}",
         f"{sp8}else {{",
-        *([f"#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        *(["#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
            f"{sp8}    typedef {ctype} {v} __attribute__((vector_size(64)));",
            f"{sp8}    if (cnt >= {vw}) {{ *(vT *)q = lo; {st}(q + {vw}, ({v})hi, ({mt})((1u << (cnt - {vw})) - 1)); }}",
            f"{sp8}    else {st}(q, ({v})lo, ({mt})((1u << cnt) - 1));",
@@ -302,7 +302,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         "#else",
         "                            vT lo, hi;",
         f"                            for (int l = 0; l < {vw}; l++) {{",
-        f"                                lo[l] = l & 1 ? yb[l / 2] : ya[l / 2];",
+        "                                lo[l] = l & 1 ? yb[l / 2] : ya[l / 2];",
         f"                                hi[l] = l & 1 ? yb[{vw // 2} + l / 2] : ya[{vw // 2} + l / 2];",
         "                            }",
         "#endif",

@@ -31,7 +31,7 @@ import os
 
 from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
-from .gemm_direct import _below, _divides, _int, _least, _long, _size, same_size
+from .sizes import _below, _divides, _int, _least, _long, _size, same_size
 from .groups import epilogue_value, unit_batch
 from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, Remapped
 from .layout import _rewrite, _unit_step, _views, _views_all

@@ -1,0 +1,334 @@
+"""Winograd F(3x3, 2x2): the weight gradient of a 3x3, stride-1 convolution in 16 multiply-adds per 2 x 2 output
+positions, output and input channel instead of 36.
+
+A form of the direct convolution (:mod:`.gemm_direct`, ``mode="winodw"``): the GEMM ``C[m, j] = sum_k A[m, k]
+B[k, j]`` of a 3x3 layer's weight gradient, A the output's gradient (``dY``: rows ``m``, contiguous along the
+positions ``k = (outer, oh, ow)``), B the input's window view (``j = (c, kh, kw)``). Cut the positions into 2 x 2
+tiles: each adds to the 3 x 3 kernel of ``(m, c)`` the correlation of the tile's 4 x 4 input patch ``d`` with its
+2 x 2 chunk ``g`` of ``dY``, and (the transpose of F(2x2, 3x3), Lavin & Gray's trilinear form read the other way)
+
+    Y = G^T [ (A' g A'^T) * (B^T d B) ] G,  A' = [[1, 0], [1, 1], [1, -1], [0, -1]],
+    B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],  G^T = [[1, 1/2, 1/2, 0], [0, 1/2, -1/2, 0],
+    [0, 1/2, 1/2, 1]]
+
+summed over the tiles before the output transform: 16 products ``M_xi[m, c] = sum_t U_xi[m, t] V_xi[t, c]``.
+
+The kernel (:func:`render_wino_dw`): the input is copied channels-last, zero-padded to whole tiles (so ``V``
+vectorizes along the channels: 16 aligned loads per tile and vector of channels, no shuffles); ``U`` vectorizes
+along a row of tiles (each ``dY`` row split into its even and odd positions by shuffles, a row's end by masked
+loads: no lane reads past it); the threads share out blocks of rows of tiles, each summing its blocks' products
+into its own ``16 x M x C`` accumulators (register tiles of MR output channels x NV vectors of input channels,
+the sum over the block's tiles in registers), then the threads' sums are added and transformed into C, and the
+epilogue runs once. Taken (:func:`wino_dw_plan`) for 2-D layers with a plain ``dY`` from 16 input and output
+channels and ``MIN_TILES`` tiles (at the least batch), float32 and float64, unless ``LUMINAL_WINOGRAD=0``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .gemm_config import vector_bytes
+from .sizes import _c, _prod
+from .gemm_stream import TILES
+from .gemm_winograd import MIN_CHANNELS, MIN_TILES, TILE_EFFICIENCY, _shuffle
+
+TILE_ROWS = 64  # tiles per block (about): its U (16 x M x tiles) and V (16 x tiles x C) stay in L2
+
+
+def wino_dw_plan(pro, m, n, k_least, kdims, steps, last, pads, origin, a_unit) -> dict | None:
+    """The geometry of the weight-gradient GEMM of ``m`` rows and ``n`` columns (constants; K at least
+    ``k_least``) whose B operand is the window prologue ``pro`` (``kdims``, ``steps`` as in
+    :func:`.gemm_winograd.wino_plan`; ``pads`` / ``origin`` of the copy's axes) and whose A is plain with unit
+    stride along K (``a_unit``), or None: ``{"c", "b"}`` (the copy's channel and outer axes; ``b`` None without
+    one), ``H``, ``W``, ``OH``, ``OW``, ``CH``, ``M``."""
+    if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not a_unit:
+        return None
+    if not isinstance(m, int) or not isinstance(n, int) or m < MIN_CHANNELS:
+        return None
+    role = {}
+    for d, e in enumerate(pro.axes):
+        if e is not None and not (isinstance(kdims[d], int) and kdims[d] == 1):
+            if e[0] not in ("k", "row") or not isinstance(e[1], int):
+                return None
+            role.setdefault(e, []).append(d)
+    if any(len(ds) > 1 for ds in role.values()):
+        return None
+    one = {e: ds[0] for e, ds in role.items()}
+    kw, kh, c, ow = (one.get(e) for e in (("row", 1), ("row", 3), ("row", 9), ("k", 1)))
+    if None in (kw, kh, c, ow) or kdims[kw] != 3 or kdims[kh] != 3 or not isinstance(kdims[c], int):
+        return None
+    OW = kdims[ow]
+    oh = one.get(("k", OW)) if isinstance(OW, int) else None
+    if oh is None or not isinstance(kdims[oh], int):
+        return None
+    OH, CH = kdims[oh], kdims[c]
+    b = one.get(("k", OH * OW))
+    if len(one) != 5 + (b is not None) or CH < MIN_CHANNELS or n != 9 * CH:
+        return None
+    if any(d not in steps for d in (kw, kh, c, ow, oh)) or b is not None and b not in steps:
+        return None
+    H = steps[kh][0]
+    if steps[kw] != (last, 1) or steps[ow] != (last, 1) or steps[kh] != (H, 1) or steps[oh] != (H, 1):
+        return None
+    ac, ab = steps[c], steps[b] if b is not None else None
+    if ac[1] != 1 or ac[0] in (H, last) or ab is not None and (ab[1] != 1 or ab[0] in (H, last, ac[0])):
+        return None
+    others = [a for a in range(len(pads)) if a not in (H, last)]
+    if any(pads[a] != (0, 0) or origin[a] != 0 for a in others):
+        return None
+    if (k_least or 0) // (OH * OW) * (-(-OH // 2)) * (-(-OW // 2)) < MIN_TILES:
+        return None
+    return {"kind": "dw", "c": ac[0], "b": None if ab is None else ab[0], "H": H, "W": last, "OH": OH, "OW": OW,
+            "CH": CH, "M": m}
+
+
+def dw_geometry(w: dict, itemsize: int) -> dict:
+    """``VW``, tiles per row / column ``TW`` / ``TH``, rows of tiles per block ``R``, ``CP`` (channels padded to
+    vectors), the register tile ``MR`` x ``NV`` (the least rows computed past M over its efficiency), ``MP``
+    (M padded to MR), ``TSP`` (a row of U: the block's tiles and room for a row's last vector)."""
+    vw = vector_bytes() // itemsize
+    tw, th, m = -(-w["OW"] // 2), -(-w["OH"] // 2), w["M"]
+    cp = -(-w["CH"] // vw) * vw
+    cpv = cp // vw
+    tiles = TILES[vector_bytes()]
+    best = None
+    for nv in range(1, min(4, cpv) + 1):
+        for mr in range(2, tiles[nv] + 1):
+            eff = TILE_EFFICIENCY[nv] * (mr / tiles[nv]) ** 0.5
+            cost = round(-(-m // mr) * mr / m * (-(-cpv // nv) * nv) / cpv / eff, 6)
+            if best is None or cost < best[0]:
+                best = (cost, nv, mr)
+    _, nv, mr = best
+    r = max(1, TILE_ROWS // tw)
+    return {"VW": vw, "TW": tw, "TH": th, "R": r, "CP": cp, "NV": nv, "MR": mr, "MP": -(-m // mr) * mr,
+            "TSP": -(-(r * tw) // vw) * vw + vw}
+
+
+def _tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> list[str]:
+    """Register tiles ``name_d1 .. name_d<nv_max>``: ``o[i][j] += sum_t u[i][t] * v[t][j]`` (``u`` rows ``ldu``
+    apart, ``v`` rows ``ldv`` apart, ``nv`` vectors each)."""
+    size = 4 if ctype == "float" else 8
+    out = []
+    for nv in range(1, nv_max + 1):
+        out += [
+            f"static void {name}_d{nv}(long long kt, const {ctype} *restrict u, long long ldu, "
+            f"const {ctype} *restrict v, long long ldv, {ctype} *restrict o, long long ldo) {{",
+            f"    typedef {ctype} vT __attribute__((vector_size({vw * size}), aligned({size})));",
+            f"    vT acc[{mr}][{nv}];",
+            f"    for (int i = 0; i < {mr}; i++)",
+            f"        for (int j = 0; j < {nv}; j++) acc[i][j] = (vT){{0}};",
+            "    for (long long t = 0; t < kt; t++) {",
+            f"        vT b[{nv}];",
+            f"        for (int j = 0; j < {nv}; j++) b[j] = *(const vT *)(v + t * ldv + j * {vw});",
+            f"        for (int i = 0; i < {mr}; i++) {{",
+            f"            const {ctype} a = u[i * ldu + t];",
+            f"            for (int j = 0; j < {nv}; j++) acc[i][j] += a * b[j];",
+            "        }",
+            "    }",
+            f"    for (int i = 0; i < {mr}; i++)",
+            f"        for (int j = 0; j < {nv}; j++) *(vT *)(o + i * ldo + j * {vw}) += acc[i][j];",
+            "}", ""]
+    return out
+
+
+def render_wino_dw(r, name: str, g, plan) -> str:
+    """C of the weight-gradient Winograd kernel ``name`` for GEMM ``g`` with the direct plan ``plan`` (mode
+    ``"winodw"``), rendered through ``r`` (the C renderer: buffer slots, pointer names, symbols); the signature of
+    the fused own GEMM (:func:`.gemm_direct.render_direct`)."""
+    from .gemm import _COMMON
+
+    w = plan.wino
+    ctype, size = g.dtype.c_type, g.dtype.itemsize
+    gm = dw_geometry(w, size)
+    vw, tw, th, r_, cp, nv, mr, mp, tsp = (gm[k] for k in ("VW", "TW", "TH", "R", "CP", "NV", "MR", "MP", "TSP"))
+    ch, oh, ow, m = w["CH"], w["OH"], w["OW"], w["M"]
+    h2, w2 = 2 * th + 2, 2 * tw + 2
+    dims = plan.dims
+    rs = [_prod(dims[a + 1:]) for a in range(len(dims))]
+    ptr = r.pointer(plan.src)
+    H, W = w["H"], w["W"]
+    og_h, og_w = plan.origin[H], plan.origin[W]
+    src_b = f"b * {_c(rs[w['b']], r)}" if w["b"] is not None else "0"
+    tsv = r_ * tw  # rows of V (one per tile of a block)
+    ev = [2 * i for i in range(vw)]
+    od = [2 * i + 1 for i in range(vw)]
+    v, mt, ld = ("v16sf", "unsigned short", "__builtin_ia32_loadups512_mask") if ctype == "float" else \
+        ("v8df", "unsigned char", "__builtin_ia32_loadupd512_mask")
+    avx512 = vw * size == 64
+    plain = [  # LOAD2: two vectors of a dY row from p (cnt elements there), zeros past them (never read past)
+        "#define LOAD2(p, cnt, x0, x1) do { \\",
+        f"    if ((cnt) >= {2 * vw}) {{ x0 = *(const vT *)(p); x1 = *(const vT *)((p) + {vw}); }} \\",
+        f"    else {{ {ctype} t_[{2 * vw}] = {{0}}; memcpy(t_, (p), (size_t)(cnt) * sizeof({ctype})); \\",
+        f"        x0 = *(const vT *)t_; x1 = *(const vT *)(t_ + {vw}); }} \\",
+        "    } while (0)"]
+    load2 = plain if not avx512 else [  # (with AVX-512: masked loads)
+        "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        "#define LOAD2(p, cnt, x0, x1) do { \\",
+        f"    if ((cnt) >= {2 * vw}) {{ x0 = *(const vT *)(p); x1 = *(const vT *)((p) + {vw}); }} \\",
+        f"    else {{ const long long c_ = (cnt); const {v} z_ = {{0}}; \\",
+        f"        x0 = (vT){ld}((p), z_, c_ >= {vw} ? ({mt})~0u : ({mt})((1u << c_) - 1)); \\",
+        f"        x1 = c_ > {vw} ? (vT){ld}((p) + {vw}, z_, ({mt})((1u << (c_ - {vw})) - 1)) : (vT){{0}}; }} \\",
+        "    } while (0)",
+        "#else", *plain, "#endif"]
+    split = "#if defined(__clang__) || __GNUC__ >= 12"
+    gemm = [f"                    for (long long c0 = 0; c0 < {cp // vw}; c0 += {nv}) {{",
+            f"                        const long long left = {cp // vw} - c0;",
+            f"                        const {ctype} *uu = U + (xi * {mp} + mb * {mr}) * {tsp}LL;",
+            f"                        const {ctype} *vv = V + xi * {tsv * cp}LL + c0 * {vw};",
+            f"                        {ctype} *oo = Mc + (xi * {mp} + mb * {mr}) * {cp}LL + c0 * {vw};",
+            f"                        if (left >= {nv}) {name}_d{nv}(T, uu, {tsp}, vv, {cp}, oo, {cp});"]
+    gemm += [f"                        else if (left == {k}) {name}_d{k}(T, uu, {tsp}, vv, {cp}, oo, {cp});"
+             for k in range(1, nv)]
+    gemm += ["                    }"]
+    per = f"(16LL * {tsv * cp} + 16LL * {mp * tsp} + 16LL * {mp * cp} + {4 * vw})"
+    lines = [
+        f"/* {name}: Winograd F(3x3, 2x2) weight gradient (see luminal/codegen/gemm_winograd_dw.py): {ch} -> {m} "
+        f"channels, {oh} x {ow} positions */",
+        *_tiles(name, ctype, mr, nv, vw),
+        f"static int {name}(long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,",
+        f"                  const {ctype} *Bpro, long long sbn, long long sbk, {ctype} *C, lm_epilogue epi,"
+        " void **bufs, const long long *syms) {",
+        f"    typedef {ctype} vT __attribute__((vector_size({vw * size}), aligned({size})));",
+        *([f"    typedef {ctype} {v} __attribute__((vector_size(64)));"] if avx512 else []),
+        *load2,
+        f"    const {ctype} *restrict {ptr} = (const {ctype} *)bufs[{r.slot[plan.src]}];",
+        *[f"    const long long {r.names[s]} = syms[{r.symbols.index(s)}]; (void){r.names[s]};" for s in r.symbols],
+        "    (void)Bpro; (void)sbn; (void)sbk; (void)sak; (void)syms;",
+        "    if (M <= 0 || N <= 0) return 0;",
+        f"    const long long NI = K / {oh * ow}LL, G = NI * {th}LL, NBK = (G + {r_ - 1}) / {r_};",
+        "    if (K <= 0) {",
+        f"        for (long long m = 0; m < M; m++) memset(C + m * N, 0, (size_t)N * sizeof({ctype}));",
+        "        return epi ? lm_epilogue_all(epi, bufs, syms, M, N) : 0;",
+        "    }",
+        f"    const long long XT = NI * {h2 * w2 * cp}LL;  /* the input, channels-last, padded to whole tiles */",
+        f"    size_t bytes = ((size_t)XT + (size_t){per} * (size_t)omp_get_max_threads() + 64) * sizeof({ctype});",
+        "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
+        "    if (!mem) return 3;",
+        f"    {ctype} *restrict xt = ({ctype} *)mem;",
+        f"    {ctype} *restrict wsp = xt + ((XT + 15) & ~15LL);",
+        "    const int par = !omp_in_parallel() && (double)M * (double)N * (double)K >= (double)LM_OWN_GEMM_PAR_MACS;",
+        "    int err = 0;",
+        "    #pragma omp parallel if(par)",
+        "    {",
+        "        #pragma omp for schedule(static)",
+        f"        for (long long row = 0; row < NI * {h2}LL; row++) {{",
+        f"            const long long b = row / {h2}LL, h = row % {h2}LL + ({og_h}LL);",
+        f"            {ctype} *restrict dst = xt + row * {w2 * cp}LL;",
+        f"            if (h < 0 || h >= {_c(dims[H], r)}) {{ memset(dst, 0, {w2 * cp} * sizeof({ctype})); continue; }}",
+        f"            const long long wlo = {-og_w}LL > 0 ? {-og_w}LL : 0;",
+        f"            const long long whi = {_c(dims[W], r)} - ({og_w}LL) < {w2}LL ? {_c(dims[W], r)} - ({og_w}LL) : "
+        f"{w2}LL;",
+        f"            for (long long x = 0; x < {w2}; x++)",
+        f"                if (x < wlo || x >= whi) memset(dst + x * {cp}, 0, {cp} * sizeof({ctype}));",
+        f"                else if ({cp - ch}) memset(dst + x * {cp} + {ch}, 0, {cp - ch} * sizeof({ctype}));",
+        f"            for (long long c = 0; c < {ch}; c++) {{",
+        f"                const {ctype} *s = {ptr} + c * {_c(rs[w['c']], r)} + {src_b} + h * {_c(rs[H], r)} + "
+        f"({og_w}LL);",
+        f"                for (long long x = wlo; x < whi; x++) dst[x * {cp} + c] = s[x];",
+        "            }",
+        "        }",
+        f"        {ctype} *restrict V = wsp + (long long)omp_get_thread_num() * {per};",
+        f"        {ctype} *restrict U = V + 16LL * {tsv * cp};",
+        f"        {ctype} *restrict Mc = U + 16LL * {mp * tsp};",
+        f"        memset(Mc, 0, 16LL * {mp * cp} * sizeof({ctype}));",
+        "        for (int xi = 0; xi < 16; xi++)  /* (rows of U past M: zeros, never written) */",
+        f"            memset(U + (xi * {mp}LL + M) * {tsp}, 0, ({mp}LL - M) * {tsp} * sizeof({ctype}));",
+        "        #pragma omp for schedule(static)",
+        "        for (long long blk = 0; blk < NBK; blk++) {",
+        f"            const long long g0 = blk * {r_}, nr = G - g0 < {r_} ? G - g0 : {r_}, T = nr * {tw}LL;",
+        "            for (long long r = 0; r < nr; r++) {  /* V = B^T d B, vectors along the channels */",
+        f"                const long long g = g0 + r, b = g / {th}LL, t2 = g % {th}LL * 2;",
+        f"                for (long long x = 0; x < {tw}; x++) {{",
+        f"                    const {ctype} *d0 = xt + ((b * {h2}LL + t2) * {w2}LL + 2 * x) * {cp}LL;",
+        f"                    {ctype} *vo = V + (r * {tw}LL + x) * {cp}LL;",
+        f"                    for (long long cv = 0; cv < {cp}; cv += {vw}) {{",
+        "                        vT d[4][4], t[4][4];",
+        "                        for (int i = 0; i < 4; i++)",
+        f"                            for (int j = 0; j < 4; j++) d[i][j] = *(const vT *)(d0 + (i * {w2}LL + j) * "
+        f"{cp}LL + cv);",
+        "                        for (int i = 0; i < 4; i++) {",
+        "                            t[i][0] = d[i][0] - d[i][2]; t[i][1] = d[i][1] + d[i][2];",
+        "                            t[i][2] = d[i][2] - d[i][1]; t[i][3] = d[i][1] - d[i][3];",
+        "                        }",
+        "                        for (int j = 0; j < 4; j++) {",
+        f"                            *(vT *)(vo + (0 + j) * {tsv * cp}LL + cv) = t[0][j] - t[2][j];",
+        f"                            *(vT *)(vo + (4 + j) * {tsv * cp}LL + cv) = t[1][j] + t[2][j];",
+        f"                            *(vT *)(vo + (8 + j) * {tsv * cp}LL + cv) = t[2][j] - t[1][j];",
+        f"                            *(vT *)(vo + (12 + j) * {tsv * cp}LL + cv) = t[1][j] - t[3][j];",
+        "                        }",
+        "                    }",
+        "                }",
+        "            }",
+        "            for (long long m = 0; m < M; m++)  /* U = A' g A'^T, vectors along a row of tiles */",
+        "                for (long long r = 0; r < nr; r++) {",
+        f"                    const long long g = g0 + r, t2 = g % {th}LL * 2;",
+        f"                    const {ctype} *p0 = A + m * sam + g / {th}LL * {oh * ow}LL + t2 * {ow}LL;",
+        f"                    {ctype} *uo = U + m * {tsp}LL + r * {tw}LL;",
+        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
+        f"                        const long long cnt = {ow}LL - 2 * t0;",
+        "                        vT a0, a1, c0 = (vT){0}, c1 = (vT){0}, q[4][2];",
+        "                        LOAD2(p0 + 2 * t0, cnt, a0, a1);",
+        f"                        if (t2 + 1 < {oh}) LOAD2(p0 + {ow} + 2 * t0, cnt, c0, c1);",
+        split,
+        f"                        const vT g00 = {_shuffle('a0', 'a1', ev)}, g01 = {_shuffle('a0', 'a1', od)};",
+        f"                        const vT g10 = {_shuffle('c0', 'c1', ev)}, g11 = {_shuffle('c0', 'c1', od)};",
+        "#else",
+        "                        vT g00, g01, g10, g11;",
+        f"                        for (int l = 0; l < {vw}; l++) {{",
+        f"                            g00[l] = l < {vw // 2} ? a0[2 * l] : a1[2 * l - {vw}];",
+        f"                            g01[l] = l < {vw // 2} ? a0[2 * l + 1] : a1[2 * l + 1 - {vw}];",
+        f"                            g10[l] = l < {vw // 2} ? c0[2 * l] : c1[2 * l - {vw}];",
+        f"                            g11[l] = l < {vw // 2} ? c0[2 * l + 1] : c1[2 * l + 1 - {vw}];",
+        "                        }",
+        "#endif",
+        "                        q[0][0] = g00; q[1][0] = g00 + g10; q[2][0] = g00 - g10; q[3][0] = -g10;",
+        "                        q[0][1] = g01; q[1][1] = g01 + g11; q[2][1] = g01 - g11; q[3][1] = -g11;",
+        "                        for (int a = 0; a < 4; a++) {",
+        f"                            {ctype} *o = uo + a * 4LL * {mp * tsp}LL + t0;",
+        "                            *(vT *)o = q[a][0];",
+        f"                            *(vT *)(o + {mp * tsp}LL) = q[a][0] + q[a][1];",
+        f"                            *(vT *)(o + {2 * mp * tsp}LL) = q[a][0] - q[a][1];",
+        f"                            *(vT *)(o + {3 * mp * tsp}LL) = -q[a][1];",
+        "                        }",
+        "                    }",
+        "                }",
+        "            for (int xi = 0; xi < 16; xi++)  /* the 16 products, summed over the block's tiles */",
+        f"                for (long long mb = 0; mb < {mp // mr}; mb++) {{",
+        *gemm,
+        "                }",
+        "        }",
+        "        const long long nt = omp_get_num_threads();",
+        "        #pragma omp for schedule(static)  /* the threads' sums into thread 0's */",
+        "        for (long long q = 0; q < 16 * M; q++) {",
+        f"            {ctype} *d0 = wsp + 16LL * {tsv * cp} + 16LL * {mp * tsp} + (q / M * {mp} + q % M) * {cp}LL;",
+        "            for (long long s = 1; s < nt; s++)",
+        f"                for (long long c = 0; c < {ch}; c++) d0[c] += d0[s * {per} + c];",
+        "        }",
+        "        #pragma omp for schedule(static)  /* dW = G^T M G */",
+        "        for (long long m = 0; m < M; m++) {",
+        f"            const {ctype} *mm = wsp + 16LL * {tsv * cp} + 16LL * {mp * tsp} + m * {cp}LL;",
+        f"            for (long long c = 0; c < {ch}; c++) {{",
+        f"                {ctype} x[4][4], s[3][4];",
+        "                for (int xi = 0; xi < 16; xi++) x[xi / 4][xi % 4] = mm[xi * " + f"{mp * cp}LL + c];",
+        "                for (int j = 0; j < 4; j++) {",
+        f"                    s[0][j] = x[0][j] + ({ctype})0.5 * (x[1][j] + x[2][j]);",
+        f"                    s[1][j] = ({ctype})0.5 * (x[1][j] - x[2][j]);",
+        f"                    s[2][j] = ({ctype})0.5 * (x[1][j] + x[2][j]) + x[3][j];",
+        "                }",
+        f"                {ctype} *o = C + m * N + c * 9;",
+        "                for (int i = 0; i < 3; i++) {",
+        f"                    o[i * 3] = s[i][0] + ({ctype})0.5 * (s[i][1] + s[i][2]);",
+        f"                    o[i * 3 + 1] = ({ctype})0.5 * (s[i][1] - s[i][2]);",
+        f"                    o[i * 3 + 2] = ({ctype})0.5 * (s[i][1] + s[i][2]) + s[i][3];",
+        "                }",
+        "            }",
+        "        }",
+        "    }",
+        "    if (epi) err = epi(bufs, syms, 0, M, 0, N);",
+        "    return err;",
+        "}",
+        "#undef LOAD2",
+    ]
+    head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
+        "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
+    return head + "\n".join(lines)
