@@ -137,7 +137,7 @@ def wino_tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> str:
     out = []
     for nv in range(1, nv_max + 1):
         out += [
-            f"static void {name}_t{nv}(long long ch, const {ctype} *restrict u, const {ctype} *restrict v, "
+            f"static __attribute__((noinline)) void {name}_t{nv}(long long ch, const {ctype} *restrict u, const {ctype} *restrict v, "
             f"long long ldv, {ctype} *restrict o, long long ldo) {{",
             f"    typedef {ctype} vT __attribute__((vector_size({vw * (4 if ctype == 'float' else 8)}), "
             f"aligned({4 if ctype == 'float' else 8})));",

@@ -111,7 +111,7 @@ def _tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> list[str]:
     out = []
     for nv in range(1, nv_max + 1):
         out += [
-            f"static void {name}_d{nv}(long long kt, const {ctype} *restrict u, long long ldu, "
+            f"static __attribute__((noinline)) void {name}_d{nv}(long long kt, const {ctype} *restrict u, long long ldu, "
             f"const {ctype} *restrict v, long long ldv, {ctype} *restrict o, long long ldo) {{",
             f"    typedef {ctype} vT __attribute__((vector_size({vw * size}), aligned({size})));",
             f"    vT acc[{mr}][{nv}];",
