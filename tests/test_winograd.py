@@ -236,3 +236,31 @@ def test_winograd_under_address_and_undefined_sanitizers(tmp_path):
     in the copy's slack; the weight gradient's row ends are masked), results against torch."""
     from hl_helpers import run_sanitized
     run_sanitized(SANITIZER_SCRIPT, tmp_path, "SANITIZED-OK", extra_cflags="-DLM_OWN_GEMM_EXACT_BUFFERS")
+
+
+def test_winograd_kernels_shared_between_layers():
+    """Two layers of the same shape on different inputs share one compiled body (the renderer renames the buffer
+    pointers ``b<slot>`` in it): the kernels' own variables must not look like buffer pointers; forward and both
+    gradients of each layer against torch."""
+    rng = np.random.default_rng(9)
+    xs, ws = (8, 16, 12, 12), (16, 16, 3, 3)
+    xa = [rng.standard_normal(xs).astype(np.float32) for _ in range(2)]
+    wa = (rng.standard_normal(ws) / 12).astype(np.float32)
+    cx = lm.Graph()
+    xt = [cx.tensor(xs, "float32").set(a) for a in xa]
+    w = cx.tensor(ws, "float32").set(wa)
+    ys = [F.conv2d(x, w, padding=1) for x in xt]
+    loss = sum(((y * y).sum() for y in ys[1:]), (ys[0] * ys[0]).sum()) * 0.5
+    outs = ys + grad(loss, xt + [w])
+    for t in outs:
+        t.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert MARK in cx.runtime.source and MARK_DW in cx.runtime.source
+    tx = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in xa]
+    tw = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
+    ty = [torch.nn.functional.conv2d(x, tw, padding=1) for x in tx]
+    sum((y * y).sum() for y in ty).mul(0.5).backward()
+    exp = [y.detach().numpy() for y in ty] + [x.grad.numpy() for x in tx] + [tw.grad.numpy()]
+    for g, e in zip(outs, exp):
+        _close(g.data(), e, "float32")

@@ -173,7 +173,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
     lo = [i // 2 + vw * (i % 2) for i in range(vw)]
     hi = [vw // 2 + i // 2 + vw * (i % 2) for i in range(vw)]
     split = []
-    for j, (a, b, idx) in enumerate((("a0", "a1", ev), ("a0", "a1", od), ("b0", "b1", ev), ("b0", "b1", od))):
+    for j, (a, b, idx) in enumerate((("a0", "a1", ev), ("a0", "a1", od), ("e0", "e1", ev), ("e0", "e1", od))):
         split.append(f"x[i][{j}] = {_shuffle(a, b, idx)};")
     gather = [f"for (int l = 0; l < {vw}; l++) {{ x[i][0][l] = p[2 * l]; x[i][1][l] = p[2 * l + 1]; "
               "x[i][2][l] = p[2 * l + 2]; x[i][3][l] = p[2 * l + 3]; }"]
@@ -183,8 +183,8 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         f"{sp}for (int i = 0; i < 4; i++) {{",
         f"{sp}    const {ctype} *p = s + i * RS + 2 * t0;",
         "#if defined(__clang__) || __GNUC__ >= 12  /* (__builtin_shufflevector) */",
-        f"{sp}    const vT a0 = *(const vT *)p, a1 = *(const vT *)(p + {vw}), b0 = *(const vT *)(p + 2), "
-        f"b1 = *(const vT *)(p + {vw + 2});",
+        f"{sp}    const vT a0 = *(const vT *)p, a1 = *(const vT *)(p + {vw}), e0 = *(const vT *)(p + 2), "
+        f"e1 = *(const vT *)(p + {vw + 2});",
         *[f"{sp}    {x}" for x in split],
         "#else",
         *[f"{sp}    {x}" for x in gather],

@@ -131,6 +131,34 @@ def _tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> list[str]:
     return out
 
 
+def _transpose_blocks(ctype: str, vw: int, cp: int, ch: int) -> list[str]:
+    """C copying a row of the input channels-last, ``VW`` channels x ``VW`` columns at a time: ``VW`` vector loads
+    (one per channel), a transpose in registers (log2(VW) rounds of interleaving the rows ``i`` and ``i + VW/2``:
+    two-source shuffles), ``VW`` vector stores (one per column); a row's last block overlaps the one before (the
+    same values stored twice). Scalar where the row is shorter than a vector or without the shuffles."""
+    lo = [k // 2 + (vw if k % 2 else 0) for k in range(vw)]
+    hi = [vw // 2 + k // 2 + (vw if k % 2 else 0) for k in range(vw)]
+    rounds = []
+    for _ in range(vw.bit_length() - 1):
+        rounds.append("                    { vT t[" + f"{vw}];")
+        for j in range(vw // 2):
+            rounds.append(f"                      t[{2 * j}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', lo)};")
+            rounds.append(f"                      t[{2 * j + 1}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', hi)};")
+        rounds.append(f"                      memcpy(q, t, sizeof(t)); }}")
+    return [
+        "#if defined(__clang__) || __GNUC__ >= 12",
+        f"            if (whi - wlo >= {vw})",
+        f"                for (; c + {vw} <= {ch}; c += {vw})",
+        f"                    for (long long x0 = wlo; x0 < whi; x0 += {vw}) {{",
+        f"                    const long long x = x0 + {vw} <= whi ? x0 : whi - {vw};",
+        f"                    vT q[{vw}];",
+        f"                    for (int i = 0; i < {vw}; i++) q[i] = *(const vT *)(s0 + (c + i) * RC + x);",
+        *rounds,
+        f"                    for (int l = 0; l < {vw}; l++) *(vT *)(dst + (x + l) * {cp} + c) = q[l];",
+        "                    }",
+        "#endif"]
+
+
 def render_wino_dw(r, name: str, g, plan) -> str:
     """C of the weight-gradient Winograd kernel ``name`` for GEMM ``g`` with the direct plan ``plan`` (mode
     ``"winodw"``), rendered through ``r`` (the C renderer: buffer slots, pointer names, symbols); the signature of
@@ -221,11 +249,12 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         f"            for (long long x = 0; x < {w2}; x++)",
         f"                if (x < wlo || x >= whi) memset(dst + x * {cp}, 0, {cp} * sizeof({ctype}));",
         f"                else if ({cp - ch}) memset(dst + x * {cp} + {ch}, 0, {cp - ch} * sizeof({ctype}));",
-        f"            for (long long c = 0; c < {ch}; c++) {{",
-        f"                const {ctype} *s = {ptr} + c * {_c(rs[w['c']], r)} + {src_b} + h * {_c(rs[H], r)} + "
-        f"({og_w}LL);",
-        f"                for (long long x = wlo; x < whi; x++) dst[x * {cp} + c] = s[x];",
-        "            }",
+        f"            const {ctype} *s0 = {ptr} + {src_b} + h * {_c(rs[H], r)} + ({og_w}LL);",
+        f"            const long long RC = {_c(rs[w['c']], r)};",
+        "            long long c = 0;",
+        *_transpose_blocks(ctype, vw, cp, ch),
+        f"            for (; c < {ch}; c++)  /* (the channels past the last whole vector of them) */",
+        "                for (long long x = wlo; x < whi; x++) dst[x * " + f"{cp} + c] = s0[c * RC + x];",
         "        }",
         f"        {ctype} *restrict V = wsp + (long long)omp_get_thread_num() * {per};",
         f"        {ctype} *restrict U = V + 16LL * {tsv * cp};",
