@@ -68,7 +68,7 @@ CASES = [  # (input shape, weight shape, conv kwargs): each takes the cols form 
     ((1, 40, 12, 12), (112, 40, 3, 3), dict(padding=1)),               # 112 channels: a partial row block; K 360
     ((1, 32, 14, 14), (64, 16, 3, 3), dict(padding=1, groups=2)),      # grouped: one GEMM per group, its epilogue
     ((2, 32, 14, 14), (64, 16, 3, 3), dict(padding=1, groups=2)),      # ... over two images
-    ((1, 5, 10, 22), (32, 5, 3, 2), dict(padding=(0, 1))),              # no mask on the rows; K 30 (< one vector)
+    ((1, 6, 10, 22), (32, 6, 3, 2), dict(padding=(0, 1))),              # no mask on the rows; K 36 (a tail)
 ]
 
 
@@ -136,14 +136,15 @@ def _modes(cx):
 def test_where_the_cols_form_is_not_taken(monkeypatch):
     """Few output positions against many channels (7 x 7 and 4 x 4 images of 256 channels: weight-streaming
     layers) keep the packed GEMM; rows of 32 keep the rows form (every lane in use); output channels that leave
-    lanes idle (40 of 48) keep the rows form; ``LUMINAL_DIRECT_COLS=0`` takes the cols form out. Each still
-    matches torch."""
+    lanes idle (40 of 48) keep the rows form; a stem's K under 32 (1 input channel x 3x3, rows of 26) keeps the
+    rows form; ``LUMINAL_DIRECT_COLS=0`` takes the cols form out. Each still matches torch."""
     monkeypatch.setenv("LUMINAL_PROLOGUE", "fused")
     rng = np.random.default_rng(4)
     cases = [((1, 32, 7, 7), (256, 32, 3, 3), dict(padding=1), None, {}),
              ((1, 16, 4, 4), (256, 16, 3, 3), dict(padding=1), None, {}),
              ((1, 8, 6, 32), (32, 8, 3, 3), dict(padding=1), "rows", {}),
              ((1, 8, 14, 14), (40, 8, 3, 3), dict(padding=1), "rows", {}),
+             ((2, 1, 28, 28), (32, 1, 3, 3), {}, "rows", {}),
              ((1, 16, 14, 14), (32, 16, 3, 3), dict(padding=1), "rows", {"LUMINAL_DIRECT_COLS": "0"})]
     for xs, ws, kw, mode, env in cases:
         for k, v in env.items():

@@ -101,6 +101,9 @@ FULL = 0.85  # the share of lanes in use from which a form is taken with any num
 # 4 x 4 against 256-512 channels) stream A, whose pack then costs more than the packed GEMM's (ResNet-18 at 112 x 112,
 # one 3x3 layer, batch 1: 49 positions 0.57 ms against 0.44, 16 1.60 against 0.80; batch 8: 2.47 / 2.82, 4.49 / 3.59)
 COLS_POSITIONS = 96
+# and from this K (a stem's 1-3 input channels x 3x3: its few multiply-adds per output do not pay for storing C
+# transposed; W4's conv1 1 -> 32 on 28 x 28 0.71 ms cols, 0.44 rows; a 3 -> 32 stride-2 stem 0.53 / 0.42)
+COLS_K = 32
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
             m = _int(g.dims[-2])  # taken from FULL of its lanes where no other form has all of them in use
             use = m / (-(-m // vw) * vw)
             if os.environ.get("LUMINAL_DIRECT_COLS", "1") != "0" and use >= FULL and best_use < 1 and _least(
-                    g.dims[-1]) >= COLS_POSITIONS:
+                    g.dims[-1]) >= COLS_POSITIONS and (_int(g.a_view.dims[-1]) or COLS_K) >= COLS_K:
                 plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), -1, "cols")
                 if _least(plan.padded_size()) <= MAX_PADDED:
                     best, best_use = plan, use
