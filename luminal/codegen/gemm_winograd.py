@@ -16,18 +16,21 @@ channel and tile). Each output of a tile depends only on the 3 x 3 window it has
 zeros are structural), so a partial tile at an odd edge reads past its rows and drops those outputs.
 
 The kernel (:func:`wino_loops`): A is interleaved by ``MR`` rows (through its prologue's pack callback where it
-has one) and transformed once per call; the tiles are taken a *block* of ``R`` rows of tiles at a time (``R``
-chosen so that the block's ``R * TW`` tiles fill whole vectors, its 16 transformed channels ``V`` about 256 KiB),
-each thread a share of the blocks: the input transform vectorized along a row of tiles (each vector of 16 tiles
-reads two 2-vector runs per patch row, split into their even and odd lanes by shuffles), rows of tiles packed
-one after the other; then per ``MR`` output channels the 16 products as register tiles of ``MR x NV`` vectors
-(the sum over channels in registers, :data:`.gemm_stream.TILES`) and the output transform along the same
-vectors, its two columns interleaved back into rows of C; the epilogue on the block's outputs.
+has one) and transformed once per call; the tiles are taken a *block* of ``R`` rows of tiles at a time
+(:func:`wino_geometry`: whole vectors of tiles where it can, the block's 16 transformed channels ``V`` and 16
+products at most 512 KiB each), each thread a share of the blocks: the input transform vectorized along a row of
+tiles (each vector of 16 tiles reads two 2-vector runs per patch row, split into their even and odd lanes by
+shuffles), a channel's rows of tiles in turn (consecutive rows of the copy), packed one after the other so no lane
+idles past a short row; then, position by position (its ``V_xi`` in L1), the products of all output channels as
+register tiles of ``MR x NV`` vectors of tiles (the sum over the channels in registers); then the output transform
+along the same vectors, its two columns interleaved back into rows of C (the partial last pair by one masked
+store); the epilogue on the block's outputs.
 
-Taken (:func:`wino_plan`) for float32 and float64 from ``MIN_CHANNELS`` input and output channels, unless
-``LUMINAL_WINOGRAD=0``. Rounding: each output sums the same products in another order plus the transforms'
-halvings and additions (float32 differences from the direct sum about 1e-6 relative to the sum of magnitudes).
-An infinite input may give NaN where the direct sum gives an infinity (the transforms subtract it from itself).
+Taken (:func:`wino_plan`) for float32 and float64 from ``MIN_CHANNELS`` input and output channels and
+``MIN_TILES`` tiles (at the least batch), unless ``LUMINAL_WINOGRAD=0``. Rounding: each output sums the same
+products in another order plus the transforms' halvings and additions (float32 differences from the direct sum
+about 1e-6 relative to the sum of magnitudes). An infinite input may give NaN where the direct sum gives an
+infinity (the transforms subtract it from itself).
 """
 
 from __future__ import annotations
@@ -61,15 +64,17 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last) -> dict | None:
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
         return None
     role = {}
-    for d, e in enumerate(pro.axes):
-        if e is not None and isinstance(kdims[d], int) and kdims[d] > 1 and e[0] in ("k", "row"):
+    for d, e in enumerate(pro.axes):  # (every axis that may be longer than 1: a symbolic batch too)
+        if e is not None and not (isinstance(kdims[d], int) and kdims[d] == 1) and e[0] in ("k", "row"):
+            if not isinstance(e[1], int):
+                return None
             role.setdefault(e, []).append(d)
     kw, kh, ow = (role.get(e, [None])[0] for e in (("k", 1), ("k", 3), ("row", 1)))
-    if None in (kw, kh, ow) or kdims[kw] != 3 or kdims[kh] != 3:
+    if None in (kw, kh, ow) or kdims[kw] != 3 or kdims[kh] != 3 or not isinstance(kdims[ow], int):
         return None
     OW = kdims[ow]
     oh = role.get(("row", OW), [None])[0]
-    if oh is None or OW < 2 or any(d not in steps for d in (kw, kh, ow, oh)):
+    if oh is None or OW < 2 or not isinstance(kdims[oh], int) or any(d not in steps for d in (kw, kh, ow, oh)):
         return None
     OH = kdims[oh]
     if (n_least or 0) // (OH * OW) * (-(-OH // 2)) * (-(-OW // 2)) < MIN_TILES:
@@ -137,8 +142,8 @@ def wino_tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> str:
     out = []
     for nv in range(1, nv_max + 1):
         out += [
-            f"static __attribute__((noinline)) void {name}_t{nv}(long long ch, const {ctype} *restrict u, const {ctype} *restrict v, "
-            f"long long ldv, {ctype} *restrict o, long long ldo) {{",
+            f"static __attribute__((noinline)) void {name}_t{nv}(long long ch, const {ctype} *restrict u, "
+            f"const {ctype} *restrict v, long long ldv, {ctype} *restrict o, long long ldo) {{",
             f"    typedef {ctype} vT __attribute__((vector_size({vw * (4 if ctype == 'float' else 8)}), "
             f"aligned({4 if ctype == 'float' else 8})));",
             f"    vT acc[{mr}][{nv}];",

@@ -13,7 +13,8 @@ tiles: each adds to the 3 x 3 kernel of ``(m, c)`` the correlation of the tile's
 
 summed over the tiles before the output transform: 16 products ``M_xi[m, c] = sum_t U_xi[m, t] V_xi[t, c]``.
 
-The kernel (:func:`render_wino_dw`): the input is copied channels-last, zero-padded to whole tiles (so ``V``
+The kernel (:func:`render_wino_dw`): the input is copied channels-last (register transposes of 16 channels x 16
+columns), zero-padded to whole tiles (so ``V``
 vectorizes along the channels: 16 aligned loads per tile and vector of channels, no shuffles); ``U`` vectorizes
 along a row of tiles (each ``dY`` row split into its even and odd positions by shuffles, a row's end by masked
 loads: no lane reads past it); the threads share out blocks of rows of tiles, each summing its blocks' products
@@ -111,8 +112,8 @@ def _tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> list[str]:
     out = []
     for nv in range(1, nv_max + 1):
         out += [
-            f"static __attribute__((noinline)) void {name}_d{nv}(long long kt, const {ctype} *restrict u, long long ldu, "
-            f"const {ctype} *restrict v, long long ldv, {ctype} *restrict o, long long ldo) {{",
+            f"static __attribute__((noinline)) void {name}_d{nv}(long long kt, const {ctype} *restrict u, "
+            f"long long ldu, const {ctype} *restrict v, long long ldv, {ctype} *restrict o, long long ldo) {{",
             f"    typedef {ctype} vT __attribute__((vector_size({vw * size}), aligned({size})));",
             f"    vT acc[{mr}][{nv}];",
             f"    for (int i = 0; i < {mr}; i++)",
@@ -140,21 +141,21 @@ def _transpose_blocks(ctype: str, vw: int, cp: int, ch: int) -> list[str]:
     hi = [vw // 2 + k // 2 + (vw if k % 2 else 0) for k in range(vw)]
     rounds = []
     for _ in range(vw.bit_length() - 1):
-        rounds.append("                    { vT t[" + f"{vw}];")
+        rounds.append("                        { vT t[" + f"{vw}];")
         for j in range(vw // 2):
-            rounds.append(f"                      t[{2 * j}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', lo)};")
-            rounds.append(f"                      t[{2 * j + 1}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', hi)};")
-        rounds.append(f"                      memcpy(q, t, sizeof(t)); }}")
+            rounds.append(f"                          t[{2 * j}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', lo)};")
+            rounds.append(f"                          t[{2 * j + 1}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', hi)};")
+        rounds.append("                          memcpy(q, t, sizeof(t)); }")
     return [
         "#if defined(__clang__) || __GNUC__ >= 12",
         f"            if (whi - wlo >= {vw})",
         f"                for (; c + {vw} <= {ch}; c += {vw})",
         f"                    for (long long x0 = wlo; x0 < whi; x0 += {vw}) {{",
-        f"                    const long long x = x0 + {vw} <= whi ? x0 : whi - {vw};",
-        f"                    vT q[{vw}];",
-        f"                    for (int i = 0; i < {vw}; i++) q[i] = *(const vT *)(s0 + (c + i) * RC + x);",
+        f"                        const long long x = x0 + {vw} <= whi ? x0 : whi - {vw};",
+        f"                        vT q[{vw}];",
+        f"                        for (int i = 0; i < {vw}; i++) q[i] = *(const vT *)(s0 + (c + i) * RC + x);",
         *rounds,
-        f"                    for (int l = 0; l < {vw}; l++) *(vT *)(dst + (x + l) * {cp} + c) = q[l];",
+        f"                        for (int l = 0; l < {vw}; l++) *(vT *)(dst + (x + l) * {cp} + c) = q[l];",
         "                    }",
         "#endif"]
 
