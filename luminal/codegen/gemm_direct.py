@@ -84,7 +84,7 @@ from ..shape import to_expr
 from .gemm_config import vector_bytes
 from .sizes import _below, _c, _divides, _int, _least, _long, _prod, _size, same_size
 from .gemm_winograd_dw import render_wino_dw, wino_dw_plan
-from .gemm_winograd import wino_geometry, wino_loops, wino_mr, wino_plan, wino_scratch, wino_tiles
+from .gemm_winograd import wino_loops, wino_plan, wino_scratch, wino_tiles
 from .gemm_direct_loops import (cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, split_two,
                                 tile)
 from .kernel import GemmKernel, Load, Program
@@ -271,7 +271,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     vw = vector_bytes() // g.dtype.itemsize
     one = g.b_pro is not None and all(_int(d) == 1 for d in g.dims[:-2])  # (one GEMM, no groups)
     w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), _least(g.dims[-1]), kdims, steps,
-                  len(dims) - 1) if one else None
+                  len(dims) - 1, g.dtype.itemsize) if one else None
     if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3), gemm_winograd)
         plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), w["ow"], "wino", wino=w)
         if _least(plan.padded_size()) <= MAX_PADDED:
@@ -439,7 +439,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         mr = mv * vw
     wino = plan.mode == "wino"
     if wino:
-        mr = wino_mr(plan.wino, g.dtype.itemsize)
+        mr = plan.wino["MR"]
     # the copy of the source with its halo, row by row of the copy (all phases of a row of the innermost axis): a
     # row of the halo zeroed, a row of the source copied to its padded place and its halo zeroed around it, while
     # the row is in L1 (zeroing the whole copy first cost a pass over it: a MobileNet's stride-2 stem 0.70 -> 0.53 ms)
@@ -456,7 +456,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     other = g.a_pro if pro.side == "b" else g.b_pro
     batch = _batch(g, plan, pro, rsp, kdims, r)
     nbat = batch[0] if batch else 1
-    extra = wino_scratch(ctype, plan.wino, g.dtype.itemsize) if wino else cols_scratch(ctype, mr, nbat) if cols \
+    extra = wino_scratch(ctype, plan.wino) if wino else cols_scratch(ctype, mr, nbat) if cols \
         else "(size_t)({b}LL * MB * {mr} * K) * sizeof({t})".format(
         b=nbat, mr=mr, t=ctype) if rows else \
         f"(size_t)(3 * (K / {vw}LL) + {vw} + 8) * sizeof(long long) + (size_t)(K / {vw}LL + 8) * sizeof(int)" + \
@@ -519,7 +519,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         "    }",
     ]
     wide = None if plan.q2 is None else (kdims[plan.q2], plan.inner())
-    lines += wino_loops(name, part, ctype, base, plan.wino, g.dtype.itemsize, _c(wino_rows, r), _int(g.dims[-2]),
+    lines += wino_loops(name, part, ctype, base, plan.wino, _c(wino_rows, r), _int(g.dims[-2]),
                         g.a_pro is not None) if wino else \
         cols_loops(part, ctype, vw, base, _int(g.dims[-2]), g.a_pro is not None, batch) if cols else \
         rows_loops(part, ctype, mr, vw, lq, vpr, base, _int(g.dims[-2]), g.a_pro is not None, wide, batch) \
@@ -530,8 +530,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
         "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
     if wino:
-        gm = wino_geometry(plan.wino, g.dtype.itemsize)
-        head += "\n" + wino_tiles(name, ctype, gm["MR"], gm["NV"], gm["VW"])
+        head += "\n" + wino_tiles(name, ctype, plan.wino["MR"], plan.wino["NV"], plan.wino["VW"])
     return head + "\n".join(lines)
 
 

@@ -53,12 +53,13 @@ MAX_VECTORS = 8  # tiles per block at most this many vectors
 TILE_EFFICIENCY = {4: 1.0, 3: 0.9, 2: 0.87, 1: 0.75}
 
 
-def wino_plan(pro, m, k_total, n_least, kdims, steps, last) -> dict | None:
+def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize) -> dict | None:
     """The Winograd geometry of a GEMM of ``m`` rows (constant), ``k_total`` (K; None where symbolic) and at least
     ``n_least`` columns (N at its least binding: a batch of 1) whose B operand is the window prologue ``pro``
     (``kdims`` its kernel's extents, ``steps[d] = (axis, step)`` of its moving axes, ``last`` the copy's innermost
     axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy axis of
-    rows), ``OH``, ``OW``, ``CH`` (input channels), ``M`` (output channels)."""
+    rows), ``OH``, ``OW``, ``CH`` (input channels), ``M`` (output channels) and the kernel's geometry for elements
+    of ``itemsize`` bytes (:func:`wino_geometry`)."""
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not isinstance(k_total, int):
         return None
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
@@ -90,7 +91,8 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last) -> dict | None:
                 return None
     if any(len(ds) > 1 for e, ds in role.items() if e in (("k", 1), ("k", 3), ("row", 1), ("row", OW))):
         return None
-    return {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m}
+    w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m}
+    return {**w, **wino_geometry(w, itemsize)}
 
 
 def wino_geometry(w: dict, itemsize: int) -> dict:
@@ -117,17 +119,11 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
     return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv, "MR": mr}
 
 
-def wino_mr(w: dict, itemsize: int) -> int:
-    """Rows of A per register tile (the interleave of A and of its transform)."""
-    return wino_geometry(w, itemsize)["MR"]
-
-
-def wino_scratch(ctype: str, w: dict, itemsize: int) -> str:
+def wino_scratch(ctype: str, w: dict) -> str:
     """C expression of the scratch bytes past the copy: A interleaved, its transform, the channel offsets, and per
-    thread the block's transformed input and products."""
-    gm = wino_geometry(w, itemsize)
-    per = f"(16LL * {w['CH']} * {gm['TSP']} + 16LL * MB * {gm['MR']} * {gm['TS']} + {2 * gm['VW']} + 16)"
-    return (f"(size_t)(MB * {gm['MR']} * K + 16LL * MB * {gm['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
+    thread the block's transformed input and products (``w``: :func:`wino_plan`'s)."""
+    per = f"(16LL * {w['CH']} * {w['TSP']} + 16LL * MB * {w['MR']} * {w['TS']} + {2 * w['VW']} + 16)"
+    return (f"(size_t)(MB * {w['MR']} * K + 16LL * MB * {w['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
             f"+ 64) * sizeof({ctype}) + (size_t){w['CH']} * sizeof(long long) + 192")
 
 
@@ -163,15 +159,13 @@ def wino_tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> str:
     return "\n".join(out)
 
 
-def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, rsp_h: str, m: int,
-               fused_a: bool) -> list[str]:
+def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: int, fused_a: bool) -> list[str]:
     """C of the Winograd kernel's body after the padded copy ``xp`` is made (see the module docstring):
     ``part(role, var)`` gives the copy's offset of GEMM index ``var``'s axes of ``role``, ``base`` the offset where
     every index is 0, ``rsp_h`` the copy's stride along the rows' axis, ``m`` the output channels (A's rows)."""
     from .gemm_direct_loops import _EPI, interleave_a
 
-    gm = wino_geometry(w, itemsize)
-    vw, mr, nv, r_, tw, th, ts, tsp = (gm[k] for k in ("VW", "MR", "NV", "R", "TW", "TH", "TS", "TSP"))
+    vw, mr, nv, r_, tw, th, ts, tsp = (w[k] for k in ("VW", "MR", "NV", "R", "TW", "TH", "TS", "TSP"))
     ch, oh, ow = w["CH"], w["OH"], w["OW"]
     ev = [2 * i for i in range(vw)]
     od = [2 * i + 1 for i in range(vw)]
@@ -204,6 +198,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
         f"{sp}    *(vT *)(d + (12 + j) * VS + t0) = t[1][j] - t[3][j];",
         f"{sp}}}"]
     sp8 = " " * 28
+    avx512 = vw * (4 if ctype == "float" else 8) == 64
     v, mt, st = ("v16sf", "unsigned short", "__builtin_ia32_storeups512_mask") if ctype == "float" else \
         ("v8df", "unsigned char", "__builtin_ia32_storeupd512_mask")
     store = [  # (a partial pair of vectors: with AVX-512 one masked store; memcpy through the stack cost 10 %)
@@ -213,10 +208,10 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, itemsize: int, r
            f"{sp8}    typedef {ctype} {v} __attribute__((vector_size(64)));",
            f"{sp8}    if (cnt >= {vw}) {{ *(vT *)q = lo; {st}(q + {vw}, ({v})hi, ({mt})((1u << (cnt - {vw})) - 1)); }}",
            f"{sp8}    else {st}(q, ({v})lo, ({mt})((1u << cnt) - 1));",
-           "#else"] if vw * itemsize == 64 else []),
+           "#else"] if avx512 else []),
         f"{sp8}    {ctype} tmp[{2 * vw}]; *(vT *)tmp = lo; *(vT *)(tmp + {vw}) = hi;",
         f"{sp8}    memcpy(q, tmp, (size_t)cnt * sizeof({ctype}));",
-        *(["#endif"] if vw * itemsize == 64 else []),
+        *(["#endif"] if avx512 else []),
         f"{sp8}}}"]
     gemm = [f"{sp}int v0 = 0;",
             f"{sp}for (; v0 + {nv} <= nvt; v0 += {nv}) {name}_t{nv}({ch}, u, v + v0 * {vw}, {tsp}, "
