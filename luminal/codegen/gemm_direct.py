@@ -124,7 +124,7 @@ class DirectPlan:
     mode: str = "rows"
     phase: int = 1
     q2: int | None = None
-    wino: dict | None = None  # mode "wino": the geometry of luminal.codegen.gemm_winograd.wino_plan
+    wino: dict | None = None  # modes "wino" / "winodw": the geometry of gemm_winograd.wino_plan / wino_dw_plan
 
     def inner(self) -> int:
         """Elements per phase of the copy's innermost axis (its padded extent when ``phase`` is 1)."""
