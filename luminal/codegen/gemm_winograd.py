@@ -51,6 +51,10 @@ MAX_VECTORS = 8  # tiles per block at most this many vectors
 # fewer, times the square root of their share), measured on W4's layers (2 cores Zen 4, min of alternating runs):
 # 64 outputs 6 x 4 4.8 ms, 8 x 3 5.2, 12 x 2 5.3, 4 x 4 5.9; 32 outputs (6 x 4 computes 36 rows) 8 x 3 as fast
 TILE_EFFICIENCY = {4: 1.0, 3: 0.9, 2: 0.87, 1: 0.75}
+# the guards of the shuffles (GCC 12+ / clang) and of AVX-512's masked loads and stores (GCC's builtins); built with
+# -DLM_WINO_PORTABLE the kernels take their portable branches instead (tests/test_winograd.py builds them so)
+SHUFFLES = "#if (defined(__clang__) || __GNUC__ >= 12) && !defined(LM_WINO_PORTABLE)  /* (__builtin_shufflevector) */"
+MASKED = "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && !defined(LM_WINO_PORTABLE)"
 
 
 def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize) -> dict | None:
@@ -181,7 +185,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         f"{sp}vT x[4][4], t[4][4];",
         f"{sp}for (int i = 0; i < 4; i++) {{",
         f"{sp}    const {ctype} *p = s + i * RS + 2 * t0;",
-        "#if defined(__clang__) || __GNUC__ >= 12  /* (__builtin_shufflevector) */",
+        SHUFFLES,
         f"{sp}    const vT a0 = *(const vT *)p, a1 = *(const vT *)(p + {vw}), e0 = *(const vT *)(p + 2), "
         f"e1 = *(const vT *)(p + {vw + 2});",
         *[f"{sp}    {x}" for x in split],
@@ -204,7 +208,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
     store = [  # (a partial pair of vectors: with AVX-512 one masked store; memcpy through the stack cost 10 %)
         f"{sp8}if (cnt == {2 * vw}) {{ *(vT *)q = lo; *(vT *)(q + {vw}) = hi; }}",
         f"{sp8}else {{",
-        *(["#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        *([MASKED,
            f"{sp8}    typedef {ctype} {v} __attribute__((vector_size(64)));",
            f"{sp8}    if (cnt >= {vw}) {{ *(vT *)q = lo; {st}(q + {vw}, ({v})hi, ({mt})((1u << (cnt - {vw})) - 1)); }}",
            f"{sp8}    else {st}(q, ({v})lo, ({mt})((1u << cnt) - 1));",
@@ -301,7 +305,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         f"                            if (h0 + h >= {oh}) break;",
         f"                            {ctype} *q = q0 + h * {ow}LL + 2 * t0;",
         "                            const vT ya = h ? y10 : y00, yb = h ? y11 : y01;",
-        "#if defined(__clang__) || __GNUC__ >= 12",
+        SHUFFLES,
         f"                            const vT lo = {_shuffle('ya', 'yb', lo)}, hi = {_shuffle('ya', 'yb', hi)};",
         "#else",
         "                            vT lo, hi;",

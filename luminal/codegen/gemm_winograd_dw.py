@@ -31,7 +31,7 @@ import os
 from .gemm_config import vector_bytes
 from .sizes import _c, _prod
 from .gemm_stream import TILES
-from .gemm_winograd import MIN_CHANNELS, MIN_TILES, TILE_EFFICIENCY, _shuffle
+from .gemm_winograd import MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, _shuffle
 
 TILE_ROWS = 64  # tiles per block (about): its U (16 x M x tiles) and V (16 x tiles x C) stay in L2
 
@@ -147,7 +147,7 @@ def _transpose_blocks(ctype: str, vw: int, cp: int, ch: int) -> list[str]:
             rounds.append(f"                          t[{2 * j + 1}] = {_shuffle(f'q[{j}]', f'q[{j + vw // 2}]', hi)};")
         rounds.append("                          memcpy(q, t, sizeof(t)); }")
     return [
-        "#if defined(__clang__) || __GNUC__ >= 12",
+        SHUFFLES,
         f"            if (whi - wlo >= {vw})",
         f"                for (; c + {vw} <= {ch}; c += {vw})",
         f"                    for (long long x0 = wlo; x0 < whi; x0 += {vw}) {{",
@@ -191,7 +191,7 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         f"        x0 = *(const vT *)t_; x1 = *(const vT *)(t_ + {vw}); }} \\",
         "    } while (0)"]
     load2 = plain if not avx512 else [  # (with AVX-512: masked loads)
-        "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)",
+        MASKED,
         "#define LOAD2(p, cnt, x0, x1) do { \\",
         f"    if ((cnt) >= {2 * vw}) {{ x0 = *(const vT *)(p); x1 = *(const vT *)((p) + {vw}); }} \\",
         f"    else {{ const long long c_ = (cnt); const {v} z_ = {{0}}; \\",
@@ -199,7 +199,7 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         f"        x1 = c_ > {vw} ? (vT){ld}((p) + {vw}, z_, ({mt})((1u << (c_ - {vw})) - 1)) : (vT){{0}}; }} \\",
         "    } while (0)",
         "#else", *plain, "#endif"]
-    split = "#if defined(__clang__) || __GNUC__ >= 12"
+    split = SHUFFLES
     gemm = [f"                    for (long long c0 = 0; c0 < {cp // vw}; c0 += {nv}) {{",
             f"                        const long long left = {cp // vw} - c0;",
             f"                        const {ctype} *uu = U + (xi * {mp} + mb * {mr}) * {tsp}LL;",
