@@ -247,13 +247,21 @@ def _kn(rng, np_dtype, n, k, pad=0):
     return rng.standard_normal((k, n + pad)).astype(np_dtype)[:, :n].T
 
 
+def _nk(rng, np_dtype, n, k, pad=0):
+    """A logical (n, k) operand stored N x K (contiguous along K: PyTorch's weight layout), rows ``k + pad``
+    elements apart."""
+    return rng.standard_normal((n, k + pad)).astype(np_dtype)[:, :k]
+
+
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("choice", ["stream", "auto"])
-def test_stream_layout_shapes(lib, choice, dtype):
-    """B stored K x N (the streaming kernel's layout): M across the tile's rows and the threads' row blocks (the
-    zero-padded last tile; few rows: the threads split N), N across one to four vectors and several column blocks,
-    K across the kernel's K blocks (512 and 2048 elements at 64-byte vectors), A and B with padded rows, A also
-    stored transposed (a weight gradient's layout); 1, 2 and 3 threads."""
+def test_stream_layout_shapes(lib, choice, dtype, b_layout):
+    """B stored K x N (the streaming kernel's layout) or N x K (its blocks copied transposed): M across the tile's
+    rows and the threads' row blocks (the zero-padded last tile; few rows: the threads split N), N across one to
+    four vectors and several column blocks, K across the kernel's K blocks (512 and 2048 elements at 64-byte
+    vectors) and the transposes' 4 x 4 blocks, A and B with padded rows, A also stored transposed (a weight
+    gradient's layout); 1, 2 and 3 threads."""
     np_dtype, _, tol = DTYPES[dtype]
     f = _fn(lib, choice, dtype)
     rng = np.random.default_rng(11)
@@ -268,10 +276,10 @@ def test_stream_layout_shapes(lib, choice, dtype):
                     A = rng.standard_normal((K, M + 2)).astype(np_dtype)[:, :M].T
                 else:
                     A = rng.standard_normal((M, K + 3 * (i % 2))).astype(np_dtype)[:, :K]
-                Bt = _kn(rng, np_dtype, N, K, pad=5 * (i % 3 == 0))
+                Bt = (_kn if b_layout == "kn" else _nk)(rng, np_dtype, N, K, pad=5 * (i % 3 == 0))
                 C, _, ret = _run(f, A, Bt, np_dtype)
                 assert ret == 0
-                _check(C, A, Bt, tol, f"{choice} {threads}t {M}x{N}x{K}")
+                _check(C, A, Bt, tol, f"{choice} {threads}t {M}x{N}x{K} B {b_layout}")
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -285,20 +293,23 @@ def test_stream_epilogue_and_special_values(lib, dtype):
     for threads, par in ((1, 1 << 62), (2, 0), (3, 0)):
         with _threads(lib, threads, par):
             for M, N, K in [(130, 70, 600), (7, 16, 2100), (40, 1, 30), (129, 3, 5), (40, 200, 600)]:
-                A = rng.standard_normal((M, K)).astype(np_dtype)
-                _check_epilogue(f, A, _kn(rng, np_dtype, N, K), np_dtype, tol, f"{threads}t {M}x{N}x{K}")
+                for layout in (_kn, _nk):
+                    A = rng.standard_normal((M, K)).astype(np_dtype)
+                    _check_epilogue(f, A, layout(rng, np_dtype, N, K), np_dtype, tol,
+                                    f"{threads}t {M}x{N}x{K} {layout.__name__}")
     M, N, K = 131, 33, 700
-    A = rng.standard_normal((M, K)).astype(np_dtype)
-    Bt = np.ascontiguousarray(rng.standard_normal((K, N)).astype(np_dtype)).T
-    A[5, 600] = np.inf          # row 5: inf (or nan where B's column 600 holds a zero)
-    Bt[:, 600] = np.abs(Bt[:, 600]) + 1
-    Bt[7, 10] = np.nan          # column 7: nan everywhere
-    C, _, ret = _run(f, A, Bt, np_dtype)
-    assert ret == 0
-    assert np.isposinf(C[5, [n for n in range(N) if n != 7]]).all() and np.isnan(C[:, 7]).all()
-    rest = np.delete(np.delete(C, 5, axis=0), 7, axis=1)
-    assert np.isfinite(rest).all()
-    _check(rest, np.delete(A, 5, axis=0), np.delete(Bt, 7, axis=0), tol, "finite part")
+    for layout in (_kn, _nk):  # (B N x K: its last column block's 33 - 16 = 17 rows, transposed, then zeros)
+        A = rng.standard_normal((M, K)).astype(np_dtype)
+        Bt = np.array(layout(rng, np_dtype, N, K), order="F" if layout is _kn else "C")
+        A[5, 600] = np.inf          # row 5: inf (or nan where B's column 600 holds a zero)
+        Bt[:, 600] = np.abs(Bt[:, 600]) + 1
+        Bt[7, 10] = np.nan          # column 7: nan everywhere
+        C, _, ret = _run(f, A, Bt, np_dtype)
+        assert ret == 0
+        assert np.isposinf(C[5, [n for n in range(N) if n != 7]]).all() and np.isnan(C[:, 7]).all()
+        rest = np.delete(np.delete(C, 5, axis=0), 7, axis=1)
+        assert np.isfinite(rest).all()
+        _check(rest, np.delete(A, 5, axis=0), np.delete(Bt, 7, axis=0), tol, "finite part " + layout.__name__)
 
 
 def _rule(m, n, k, sak, sbn, sbk, sam=None):
@@ -325,7 +336,10 @@ def test_auto_rule(monkeypatch):
     assert _rule(8, 25088, 64, 1, 1, 25088) == "blas"               # ... too few rows
     assert _rule(512, 16, 4608, 512, 1, 16) == "blas"               # A strided both ways
     assert _rule(512, 16, 4608, 512, 1, 16, sam=1) == "stream"      # A transposed (a weight gradient's)
-    assert _rule(512, 16, 4608, 1, 4608, 1) == "blas"               # B contiguous along K
+    assert _rule(512, 16, 4608, 1, 4608, 1) == "stream"             # B contiguous along K (PyTorch's N x K weight)
+    assert _rule(1024, 768, 256, 1, 256, 1) == "stream"
+    assert _rule(512, 16, 4608, 1, 4608, 2) == "blas"               # B strided both ways
+    assert _rule(80, 3072, 768, 1, 768, 1) == "stream"              # few rows, wide, N x K weight
     assert AUTO_SMALL_M < AUTO_STREAM_M
     for dtype in DTYPES:
         tiles = stream_tile(dtype)
@@ -338,12 +352,23 @@ def test_auto_rule(monkeypatch):
     assert S.default_choice("float32", True, 512, 2000, 4608, 1, 1) == "auto"
     assert S.default_choice("float32", True, 512, 8, 4608, 1, 1) == "blas"
     assert S.default_choice("float32", True, 80, 160, 4608, 1, 1) == "blas"
+    assert S.default_choice("float32", True, 1024, 768, 256, 1, 256, sbk=1) == "auto"    # B stored N x K
+    assert S.default_choice("float32", True, 1024, 768, 256, 1, 256, sbk=3) == "blas"    # B strided both ways
     on = auto_source("float32")
     monkeypatch.setenv("LUMINAL_GEMM_STREAM", "0")
     assert _rule(512, 16, 4608, 1, 1, 16) == "blas"
     assert S.default_choice("float32", True, 512, 16, 4608, 1, 1) == "blas"
     off = auto_source("float32")
     assert off != on and "if (0 && K > 0" in off and "if (1 && K > 0" in on
+    # LUMINAL_GEMM_STREAM=kn: streamed only where B is stored K x N
+    monkeypatch.setenv("LUMINAL_GEMM_STREAM", "kn")
+    assert _rule(1024, 768, 256, 1, 256, 1) == "blas" and _rule(2048, 2048, 2048, 1, 1, 2048) == "stream"
+    assert S.default_choice("float32", True, 1024, 768, 256, 1, 256, sbk=1) == "blas"
+    kn = auto_source("float32")
+    assert "(sbn == 1 || (0 && sbk == 1))" in kn and "(sbn == 1 || (1 && sbk == 1))" in on
+    monkeypatch.setenv("LUMINAL_GEMM_STREAM", "yes")
+    with pytest.raises(ValueError, match="LUMINAL_GEMM_STREAM='yes'"):
+        _rule(2048, 2048, 2048, 1, 1, 2048)
 
 
 def test_auto_dispatch_matches_its_python_rule(monkeypatch, tmp_path):
@@ -430,7 +455,8 @@ def test_search_candidates_small_m():
         cands = S.candidates(shape, "quick", True)
         assert cands[0] == "blas" and len(set(cands)) == len(cands)
         assert ("dot" in cands) == (m > 1)
-        cands = [c for c in cands if c != "dot"]
+        assert ("stream" in cands) == (m > 1)  # (B contiguous along K: its blocks are copied transposed)
+        cands = [c for c in cands if c not in ("dot", "stream")]
         small = small_config("float32")
         behaviours = [_behaviour(S.own_config(c), m, 1536, 384) for c in cands[1:]]
         assert _behaviour(small, m, 1536, 384) in behaviours
@@ -438,7 +464,10 @@ def test_search_candidates_small_m():
     from luminal.codegen.gemm import candidate_configs
     assert "dot" not in S.candidates(S.GemmShape("float32", 1, 32, 1536, 384, 1, 32, 384, 1), "quick", True)
     assert S.candidates(big, "quick", True) == ["blas"] + ["own:" + c.tag() for c in
-                                                         candidate_configs("float32", 4096, 1536, 384, "quick")]
+                                                         candidate_configs("float32", 4096, 1536, 384, "quick")] + [
+        "stream"]
+    strided = S.GemmShape("float32", 1, 4096, 1536, 384, 384, 1, 768, 2)  # B strided both ways: no stream
+    assert "stream" not in S.candidates(strided, "quick", True)
 
 
 @pytest.mark.parametrize("gemm", ["auto", "blas", "own"])
@@ -523,14 +552,17 @@ CHECKS
 
 def test_constant_large_gemms_compile_without_the_dispatcher(monkeypatch, tmp_path):
     # "auto" would call OpenBLAS for every call of a GEMM with constant M > AUTO_SMALL_M and N > 1 outside the
-    # streaming kernel's layout (B contiguous along N), so such a program is rendered with OpenBLAS directly (no
-    # dispatcher, GEMV or dot kernels to compile); a small-M GEMM and one the streaming kernel takes keep the
-    # dispatcher. Results against numpy either way.
+    # streaming kernel's layouts (B contiguous along N or K), so such a program is rendered with OpenBLAS directly
+    # (no dispatcher, GEMV or dot kernels to compile); a small-M GEMM and one the streaming kernel takes (B stored
+    # K x N or N x K) keep the dispatcher; with the streaming kernel off (LUMINAL_GEMM_STREAM=0) a large N x K
+    # product is OpenBLAS's alone. Results against numpy either way.
     monkeypatch.delenv("LUMINAL_GEMM", raising=False)
     monkeypatch.delenv("LUMINAL_GEMM_STREAM", raising=False)
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(9)
-    for m, b_kn, has_auto in ((96, False, False), (32, False, True), (96, True, True)):
+    for m, b_kn, stream, has_auto in ((96, False, "0", False), (96, False, "1", True), (32, False, "1", True),
+                                      (96, True, "1", True)):
+        monkeypatch.setenv("LUMINAL_GEMM_STREAM", stream)
         a, b = rng.standard_normal((m, 300)).astype(np.float32), rng.standard_normal((300, 200)).astype(np.float32)
         cx = lm.Graph()
         tb = cx.tensor(b.shape).set(b) if b_kn else cx.tensor(b.T.shape).set(np.ascontiguousarray(b.T)).permute(1, 0)
@@ -540,7 +572,7 @@ def test_constant_large_gemms_compile_without_the_dispatcher(monkeypatch, tmp_pa
         np.testing.assert_allclose(y.data(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
         if not cx.runtime.blas:
             continue  # (without OpenBLAS the default is the own GEMM either way)
-        assert ("lm_gemm_auto_f32" in cx.runtime.source) == has_auto, m
+        assert ("lm_gemm_auto_f32" in cx.runtime.source) == has_auto, (m, b_kn, stream)
 
 
 def test_programs_linked_to_different_parts_stay_apart(monkeypatch, tmp_path):

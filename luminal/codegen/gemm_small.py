@@ -11,7 +11,7 @@ symbolic program serves decoding, one sequence and large batches:
   times PyTorch-layout ``N x K`` weights), K >= 256 (K >= 128 at M <= 16) and N >= 48 (the kernel splits N over
   the threads in blocks of 12 columns): :func:`dot_source`, which does not transpose-pack the weight (the packing
   GEMMs re-pack it on every call: half their time at M = 32).
-* A contiguous along K or M and B along N (a convolution's weight times its im2col columns, an activation times
+* A contiguous along K or M and B along N or K (a convolution's weight times its im2col columns, an activation times
   an ONNX ``K x N`` weight, a linear layer's input or weight gradient, two row-major matrices) with
   ``M >= AUTO_STREAM_M`` (96) rows and at least 16 columns (64 below 128 rows), or with 16 to 95 rows, more
   than ``AUTO_STREAM_N`` (1024) columns and at least 2^22 multiply-adds (the threads then split N):
@@ -39,7 +39,7 @@ from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_con
 AUTO_SMALL_M = 64  # rows up to which "auto" runs the dot-product kernel (LM_AUTO_SMALL_M in the C)
 # ... with at least AUTO_DOT_N columns and a sum of at least AUTO_DOT_K (AUTO_TINY_K for at most AUTO_TINY_M rows)
 AUTO_DOT_N, AUTO_DOT_K, AUTO_TINY_M, AUTO_TINY_K = 48, 256, 16, 128
-# "auto" runs the streaming kernel (A contiguous along K or M, B along N) from AUTO_STREAM_M rows with at least
+# "auto" runs the streaming kernel (A contiguous along K or M, B along N or K) from AUTO_STREAM_M rows with at least
 # AUTO_STREAM_MIN_N columns (AUTO_STREAM_FEW_N below AUTO_STREAM_FULL_M rows) ...
 AUTO_STREAM_M, AUTO_STREAM_FULL_M, AUTO_STREAM_MIN_N, AUTO_STREAM_FEW_N = 96, 128, 16, 64
 # ... and below AUTO_STREAM_M rows, from AUTO_STREAM_FEW_M rows with more than AUTO_STREAM_N columns and at least
@@ -50,15 +50,31 @@ AUTO_STREAM_FEW_M, AUTO_STREAM_N, AUTO_STREAM_MACS = 16, 1024, 1 << 22
 def stream_enabled() -> bool:
     """Whether ``"auto"`` runs the streaming kernel at all (``LUMINAL_GEMM_STREAM=0`` turns it off: OpenBLAS
     there, as before it existed)."""
-    return os.environ.get("LUMINAL_GEMM_STREAM", "1") != "0"
+    return _stream_mode() != "0"
 
 
-def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None, sam: int | None = None) -> bool:
+def stream_nk_enabled() -> bool:
+    """Whether ``"auto"`` streams products whose B is stored ``N x K`` (PyTorch's weight layout; its blocks copied
+    transposed); ``LUMINAL_GEMM_STREAM=kn`` keeps the streaming kernel to B stored ``K x N`` (OpenBLAS for the
+    rest, as before the transposed copy existed)."""
+    return _stream_mode() == "1"
+
+
+def _stream_mode() -> str:
+    mode = os.environ.get("LUMINAL_GEMM_STREAM", "1") or "1"
+    if mode not in ("0", "1", "kn"):
+        raise ValueError(f"LUMINAL_GEMM_STREAM={mode!r}: expected '1' (the default), '0' or 'kn'")
+    return mode
+
+
+def stream_fits(m: int, n: int, k: int | None, sak: int | None, sbn: int | None, sam: int | None = None,
+                sbk: int | None = None) -> bool:
     """Whether ``"auto"`` runs the streaming kernel for an ``m x n x k`` product with A's strides ``sak`` along K
-    and ``sam`` along M (one of them 1) and B's ``sbn`` along N (1); an argument of None (not known before run
-    time) counts as one that fits."""
+    and ``sam`` along M (one of them 1) and B's ``sbn`` along N or ``sbk`` along K (one of them 1); an argument of
+    None (not known before run time) counts as one that fits."""
     a_ok = sak in (None, 1) or sam in (None, 1)
-    if not (stream_enabled() and a_ok and sbn in (None, 1) and (k is None or k > 0)):
+    b_ok = sbn in (None, 1) or (stream_nk_enabled() and sbk in (None, 1))
+    if not (stream_enabled() and a_ok and b_ok and (k is None or k > 0)):
         return False
     if m < AUTO_STREAM_M:  # few rows: only wide products with enough work
         return m >= AUTO_STREAM_FEW_M and n > AUTO_STREAM_N and (k is None or m * n * k >= AUTO_STREAM_MACS)
@@ -74,7 +90,7 @@ def auto_kernel(m: int, n: int, k: int, sak: int, sbn: int, sbk: int, *, sam: in
     if m <= AUTO_SMALL_M and n >= AUTO_DOT_N and sak == 1 and sbk == 1 and (
             k >= AUTO_DOT_K or m <= AUTO_TINY_M and k >= AUTO_TINY_K):
         return "dot"
-    if stream_fits(m, n, k, sak, sbn, sam):
+    if stream_fits(m, n, k, sak, sbn, sam, sbk):
         return "stream"
     return "blas"
 
@@ -96,7 +112,7 @@ def small_config(dtype: str) -> GemmConfig:
 def auto_parts(dtype: str) -> dict[str, str]:
     """The C functions ``"auto"`` dispatches to, by role: ``"gemv"`` (M == 1 or N == 1: :func:`gemv_source`),
     ``"dot"`` (small M, both operands contiguous along K: :func:`dot_source`), ``"stream"`` (larger M, A
-    contiguous along K or M and B along N: :func:`~luminal.codegen.gemm_stream.stream_source`) and ``"blas"`` (the
+    contiguous along K or M and B along N or K: :func:`~luminal.codegen.gemm_stream.stream_source`) and ``"blas"`` (the
     rest, and the fallback of the others: ``lm_gemm_f32`` / ``lm_gemm_f64`` of :mod:`luminal.codegen.c_support`)."""
     _width(dtype)
     short = "f32" if dtype == "float32" else "f64"
@@ -376,7 +392,7 @@ def gemv_source(dtype: str, name: str, fallback: str) -> str:
 
 _AUTO = r"""
 /* lm_gemm_auto_SHORT: per call, matrix-vector products, small-M products with both operands contiguous along K and
-   larger-M products with A contiguous along K or M and B along N on luminal's kernels, the rest on lm_gemm_SHORT
+   larger-M products with A contiguous along K or M and B along N or K on luminal's kernels, the rest on lm_gemm_SHORT
    (OpenBLAS) (luminal.codegen.gemm_small) */
 #ifndef LM_AUTO_SMALL_M
 #define LM_AUTO_SMALL_M SMALLM
@@ -388,7 +404,7 @@ static int lm_gemm_auto_SHORT(long long M, long long N, long long K, const T *A,
         return GEMV(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
     if (M <= LM_AUTO_SMALL_M && N >= DOT_N && sak == 1 && sbk == 1 && (K >= DOT_K || (M <= TINY_M && K >= TINY_K)))
         return DOT(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
-    if (STREAM_ON && K > 0 && (sak == 1 || sam == 1) && sbn == 1
+    if (STREAM_ON && K > 0 && (sak == 1 || sam == 1) && (sbn == 1 || (STREAM_NK && sbk == 1))
         && (M >= STREAM_M ? N >= (M >= STREAM_FULL_M ? STREAM_MIN_N : STREAM_FEW_N)
                           : M >= STREAM_FEW_M && N > STREAM_N && (double)M * (double)N * (double)K >= STREAM_MACS))
         return STREAM(M, N, K, A, sam, sak, B, sbn, sbk, C, epi, bufs, syms);
@@ -416,6 +432,7 @@ def auto_source(dtype: str, with_dot: bool = True, with_stream: bool = True) -> 
         parts.append(stream_source(dtype, names["stream"], names["blas"]))
     subs = {"SMALLM": AUTO_SMALL_M, "DOT_N": AUTO_DOT_N, "DOT_K": AUTO_DOT_K, "TINY_M": AUTO_TINY_M,
             "TINY_K": AUTO_TINY_K, "STREAM_ON": int(stream_enabled()),  # (off: never called; still rendered)
+            "STREAM_NK": int(stream_nk_enabled()),
             "STREAM_M": AUTO_STREAM_M, "STREAM_FULL_M": AUTO_STREAM_FULL_M, "STREAM_MIN_N": AUTO_STREAM_MIN_N,
             "STREAM_FEW_N": AUTO_STREAM_FEW_N, "STREAM_FEW_M": AUTO_STREAM_FEW_M, "STREAM_N": AUTO_STREAM_N,
             "STREAM_MACS": AUTO_STREAM_MACS, "GEMV": names["gemv"], "DOT": names["dot"], "STREAM": names["stream"],

@@ -158,15 +158,17 @@ def valid_choice(choice: str, dtype: str) -> bool:
 
 
 def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None = None, k: int | None = None,
-                   sak: int | None = None, sbn: int | None = None, *, sam: int | None = None) -> str:
+                   sak: int | None = None, sbn: int | None = None, *, sam: int | None = None,
+                   sbk: int | None = None) -> str:
     """The GEMM implementation used when nothing was measured: ``$LUMINAL_GEMM`` (``"auto"``, ``"own"`` or
-    ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS
-    is not installed. ``"auto"`` dispatches on the sizes at run time (own kernels for M == 1, N == 1, small M and
-    the streaming layout, OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m``
-    and columns ``n`` are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n >
-    1``, and the streaming kernel ruled out by the sizes, ``k`` or the strides ``sak`` and ``sam`` of A along K
-    and M and ``sbn`` of B along N, where they are known) it is ``"blas"`` itself: the same calls, without a
-    dispatcher."""
+    ``"blas"``) when set, else ``DEFAULT_GEMM``; luminal's own GEMM in its default configuration when OpenBLAS is
+    not installed. ``"auto"`` dispatches on the sizes at run time (own kernels for M == 1, N == 1, small M and the
+    streaming layout, OpenBLAS for the rest; :mod:`luminal.codegen.gemm_small`); for a GEMM whose rows ``m`` and
+    columns ``n`` are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n > 1``, and
+    the streaming kernel ruled out by the sizes, ``k`` or the strides ``sak`` and ``sam`` of A along K and M and
+    ``sbn`` and ``sbk`` of B along N and K, where they are known) it is ``"blas"`` itself: the same calls, without a
+    dispatcher.
+    """
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
@@ -175,7 +177,7 @@ def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None =
     if blas and pick == "auto" and m is not None and n is not None:
         from ..codegen.gemm_small import AUTO_SMALL_M, stream_fits
 
-        if m > AUTO_SMALL_M and n > 1 and not stream_fits(m, n, k, sak, sbn, sam):
+        if m > AUTO_SMALL_M and n > 1 and not stream_fits(m, n, k, sak, sbn, sam, sbk):
             return "blas"
     if blas and pick in ("blas", "auto"):
         return pick
@@ -190,7 +192,7 @@ def kernel_default(kernel: GemmKernel, blas: bool) -> str:
     av, bv = kernel.a_view, kernel.b_view
     return default_choice(kernel.dtype.value, blas, kernel.dims[-2].to_int(), kernel.dims[-1].to_int(),
                           av.dims[-1].to_int(), av.strides[nb + 2].to_int(), bv.strides[nb + 1].to_int(),
-                          sam=av.strides[nb].to_int())
+                          sam=av.strides[nb].to_int(), sbk=bv.strides[nb + 2].to_int())
 
 
 def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
@@ -199,7 +201,7 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     configuration of ``"auto"`` (:func:`~luminal.codegen.gemm_small.small_config`) when no candidate behaves
     like it, ``"dot"`` (:func:`~luminal.codegen.gemm_small.dot_source`) when both operands are contiguous
     along K (and K >= 64), and ``"stream"`` (:func:`~luminal.codegen.gemm_stream.stream_source`) when A is
-    contiguous along K or M and B along N (at more than one row and column)."""
+    contiguous along K or M and B along N or K (at more than one row and column)."""
     from ..codegen.gemm_config import _behaviour, candidate_configs
     from ..codegen.gemm_small import AUTO_SMALL_M, small_config
 
@@ -214,8 +216,8 @@ def candidates(shape: GemmShape, level: str, blas: bool) -> list[str]:
     out += ["own:" + c.tag() for c in cfgs]
     if shape.m <= AUTO_SMALL_M and shape.m > 1 and shape.n > 1 and shape.k >= 64 and shape.sak == 1 and shape.sbk == 1:
         out.append("dot")  # the packing-free dot-product kernel (both operands contiguous along K)
-    if shape.m > 1 and shape.n > 1 and shape.k > 0 and 1 in (shape.sak, shape.sam) and shape.sbn == 1:
-        out.append("stream")  # A read in place, B contiguous along N
+    if shape.m > 1 and shape.n > 1 and shape.k > 0 and 1 in (shape.sak, shape.sam) and 1 in (shape.sbn, shape.sbk):
+        out.append("stream")  # A read in place, B contiguous along N (or K: its blocks copied transposed)
     return out
 
 
@@ -402,7 +404,8 @@ def default_equivalent(shape: GemmShape, blas: bool) -> str | None:
     :mod:`luminal.codegen.gemm_small`), or None (its matrix-vector kernel, which is no candidate)."""
     from ..codegen.gemm_small import auto_kernel
 
-    pick = default_choice(shape.dtype, blas, shape.m, shape.n, shape.k, shape.sak, shape.sbn, sam=shape.sam)
+    pick = default_choice(shape.dtype, blas, shape.m, shape.n, shape.k, shape.sak, shape.sbn, sam=shape.sam,
+                          sbk=shape.sbk)
     if pick != "auto":
         return pick
     kernel = auto_kernel(shape.m, shape.n, shape.k, shape.sak, shape.sbn, shape.sbk, sam=shape.sam)
