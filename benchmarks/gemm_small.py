@@ -6,8 +6,9 @@ Run:  python benchmarks/gemm_small.py [--shapes 32x1536x384xnk,1x3072x768xnk] [-
                                       [--rounds 5] [--cpu-time] [--dtype float32] [--cold-a MIB]
 
 A shape is ``MxNxK`` plus the layout of B: ``nk`` (an N x K weight, PyTorch's layout: both operands contiguous
-along K) or ``kn`` (K x N, row-major: the streaming kernel's layout, e.g. a convolution's weight times its
-im2col columns, 512x16x4608xkn for a late ResNet stage at batch 1; A is the same hot matrix every call, so a
+along K) or ``kn`` (K x N, row-major: e.g. a convolution's weight times its im2col columns, 512x16x4608xkn for
+a late ResNet stage at batch 1), and optionally ``xat``: A stored transposed, K x M (a linear layer's weight
+gradient dY^T X: 512x784x256xknxat for W3's first layer); A is the same hot matrix every call, so a
 weight that would stream from memory in a real network is measured from cache here, unless ``--cold-a 96``:
 copies of A, one per call in turn, 96 MiB together). ``own`` is the own GEMM's default configuration,
 ``own-small`` the 8x48 small-M one; any ``own:<tag>`` of the search works too. Candidates run interleaved, round
@@ -87,11 +88,11 @@ double bench(int w, long long M, long long N, long long K, const {ctype} *A, lon
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
     print(f"{'shape':>18}  " + "  ".join(f"{c[:22]:>22}" for c in choices))
     for text in args.shapes.split(","):
-        m, n, k, layout = text.split("x")
+        m, n, k, layout, *a_layout = text.split("x")
         m, n, k = int(m), int(n), int(k)
-        if layout not in ("nk", "kn"):
-            raise SystemExit(f"{text}: the layout must be nk or kn")
-        shape = GemmShape(dt, 1, m, n, k, k, 1, *((k, 1) if layout == "nk" else (1, n)))
+        if layout not in ("nk", "kn") or a_layout not in ([], ["at"]):
+            raise SystemExit(f"{text}: expected MxNxK, then nk or kn, then optionally at")
+        shape = GemmShape(dt, 1, m, n, k, *((1, m) if a_layout else (k, 1)), *((k, 1) if layout == "nk" else (1, n)))
         bufs = _operands(shape, rng)
         a, b, c = bufs[0], bufs[1], bufs[2]
         # --cold-a: identical copies of A, one per call in turn, enough to exceed that many MiB together

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.codegen.kernel import ElementwiseKernel, GemmKernel
+from luminal.codegen.kernel import ElementwiseKernel, GemmKernel, Load
 from luminal.codegen.layout_order import axis_map, permuted_view
 from luminal.shape import ShapeTracker
 
@@ -228,3 +228,87 @@ def test_merging_axes_keeps_shared_subtrees_shared():
     cx.execute()
     np.testing.assert_allclose(out.data(), want, rtol=1e-5, atol=1e-5)
     assert len(cx.runtime.source) < 60_000  # (shared: 11 KB)
+
+
+def test_merged_axes_are_rewritten_where_they_stay_adjacent():
+    # a bias gradient sums (N, C, H, W) over H * W read as one axis: exact over any layout that keeps H and W
+    # next to each other, in order (the merged axis then has one stride there); not where they part
+    dims = (2, 3, 5, 4)
+    n = int(np.prod(dims))
+    buf = np.arange(n, dtype=np.float64) + 1.0
+    base = ShapeTracker.contiguous_of(dims)
+    merged = [base.merge_dims(2), base.merge_dims(2).permute((1, 0, 2)), base.merge_dims(2).slice(2, 3, 17)]
+    kept = [p for p in itertools.permutations(range(4)) if p.index(3) == p.index(2) + 1]
+    assert len(kept) == 6
+    for perm in itertools.permutations(range(4)):
+        stored = buf.reshape(dims).transpose(perm).copy().reshape(-1)
+        for view in merged:
+            new = permuted_view(view, dims, perm)
+            if perm not in kept:
+                assert new is None, (view, perm)
+                continue
+            assert new is not None, (view, perm)
+            np.testing.assert_array_equal(new.gather_numpy(stored), view.gather_numpy(buf), err_msg=repr((view, perm)))
+    # N and C merged too (a view of (N*C, H*W)): both runs kept by (0, 1, 2, 3) only, and by (2, 3, 0, 1)
+    flat = base.merge_dims(0).merge_dims(1)
+    for perm in ((0, 1, 2, 3), (2, 3, 0, 1)):
+        stored = buf.reshape(dims).transpose(perm).copy().reshape(-1)
+        np.testing.assert_array_equal(permuted_view(flat, dims, perm).gather_numpy(stored), flat.gather_numpy(buf))
+    assert permuted_view(flat, dims, (1, 0, 2, 3)) is None
+
+
+def _two_convs(cx, xa, w1, w2):
+    import luminal.nn.functional as F
+    x = cx.tensor(xa.shape).set(xa)
+    p1, p2 = cx.tensor(w1.shape).set(w1), cx.tensor(w2.shape).set(w2)
+    b1 = cx.tensor((w1.shape[0],)).set(np.linspace(-0.3, 0.3, w1.shape[0]).astype(np.float32))
+    y = F.conv2d(F.conv2d(x, p1, b1).relu(), p2).relu()
+    return (y * y).mean(), [p1, b1, p2]
+
+
+def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monkeypatch):
+    # conv -> ReLU -> conv, trained: the ReLU's gradient (the second convolution's input gradient times the mask)
+    # is stored channel-major, the product's order, so it runs as that GEMM's epilogue; the permuting copy the
+    # first convolution's weight gradient read it through is then an identity copy, dropped (its GEMM reads the
+    # gradient in place) and the bias gradient sums it over H * W as one axis. Against PyTorch float64, and the
+    # same graph without the layout passes.
+    torch = pytest.importorskip("torch")
+    from luminal.codegen.layout_order import _identity_source
+    from luminal.training import grad
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal((4, 1, 12, 12)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 1, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    runs = {}
+    for layout in ("1", "0"):
+        monkeypatch.setenv("LUMINAL_LAYOUT", layout)
+        cx = lm.Graph()
+        loss, params = _two_convs(cx, xa, w1, w2)
+        gs = [g.retrieve() for g in grad(loss, params)]
+        cx.compile(device="cpu")
+        cx.execute()
+        runs[layout] = (cx.runtime, [g.data().copy() for g in gs])
+    rt, rt0 = runs["1"][0], runs["0"][0]
+    over = lambda r: [k for k in r.program.kernels if isinstance(k, ElementwiseKernel)  # noqa: E731
+                      and [str(d) for d in k.dims][:2] in (["4", "8"], ["8", "4"]) and len(k.dims) >= 4]
+    masks = lambda r: [k for k in over(r) if not isinstance(k.value, Load)]  # noqa: E731
+    # without the pass the first convolution's weight gradient reads the gradient through a permuting copy
+    assert [[str(d) for d in k.dims] for k in over(rt0) if isinstance(k.value, Load)] == [["8", "4", "10", "10"]]
+    assert not [k for k in over(rt) if isinstance(k.value, Load)]
+    # the kernels over the first convolution's output (the forward ReLU, the mask times the input gradient):
+    # channel-major with the pass, each its GEMM's epilogue; (N, C, H, W) and passes of their own without
+    assert [str(k.dims[0]) for k in masks(rt)] == ["8", "8"] and [str(k.dims[0]) for k in masks(rt0)] == ["4", "4"]
+    for r, fused in ((rt, 2), (rt0, 0)):
+        ids = {id(k) for k in masks(r)}
+        assert sum(1 for g in r.cprogram.groups if len(g) == 2 and isinstance(r.program.kernels[g[0]], GemmKernel)
+                   and id(r.program.kernels[g[1]]) in ids) == fused
+    assert not any(_identity_source(k, rt.program.buffers) is not None for k in rt.program.kernels)
+    tx = torch.from_numpy(xa.astype(np.float64))
+    tw1, tw2 = (torch.from_numpy(w.astype(np.float64)).requires_grad_() for w in (w1, w2))
+    tb1 = torch.from_numpy(np.linspace(-0.3, 0.3, 8)).requires_grad_()
+    ty = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tw1, tb1).relu(), tw2).relu()
+    (ty * ty).mean().backward()
+    for got, got0, want in zip(runs["1"][1], runs["0"][1], (tw1.grad, tb1.grad, tw2.grad)):
+        want = want.numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        np.testing.assert_allclose(got, got0, rtol=1e-5, atol=1e-6 * np.abs(want).max())

@@ -27,13 +27,14 @@ turns this off too.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
 from .sizes import _below, _divides, _int, _least, _long, _size, same_size
 from .groups import epilogue_value, unit_batch
-from .kernel import ElementwiseKernel, GemmKernel, Program, ReduceKernel, Remapped
+from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
 from .layout import _rewrite, _unit_step, _views, _views_all
 from .values import kernel_buffers, permute_value, read_offsets
 
@@ -109,10 +110,28 @@ def axis_map(view: ShapeTracker, dims) -> tuple | None:
 def permuted_view(view: ShapeTracker, dims, perm) -> ShapeTracker | None:
     """``view`` (reading a row-major buffer of ``dims``) re-expressed over the buffer stored with its axes in
     the order ``perm`` (row-major over ``[dims[p] for p in perm]``), or None when :func:`axis_map` fails. Masks
-    stay: they are conditions on the reader's indices."""
+    stay: they are conditions on the reader's indices. Axes that stay next to each other, in order, under
+    ``perm`` keep their relative addresses: where the reader walks several of them as one (a bias gradient
+    summing ``(N, C, H, W)`` over ``H * W`` as one axis of 676) the view is mapped over them merged."""
     got = axis_map(view, dims)
     if got is None:
-        return None
+        runs: list = []  # runs of buffer axes kept adjacent and in order by perm
+        for p in perm:
+            if runs and runs[-1][-1] + 1 == p:
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        if len(runs) == len(perm):
+            return None
+        order = sorted(range(len(runs)), key=lambda r: runs[r][0])  # the runs in buffer order
+        merged = []
+        for r in order:
+            size = to_expr(1)
+            for a in runs[r]:
+                size = size * to_expr(dims[a])
+            merged.append(size)
+        # the view over the merged buffer, then over the runs in perm's order (a permutation of the runs)
+        return permuted_view(view, merged, tuple(order.index(r) for r in range(len(runs))))
     per, origin = got
     new = contiguous_strides([to_expr(dims[p]) for p in perm])
     at = {p: new[j] for j, p in enumerate(perm)}
@@ -265,4 +284,89 @@ def order_outputs(program: Program) -> Program:
         changed = True
     if not changed:
         return program
-    return Program(kernels, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
+    return drop_identity_copies(Program(kernels, buffers, list(program.inputs), list(program.outputs),
+                                        dict(program.aliases)))
+
+
+def _identity_source(kernel, buffers: dict) -> int | None:
+    """The buffer that elementwise ``kernel`` copies element for element (its value one Load, through the
+    row-major view of the kernel's space, of a buffer of the same dtype and element count), else None."""
+    v = kernel.value if isinstance(kernel, ElementwiseKernel) else None
+    if not isinstance(v, Load) or v.buffer not in buffers or v.dtype != kernel.dtype or v.view.masks:
+        return None
+    if v.view != ShapeTracker.contiguous_of(kernel.dims) or buffers[v.buffer][1] != kernel.dtype:
+        return None
+    count = lambda dims: _elements(ShapeTracker.contiguous_of(dims))  # noqa: E731
+    syms = {s for d in tuple(kernel.dims) + tuple(buffers[v.buffer][0]) for s in to_expr(d).symbols()}
+    if syms:  # (symbolic sizes: the same product of sizes, structurally)
+        a, b = to_expr(1), to_expr(1)
+        for d in kernel.dims:
+            a = a * to_expr(d)
+        for d in buffers[v.buffer][0]:
+            b = b * to_expr(d)
+        return v.buffer if same_size(a, b) else None
+    return v.buffer if count(kernel.dims) == count(buffers[v.buffer][0]) else None
+
+
+def _renamed(value, old: int, new: int, memo: dict):
+    """``value`` reading buffer ``new`` wherever it read ``old`` (the same element offsets)."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    out = value
+    if isinstance(value, Load):
+        if value.buffer == old:
+            out = Load(new, value.view, value.dtype)
+    elif isinstance(value, Compute):
+        args = tuple(_renamed(a, old, new, memo) for a in value.args)
+        if any(a is not b for a, b in zip(args, value.args)):
+            out = Compute(value.op, args, value.dtype)
+    elif isinstance(value, Remapped):
+        inner = _renamed(value.value, old, new, memo)
+        if inner is not value.value:
+            out = Remapped(inner, value.dims, value.view, value.dtype)
+    elif isinstance(value, GatherValue):
+        index = _renamed(value.index, old, new, memo)
+        data = value.data if value.data is None else _renamed(value.data, old, new, memo)
+        buf = new if value.data_buffer == old else value.data_buffer
+        if index is not value.index or data is not value.data or buf != value.data_buffer:
+            out = GatherValue(data, buf, value.data_view, value.axis, index, value.dtype)
+    memo[key] = out
+    return out
+
+
+def drop_identity_copies(program: Program) -> Program:
+    """``program`` without the elementwise kernels that copy a buffer element for element (what storing their
+    source in its product's order leaves of a permuting copy: W4's output gradient, copied channel-major for
+    the first convolution's weight gradient); their readers read the source. A copy that is a program input,
+    output or alias, or that a kernel other than an elementwise, reduce or GEMM kernel reads, stays. Returns
+    ``program`` itself when nothing changes."""
+    pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    kinds = (ElementwiseKernel, ReduceKernel, GemmKernel)
+    readable = set()  # buffers only those kinds read
+    other = set()
+    for k in program.kernels:
+        for b in kernel_buffers(k) - {k.out}:
+            (readable if isinstance(k, kinds) else other).add(b)
+    drop: dict = {}
+    for k in program.kernels:
+        src = _identity_source(k, program.buffers) if k.out not in pinned and k.out not in other else None
+        if src is not None:
+            drop[k.out] = drop.get(src, src)  # (a copy of a dropped copy reads the first source)
+    if not drop:
+        return program
+    out = []
+    for k in program.kernels:
+        if k.out in drop:
+            continue
+        for old in kernel_buffers(k) - {k.out}:
+            new = drop.get(old)
+            if new is None:
+                continue
+            if isinstance(k, GemmKernel):
+                k = dataclasses.replace(k, a=new if k.a == old else k.a, b=new if k.b == old else k.b)
+            else:
+                k = dataclasses.replace(k, value=_renamed(k.value, old, new, {}))
+        out.append(k)
+    buffers = {b: v for b, v in program.buffers.items() if b not in drop}
+    return Program(out, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
