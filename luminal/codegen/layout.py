@@ -144,26 +144,33 @@ def _unit_step(view: ShapeTracker, chain: tuple) -> bool | None:
 
 def _rewrite(value, buffer: int, table: dict, memo: dict):
     """``value`` with every Load of ``buffer`` read through ``table[view]``."""
+    return map_loads(value, lambda ld: Load(buffer, table[ld.view], ld.dtype) if ld.buffer == buffer else ld, memo)
+
+
+def map_loads(value, fn, memo: dict, data_buffer=None):
+    """``value`` with every Load ``ld`` replaced by ``fn(ld)`` (``ld`` itself: unchanged) and, with
+    ``data_buffer``, every gather's stored data buffer ``b`` by ``data_buffer(b)`` (gathers over inlined data are
+    walked into). Unchanged subtrees stay the same objects, shared ones shared (``memo``: id -> result)."""
     key = id(value)
     if key in memo:
         return memo[key]
     out = value
     if isinstance(value, Load):
-        if value.buffer == buffer:
-            out = Load(buffer, table[value.view], value.dtype)
+        out = fn(value)
     elif isinstance(value, Compute):
-        args = tuple(_rewrite(a, buffer, table, memo) for a in value.args)
+        args = tuple(map_loads(a, fn, memo, data_buffer) for a in value.args)
         if any(a is not b for a, b in zip(args, value.args)):
             out = Compute(value.op, args, value.dtype)
     elif isinstance(value, Remapped):
-        inner = _rewrite(value.value, buffer, table, memo)
+        inner = map_loads(value.value, fn, memo, data_buffer)
         if inner is not value.value:
             out = Remapped(inner, value.dims, value.view, value.dtype)
     elif isinstance(value, GatherValue):
-        index = _rewrite(value.index, buffer, table, memo)
-        data = value.data if value.data is None else _rewrite(value.data, buffer, table, memo)
-        if index is not value.index or data is not value.data:
-            out = GatherValue(data, value.data_buffer, value.data_view, value.axis, index, value.dtype)
+        index = map_loads(value.index, fn, memo, data_buffer)
+        data = value.data if value.data is None else map_loads(value.data, fn, memo, data_buffer)
+        buf = value.data_buffer if data_buffer is None else data_buffer(value.data_buffer)
+        if index is not value.index or data is not value.data or buf != value.data_buffer:
+            out = GatherValue(data, buf, value.data_view, value.axis, index, value.dtype)
     memo[key] = out
     return out
 

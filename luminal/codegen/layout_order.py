@@ -34,8 +34,8 @@ from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
 from .sizes import _below, _divides, _int, _least, _long, _size, same_size
 from .groups import epilogue_value, unit_batch
-from .kernel import Compute, ElementwiseKernel, GatherValue, GemmKernel, Load, Program, ReduceKernel, Remapped
-from .layout import _rewrite, _unit_step, _views, _views_all
+from .kernel import ElementwiseKernel, GemmKernel, Load, Program, ReduceKernel, Remapped
+from .layout import _rewrite, _unit_step, _views, _views_all, map_loads
 from .values import kernel_buffers, permute_value, read_offsets
 
 SAMPLE = 7  # the size a symbol takes where contiguity is judged (a batch: the same answer from 2 up)
@@ -308,31 +308,10 @@ def _identity_source(kernel, buffers: dict) -> int | None:
     return v.buffer if count(kernel.dims) == count(buffers[v.buffer][0]) else None
 
 
-def _renamed(value, old: int, new: int, memo: dict):
+def _renamed(value, old: int, new: int):
     """``value`` reading buffer ``new`` wherever it read ``old`` (the same element offsets)."""
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    out = value
-    if isinstance(value, Load):
-        if value.buffer == old:
-            out = Load(new, value.view, value.dtype)
-    elif isinstance(value, Compute):
-        args = tuple(_renamed(a, old, new, memo) for a in value.args)
-        if any(a is not b for a, b in zip(args, value.args)):
-            out = Compute(value.op, args, value.dtype)
-    elif isinstance(value, Remapped):
-        inner = _renamed(value.value, old, new, memo)
-        if inner is not value.value:
-            out = Remapped(inner, value.dims, value.view, value.dtype)
-    elif isinstance(value, GatherValue):
-        index = _renamed(value.index, old, new, memo)
-        data = value.data if value.data is None else _renamed(value.data, old, new, memo)
-        buf = new if value.data_buffer == old else value.data_buffer
-        if index is not value.index or data is not value.data or buf != value.data_buffer:
-            out = GatherValue(data, buf, value.data_view, value.axis, index, value.dtype)
-    memo[key] = out
-    return out
+    return map_loads(value, lambda ld: Load(new, ld.view, ld.dtype) if ld.buffer == old else ld, {},
+                     lambda b: new if b == old else b)
 
 
 def drop_identity_copies(program: Program) -> Program:
@@ -366,7 +345,7 @@ def drop_identity_copies(program: Program) -> Program:
             if isinstance(k, GemmKernel):
                 k = dataclasses.replace(k, a=new if k.a == old else k.a, b=new if k.b == old else k.b)
             else:
-                k = dataclasses.replace(k, value=_renamed(k.value, old, new, {}))
+                k = dataclasses.replace(k, value=_renamed(k.value, old, new))
         out.append(k)
     buffers = {b: v for b, v in program.buffers.items() if b not in drop}
     return Program(out, buffers, list(program.inputs), list(program.outputs), dict(program.aliases))
