@@ -233,8 +233,7 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     1``) or K (``sbk == 1``: copied transposed), M or N split over the threads from ``LM_OWN_GEMM_PAR_MACS``
     multiply-adds on (outside a parallel region). Other layouts, and M, N or K of zero, call ``fallback`` (a
     function with the same signature rendered before this text). The text starts with the own GEMM's common header
-    (include-guarded: its buffer allocator and thresholds).
-    """
+    (include-guarded: its buffer allocator and thresholds)."""
     for n in (name, fallback):
         if not re.fullmatch(r"[A-Za-z_]\w*", n):
             raise ValueError(f"not a C identifier: {n!r}")

@@ -32,7 +32,7 @@ import os
 
 from ..shape import Expression, ShapeTracker, to_expr
 from ..shape.tracker import contiguous_strides
-from .sizes import _below, _divides, _int, _least, _long, _size, same_size
+from .sizes import _below, _divides, _int, _least, _long, _prod, _size, same_size
 from .groups import epilogue_value, unit_batch
 from .kernel import ElementwiseKernel, GemmKernel, Load, Program, ReduceKernel, Remapped
 from .layout import _rewrite, _unit_step, _views, _views_all, map_loads
@@ -296,16 +296,7 @@ def _identity_source(kernel, buffers: dict) -> int | None:
         return None
     if v.view != ShapeTracker.contiguous_of(kernel.dims) or buffers[v.buffer][1] != kernel.dtype:
         return None
-    count = lambda dims: _elements(ShapeTracker.contiguous_of(dims))  # noqa: E731
-    syms = {s for d in tuple(kernel.dims) + tuple(buffers[v.buffer][0]) for s in to_expr(d).symbols()}
-    if syms:  # (symbolic sizes: the same product of sizes, structurally)
-        a, b = to_expr(1), to_expr(1)
-        for d in kernel.dims:
-            a = a * to_expr(d)
-        for d in buffers[v.buffer][0]:
-            b = b * to_expr(d)
-        return v.buffer if same_size(a, b) else None
-    return v.buffer if count(kernel.dims) == count(buffers[v.buffer][0]) else None
+    return v.buffer if same_size(_prod(kernel.dims), _prod(buffers[v.buffer][0])) else None
 
 
 def _renamed(value, old: int, new: int):
@@ -321,12 +312,8 @@ def drop_identity_copies(program: Program) -> Program:
     output or alias, or that a kernel other than an elementwise, reduce or GEMM kernel reads, stays. Returns
     ``program`` itself when nothing changes."""
     pinned = set(program.inputs) | set(program.outputs) | set(program.aliases) | set(program.aliases.values())
-    kinds = (ElementwiseKernel, ReduceKernel, GemmKernel)
-    readable = set()  # buffers only those kinds read
-    other = set()
-    for k in program.kernels:
-        for b in kernel_buffers(k) - {k.out}:
-            (readable if isinstance(k, kinds) else other).add(b)
+    other = {b for k in program.kernels if not isinstance(k, (ElementwiseKernel, ReduceKernel, GemmKernel))
+             for b in kernel_buffers(k) - {k.out}}  # (read by kernels whose reads are not renamed here)
     drop: dict = {}
     for k in program.kernels:
         src = _identity_source(k, program.buffers) if k.out not in pinned and k.out not in other else None

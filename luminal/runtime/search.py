@@ -167,8 +167,7 @@ def default_choice(dtype: str, blas: bool, m: int | None = None, n: int | None =
     columns ``n`` are constants for which that dispatch always calls OpenBLAS (``m > AUTO_SMALL_M``, ``n > 1``, and
     the streaming kernel ruled out by the sizes, ``k`` or the strides ``sak`` and ``sam`` of A along K and M and
     ``sbn`` and ``sbk`` of B along N and K, where they are known) it is ``"blas"`` itself: the same calls, without a
-    dispatcher.
-    """
+    dispatcher."""
     import os
 
     pick = os.environ.get("LUMINAL_GEMM", "") or DEFAULT_GEMM
