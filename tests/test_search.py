@@ -385,3 +385,31 @@ def test_each_new_size_of_a_symbolic_graph_is_tuned_and_dispatched(monkeypatch):
     assert "== 64 &&" in rt.source and "== 7 &&" in rt.source  # the generated code dispatches on the size
     assert rt.choices_at({"n": 64})[i] == entries[(1, 64, 40, 24)]
     assert rt.choices_at({"n": 5})[i] == S.default_choice("float32", rt.blas)  # untuned sizes: the default
+
+
+def test_weights_of_a_program_bigger_than_the_cache_are_timed_cold(monkeypatch):
+    # inputs (weights) holding more than the last-level cache are read from memory on every call of the
+    # program: the GEMM operand that is such an input is marked cold (the larger one where both are), its key
+    # says so, and the search times it through copies that together hold twice the cache
+    import luminal.codegen.c as C
+    cx, out, ref = matmul_graph(24, 40, 56)
+    cx.compile(device="cpu")
+    rt = cx.runtime
+    (i, hot), = S.program_shapes(rt.program, dict(cx.dyn_map)).items()
+    assert hot.cold == "" and not hot.key().endswith("cold-b")
+    monkeypatch.setattr(C, "STREAM_BYTES", 8000)  # a "cache" smaller than the two inputs (3840 + 8960 bytes)
+    (j, cold), = S.program_shapes(rt.program, dict(cx.dyn_map)).items()
+    assert j == i and cold.cold == "b" and cold.key() == hot.key() + "/cold-b"  # (B, 40 x 56: the larger input)
+    bufs = S._operands(cold, np.random.default_rng(0))
+    a, b, c, bsa, bsb = bufs
+    copies = b.size // bsb
+    assert a.size == bsa and copies * bsb == b.size and b.nbytes >= 2 * 8000 and copies == 2
+    assert all(np.array_equal(b[:bsb], b[k * bsb:(k + 1) * bsb]) for k in range(copies))
+    lib = S._BenchLibrary([("blas", "float32"), ("stream", "float32")], True)
+    for choice in ("blas", "stream"):
+        for reps in (1, copies):  # (the last call reads the last copy: the same values)
+            c[:] = np.nan
+            assert lib.run(choice, cold, bufs, reps) > 0
+            assert S._correct(cold, bufs), (choice, reps)
+    res = S.search_gemms([cold], "quick", 5, True, progress=False)
+    assert set(res.choices) == {cold.key()} and res.choices[cold.key()] in S.candidates(cold, "quick", True)

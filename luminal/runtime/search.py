@@ -27,6 +27,7 @@ Ctrl-C during a search keeps what was measured so far. A tqdm bar shows candidat
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import re
 import time
 import warnings
@@ -79,6 +80,9 @@ class GemmShape:
     sak: int
     sbn: int
     sbk: int
+    # the operand the program reads from memory, not from cache ("a" or "b": a weight of a program whose inputs
+    # exceed the last-level cache, see program_shapes); the search then times it cold
+    cold: str = ""
 
     @property
     def macs(self) -> int:
@@ -102,7 +106,8 @@ def gemm_key(shape: GemmShape) -> str:
     """The tuning-cache key of a GEMM: dtype, batch, sizes and the operands' layout classes (K contiguous,
     transposed, broadcast, strided)."""
     return (f"gemm/{shape.dtype}/b{shape.batch}/m{shape.m}n{shape.n}k{shape.k}"
-            f"/a{_layout(shape.sam, shape.sak)}/b{_layout(shape.sbn, shape.sbk)}")
+            f"/a{_layout(shape.sam, shape.sak)}/b{_layout(shape.sbn, shape.sbk)}"
+            + (f"/cold-{shape.cold}" if shape.cold else ""))
 
 
 def gemm_shape(kernel: GemmKernel, bindings) -> GemmShape | None:
@@ -286,13 +291,15 @@ typedef int (*lm_gemm_fn_T)(long long, long long, long long, const T *, long lon
 static lm_gemm_fn_T lm_cands_T[] = { CANDS };
 /* run candidate `which` reps times over a batch of GEMMs (operand batch strides bsa/bsb, C contiguous); returns
    the seconds of all reps in *seconds */
-int lm_bench_T(int which, long long M, long long N, long long K, const T *A, long long sam, long long sak,
-               const T *B, long long sbn, long long sbk, T *C, long long batch, long long bsa, long long bsb,
-               int reps, double *seconds) {
+int lm_bench_T(int which, long long M, long long N, long long K, const T *A0, long long sam, long long sak,
+               const T *B0, long long sbn, long long sbk, T *C, long long batch, long long bsa, long long bsb,
+               int reps, double *seconds, long long acopies, long long bcopies) {
     lm_blas_init();
     lm_gemm_fn_T f = lm_cands_T[which];
     double t0 = omp_get_wtime();
     for (int r = 0; r < reps; r++) {
+        /* (a cold operand: one of its copies per call in turn, together twice the last-level cache) */
+        const T *A = A0 + (r % acopies) * batch * bsa, *B = B0 + (r % bcopies) * batch * bsb;
         if (batch >= 2 && M * N * K <= SMALL) {
             #pragma omp parallel for schedule(static)
             for (long long b = 0; b < batch; b++)
@@ -340,18 +347,30 @@ class _BenchLibrary:
            ctypes.c_longlong(shape.k), ctypes.c_void_p(a.ctypes.data), ctypes.c_longlong(shape.sam),
            ctypes.c_longlong(shape.sak), ctypes.c_void_p(b.ctypes.data), ctypes.c_longlong(shape.sbn),
            ctypes.c_longlong(shape.sbk), ctypes.c_void_p(c.ctypes.data), ctypes.c_longlong(shape.batch),
-           ctypes.c_longlong(bsa), ctypes.c_longlong(bsb), ctypes.c_int(reps), ctypes.byref(secs))
+           ctypes.c_longlong(bsa), ctypes.c_longlong(bsb), ctypes.c_int(reps), ctypes.byref(secs),
+           ctypes.c_longlong(a.size // (bsa * shape.batch)), ctypes.c_longlong(b.size // (bsb * shape.batch)))
         return secs.value
 
 
 def _operands(shape: GemmShape, rng: np.random.Generator):
-    """Random operands laid out with the kernel's real strides (each batch element its own footprint)."""
+    """Random operands laid out with the kernel's real strides (each batch element its own footprint); the
+    :attr:`GemmShape.cold` operand repeated (identical copies) until the copies hold twice the last-level cache,
+    so that timed calls cycling through them read it from memory, as the program does."""
+    from ..codegen.c import STREAM_BYTES  # (the last-level cache's bytes)
+
     dt = np.float32 if shape.dtype == "float32" else np.float64
     a_span = (shape.m - 1) * abs(shape.sam) + (shape.k - 1) * abs(shape.sak) + 1 if shape.m and shape.k else 1
     b_span = (shape.n - 1) * abs(shape.sbn) + (shape.k - 1) * abs(shape.sbk) + 1 if shape.n and shape.k else 1
     bsa, bsb = (a_span + 15) // 16 * 16, (b_span + 15) // 16 * 16
     a = rng.standard_normal(bsa * shape.batch, dtype=dt)  # drawn in the operand dtype: no float64 transient
     b = rng.standard_normal(bsb * shape.batch, dtype=dt)
+    if shape.cold in ("a", "b"):
+        one = a if shape.cold == "a" else b
+        copies = max(1, -(-2 * STREAM_BYTES // max(one.nbytes, 1)))
+        if shape.cold == "a":
+            a = np.tile(a, copies)
+        else:
+            b = np.tile(b, copies)
     c = np.zeros(shape.batch * shape.m * shape.n, dt)
     return a, b, c, bsa, bsb
 
@@ -538,11 +557,33 @@ def searchable(program: Program, kernel) -> bool:
 
 
 def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
-    """Kernel index -> shape of every GEMM kernel of ``program`` whose sizes are known at ``bindings``."""
+    """Kernel index -> shape of every GEMM kernel of ``program`` whose sizes are known at ``bindings``. Where the
+    program's inputs (its weights) hold more than the last-level cache, each call reads them from memory: a
+    GEMM's operand that is an input (the larger one where both are) is then marked :attr:`GemmShape.cold`, and
+    the search times it so (BERT's encoder at one sequence of 32 tokens, 43 MB of weights: timed hot, the
+    search picked kernels that ran 20 % slower in the program than the default)."""
+    from ..codegen.c import STREAM_BYTES  # (the last-level cache's bytes)
+
+    sizes = {b: _bytes(program.buffers[b], bindings) for b in program.inputs if b in program.buffers}
+    streamed = None not in sizes.values() and sum(sizes.values()) > STREAM_BYTES
     out = {}
     for i, k in enumerate(program.kernels):
         if searchable(program, k):
             s = gemm_shape(k, bindings)
             if s is not None:
-                out[i] = s
+                side = max((sizes[b], n) for n, b in (("a", k.a), ("b", k.b)) if b in sizes)[1] \
+                    if streamed and (k.a in sizes or k.b in sizes) else ""
+                out[i] = dataclasses.replace(s, cold=side) if side else s
     return out
+
+
+def _bytes(buffer, bindings) -> int | None:
+    """Bytes of a buffer ``(dims, dtype)`` at ``bindings`` (None where a size is unbound)."""
+    dims, dtype = buffer
+    n = 1
+    try:
+        for d in dims:
+            n *= d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
+    except Exception:  # noqa: BLE001 - an unbound symbol
+        return None
+    return n * dtype.itemsize
