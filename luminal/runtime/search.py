@@ -563,9 +563,11 @@ def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
     the search times it so (BERT's encoder at one sequence of 32 tokens, 43 MB of weights: timed hot, the
     search picked kernels that ran 20 % slower in the program than the default)."""
     from ..codegen.c import STREAM_BYTES  # (the last-level cache's bytes)
+    from .prologue_search import _concrete
 
-    sizes = {b: _bytes(program.buffers[b], bindings) for b in program.inputs if b in program.buffers}
-    streamed = None not in sizes.values() and sum(sizes.values()) > STREAM_BYTES
+    dims = _concrete(program, bindings, [b for b in program.inputs if b in program.buffers]) or {}
+    sizes = {b: int(np.prod(d)) * program.buffers[b][1].itemsize for b, d in dims.items()}
+    streamed = sum(sizes.values()) > STREAM_BYTES
     out = {}
     for i, k in enumerate(program.kernels):
         if searchable(program, k):
@@ -575,15 +577,3 @@ def program_shapes(program: Program, bindings) -> dict[int, GemmShape]:
                     if streamed and (k.a in sizes or k.b in sizes) else ""
                 out[i] = dataclasses.replace(s, cold=side) if side else s
     return out
-
-
-def _bytes(buffer, bindings) -> int | None:
-    """Bytes of a buffer ``(dims, dtype)`` at ``bindings`` (None where a size is unbound)."""
-    dims, dtype = buffer
-    n = 1
-    try:
-        for d in dims:
-            n *= d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
-    except Exception:  # noqa: BLE001 - an unbound symbol
-        return None
-    return n * dtype.itemsize
