@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 
-from .gemm import _COMMON, GEMV_ROWS
+from .gemm import _COMMON, GEMV_ROWS, store_cols
 from .gemm_lowp import STORE_TYPES, convert_loop
 from .gemm_config import _BLOCKS, _TILES, GemmConfig, _make, _width, default_config, vector_bytes
 
@@ -333,7 +333,7 @@ def dot_source(dtype: str, name: str, fallback: str, a_store: str | None = None,
                    "            if (acc) for (int j = 0; j < NB; j++) ci[j] += s[j];",
                    "            else memcpy(ci, s, NB * sizeof(T));",
                    "        } else {",
-                   "            for (int j = 0; j < cols; j++) ci[j] = acc ? ci[j] + s[j] : s[j];",
+                   "            lm_og_store_cols_T(ci, s, cols, acc);",
                    "        }"]
         reduce.append("    }")
     copy_type = "bfloat16" if bf16_pairs else dtype  # the element type of the copies
@@ -354,7 +354,8 @@ def dot_source(dtype: str, name: str, fallback: str, a_store: str | None = None,
             "CVA": "" if (a_store or dtype) == dtype else "lm_cv_" + a_store,
             "CVB": "" if (b_store or dtype) == dtype else "lm_cv_" + b_store}
     src = re.sub(r"\b(MA|NB|KCD|LDP|KW|W|VB|TA|TB|S|T|ITYPE|FALLBACK|CVA|CVB)\b", lambda m: subs[m.group(1)], src)
-    return _COMMON + re.sub(r"\bNAME", name, src)
+    src = src.replace("store_cols_T", "store_cols_" + ctype)
+    return _COMMON + store_cols(ctype) + re.sub(r"\bNAME", name, src)
 
 
 _GEMV = r"""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from .gemm import _COMMON, _PACKT
+from .gemm import _COMMON, _PACKT, store_cols
 from .gemm_config import _width, vector_bytes
 
 # rows of the register tile by vectors of columns: mr * nv accumulators, plus nv vectors of B, within the
@@ -218,7 +218,7 @@ def _tile(nv: int, mr: int, transposed: bool) -> str:
                           f" else o = c{r}_{j}; memcpy(cr + {j} * W, &o, VB); }}")
         stores.append("        } else {")
         stores.append("            T s[NVW]; " + " ".join(f"memcpy(s + {j} * W, &c{r}_{j}, VB);" for j in range(nv)))
-        stores.append("            for (int j = 0; j < cols; j++) cr[j] = acc ? cr[j] + s[j] : s[j];")
+        stores.append("            lm_og_store_cols_T(cr, s, cols, acc);")
         stores.append("        }")
         stores.append("    }")
     text = (_TILE.replace("DECLS", "\n".join(decls)).replace("LOADS", "\n".join(loads)).replace("BODY", "\n".join(body))
@@ -251,6 +251,6 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     subs = {"W": str(w), "VB": str(vector_bytes()), "T": ctype, "FALLBACK": fallback, "NVMAX": str(NV_MAX),
             "MRS": ", ".join(["0"] + [str(tiles[nv]) for nv in range(1, NV_MAX + 1)]),
             "MRMAX": str(max(tiles.values()))}
-    src = src.replace("packt_T", "packt_" + ctype)
+    src = src.replace("packt_T", "packt_" + ctype).replace("store_cols_T", "store_cols_" + ctype)
     src = re.sub(r"\b(W|VB|T|FALLBACK|NVMAX|MRS|MRMAX)\b", lambda m: subs[m.group(1)], src)
-    return _COMMON + "#include <string.h>\n" + _PACKT[ctype] + re.sub(r"\bNAME", name, src)
+    return _COMMON + "#include <string.h>\n" + _PACKT[ctype] + store_cols(ctype) + re.sub(r"\bNAME", name, src)
