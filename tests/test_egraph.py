@@ -348,6 +348,22 @@ def test_bounds_are_respected():
     assert p.report.saturated and len(p.report.iterations) > 1
 
 
+def test_time_bound_is_checked_between_rulesets():
+    # max_seconds=0: the bound is past after the first ruleset's run, so the iteration stops there: the approx
+    # ruleset's log2(exp2(x)) -> x never runs when it comes second, and does when it comes first
+    for order, cancelled in ((("algebra", "approx"), False), (("approx", "algebra"), True)):
+        p = EqualitySaturation(rulesets=order, max_seconds=0.0)
+        cx, _ = run_both(lambda cx: build_chain(cx, 3), p, equal=False, rtol=1e-5)
+        rep = p.report
+        assert rep.stop_reason.startswith("time limit") and len(rep.iterations) == 1, rep.stop_reason
+        assert rep.iterations[0]["rulesets"] == [order[0]]
+        assert ("log2-exp2" in rep.rules_fired) == cancelled, rep.rules_fired
+        assert ("Exp2" not in op_counts(cx)) == cancelled
+    p = EqualitySaturation(rulesets=("algebra", "approx"))  # unbounded: every iteration runs both
+    run_both(lambda cx: build_chain(cx, 3), p, equal=False, rtol=1e-5)
+    assert p.report.saturated and all("rulesets" not in it for it in p.report.iterations)
+
+
 def test_300_layer_residual_chain_stays_linear():
     start = time.perf_counter()
     p = EqualitySaturation()

@@ -154,33 +154,44 @@ class Saturation:
 
     def run(self, max_iterations: int = 16, max_enodes: int = 200_000, max_seconds: float = 5.0) -> SaturationReport:
         """Run ``analysis`` to a fixed point, then one iteration of each ruleset, repeatedly, until nothing
-        changes or a bound is hit (checked between iterations, so one iteration may overshoot)."""
+        changes or a bound is hit. The e-node bound is checked between iterations; the time bound after each
+        ruleset's run as well (egglog cannot stop inside one run, so a single ruleset's iteration may overshoot
+        it), and an iteration cut short by it is reported with the rulesets it ran."""
         rep = self.report
         start = time.perf_counter()
-        step = "(run-schedule (saturate (run analysis)) " + " ".join(
-            f"(run {r})" for r in self.rulesets if r != "analysis") + ")"
-        cmds = self.egraph.parse_program(step)
+        names = [r for r in self.rulesets if r != "analysis"] or ["analysis"]
+        steps = [(name, self.egraph.parse_program(
+            f"(run-schedule {'(saturate (run analysis)) ' if j == 0 else ''}(run {name}))"))
+            for j, name in enumerate(names)]
         rep.stop_reason = "iterations"
         for _ in range(max_iterations):
             t0 = time.perf_counter()
-            outputs = self.egraph.run_program(*cmds)
             matches: dict[str, int] = {}
             updated = False
-            for o in outputs:
-                report = getattr(o, "report", None)
-                if report is None:
-                    continue
-                updated |= report.updated
-                for name, n in report.num_matches_per_rule.items():
-                    matches[name] = matches.get(name, 0) + n
+            ran = []
+            for name, cmds in steps:
+                for o in self.egraph.run_program(*cmds):
+                    report = getattr(o, "report", None)
+                    if report is None:
+                        continue
+                    updated |= report.updated
+                    for rule, n in report.num_matches_per_rule.items():
+                        matches[rule] = matches.get(rule, 0) + n
+                ran.append(name)
+                if len(ran) < len(steps) and time.perf_counter() - start > max_seconds:
+                    break
             size = self.size()
-            rep.iterations.append({"enodes": size, "matches": {k: matches[k] for k in sorted(matches)},
-                                   "seconds": time.perf_counter() - t0})
+            entry = {"enodes": size, "matches": {k: matches[k] for k in sorted(matches)},
+                     "seconds": time.perf_counter() - t0}
+            if len(ran) < len(steps):
+                entry["rulesets"] = ran  # (cut short by the time bound)
+            rep.iterations.append(entry)
             if debug_level() >= 1:
                 fired = ", ".join(f"{k}={v}" for k, v in sorted(matches.items()) if v)
                 print(f"[egraph] iteration {len(rep.iterations)}: {size} e-nodes, "
-                      f"{(time.perf_counter() - t0) * 1e3:.2f} ms; fired: {fired or 'none'}")
-            if not updated:
+                      f"{(time.perf_counter() - t0) * 1e3:.2f} ms; fired: {fired or 'none'}"
+                      + (f" (time limit after {', '.join(ran)})" if len(ran) < len(steps) else ""))
+            if not updated and len(ran) == len(steps):
                 rep.stop_reason = "saturated"
                 break
             if size > max_enodes:
@@ -390,7 +401,8 @@ class EqualitySaturation(Pass):
     ``rulesets``: which rulesets to run (``analysis`` always runs; default :data:`DEFAULT_RULESETS`); ``approx``
     holds the rewrites that change results by a few ulps (as the former ``ArithmeticElimination`` pass did) — drop
     it for bit-exact results.
-    Bounds: ``max_iterations``, ``max_enodes`` and ``max_seconds`` (checked between iterations).
+    Bounds: ``max_iterations``, ``max_enodes`` (checked between iterations) and ``max_seconds`` (also checked
+    after each ruleset's run within an iteration).
     Cost: ``cost_backend`` (``"cpu"``, the default, ``"gpu"`` or ``"reference"``) picks the size-aware model of
     :mod:`~luminal.compiler.egraph.cost` (work and memory traffic per element times the element counts of each
     e-node's views); ``op_cost=f`` replaces it with any ``f(ENode) -> float`` (e.g. the per-op constants of
