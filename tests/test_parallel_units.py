@@ -92,3 +92,49 @@ def test_bad_job_count_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("LUMINAL_CC_JOBS", "zero")
     with pytest.raises(ValueError, match="LUMINAL_CC_JOBS"):
         build._parallel_units("x" * (4 << 20))
+
+
+_CNN = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+                     nn.Conv2d(32, 8, 1, stride=2), nn.Flatten(), nn.Linear(8 * 3 * 3, 5))
+
+
+def _cnn_graph(seed=1):
+    """A small CNN's training step: its direct and Winograd convolution kernels write their family's include-guarded
+    header (per-thread buffers, shared helpers) between kernels, and their register tiles are ``noinline``
+    functions, which the splitter must keep with their kernel."""
+    from luminal.training import grad
+    rng = np.random.default_rng(seed)
+    model = _CNN
+    cx = lm.Graph()
+    x = cx.tensor((8, 1, 16, 16)).set(rng.standard_normal((8, 1, 16, 16)).astype(np.float32))
+    out = model(x)
+    grads = grad((out * out).sum(), [x] + model.parameters())
+    for t in [out] + grads:
+        t.retrieve()
+    return cx, [out] + grads
+
+
+def test_split_cnn_program_equals_the_single_unit_one(tmp_path, monkeypatch):
+    """Regression: a program whose kernel section holds include-guarded headers (the direct convolution's) failed
+    to compile once split (an #ifndef cut from its #endif, a tile named ``__attribute__``)."""
+    results = []
+    for jobs in ("1", "3"):
+        monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / f"cache{jobs}"))
+        monkeypatch.setenv("LUMINAL_CC_JOBS", jobs)
+        monkeypatch.setattr(build, "UNIT_BYTES", 1)
+        split0 = build.CompileStats.split_compilations
+        cx, outs = _cnn_graph()
+        cx.compile(None, outs, device="cpu")
+        cx.execute()
+        assert build.CompileStats.split_compilations == split0 + (jobs == "3")
+        results.append([o.data().copy() for o in outs])
+        source = cx.runtime.source
+    section = source[build._FIRST.search(source).start():]
+    assert "#ifndef LM_DIRECT_BUF" in section and "__attribute__((noinline))" in section  # (what the test covers)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)  # the same code, only compiled in pieces
+    cx, outs = _cnn_graph()
+    cx.compile(None, outs, device="reference")
+    cx.execute()
+    for o, b in zip(outs, results[1]):
+        np.testing.assert_allclose(o.data(), b, rtol=1e-4, atol=1e-4)
