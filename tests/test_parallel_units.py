@@ -138,3 +138,74 @@ def test_split_cnn_program_equals_the_single_unit_one(tmp_path, monkeypatch):
     cx.execute()
     for o, b in zip(outs, results[1]):
         np.testing.assert_allclose(o.data(), b, rtol=1e-4, atol=1e-4)
+
+
+_SYNTHETIC = r"""#include <stddef.h>
+static int lm_helper(int x) { return x; }
+static int kbody_0(void **bufs, const long long *syms) { return lm_helper(1); }
+#ifndef LM_TEST_A  /* a tuning macro's default, with a comment */
+#define LM_TEST_A 3
+#endif
+#ifndef LM_FAM
+#define LM_FAM
+static __thread int lm_fam_buf;
+#endif
+/* kepi_1: a family's kernel and its out-of-line tile (a brace in a comment: { ) */
+static __attribute__((noinline)) int kepi_1_t(int x) { return x + lm_fam_buf + (int)sizeof("}") + '{' - 123; }
+static int kepi_1(void **bufs, const long long *syms) { return kepi_1_t(1); }
+static int kbody_2(void **bufs, const long long *syms) { return LM_TEST_A + 1; }
+#ifndef LM_FAM
+#define LM_FAM
+static __thread int lm_fam_buf;
+#endif
+static int kbody_3(void **bufs, const long long *syms) { lm_fam_buf = 0; return 10; }
+
+typedef int (*lm_body_fn)(void **, const long long *);
+static lm_body_fn lm_body[] = {kbody_0, kepi_1, kbody_2, kbody_3};
+int luminal_run(void **bufs, const long long *syms) {
+    int s = 0;
+    for (int i = 0; i < 4; i++) s += lm_body[i](bufs, syms);
+    return s;
+}
+"""
+
+
+def _run_units(tmp_path, units, name):
+    import ctypes
+    import subprocess
+
+    from luminal.codegen.toolchain import find_compiler
+    cc = find_compiler()
+    objects = []
+    for j, text in enumerate(units):
+        path = tmp_path / f"{name}{j}.c"
+        path.write_text(text)
+        objects.append(str(path)[:-2] + ".o")
+        subprocess.run([cc, "-O1", "-fPIC", "-std=gnu11", "-c", str(path), "-o", objects[-1]], check=True,
+                       capture_output=True)
+    lib = str(tmp_path / f"{name}.so")
+    subprocess.run([cc, "-shared", *objects, "-o", lib], check=True, capture_output=True)
+    run = ctypes.CDLL(lib).luminal_run
+    run.restype = ctypes.c_int
+    return run(None, None)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_split_keeps_headers_macros_and_tiles_compiling(tmp_path, n):
+    """Top-level preprocessor blocks between kernels (an include-guarded header repeated by each kernel of a family,
+    a tuning macro's default with a comment) reach every unit; a noinline tile stays with its kernel; braces in
+    comments, strings and character literals do not count. The split library computes what the whole one does."""
+    units = build.split_units(_SYNTHETIC, n)
+    assert units is not None and len(units) == n + 1
+    assert all(u.count("#define LM_FAM") == 1 and "#define LM_TEST_A 3" in u for u in units)
+    tile_unit = [u for u in units if "int kepi_1_t(int x) {" in u]
+    assert len(tile_unit) == 1 and "int kepi_1(void **bufs" in tile_unit[0]
+    whole = _run_units(tmp_path, [_SYNTHETIC], "whole")
+    assert whole == 1 + 3 + 4 + 10
+    assert _run_units(tmp_path, units, f"split{n}") == whole
+
+
+def test_a_kernel_inside_a_preprocessor_block_is_not_split():
+    source = _SYNTHETIC.replace("static int kbody_3(void **bufs, const long long *syms) { lm_fam_buf = 0; return 10; }",
+                                "#if 1\nstatic int kbody_3(void **bufs, const long long *syms) { return 10; }\n#endif")
+    assert build.split_units(source, 2) is None

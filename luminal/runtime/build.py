@@ -207,21 +207,22 @@ _FIRST = re.compile(r"^static int (?:kbody|kepi)_\d+\(", re.M)  # where the kern
 _TAIL = "\ntypedef int (*lm_body_fn)"  # where it ends: the dispatch tables and luminal_run (codegen.c._dispatch)
 # any top-level static definition, its name (after any __attribute__((...)): a noinline register tile's)
 _TOP = re.compile(r"^static\b(?:\s*__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\))*[^;{=(\[]*?\b(\w+)\s*[(\[=;]", re.M)
-_GUARD = re.compile(r"#ifndef (\w+)\n#define \1\b")  # an include-guarded block (a kernel family's shared header)
+_KERNEL_DEF = re.compile(r"^static int (?:kbody|kepi)_\d+\(", re.M)
 
 
-def _hoist_headers(section: str) -> tuple[str, list[str]]:
-    """``section`` without its top-level include-guarded blocks (``#ifndef X`` / ``#define X`` ... ``#endif``: the
-    shared header a kernel family writes before its first kernel, e.g. the direct convolution's per-thread buffers),
-    and those blocks, first occurrence of each guard only. Every translation unit needs them before its kernels,
-    so they go to the prelude (a unit then keeps its own copy of a header's ``static`` buffers)."""
+def _hoist_headers(section: str) -> tuple[str, list[str]] | None:
+    """``section`` without its top-level preprocessor conditional blocks (``#if`` / ``#ifdef`` / ``#ifndef`` ...
+    ``#endif``: the include-guarded header a kernel family writes before its first kernel, e.g. the direct
+    convolution's per-thread buffers, or a tuning macro's default), and those blocks (an include guard's first
+    occurrence only). Every translation unit needs them before its kernels, so they go to the prelude (a unit
+    then keeps its own copy of a header's ``static`` buffers). None when such a block holds a kernel function
+    (the section cannot be split safely)."""
     out, blocks, seen = [], [], set()
     lines = section.split("\n")
     depth, comment, i = 0, False, 0
     while i < len(lines):
         line = lines[i]
-        m = _GUARD.match("\n".join(lines[i:i + 2])) if depth == 0 and not comment else None
-        if m is not None:
+        if depth == 0 and not comment and line.startswith(("#if ", "#ifdef ", "#ifndef ")):
             nest, j = 0, i
             while j < len(lines):  # to the #endif that closes it
                 d = lines[j].lstrip()
@@ -229,9 +230,14 @@ def _hoist_headers(section: str) -> tuple[str, list[str]]:
                 if nest == 0:
                     break
                 j += 1
-            if m.group(1) not in seen:
-                seen.add(m.group(1))
-                blocks.append("\n".join(lines[i:j + 1]))
+            block = "\n".join(lines[i:j + 1])
+            if _KERNEL_DEF.search(block):
+                return None
+            guard = re.match(r"#ifndef (\w+)[^\n]*\n#define \1\b", block)
+            key = guard.group(1) if guard else block
+            if key not in seen:
+                seen.add(key)
+                blocks.append(block)
             i = j + 1
             continue
         out.append(line)
@@ -265,7 +271,10 @@ def split_units(source: str, n: int) -> list[str] | None:
     if first is None or tail_at < first.start():
         return None
     prelude, section, tail = source[:first.start()], source[first.start():tail_at], source[tail_at:]
-    section, headers = _hoist_headers(section)
+    hoisted = _hoist_headers(section)
+    if hoisted is None:
+        return None
+    section, headers = hoisted
     prelude += "".join(h + "\n" for h in headers)
     starts = [m.start() for m in _TOP.finditer(section)]
     funcs = [section[a:b] for a, b in zip(starts, starts[1:] + [len(section)])]
