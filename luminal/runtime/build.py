@@ -207,7 +207,7 @@ _FIRST = re.compile(r"^static int (?:kbody|kepi)_\d+\(", re.M)  # where the kern
 _TAIL = "\ntypedef int (*lm_body_fn)"  # where it ends: the dispatch tables and luminal_run (codegen.c._dispatch)
 # any top-level static definition, its name (after any __attribute__((...)): a noinline register tile's)
 _TOP = re.compile(r"^static\b(?:\s*__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\))*[^;{=(\[]*?\b(\w+)\s*[(\[=;]", re.M)
-_KERNEL_DEF = re.compile(r"^static int (?:kbody|kepi)_\d+\(", re.M)
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def _hoist_headers(section: str) -> tuple[str, list[str]] | None:
@@ -231,7 +231,7 @@ def _hoist_headers(section: str) -> tuple[str, list[str]] | None:
                     break
                 j += 1
             block = "\n".join(lines[i:j + 1])
-            if _KERNEL_DEF.search(block):
+            if _FIRST.search(block):  # (a kernel function)
                 return None
             guard = re.match(r"#ifndef (\w+)[^\n]*\n#define \1\b", block)
             key = guard.group(1) if guard else block
@@ -251,7 +251,6 @@ def _hoist_headers(section: str) -> tuple[str, list[str]] | None:
         depth += code.count("{") - code.count("}")
         i += 1
     return "\n".join(out), blocks
-_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def split_units(source: str, n: int) -> list[str] | None:
