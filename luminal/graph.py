@@ -446,11 +446,11 @@ class Graph(GraphCreation):
     def _compile(self, compiler, remap, device, search, budget_s):
         out = None
         device = device or os.environ.get("LUMINAL_DEVICE", "reference")
-        from .runtime import check_device  # validate before the (slow) passes run
+        from .runtime import check_device, prepare  # validate before the (slow) passes run
         from .runtime.search import check_budget, check_level
 
-        check_device(device)
-        self._search_options, self._compile_device = (check_level(search), check_budget(budget_s)), device
+        self._compile_device, self._search_options = check_device(device), (check_level(search), check_budget(budget_s))
+        prepare(self, device)  # (e.g. the CPU's GEMM library parts start compiling while the passes run)
         if compiler is None and device != "reference":
             from .compiler.generic import GenericCompiler  # passes live above the graph layer
 

@@ -137,3 +137,64 @@ def test_threads_compiling_programs_that_share_a_part(tmp_path, monkeypatch):
     assert len(results) == 3
     for got, ref in results.values():
         np.testing.assert_allclose(got, ref, rtol=0, atol=66 * 2.0 ** -23 * 4 * 64)
+
+
+def _f32_product(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    cx = lm.Graph()
+    y = (cx.tensor((m, k)).set(a) @ cx.tensor((k, n)).set(w)).relu().retrieve()
+    return cx, y, np.maximum(a.astype(np.float64) @ w.astype(np.float64), 0)
+
+
+def test_library_parts_start_building_before_the_passes(tmp_path, monkeypatch):
+    """compile(device="cpu") starts building the float32 GEMM routine's part before its passes run
+    (runtime.prepare -> cpu.prefetch_library_parts); the program's build then finds it cached: one compilation
+    (the program), one cache hit (the part). Products whose default is OpenBLAS, products of widened bfloat16
+    operands (their own part) and graphs without a product start nothing; a cached part is not started again."""
+    from luminal.runtime import prefetch as cpu
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    if build._blas() is not None:  # a product whose default is OpenBLAS itself (70 rows, K = 50) needs no part
+        assert cpu.prefetch_library_parts(_f32_product(70, 50, 90, seed=3)[0]) == []
+    assert cpu.prefetch_library_parts(_bf16_product(20, 30, 40, seed=5)[0]) == []  # (before float32's is cached)
+    cx, y, ref = _f32_product(40, 64, 90, seed=4)  # (40 rows: the "auto" dispatcher, a part)
+    threads = cpu.prefetch_library_parts(cx)
+    assert len(threads) == 1 and threads[0].name.startswith("luminal-prebuild-")
+    threads[0].join(300)
+    assert cpu.prefetch_library_parts(cx) == []  # (cached now)
+    compiled, hits = build.CompileStats.compilations, build.CompileStats.cache_hits
+    cx.compile(device="cpu")
+    cx.execute()
+    assert build.CompileStats.compilations == compiled + 1 and build.CompileStats.cache_hits == hits + 1
+    assert [p.key for p in cx.runtime.cprogram.parts] == ["auto:float32"]
+    np.testing.assert_allclose(y.data(), ref, rtol=1e-5, atol=1e-4)
+    plain = lm.Graph()
+    (plain.tensor((8, 8)).set(np.ones((8, 8), np.float32)).exp() * 2.0).retrieve()
+    assert cpu.prefetch_library_parts(plain) == []
+    seen = []
+    monkeypatch.setattr(cpu, "prefetch_library_parts", lambda g: seen.append(len(g.nodes)))
+    cx2, y2, ref2 = _f32_product(30, 20, 10, seed=6)
+    nodes = len(cx2.nodes)
+    cx2.compile(device="cpu")
+    assert seen == [nodes]  # called once, on the graph as the user built it (before the passes)
+    cx2.execute()
+    np.testing.assert_allclose(y2.data(), ref2, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_fresh_build_locks():
+    """A build lock held by a parent's thread (a prebuild still compiling) when the process forks would never be
+    released in the child: the child starts with fresh locks."""
+    with build._KEY_LOCKS_GUARD:
+        lock = build._KEY_LOCKS.setdefault("held-at-fork", __import__("threading").Lock())
+    lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the held key must not be there, and the guard must be free
+            ok = "held-at-fork" not in build._KEY_LOCKS and build._KEY_LOCKS_GUARD.acquire(timeout=5)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        lock.release()
+        build._KEY_LOCKS.pop("held-at-fork", None)

@@ -54,6 +54,16 @@ def _factory(device: str) -> Callable:
     return factory
 
 
+def prepare(graph, device: str) -> None:
+    """Before a compile's passes: start the work of ``device``'s runtime that does not depend on their result. The
+    built-in ``"cpu"`` runtime starts building the GEMM library parts the program will most likely link
+    (:func:`luminal.runtime.prefetch.prefetch_library_parts`); other devices have no such step."""
+    if device == "cpu" and _RUNTIMES.get("cpu") == "luminal.runtime.cpu:compile_graph":
+        from .prefetch import prefetch_library_parts
+
+        prefetch_library_parts(graph)
+
+
 def attach(graph, device: str | None, search: str | None = None, budget_s: float | None = None) -> None:
     """Give ``graph`` the runtime of ``device`` (see :func:`devices`; ``"reference"``/None: the interpreter,
     :data:`luminal.runtime.reference.REFERENCE`);

@@ -74,6 +74,17 @@ _KEY_LOCKS: dict = {}
 _KEY_LOCKS_GUARD = threading.Lock()
 
 
+def _fresh_locks() -> None:
+    """In a forked child: new build locks (a lock that a thread of the parent held when it forked, e.g. a
+    :func:`prebuild` still compiling, would stay held forever in the child, where that thread does not exist)."""
+    global _KEY_LOCKS, _KEY_LOCKS_GUARD
+    _KEY_LOCKS, _KEY_LOCKS_GUARD = {}, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)
+
+
 def build_program(cprogram: CProgram) -> tuple[str, list[str]]:
     """Build ``cprogram`` and the libraries of its parts (:mod:`luminal.codegen.library`), concurrently, each
     cached and verified by :func:`build_library`; returns ``(program path, [part paths])``."""
@@ -104,6 +115,44 @@ def load_program(cprogram: CProgram, path: str, part_paths: list[str]):
     return lib, parts
 
 
+def _signature(cprogram: CProgram, cc: str) -> tuple[list, list, str, str]:
+    """``(compile flags, link flags, source hash, cache key)`` of building ``cprogram`` with ``cc``."""
+    opt = os.environ.get("LUMINAL_CFLAGS")
+    flags = (opt.split() if opt else list(BASE_FLAGS)) + ["-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
+    link = []
+    blas = _blas() if cprogram.uses_blas else None
+    if blas is not None:
+        inc, libdir, name = blas
+        flags += [f"-I{inc}"]
+        link = [f"-L{libdir}", f"-l{name}", f"-Wl,-rpath,{libdir}"]
+    link.append("-lm")
+    source_hash = hashlib.sha256("\0".join([cprogram.source, cc, *flags, *link]).encode()).hexdigest()
+    return flags, link, source_hash, source_hash[:24]
+
+
+def prebuild(cprogram: CProgram) -> threading.Thread | None:
+    """Start :func:`build_library` of ``cprogram`` in a daemon thread when its library is not cached yet (else, or
+    without a C compiler, None). A later build of the same source waits for it (the per-key lock) and then finds
+    it cached; a failure here is left to that build to report."""
+    cc = find_compiler()
+    if cc is None:
+        return None
+    _, _, source_hash, key = _signature(cprogram, cc)
+    path = os.path.join(cache_dir(), f"luminal_{key}.so")
+    if os.path.exists(path) and _verified(path, source_hash):
+        return None
+
+    def work():
+        try:
+            build_library(cprogram)
+        except Exception:  # noqa: BLE001 - the program's own build of this part raises it again, with context
+            pass
+
+    thread = threading.Thread(target=work, name=f"luminal-prebuild-{key}", daemon=True)
+    thread.start()
+    return thread
+
+
 def build_library(cprogram: CProgram) -> str:
     """Compile ``cprogram`` to a shared object (or reuse the cached one); returns its path.
 
@@ -115,17 +164,7 @@ def build_library(cprogram: CProgram) -> str:
     cc = find_compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
-    opt = os.environ.get("LUMINAL_CFLAGS")
-    flags = (opt.split() if opt else list(BASE_FLAGS)) + ["-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
-    link = []
-    blas = _blas() if cprogram.uses_blas else None
-    if blas is not None:
-        inc, libdir, name = blas
-        flags += [f"-I{inc}"]
-        link = [f"-L{libdir}", f"-l{name}", f"-Wl,-rpath,{libdir}"]
-    link.append("-lm")
-    source_hash = hashlib.sha256("\0".join([cprogram.source, cc, *flags, *link]).encode()).hexdigest()
-    key = source_hash[:24]
+    flags, link, source_hash, key = _signature(cprogram, cc)
     with _KEY_LOCKS_GUARD:  # one build of a key at a time in this process (the temporaries are named by pid)
         lock = _KEY_LOCKS.setdefault(key, threading.Lock())
     with lock:
