@@ -10,6 +10,7 @@ a program split into translation units links its routines; threads compiling at 
 from __future__ import annotations
 
 import os
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -149,19 +150,19 @@ def _f32_product(m, k, n, seed):
 
 def test_library_parts_start_building_before_the_passes(tmp_path, monkeypatch):
     """compile(device="cpu") starts building the float32 GEMM routine's part before its passes run
-    (runtime.prepare -> cpu.prefetch_library_parts); the program's build then finds it cached: one compilation
+    (runtime.prepare -> prefetch.prefetch_library_parts); the program's build then finds it cached: one compilation
     (the program), one cache hit (the part). Products whose default is OpenBLAS, products of widened bfloat16
     operands (their own part) and graphs without a product start nothing; a cached part is not started again."""
-    from luminal.runtime import prefetch as cpu
+    from luminal.runtime import prefetch
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     if build._blas() is not None:  # a product whose default is OpenBLAS itself (70 rows, K = 50) needs no part
-        assert cpu.prefetch_library_parts(_f32_product(70, 50, 90, seed=3)[0]) == []
-    assert cpu.prefetch_library_parts(_bf16_product(20, 30, 40, seed=5)[0]) == []  # (before float32's is cached)
+        assert prefetch.prefetch_library_parts(_f32_product(70, 50, 90, seed=3)[0]) == []
+    assert prefetch.prefetch_library_parts(_bf16_product(20, 30, 40, seed=5)[0]) == []  # (before float32's is cached)
     cx, y, ref = _f32_product(40, 64, 90, seed=4)  # (40 rows: the "auto" dispatcher, a part)
-    threads = cpu.prefetch_library_parts(cx)
+    threads = prefetch.prefetch_library_parts(cx)
     assert len(threads) == 1 and threads[0].name.startswith("luminal-prebuild-")
     threads[0].join(300)
-    assert cpu.prefetch_library_parts(cx) == []  # (cached now)
+    assert prefetch.prefetch_library_parts(cx) == []  # (cached now)
     compiled, hits = build.CompileStats.compilations, build.CompileStats.cache_hits
     cx.compile(device="cpu")
     cx.execute()
@@ -170,9 +171,9 @@ def test_library_parts_start_building_before_the_passes(tmp_path, monkeypatch):
     np.testing.assert_allclose(y.data(), ref, rtol=1e-5, atol=1e-4)
     plain = lm.Graph()
     (plain.tensor((8, 8)).set(np.ones((8, 8), np.float32)).exp() * 2.0).retrieve()
-    assert cpu.prefetch_library_parts(plain) == []
+    assert prefetch.prefetch_library_parts(plain) == []
     seen = []
-    monkeypatch.setattr(cpu, "prefetch_library_parts", lambda g: seen.append(len(g.nodes)))
+    monkeypatch.setattr(prefetch, "prefetch_library_parts", lambda g: seen.append(len(g.nodes)))
     cx2, y2, ref2 = _f32_product(30, 20, 10, seed=6)
     nodes = len(cx2.nodes)
     cx2.compile(device="cpu")
@@ -186,7 +187,7 @@ def test_a_forked_child_gets_fresh_build_locks():
     """A build lock held by a parent's thread (a prebuild still compiling) when the process forks would never be
     released in the child: the child starts with fresh locks."""
     with build._KEY_LOCKS_GUARD:
-        lock = build._KEY_LOCKS.setdefault("held-at-fork", __import__("threading").Lock())
+        lock = build._KEY_LOCKS.setdefault("held-at-fork", threading.Lock())
     lock.acquire()
     try:
         pid = os.fork()

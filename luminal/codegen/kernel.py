@@ -239,6 +239,12 @@ def find_gemm(graph: Graph, node) -> tuple | None:
     return (Edge(a.src, a.output, av), Edge(b.src, b.output, bv))
 
 
+def gemm_dims(a: Edge, b: Edge) -> tuple:
+    """The output dims ``(*batch, M, N)`` of the product whose operand edges :func:`find_gemm` returned."""
+    nb = a.shape.ndim - 3
+    return tuple(a.shape.dims[:nb + 1]) + (b.shape.dims[nb + 1],)
+
+
 def gemm_views(sum_view, r: int, mul_dims, xv, yv) -> tuple | None:
     """Whether a sum over axis ``r`` (read through ``sum_view``) of the product of operands read through ``xv``
     and ``yv`` (the product's dims ``mul_dims``) is a (batched) matrix product: ``(first, a_view, b_view)`` with
@@ -430,8 +436,7 @@ def lower(graph: Graph) -> Program:
             continue
         if node_id in gemms:
             a, b = gemms[node_id]
-            nb = a.shape.ndim - 3
-            dims = tuple(a.shape.dims[:nb + 1]) + (b.shape.dims[nb + 1],)
+            nb, dims = a.shape.ndim - 3, gemm_dims(a, b)
             a_src, a_view = _blas_operand(program, a, nb + 2, nb, node.dtype)
             b_src, b_view = _blas_operand(program, b, nb + 2, nb + 1, node.dtype)
             program.kernels.append(GemmKernel(node_id, a_src, a_view, b_src, b_view, dims, node.dtype))

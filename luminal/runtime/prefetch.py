@@ -6,7 +6,7 @@ import threading
 
 from .. import ops
 from ..codegen.c import CProgram
-from ..codegen.kernel import GemmKernel, find_gemm
+from ..codegen.kernel import GemmKernel, find_gemm, gemm_dims
 from ..graph import Graph
 from .build import _blas, prebuild
 from .search import kernel_default, own_parts
@@ -32,9 +32,7 @@ def prefetch_library_parts(graph: Graph) -> list[threading.Thread]:
         if found is None or any(half_cast(e) for e in graph.nodes[node.inputs[0].src].inputs):
             continue
         a, b = found
-        nb = a.shape.ndim - 3
-        dims = tuple(a.shape.dims[:nb + 1]) + (b.shape.dims[nb + 1],)
-        kernel = GemmKernel(node.id, a.src, a.shape, b.src, b.shape, dims, node.dtype)
+        kernel = GemmKernel(node.id, a.src, a.shape, b.src, b.shape, gemm_dims(a, b), node.dtype)
         pairs.add((kernel_default(kernel, blas), node.dtype.value))  # (as the lowered program's default)
     parts = own_parts(pairs, blas)
     threads = [prebuild(CProgram(p.source, [], [], blas)) for p in parts]
