@@ -3,18 +3,19 @@ the dot-product kernel, the streaming kernel (luminal/codegen/gemm_stream.py) an
 (luminal/codegen/gemm_small.py).
 
 Run:  python benchmarks/gemm_small.py [--shapes 32x1536x384xnk,1x3072x768xnk] [--choices blas,dot,stream,auto]
-                                      [--rounds 5] [--cpu-time] [--dtype float32] [--cold-a MIB]
+                                      [--rounds 5] [--cpu-time] [--dtype float32] [--cold-a MIB] [--cold-b MIB]
 
 A shape is ``MxNxK`` plus the layout of B: ``nk`` (an N x K weight, PyTorch's layout: both operands contiguous
 along K) or ``kn`` (K x N, row-major: e.g. a convolution's weight times its im2col columns, 512x16x4608xkn for
 a late ResNet stage at batch 1), and optionally ``xat``: A stored transposed, K x M (a linear layer's weight
 gradient dY^T X: 512x784x256xknxat for W3's first layer); A is the same hot matrix every call, so a
 weight that would stream from memory in a real network is measured from cache here, unless ``--cold-a 96``:
-copies of A, one per call in turn, 96 MiB together). ``own`` is the own GEMM's default configuration,
-``own-small`` the 8x48 small-M one; any ``own:<tag>`` of the search works too. Candidates run interleaved, round
-after round; each cell is the best round's GFLOP/s. ``--cpu-time`` times with the process CPU clock instead of
-the wall clock (all threads' CPU time: on a shared, loaded machine, run with OMP_NUM_THREADS=1 for per-core
-kernel efficiency that other processes do not disturb). Every result is checked against numpy first. Asserts
+copies of A, one per call in turn, 96 MiB together; ``--cold-b 96`` the same for B: a linear layer's weight in
+``nk`` shapes). ``own`` is the own GEMM's default configuration, ``own-small`` the 8x48 small-M one; any
+``own:<tag>`` of the search works too. Candidates run interleaved, round after round; each cell is the best
+round's GFLOP/s. ``--cpu-time`` times with the process CPU clock instead of the wall clock (all threads' CPU time:
+on a shared, loaded machine, run with OMP_NUM_THREADS=1 for per-core kernel efficiency that other processes do not
+disturb). Every result is checked against numpy first. Asserts
 nothing about timings.
 """
 
@@ -44,6 +45,8 @@ def main() -> None:
     parser.add_argument("--cold-a", type=int, default=0, metavar="MIB",
                         help="cycle through copies of A totalling at least MIB MiB (A from memory, as a network's "
                              "weights are when they exceed the last-level cache; e.g. 96 on a 32 MiB L3)")
+    parser.add_argument("--cold-b", type=int, default=0, metavar="MIB",
+                        help="the same for B (a linear layer's N x K weight times the activations, xnk)")
     args = parser.parse_args()
 
     from luminal.codegen.c import CProgram
@@ -68,11 +71,12 @@ typedef int (*fn_t)(long long, long long, long long, const {ctype} *, long long,
 static fn_t table[] = {{ {", ".join(function_name(c, dt) for c in choices)} }};
 double bench(int w, long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,
              const {ctype} *B, long long sbn, long long sbk, {ctype} *C, int reps, long long copies,
-             long long astride) {{
+             long long astride, long long bcopies, long long bstride) {{
     lm_blas_init();
     struct timespec a, b; clock_gettime({clock}, &a);
     for (int r = 0; r < reps; r++)
-        table[w](M, N, K, A + (r % copies) * astride, sam, sak, B, sbn, sbk, C, NULL, NULL, NULL);
+        table[w](M, N, K, A + (r % copies) * astride, sam, sak, B + (r % bcopies) * bstride, sbn, sbk, C, NULL,
+                 NULL, NULL);
     clock_gettime({clock}, &b);
     return ((b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec)) / reps;
 }}
@@ -82,7 +86,7 @@ double bench(int w, long long M, long long N, long long K, const {ctype} *A, lon
     lib = ctypes.CDLL(build_library(CProgram(src, [], [], blas)))
     L, P = ctypes.c_longlong, ctypes.c_void_p
     lib.bench.restype = ctypes.c_double
-    lib.bench.argtypes = [ctypes.c_int, L, L, L, P, L, L, P, L, L, P, ctypes.c_int, L, L]
+    lib.bench.argtypes = [ctypes.c_int, L, L, L, P, L, L, P, L, L, P, ctypes.c_int, L, L, L, L]
     rng = np.random.default_rng(0)
     print(f"GFLOP/s ({'process CPU time' if args.cpu_time else 'wall clock'}, best of {args.rounds} rounds), {dt}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
@@ -98,10 +102,12 @@ double bench(int w, long long M, long long N, long long K, const {ctype} *A, lon
         # --cold-a: identical copies of A, one per call in turn, enough to exceed that many MiB together
         copies = max(1, -(-(args.cold_a << 20) // a.nbytes)) if args.cold_a else 1
         a_all = np.tile(a, copies)
+        bcopies = max(1, -(-(args.cold_b << 20) // b.nbytes)) if args.cold_b else 1
+        b_all = np.tile(b, bcopies)
 
         def run(i, reps):
-            return lib.bench(i, m, n, k, a_all.ctypes.data, shape.sam, shape.sak, b.ctypes.data, shape.sbn,
-                             shape.sbk, c.ctypes.data, max(reps, copies if args.cold_a else 1), copies, a.size)
+            return lib.bench(i, m, n, k, a_all.ctypes.data, shape.sam, shape.sak, b_all.ctypes.data, shape.sbn,
+                             shape.sbk, c.ctypes.data, max(reps, copies, bcopies), copies, a.size, bcopies, b.size)
         times: dict[int, list | None] = {}
         for i in range(len(choices)):
             c[:] = np.nan

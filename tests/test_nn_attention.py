@@ -115,3 +115,29 @@ def test_rotary_embedding_matches_numpy():
     x1, x2 = x[..., :half], x[..., half:]
     want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # f32 cos(angle) via sin(angle + pi/2)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_self_attention_projects_with_one_packed_product(batch_first):
+    """Self-attention (key and value the query itself) projects q, k and v with one (3E, E) product, sliced, as
+    PyTorch does: on the CPU backend one product 3E wide and one E wide (the output projection); the result
+    matches PyTorch's."""
+    from luminal.codegen.kernel import GemmKernel
+
+    torch.manual_seed(2)
+    t = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    m = MultiheadAttention(8, 2, batch_first=batch_first)
+    m.load_state_dict(t.state_dict())
+    x = _arr(3, 5, 8)
+    cx = lm.Graph()
+    xt = cx.tensor(x.shape).set(x)
+    out, _ = m(xt, need_weights=False)
+    out.retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    kernels = cx.runtime.program.kernels
+    widths = sorted(str(k.dims[-1]) for k in kernels if isinstance(k, GemmKernel))
+    with torch.no_grad():
+        tout, _ = t(T(x), T(x), T(x), need_weights=False)
+    np.testing.assert_allclose(out.data(), tout.numpy(), **TOL)
+    assert widths.count("24") == 1 and widths.count("8") == 1, widths

@@ -22,13 +22,18 @@ layer's forward with PyTorch's weight layout, 1024 x 1024 x 256: OpenBLAS 188, s
 and runs a register tile of ``mr`` rows x ``nv`` vectors (:data:`TILES`: 16 x 1, 12 x 2, 8 x 3 or 6 x 4 with 32
 vector registers) along the whole K block, reading its ``mr`` rows of A straight from memory, one element per row
 and step, broadcast by the FMA itself (A transposed: ``mr`` consecutive elements of a row of A^T per step, each
-tile then serving up to ``LM_STREAM_SUPER`` column blocks of B copied together). Rows of
+tile then serving up to ``LM_STREAM_SUPER`` column blocks of B copied together). While a block's tiles run, each
+prefetches into L2 its share of the *next* block of B (``NAME_pfplan``: a few lines per step of its K loop, so
+the multiply-adds hide the fetches), so the next copy does not wait on memory: with B (a weight) from memory,
+``python benchmarks/gemm_small.py --cold-b 96``, 32 x 1536 x 384 went 124-133 -> 159-172 GFLOP/s, 32 x 384 x 1536
+137 -> 152-156, 128 x 768 x 256 170 -> 185-189 (2-core Zen 4; from cache unchanged within noise). Rows of
 a thread's last tile that do not exist are copied with zeros (never read past A). The epilogue runs on each
 thread's block of C as soon as its last K block is done.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 from .gemm import _COMMON, _PACKT, store_cols
@@ -40,22 +45,48 @@ TILES = {64: {1: 16, 2: 12, 3: 8, 4: 6}, 32: {1: 8, 2: 6, 3: 4, 4: 3}, 16: {1: 8
 NV_MAX = 4  # vectors of columns per column block
 
 
+def prefetch_default() -> str:
+    """``LM_STREAM_PREFETCH``'s default in the rendered C: ``"1"``, or ``"0"`` under ``LUMINAL_GEMM_PREFETCH=0``
+    (the streaming and dot-product kernels then prefetch only what they did before: for A/B measurements)."""
+    mode = os.environ.get("LUMINAL_GEMM_PREFETCH", "1") or "1"
+    if mode not in ("0", "1"):
+        raise ValueError(f"LUMINAL_GEMM_PREFETCH={mode!r}: expected '1' (the default) or '0'")
+    return mode
+
+
 def stream_tile(dtype: str) -> dict[int, int]:
     """Rows of the register tile per number of column vectors (1..4) at this machine's vector width."""
     _width(dtype)
     return dict(TILES[vector_bytes()])
 
 
+_PF = r"""
+#ifndef LM_PF_DEFINED
+#define LM_PF_DEFINED
+/* rows of a block of B the tiles prefetch while they compute on the block before it: `rows` rows of `lines` cache
+   lines from p, `stride` bytes apart, `per` lines per step of a tile's K loop */
+typedef struct { const char *p; long long stride, lines, rows; int per; } lm_pf;
+#endif
+"""
+
 _TILE = r"""
 /* rows [0, rows) and columns [0, cols) of c (+)= the MR rows at a (element (r, k) at AT) . the kb x NVW block at
    bp (rows NVW apart, VB-aligned) */
 static __attribute__((noinline)) void NAME_tileNV(long long kb, const T *a, long long lda, const T *bp, T *restrict c,
-                                                  long long ldc, int rows, int cols, int acc) {
+                                                  long long ldc, int rows, int cols, int acc, const lm_pf *pf) {
     bp = (const T *)__builtin_assume_aligned(bp, VB);
+    const char *pr = pf->p, *pq = pr;  /* `per` lines of the next block of B per step, into L2 (NAME_pfplan) */
+    long long pl = pf->lines, left = pf->rows;
+    const int per = pf->per;
 DECLS
     for (long long k = 0; k < kb; k++) {
 LOADS
 BODY
+        for (int q = 0; q < per && left; q++) {
+            __builtin_prefetch(pq, 0, 2);
+            pq += 64;
+            if (--pl == 0) { pr += pf->stride; pq = pr; pl = pf->lines; left--; }
+        }
     }
 STORES
 }
@@ -64,6 +95,25 @@ STORES
 _MAIN = r"""
 static __thread void *NAME_bbuf, *NAME_abuf;
 static __thread size_t NAME_bcap, NAME_acap;
+#ifndef LM_STREAM_PREFETCH  /* 0: no prefetch of the next block of B (B from memory then waits for each copy) */
+#define LM_STREAM_PREFETCH PFDEFAULT
+#endif
+/* the share [i, i + 1) of `tiles` of the block of B (columns n0 .. n0 + cols, K rows pc .. pc + kb) as prefetch
+   rows for a tile of `kb` steps */
+static lm_pf NAME_pfplan(const T *B, long long sbn, long long sbk, int bt, long long n0, long long cols,
+                         long long pc, long long kb, long long i, long long tiles) {
+    lm_pf f = {0, 0, 1, 0, 0};
+    if (!LM_STREAM_PREFETCH || cols <= 0 || kb <= 0 || tiles <= 0) return f;
+    long long rows = bt ? cols : kb, len = (bt ? kb : cols) * (long long)sizeof(T);
+    long long r0 = rows * i / tiles, r1 = rows * (i + 1) / tiles;
+    if (r1 <= r0) return f;
+    f.stride = (bt ? sbn : sbk) * (long long)sizeof(T);
+    f.p = (const char *)(B + (bt ? (n0 + r0) * sbn + pc : (pc + r0) * sbk + n0));
+    f.lines = (len + 63) / 64 + 1;  /* (a row need not start on a line) */
+    f.rows = r1 - r0;
+    f.per = (int)((f.lines * f.rows + kb - 1) / kb);
+    return f;
+}
 #ifndef LM_STREAM_BBYTES
 #define LM_STREAM_BBYTES (128 << 10)  /* bytes of the block of B each thread copies (kept in L2) */
 #endif
@@ -160,6 +210,12 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                             for (long long j = cols; j < ldp; j++) bb[k * ldp + j] = 0;
                         }
                 }
+                /* the next super block (or the first of the next K block): prefetched a share per tile */
+                long long pn0 = s1, pk0 = pc, pkb = kb, ti = 0;
+                if (pn0 >= c1) { pn0 = c0; pk0 = pc + kb; pkb = K - pk0 < kc ? K - pk0 : kc; }
+                long long pcols = c1 - pn0 < sup * cbw ? c1 - pn0 : sup * cbw;
+                long long ntiles = (hi - lo + mr - 1) / mr * nblk;
+                if (pk0 >= K) pcols = 0;
                 for (long long m = lo; m < hi; m += mr) {
                     int rows = hi - m < mr ? (int)(hi - m) : mr;
                     const T *a = A + m * sam + pc * sak;
@@ -181,6 +237,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                         int cols = s1 - n0 < ldp ? (int)(s1 - n0) : (int)ldp;
                         const T *bb = bp + b * kb * ldp;
                         T *c = C + m * N + n0;
+                        lm_pf pf = NAME_pfplan(B, sbn, sbk, bt, pn0, pcols, pk0, pkb, ti++, ntiles);
                         switch (nv) {
 CASES
                         }
@@ -240,17 +297,18 @@ def stream_source(dtype: str, name: str, fallback: str) -> str:
     w = _width(dtype)
     tiles = stream_tile(dtype)
     ctype = "float" if dtype == "float32" else "double"
-    call = "NAME_tile{nv}{t}(kb, a, lda, bb, c, N, rows, cols, pc > 0)"
+    call = "NAME_tile{nv}{t}(kb, a, lda, bb, c, N, rows, cols, pc > 0, &pf)"
     cases = [f"                        case {nv}: if (ta) {call.format(nv=nv, t='t')}; else {call.format(nv=nv, t='')};"
              f" break;" for nv in range(1, NV_MAX)]
     cases.append(f"                        default: if (ta) {call.format(nv=NV_MAX, t='t')}; "
                  f"else {call.format(nv=NV_MAX, t='')}; break;")
-    src = ("typedef T NAME_v __attribute__((vector_size(VB)));\n"
+    src = (_PF + "typedef T NAME_v __attribute__((vector_size(VB)));\n"
            + "".join(_tile(nv, tiles[nv], t) for nv in range(1, NV_MAX + 1) for t in (False, True))
            + _MAIN.replace("CASES", "\n".join(cases)))
     subs = {"W": str(w), "VB": str(vector_bytes()), "T": ctype, "FALLBACK": fallback, "NVMAX": str(NV_MAX),
             "MRS": ", ".join(["0"] + [str(tiles[nv]) for nv in range(1, NV_MAX + 1)]),
-            "MRMAX": str(max(tiles.values()))}
+            "MRMAX": str(max(tiles.values())),
+            "PFDEFAULT": prefetch_default()}
     src = src.replace("packt_T", "packt_" + ctype).replace("store_cols_T", "store_cols_" + ctype)
-    src = re.sub(r"\b(W|VB|T|FALLBACK|NVMAX|MRS|MRMAX)\b", lambda m: subs[m.group(1)], src)
+    src = re.sub(r"\b(W|VB|T|FALLBACK|NVMAX|MRS|MRMAX|PFDEFAULT)\b", lambda m: subs[m.group(1)], src)
     return _COMMON + "#include <string.h>\n" + _PACKT[ctype] + store_cols(ctype) + re.sub(r"\bNAME", name, src)
