@@ -24,7 +24,9 @@ shuffles), a channel's rows of tiles in turn (consecutive rows of the copy), pac
 idles past a short row; then, position by position (its ``V_xi`` in L1), the products of all output channels as
 register tiles of ``MR x NV`` vectors of tiles (the sum over the channels in registers); then the output transform
 along the same vectors, its two columns interleaved back into rows of C (the partial last pair by one masked
-store); the epilogue on the block's outputs.
+store); the epilogue on the block's outputs. The 16 positions' slabs of ``V`` and of the products lie one cache
+line more than their size apart (at a multiple of 4 KiB the transform's 16 stores fell into one L1 set: W4's input
+gradient 6.2 -> 5.65 ms).
 
 Taken (:func:`wino_plan`) for float32 and float64 from ``MIN_CHANNELS`` input and output channels and
 ``MIN_TILES`` tiles (at the least batch), unless ``LUMINAL_WINOGRAD=0``. Rounding: each output sums the same
@@ -126,7 +128,9 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
 def wino_scratch(ctype: str, w: dict) -> str:
     """C expression of the scratch bytes past the copy: A interleaved, its transform, the channel offsets, and per
     thread the block's transformed input and products (``w``: :func:`wino_plan`'s)."""
-    per = f"(16LL * {w['CH']} * {w['TSP']} + 16LL * MB * {w['MR']} * {w['TS']} + {2 * w['VW']} + 16)"
+    pad = 64 // (4 if ctype == "float" else 8)
+    per = (f"(16LL * ({w['CH']} * {w['TSP']} + {pad}) + 16LL * (MB * {w['MR']} * {w['TS']} + {pad}) + {2 * w['VW']}"
+           " + 16)")
     return (f"(size_t)(MB * {w['MR']} * K + 16LL * MB * {w['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
             f"+ 64) * sizeof({ctype}) + (size_t){w['CH']} * sizeof(long long) + 192")
 
@@ -171,6 +175,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
 
     vw, mr, nv, r_, tw, th, ts, tsp = (w[k] for k in ("VW", "MR", "NV", "R", "TW", "TH", "TS", "TSP"))
     ch, oh, ow = w["CH"], w["OH"], w["OW"]
+    pad = 64 // (4 if ctype == "float" else 8)  # (see VS below)
     ev = [2 * i for i in range(vw)]
     od = [2 * i + 1 for i in range(vw)]
     lo = [i // 2 + vw * (i % 2) for i in range(vw)]
@@ -226,12 +231,15 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
             for k in range(1, nv)] + [f"{sp}default: break;", f"{sp}}}"]
     return [
         f"    /* Winograd F(2x2, 3x3): {ch} -> {m} channels, {oh} x {ow} outputs, blocks of {r_} x {tw} tiles */",
-        f"    const long long RS = {rsp_h}, VS = {ch}LL * {tsp}LL;",
+        # (the 16 positions' slabs one cache line more than a multiple of their size apart: at 4 KiB multiples
+        # (W4's input gradient: 64 channels x 96 = 24 KiB) the transform's 16 stores and the output transform's 16
+        # loads all fell into one L1 set)
+        f"    const long long RS = {rsp_h}, VS = {ch}LL * {tsp}LL + {pad}, MS = MB * {mr * ts}LL + {pad};",
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
         f"    {ctype} *restrict U = ap + MB * {mr} * K;",
         f"    long long *restrict coff = (long long *)(U + 16LL * MB * {mr} * {ch});",
         f"    {ctype} *restrict wsp = ({ctype} *)(((uintptr_t)(coff + {ch}) + 63) & ~(uintptr_t)63);",
-        f"    const long long per = 16LL * {ch} * {tsp} + 16LL * MB * {mr} * {ts} + {2 * vw} + 16;",
+        f"    const long long per = 16LL * VS + 16LL * MS + {2 * vw} + 16;",
         f"    for (long long c = 0; c < {ch}; c++) coff[c] = {part('k', '(c * 9LL)')};",
         *interleave_a(ctype, mr, 1, "0", fused_a),
         "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
@@ -256,7 +264,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "    #pragma omp parallel if(par)",
         "    {",
         f"        {ctype} *restrict V = wsp + (long long)omp_get_thread_num() * per;",
-        f"        {ctype} *restrict Mo = V + 16LL * {ch} * {tsp};",
+        f"        {ctype} *restrict Mo = V + 16LL * VS;",
         "        int terr = 0;",
         "        #pragma omp for schedule(static)",
         "        for (long long blk = 0; blk < NBK; blk++) {",
@@ -281,7 +289,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "                for (long long mb = 0; mb < MB; mb++) {",
         f"                    const {ctype} *u = U + ((xi * MB + mb) * {ch}) * {mr};",
         f"                    const {ctype} *v = V + xi * VS;",
-        f"                    {ctype} *o = Mo + (xi * MB + mb) * {mr * ts}LL;",
+        f"                    {ctype} *o = Mo + xi * MS + mb * {mr * ts}LL;",
         *gemm,
         "                }",
         "            for (long long m = 0; m < M; m++) {  /* Y = A^T M A */",
@@ -292,8 +300,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
         f"                        const {ctype} *mp = Mo + m * {ts}LL + r * {tw}LL + t0;",
         "                        vT mm[16], s0[4], s1[4];",
-        "                        for (int x = 0; x < 16; x++) mm[x] = *(const vT *)(mp + x * MB * "
-        f"{mr * ts}LL);",
+        "                        for (int x = 0; x < 16; x++) mm[x] = *(const vT *)(mp + x * MS);",
         "                        for (int j = 0; j < 4; j++) {",
         "                            s0[j] = mm[j] + mm[4 + j] + mm[8 + j];",
         "                            s1[j] = mm[4 + j] - mm[8 + j] - mm[12 + j];",
