@@ -1,11 +1,12 @@
-"""3x3 stride-1 convolutions (+ ReLU): luminal's Winograd F(2x2, 3x3) kernel against its other kernels, PyTorch and
-JAX, in one process.
+"""3x3 stride-1 convolutions (+ ReLU): luminal's Winograd kernels (F(4x4, 3x3) from 8 x 8 outputs, F(2x2, 3x3))
+against its other kernels, PyTorch and JAX, in one process.
 
 Run:  python benchmarks/winograd.py [--seconds 6] [--only w4-fwd,r56-b8]
 
-Each case is one ``relu(conv2d(x, w, padding))`` in float32: luminal compiled twice in this process (the default,
-with ``luminal/codegen/gemm_winograd.py``, and with ``LUMINAL_WINOGRAD=0`` while compiling: the direct or packed
-kernel it replaces), PyTorch eager and ``jax.jit`` (when installed). Luminal's two compiled graphs alternate for
+Each case is one ``relu(conv2d(x, w, padding))`` in float32: luminal compiled three times in this process (the
+default, with ``luminal/codegen/gemm_winograd.py``; ``LUMINAL_WINOGRAD=2``, F(2x2, 3x3) only; and
+``LUMINAL_WINOGRAD=0`` while compiling: the direct or packed kernel it replaces), PyTorch eager and ``jax.jit``
+(when installed). Luminal's compiled graphs alternate for
 ``--seconds`` per case, then PyTorch and then JAX run alone for half as long each; the table shows each one's
 minimum in ms, and luminal's results are checked against PyTorch's. Asserts nothing; OPENBLAS_CORETYPE is
 printed, never changed.
@@ -40,7 +41,8 @@ def _luminal(xa, wa, pad, env):
         w = cx.tensor(wa.shape, "float32").set(wa)
         y = F.conv2d(x, w, padding=pad).relu().retrieve()
         cx.compile(device="cpu")
-        wino = "Winograd F(2x2, 3x3)" in cx.runtime.source
+        src = cx.runtime.source
+        wino = "F(4x4)" if "Winograd F(4x4, 3x3)" in src else "F(2x2)" if "Winograd F(2x2, 3x3)" in src else ""
 
     def run():
         cx.execute()
@@ -78,26 +80,27 @@ def main():
     ap.add_argument("--only", default=",".join(CASES))
     args = ap.parse_args()
     print(f"cpu: {os.cpu_count()} cores, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-    cols = ["winograd", "off", "torch", "jax"]
-    print(f"{'case':8} {'shape':28} " + " ".join(f"{c:>9}" for c in cols) + "   off/wino torch/wino  (min ms)")
+    cols = ["default", "f2x2", "off", "torch", "jax"]
+    print(f"{'case':8} {'shape':34} " + " ".join(f"{c:>9}" for c in cols) + "   off/def  f2x2/def torch/def  (min ms)")
     for name in args.only.split(","):
         xs, m, pad = CASES[name]
         rng = np.random.default_rng(0)
         xa = rng.standard_normal(xs).astype(np.float32)
         wa = (rng.standard_normal((m, xs[1], 3, 3)) / np.sqrt(9 * xs[1])).astype(np.float32)
         wino, taken = _luminal(xa, wa, pad, {})
+        f2, _ = _luminal(xa, wa, pad, {"LUMINAL_WINOGRAD": "2"})
         off, _ = _luminal(xa, wa, pad, {"LUMINAL_WINOGRAD": "0"})
         # luminal's two kernels alternate (their A/B); then PyTorch, then JAX, each alone for half as long (with
         # JAX's runtime started first, luminal's kernels here ran up to 25 % slower)
-        runs, best = [wino, off], [np.inf] * 4
-        for group, secs in (([0, 1], args.seconds), ([2], args.seconds / 2), ([3], args.seconds / 2)):
-            if group == [2]:
+        runs, best = [wino, f2, off], [np.inf] * 5
+        for group, secs in (([0, 1, 2], args.seconds), ([3], args.seconds / 2), ([4], args.seconds / 2)):
+            if group == [3]:
                 runs.append(_torch(xa, wa, pad))
-                ref = runs[2]()
-                for r in runs[:2]:
+                ref = runs[3]()
+                for r in runs[:3]:
                     err = np.max(np.abs(r() - ref)) / np.max(np.abs(ref))
                     assert err < 1e-4, (name, err)
-            elif group == [3]:
+            elif group == [4]:
                 runs.append(_jax(xa, wa, pad))
             end = time.time() + secs
             while time.time() < end and all(runs[i] is not None for i in group):
@@ -106,9 +109,9 @@ def main():
                     runs[i]()
                     best[i] = min(best[i], time.perf_counter() - t)
         ms = [b * 1e3 for b in best]
-        shape = f"{xs[1]}->{m} {xs[2]}x{xs[3]} b{xs[0]}" + ("" if taken else " (not taken)")
-        print(f"{name:8} {shape:28} " + " ".join(f"{v:9.3f}" if np.isfinite(v) else f"{'-':>9}" for v in ms)
-              + f"   {ms[1] / ms[0]:8.2f} {ms[2] / ms[0]:10.2f}", flush=True)
+        shape = f"{xs[1]}->{m} {xs[2]}x{xs[3]} b{xs[0]} " + (taken or "(not taken)")
+        print(f"{name:8} {shape:34} " + " ".join(f"{v:9.3f}" if np.isfinite(v) else f"{'-':>9}" for v in ms)
+              + f"   {ms[2] / ms[0]:7.2f} {ms[1] / ms[0]:9.2f} {ms[3] / ms[0]:9.2f}", flush=True)
 
 
 if __name__ == "__main__":

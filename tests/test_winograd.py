@@ -1,5 +1,6 @@
-"""Winograd convolutions against torch CPU in float64: F(2x2, 3x3) for the forward and the input gradient
-(luminal/codegen/gemm_winograd.py), F(3x3, 2x2) for the weight gradient (luminal/codegen/gemm_winograd_dw.py).
+"""Winograd convolutions against torch CPU in float64: F(4x4, 3x3) (from 8 x 8 outputs) and F(2x2, 3x3) for the
+forward and the input gradient (luminal/codegen/gemm_winograd.py), F(3x3, 2x2) for the weight gradient
+(luminal/codegen/gemm_winograd_dw.py).
 
 3x3 stride-1 convolutions from 16 input and output channels: even and odd output sizes (partial tiles at the
 edges), rows of one tile and of several vectors of tiles, output channels not a multiple of the register tile,
@@ -21,7 +22,7 @@ import luminal.nn.functional as F
 from luminal.training import grad
 
 TOL = {"float32": 1e-4, "float64": 1e-10}
-MARK = "Winograd F(2x2, 3x3)"
+MARK = "Winograd F("
 MARK_DW = "Winograd F(3x3, 2x2) weight gradient"
 
 
@@ -62,20 +63,29 @@ def _case(xs, ws, dtype, kw, bias=False, relu=False, grads=False, seed=0, batch=
     return cx, [t.data() for t in outs], exp
 
 
-CASES = [  # (input shape, weight shape, conv kwargs)
-    ((6, 16, 12, 12), (16, 16, 3, 3), dict(padding=1)),   # 12 x 12: whole tiles
-    ((12, 16, 7, 7), (32, 16, 3, 3), dict(padding=1)),    # 7 x 7: a partial tile per row and column
-    ((8, 20, 9, 13), (17, 20, 3, 3), {}),                 # 7 x 11 unpadded; 17 outputs: a partial register tile
-    ((2, 16, 5, 70), (16, 16, 3, 3), dict(padding=1)),    # rows of 35 tiles: three vectors, the last partial
-    ((48, 24, 4, 4), (16, 24, 3, 3), dict(padding=(1, 1))),  # rows of 2 tiles: a vector spans 8 rows of tiles
+CASES = [  # (input shape, weight shape, conv kwargs, outputs per tile side by default: F(4x4) from 8 x 8 outputs)
+    ((32, 16, 12, 12), (16, 16, 3, 3), dict(padding=1), 4),  # 12 x 12: whole tiles (288 of 4 x 4)
+    ((12, 16, 7, 7), (32, 16, 3, 3), dict(padding=1), 2),    # 7 x 7: a partial tile per row and column
+    ((8, 20, 9, 13), (17, 20, 3, 3), {}, 2),                 # 7 x 11 unpadded; 17 outputs: a partial register tile
+    ((2, 16, 5, 70), (16, 16, 3, 3), dict(padding=1), 2),    # rows of 35 tiles: three vectors, the last partial
+    ((48, 24, 4, 4), (16, 24, 3, 3), dict(padding=(1, 1)), 2),  # rows of 2 tiles: a vector spans 8 rows of tiles
+    ((24, 16, 13, 10), (24, 16, 3, 3), dict(padding=1), 4),  # 13 x 10: partial 4 x 4 tiles on both axes
+    ((5, 20, 12, 75), (17, 20, 3, 3), {}, 4),                # 10 x 73 unpadded: rows of 19 tiles (two vectors)
+    ((6, 16, 12, 12), (16, 16, 3, 3), dict(padding=1), 2),   # 12 x 12, 54 tiles of 4 x 4: too few for F(4x4)
+    ((16, 16, 10, 26), (32, 16, 3, 3), dict(padding=(1, 0)), 4),  # 10 x 24: rows of 6 tiles (half vectors)
 ]
 
 
+@pytest.mark.parametrize("mode", ["1", "2"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("xs,ws,kw", CASES)
-def test_winograd_forward_matches_torch(xs, ws, kw, dtype):
+@pytest.mark.parametrize("xs,ws,kw,e", CASES)
+def test_winograd_forward_matches_torch(xs, ws, kw, e, dtype, mode, monkeypatch):
+    """Each case by default (F(4x4, 3x3) from 8 x 8 outputs, else F(2x2, 3x3)) and with ``LUMINAL_WINOGRAD=2``
+    (F(2x2, 3x3) only)."""
+    monkeypatch.setenv("LUMINAL_WINOGRAD", mode)
     cx, got, exp = _case(xs, ws, dtype, kw, bias=True, relu=True)
-    assert MARK in cx.runtime.source, "the Winograd kernel did not run"
+    e = e if mode == "1" else 2
+    assert f"Winograd F({e}x{e}, 3x3)" in cx.runtime.source, "the Winograd kernel did not run in the expected form"
     _close(got[0], exp[0], dtype)
 
 
@@ -83,8 +93,8 @@ def test_winograd_forward_matches_torch(xs, ws, kw, dtype):
 def test_winograd_gradients(dtype):
     """The forward and the input gradient (a full 3x3 convolution of the output's gradient) run the Winograd
     kernel; all three results against torch."""
-    cx, got, exp = _case((7, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
-    assert cx.runtime.source.count(MARK) >= 2 and MARK_DW in cx.runtime.source
+    cx, got, exp = _case((32, 16, 10, 11), (24, 16, 3, 3), dtype, dict(padding=1), bias=True, grads=True)
+    assert cx.runtime.source.count("Winograd F(4x4, 3x3)") >= 2 and MARK_DW in cx.runtime.source
     for g, e in zip(got, exp):
         _close(g, e, dtype)
 
@@ -154,26 +164,64 @@ def test_winograd_symbolic_batch():
         _close(y.data(), exp, "float32")
 
 
-def test_winograd_non_finite_inputs():
-    """An output whose window holds an infinity or a NaN is not finite (it may be NaN where the direct sum is
-    infinite); every other output is exact to tolerance (each output reads only its own window)."""
+def test_f4_partial_tiles_read_zeros_past_the_image():
+    """F(4x4, 3x3)'s partial tiles at the right and bottom edges read a 6 x 6 patch past the image: the copy is
+    zero-padded there (an output of a tile depends on its whole patch in rounding). Every row's and channel's first
+    element is 1e20, so a patch reading the next row or channel instead of zeros would be off by ~1e13; the outputs
+    whose windows leave out row 0 and column 0 must be exact to float32 tolerance."""
+    rng = np.random.default_rng(6)
+    xa = rng.standard_normal((24, 16, 15, 12)).astype(np.float32)  # 13 x 10 outputs: partial tiles on both axes
+    xa[:, :, 0, :] = 1e20
+    xa[:, :, :, 0] = 1e20
+    wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    cx = lm.Graph()
+    x, w = cx.tensor(xa.shape, "float32").set(xa), cx.tensor(wa.shape, "float32").set(wa)
+    y = F.conv2d(x, w).retrieve()
+    cx.compile(device="cpu")
+    cx.execute()
+    assert "Winograd F(4x4, 3x3)" in cx.runtime.source
+    exp = torch.nn.functional.conv2d(torch.from_numpy(xa.astype(np.float64)),
+                                     torch.from_numpy(wa.astype(np.float64))).numpy()[:, :, 1:, 1:]
+    got = y.data()[:, :, 1:, 1:]
+    assert np.max(np.abs(got - exp)) <= 1e-4 * np.max(np.abs(exp))
+
+
+@pytest.mark.parametrize("mode", ["2", "1"])
+def test_winograd_non_finite_inputs(mode, monkeypatch):
+    """F(2x2, 3x3) (``LUMINAL_WINOGRAD=2``): an output whose window holds an infinity or a NaN is not finite (it
+    may be NaN where the direct sum is infinite); every other output is exact to tolerance (each output reads only
+    its own window). F(4x4, 3x3) (the default here: 8 x 8 outputs): the same, except that an output of a tile whose
+    6 x 6 patch holds a non-finite input may be NaN (its transforms add and subtract the whole patch); never a
+    wrong finite value."""
+    monkeypatch.setenv("LUMINAL_WINOGRAD", mode)
     rng = np.random.default_rng(4)
-    xa = rng.standard_normal((12, 16, 8, 8)).astype(np.float32)
-    xa[4, 3, 2, 5], xa[4, 7, 6, 1] = np.inf, np.nan
+    xa = rng.standard_normal((64, 16, 8, 8)).astype(np.float32)  # (256 tiles of 4 x 4)
+    bad = [(4, 3, 2, 5), (4, 7, 6, 1)]
+    xa[bad[0]], xa[bad[1]] = np.inf, np.nan
     wa = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
     cx = lm.Graph()
     x, w = cx.tensor(xa.shape, "float32").set(xa), cx.tensor(wa.shape, "float32").set(wa)
     y = F.conv2d(x, w, padding=1).retrieve()
     cx.compile(device="cpu")
     cx.execute()
-    assert MARK in cx.runtime.source
+    e = 2 if mode == "2" else 4
+    assert f"Winograd F({e}x{e}, 3x3)" in cx.runtime.source
     exp = torch.nn.functional.conv2d(torch.from_numpy(xa.astype(np.float64)),
                                      torch.from_numpy(wa.astype(np.float64)), padding=1).numpy()
     got = y.data()
-    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(exp))
+    reach = np.zeros(exp.shape, bool)  # outputs of the tiles whose patch (padded coordinates) holds a bad input
+    for n, _, r, c in bad:
+        for tr in range(0, 8, e):
+            for tc in range(0, 8, e):
+                if tr <= r + 1 <= tr + e + 1 and tc <= c + 1 <= tc + e + 1:
+                    reach[n, :, tr:tr + e, tc:tc + e] = True
     fin = np.isfinite(exp)
-    assert fin.sum() > 0.9 * fin.size  # (each non-finite input reaches 9 positions of every output channel)
-    assert np.max(np.abs(got[fin] - exp[fin])) <= 1e-4 * np.max(np.abs(exp[fin]))
+    assert not np.isfinite(got[~fin]).any()  # (each non-finite input reaches 9 positions of every output channel)
+    if e == 2:
+        np.testing.assert_array_equal(np.isfinite(got), fin)
+    assert np.isfinite(got[fin & ~reach]).all() and (fin & ~reach).sum() > 0.9 * fin.size
+    ok = fin & np.isfinite(got)  # (inside the reach: NaN, or the right value)
+    assert np.max(np.abs(got[ok] - exp[ok])) <= 1e-4 * np.max(np.abs(exp[fin]))
 
 
 @pytest.mark.parametrize("xs,ws,kw", [((8, 16, 10, 10), (16, 16, 3, 3), dict(stride=2, padding=1)),
@@ -191,9 +239,16 @@ def test_not_taken(xs, ws, kw):
         _close(g, e, "float32")
 
 
+def test_bad_mode(monkeypatch):
+    monkeypatch.setenv("LUMINAL_WINOGRAD", "4")
+    with pytest.raises(ValueError, match="LUMINAL_WINOGRAD='4'"):
+        xs, ws, kw, _ = CASES[0]
+        _case(xs, ws, "float32", kw)
+
+
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("LUMINAL_WINOGRAD", "0")
-    xs, ws, kw = CASES[1]
+    xs, ws, kw, _ = CASES[1]
     cx, got, exp = _case(xs, ws, "float32", kw, grads=True)
     assert MARK not in cx.runtime.source and MARK_DW not in cx.runtime.source
     for g, e in zip(got, exp):
@@ -215,10 +270,11 @@ if width == "32":  # 32-byte vectors (AVX2) whatever this machine has: every mod
     for name, mod in list(sys.modules.items()):
         if name.startswith("luminal.codegen") and hasattr(mod, "vector_bytes"):
             mod.vector_bytes = lambda: 32
-cases = [((4, 16, 15, 13), (17, 16, 3, 3), dict(padding=1), "float32"),   # partial tiles, odd rows and columns
+cases = [((16, 16, 15, 13), (17, 16, 3, 3), dict(padding=1), "float32"),  # partial tiles, odd rows and columns
          ((2, 20, 17, 40), (16, 20, 3, 3), {}, "float64"),                # channels past a vector, float64
          ((16, 16, 7, 7), (24, 16, 3, 3), dict(padding=(1, 0)), "float32")]  # one vector spans rows of tiles
 rng = np.random.default_rng(0)
+forms = set()
 for xs, ws, kw, dt in cases:
     xa, wa = rng.standard_normal(xs).astype(dt), (rng.standard_normal(ws) / 12).astype(dt)
     cx = lm.Graph()
@@ -230,7 +286,8 @@ for xs, ws, kw, dt in cases:
     cx.compile(device="cpu")
     cx.execute()
     src = cx.runtime.source
-    assert "Winograd F(2x2, 3x3)" in src and "Winograd F(3x3, 2x2)" in src, xs
+    assert "Winograd F(3x3, 2x2)" in src and ("Winograd F(2x2, 3x3)" in src or "Winograd F(4x4, 3x3)" in src), xs
+    forms |= {f for f in ("F(2x2, 3x3)", "F(4x4, 3x3)") if f in src}
     assert width != "32" or "vector_size(64), aligned(4)" not in src
     tx = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
     tw = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
@@ -238,6 +295,7 @@ for xs, ws, kw, dt in cases:
     (ty * ty).sum().mul(0.5).backward()
     for got, exp in zip([t.data() for t in ts], [ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()]):
         assert np.max(np.abs(got - exp)) <= 1e-4 * np.max(np.abs(exp)), (xs, np.max(np.abs(got - exp)))
+assert forms == {"F(2x2, 3x3)", "F(4x4, 3x3)"}, forms  # (both forward forms ran)
 print("WINOGRAD-OK")
 """
 

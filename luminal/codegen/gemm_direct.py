@@ -272,8 +272,17 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     one = g.b_pro is not None and all(_int(d) == 1 for d in g.dims[:-2])  # (one GEMM, no groups)
     w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), _least(g.dims[-1]), kdims, steps,
                   len(dims) - 1, g.dtype.itemsize) if one else None
-    if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3), gemm_winograd)
-        plan = DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), w["ow"], "wino", wino=w)
+    wpads = list(pads)
+    if w is not None and w["E"] > 2:  # F(4x4, 3x3): every patch within the copy, zeros past the image (an output
+        for a, tiles in ((w["H"], w["TH"]), (len(dims) - 1, w["TW"])):  # depends on its whole patch in rounding)
+            size = _int(dims[a])
+            if size is None:
+                w = None
+                break
+            lo, hi = wpads[a]
+            wpads[a] = (lo, max(hi, origin[a] + w["E"] * tiles + 2 - size))
+    if w is not None:  # (a 3x3 stride-1 window: Winograd F(2x2, 3x3) or F(4x4, 3x3), gemm_winograd)
+        plan = DirectPlan(load.buffer, tuple(dims), tuple(wpads), steps, tuple(origin), w["ow"], "wino", wino=w)
         if _least(plan.padded_size()) <= MAX_PADDED:
             return plan
     w = wino_dw_plan(pro, _int(g.dims[-2]), _int(g.dims[-1]), _least(g.a_view.dims[-1]), kdims, steps, len(dims) - 1,
@@ -411,6 +420,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
     vw = vector_bytes() // g.dtype.itemsize
     rsp = plan.padded_strides()
     wino_rows = rsp[plan.wino["H"]] if plan.mode == "wino" else 0  # (the copy's stride along the rows' axis)
+    wslack = (plan.wino["E"] + 2) * vw if plan.mode == "wino" else 0  # (a row's last vectors read past it)
     last, ph = len(rsp) - 1, plan.phase
     q_role = pro.axes[plan.q][0] if plan.q >= 0 else "row"  # (the cols form: no run axis)
     base = _c(sum(rsp[a] * (plan.origin[a] + plan.pads[a][0]) for a in range(len(rsp)) if a != last or ph == 1), r)
@@ -477,7 +487,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
         f"        return epi ? lm_epilogue_all(epi, bufs, syms, {nbat}LL * M, N) : 0;",
         "    }",
         *([f"    const long long MB = (M + {mr - 1}) / {mr};"] if rows or cols or wino else []),
-        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner() + wino_rows + 2 * vw * wino, r)};",
+        f"    const long long XP = {_c(plan.padded_size() + 2 * vw + plan.inner() + wino_rows + wslack, r)};",
         f"    size_t bytes = (size_t)XP * sizeof({ctype}) + {extra} + (size_t){table} * sizeof(long long) + 128;",
         "    char *mem = (char *)lm_og_grow(&lm_dc_buf, &lm_dc_cap, bytes);",
         "    if (!mem) return 3;",

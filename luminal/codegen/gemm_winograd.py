@@ -1,5 +1,5 @@
-"""Winograd F(2x2, 3x3): a 3x3, stride-1 convolution in 16 multiply-adds per 2 x 2 outputs and input channel
-instead of 36.
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3): a 3x3, stride-1 convolution in 16 multiply-adds per 2 x 2 outputs and
+input channel instead of 36, or 36 per 4 x 4 outputs instead of 144.
 
 A form of the direct convolution (:mod:`.gemm_direct`, ``mode="wino"``): the GEMM whose B operand is the window
 view of one buffer, ``C[m, n] = sum_k A[m, k] * X'[koff[k] + noff[n]]`` with ``k = (c, kh, kw)`` and ``n =
@@ -15,16 +15,28 @@ where ``*`` is elementwise over the 16 positions ``xi`` of a tile and summed ove
 channel and tile). Each output of a tile depends only on the 3 x 3 window it has in ``d`` (the transforms'
 zeros are structural), so a partial tile at an odd edge reads past its rows and drops those outputs.
 
+F(4x4, 3x3) (:data:`TRANSFORMS`: B^T 6 x 6 with 4, -5, +-4, +-2; G 6 x 3 with 1/4, 1/6, 1/12, 1/24; A^T 4 x 6
+with +-1, +-2, 4, +-8; 36 positions) is taken from ``MIN_F4`` outputs per side and ``MIN_F4_TILES`` 4 x 4 tiles,
+at least two per channel (:func:`wino_tile`). There an output depends on its whole 6 x 6 patch in rounding (the
+transforms add and subtract values outside its window), so the copy is zero-padded past the image to whole
+patches (``gemm_direct``), and a non-finite input may make NaN every output of the tiles whose patch holds it
+(its float32 error is 2-4e-6 of the output's sum of magnitudes against the float64 sum, F(2x2)'s 1-4e-7, the
+direct kernel's ~3e-7, measured on W4's two layers and 128 channels on 28 x 28 at batch 8).
+``LUMINAL_WINOGRAD=2`` keeps F(2x2, 3x3) everywhere. Where a row of tiles fills at most half a 64-byte vector
+(W4's 24-wide layers: 6 tiles) the transforms run on half-width vectors (``TVW``): a row at a time, 6 of 16
+lanes did work (W4's forward at F(4x4), an instrumented build's per-thread phases: 3.1 -> 2.5 ms).
+
 The kernel (:func:`wino_loops`): A is interleaved by ``MR`` rows (through its prologue's pack callback where it
 has one) and transformed once per call; the tiles are taken a *block* of ``R`` rows of tiles at a time
 (:func:`wino_geometry`: whole vectors of tiles where it can, the block's 16 transformed channels ``V`` and 16
 products at most 512 KiB each), each thread a share of the blocks: the input transform vectorized along a row of
-tiles (each vector of 16 tiles reads two 2-vector runs per patch row, split into their even and odd lanes by
-shuffles), a channel's rows of tiles in turn (consecutive rows of the copy), packed one after the other so no lane
+tiles (each vector of 16 tiles reads ``e + 1`` vectors per patch row, split into the ``e`` phases of its
+elements by rounds of even / odd shuffles, the last two phases shifted by a lane from the next vector), a channel's
+rows of tiles in turn (consecutive rows of the copy), packed one after the other so no lane
 idles past a short row; then, position by position (its ``V_xi`` in L1), the products of all output channels as
 register tiles of ``MR x NV`` vectors of tiles (the sum over the channels in registers); then the output transform
-along the same vectors, its two columns interleaved back into rows of C (the partial last pair by one masked
-store); the epilogue on the block's outputs. The 16 positions' slabs of ``V`` and of the products lie one cache
+along the same vectors, its ``e`` columns interleaved back into rows of C (the partial last vectors by masked
+stores); the epilogue on the block's outputs. The 16 positions' slabs of ``V`` and of the products lie one cache
 line more than their size apart (at a multiple of 4 KiB the transform's 16 stores fell into one L1 set: W4's input
 gradient 6.2 -> 5.65 ms).
 
@@ -42,6 +54,12 @@ import os
 from .gemm_config import vector_bytes
 from .gemm_stream import TILES
 
+MIN_F4 = 8  # outputs per side from which F(4x4, 3x3) is taken (below, F(2x2, 3x3): fewer rows read past the image)
+# 4 x 4 tiles (at the least batch) from which F(4x4, 3x3) is taken, measured (2 cores Zen 4, min ms, F(4x4) /
+# F(2x2)): W4's layers (2304, 3136 tiles) 4.2 / 5.4, 5.8 / 6.2; 64 ch 56 x 56 at batch 8 (1568) 5.0 / 5.9, 128 ch
+# 28 x 28 at batch 8 (392) 4.7 / 5.6; at batch 1 (196, 49 tiles) 0.90 / 0.74, 1.65 / 0.92; 256 ch 14 x 14 at
+# batch 8 (128) 8.4 / 7.2
+MIN_F4_TILES = 256
 MIN_CHANNELS = 16  # input and output channels from which it is taken (below, the transforms cost the saving)
 # tiles (at the least batch) from which it is taken: fewer (a ResNet's 14 x 14 and 7 x 7 stages at batch 1) give
 # too few blocks to share out over the threads, and the transformed weights (16/9 of the weights) dominate
@@ -97,8 +115,22 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize) -> dict | 
                 return None
     if any(len(ds) > 1 for e, ds in role.items() if e in (("k", 1), ("k", 3), ("row", 1), ("row", OW))):
         return None
-    w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m}
+    w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m,
+         "E": wino_tile(OH, OW, (n_least or 0) // (OH * OW), k_total // 9, m)}
     return {**w, **wino_geometry(w, itemsize)}
+
+
+def wino_tile(oh: int, ow: int, images: int, ch: int, m: int) -> int:
+    """Outputs per tile side for ``images`` (at the least batch) of ``oh x ow`` outputs, ``ch`` input and ``m``
+    output channels: 4 (F(4x4, 3x3): 36 multiply-adds per 16 outputs and channel pair instead of 64) from
+    ``MIN_F4`` outputs per side and ``MIN_F4_TILES`` tiles, at least two per channel (its transformed weights, 36
+    per channel pair, are read by every block: with fewer tiles they cost more than the products save), else 2;
+    ``LUMINAL_WINOGRAD=2`` keeps F(2x2, 3x3) everywhere."""
+    mode = os.environ.get("LUMINAL_WINOGRAD", "1") or "1"
+    if mode not in ("0", "1", "2"):
+        raise ValueError(f"LUMINAL_WINOGRAD={mode!r}: expected '1' (the default), '2' (F(2x2, 3x3) only) or '0'")
+    tiles = images * -(-oh // 4) * -(-ow // 4)
+    return 4 if mode == "1" and min(oh, ow) >= MIN_F4 and tiles >= max(MIN_F4_TILES, 2 * max(ch, m)) else 2
 
 
 def wino_geometry(w: dict, itemsize: int) -> dict:
@@ -110,8 +142,11 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
     block among equals."""
     vw = vector_bytes() // itemsize
     tiles = TILES[vector_bytes()]
-    tw, th, m = -(-w["OW"] // 2), -(-w["OH"] // 2), w["M"]
-    cap = max(1, min(MAX_VECTORS, V_BYTES // (16 * w["CH"] * itemsize * vw), MO_BYTES // (16 * m * itemsize * vw)))
+    e = w.get("E", 2)
+    npos = (e + 2) ** 2
+    tw, th, m = -(-w["OW"] // e), -(-w["OH"] // e), w["M"]
+    cap = max(1, min(MAX_VECTORS, V_BYTES // (npos * w["CH"] * itemsize * vw),
+                     MO_BYTES // (npos * m * itemsize * vw)))
     best = None
     for r in range(1, max(1, cap * vw // tw) + 1):
         ts = -(-(r * tw) // vw) * vw
@@ -122,16 +157,20 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
                 if best is None or (cost, -r) < best[0]:
                     best = ((cost, -r), r, ts, nv, mr)
     _, r, ts, nv, mr = best
-    return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv, "MR": mr}
+    # the transforms' vectors: half as wide where a row of tiles fills at most half a 64-byte vector (they run
+    # one row of tiles at a time: W4's 24-wide layers at F(4x4, 3x3) have rows of 6 tiles, 6 lanes of 16 in use)
+    tvw = vw // 2 if vector_bytes() == 64 and tw <= vw // 2 else vw
+    return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv, "MR": mr, "TVW": tvw}
 
 
 def wino_scratch(ctype: str, w: dict) -> str:
     """C expression of the scratch bytes past the copy: A interleaved, its transform, the channel offsets, and per
     thread the block's transformed input and products (``w``: :func:`wino_plan`'s)."""
     pad = 64 // (4 if ctype == "float" else 8)
-    per = (f"(16LL * ({w['CH']} * {w['TSP']} + {pad}) + 16LL * (MB * {w['MR']} * {w['TS']} + {pad}) + {2 * w['VW']}"
-           " + 16)")
-    return (f"(size_t)(MB * {w['MR']} * K + 16LL * MB * {w['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
+    npos = (w["E"] + 2) ** 2
+    per = (f"({npos}LL * ({w['CH']} * {w['TSP']} + {pad}) + {npos}LL * (MB * {w['MR']} * {w['TS']} + {pad}) + "
+           f"{2 * w['VW']} + 16)")
+    return (f"(size_t)(MB * {w['MR']} * K + {npos}LL * MB * {w['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
             f"+ 64) * sizeof({ctype}) + (size_t){w['CH']} * sizeof(long long) + 192")
 
 
@@ -167,6 +206,101 @@ def wino_tiles(name: str, ctype: str, mr: int, nv_max: int, vw: int) -> str:
     return "\n".join(out)
 
 
+# F(m x m, 3 x 3) (Lavin & Gray, 2015), m = 2 or 4: B^T (p x p), G (p x 3) and A^T (m x p), p = m + 2
+TRANSFORMS = {
+    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0],
+         [0, 4, 0, -5, 0, 1]],
+        [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+         [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+
+
+def _lin(coeffs, names, ctype: str) -> str:
+    """C of ``sum_j coeffs[j] * names[j]`` (zero terms left out; ``0`` when all are)."""
+    out = ""
+    for c, n in zip(coeffs, names):
+        if c == 0:
+            continue
+        mag = abs(c)
+        term = n if mag == 1 else f"({ctype}){mag!r} * {n}"
+        out += (" - " if c < 0 else " + ") + term if out else ("-" if c < 0 else "") + term
+    return out or f"({ctype})0"
+
+
+def _pick(want, *sources) -> tuple[str, str, list[int]]:
+    """The two-source shuffle giving a vector whose lanes hold the elements ``want`` (any labels), from two of
+    ``sources`` (``(name, labels of its lanes)``): ``(a, b, indices)``."""
+    for a, la in sources:
+        for b, lb in sources:
+            if all(x in la or x in lb for x in want):
+                return a, b, [la.index(x) if x in la else len(la) + lb.index(x) for x in want]
+    raise AssertionError(f"no two sources hold {want}")
+
+
+def _split_rows(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
+    """C (shuffle branch) setting ``x[j]`` (j < e + 2), lane l = ``p[e * l + j]``, from ``e + 1`` vector loads at
+    ``p``: even / odd splits (log2(e) rounds), the last two phases shifted by one lane from the next vector."""
+    lines = [f"{sp}const {vt} " + ", ".join(f"a{k} = *(const {vt} *)(p + {k * vw})" for k in range(e + 1)) + ";"]
+    src = [(f"a{k}", [k * vw + lane for lane in range(vw)]) for k in range(e)]
+    for rnd in range(e.bit_length() - 1):  # (round r pairs vectors whose elements agree mod 2^r)
+        groups: dict = {}
+        for vec in src:
+            groups.setdefault(vec[1][0] % (1 << rnd), []).append(vec)
+        nxt = []
+        for key in sorted(groups):
+            grp = sorted(groups[key], key=lambda v: v[1][0])
+            for k in range(0, len(grp), 2):
+                pair = grp[k:k + 2]
+                labels = sorted(pair[0][1] + pair[1][1])
+                for half in (0, 1):
+                    want = labels[half::2]
+                    a, b, idx = _pick(want, *pair)
+                    nm = f"s{rnd}_{key}_{k}_{half}"
+                    lines.append(f"{sp}const {vt} {nm} = {_shuffle(a, b, idx)};")
+                    nxt.append((nm, want))
+        src = nxt
+    phases = {labels[0]: (nm, labels) for nm, labels in src}
+    last = ("a" + str(e), [e * vw + lane for lane in range(vw)])
+    for j in range(e):
+        lines.append(f"{sp}x[{j}] = {phases[j][0]};")
+    for j in (e, e + 1):
+        a, b, idx = _pick([e * lane + j for lane in range(vw)], phases[j - e], last)
+        lines.append(f"{sp}x[{j}] = {_shuffle(a, b, idx)};")
+    return lines
+
+
+def _merge_out(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
+    """C (shuffle branch) setting ``out[k]`` (k < e), lane l = column ``k * vw + l`` of a row of tiles, from
+    ``y[b]`` (lane t = column ``e * t + b``): pairs of vectors interleaved, then pairs of pairs."""
+    src = [(f"y[{b}]", [e * t + b for t in range(vw)]) for b in range(e)]
+    lines = []
+    for rnd in reversed(range(e.bit_length() - 1)):  # (the split's rounds undone, last first)
+        groups: dict = {}
+        for vec in src:
+            groups.setdefault(vec[1][0] % (1 << rnd), []).append(vec)
+        nxt = []
+        for key in sorted(groups):
+            grp = sorted(groups[key], key=lambda v: v[1][0])
+            for k in range(0, len(grp), 2):
+                pair = grp[k:k + 2]
+                labels = sorted(pair[0][1] + pair[1][1])
+                for half in (0, 1):
+                    want = labels[half * vw:(half + 1) * vw]
+                    a, b, idx = _pick(want, *pair)
+                    nm = f"z{rnd}_{key}_{k}_{half}"
+                    lines.append(f"{sp}const {vt} {nm} = {_shuffle(a, b, idx)};")
+                    nxt.append((nm, want))
+        src = nxt
+    src = sorted(src, key=lambda v: v[1][0])
+    if [lab for _, lab in src] != [list(range(k * vw, (k + 1) * vw)) for k in range(e)]:
+        raise AssertionError("output interleave: unexpected lanes")
+    return lines + [f"{sp}out[{k}] = {nm};" for k, (nm, _) in enumerate(src)]
+
+
 def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: int, fused_a: bool) -> list[str]:
     """C of the Winograd kernel's body after the padded copy ``xp`` is made (see the module docstring):
     ``part(role, var)`` gives the copy's offset of GEMM index ``var``'s axes of ``role``, ``base`` the offset where
@@ -174,51 +308,48 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
     from .gemm_direct_loops import _EPI, interleave_a
 
     vw, mr, nv, r_, tw, th, ts, tsp = (w[k] for k in ("VW", "MR", "NV", "R", "TW", "TH", "TS", "TSP"))
-    ch, oh, ow = w["CH"], w["OH"], w["OW"]
+    ch, oh, ow, e, tv = w["CH"], w["OH"], w["OW"], w["E"], w["TVW"]
+    pp, npos = e + 2, (e + 2) ** 2
+    bt, gm, at = TRANSFORMS[e]
     pad = 64 // (4 if ctype == "float" else 8)  # (see VS below)
-    ev = [2 * i for i in range(vw)]
-    od = [2 * i + 1 for i in range(vw)]
-    lo = [i // 2 + vw * (i % 2) for i in range(vw)]
-    hi = [vw // 2 + i // 2 + vw * (i % 2) for i in range(vw)]
-    split = []
-    for j, (a, b, idx) in enumerate((("a0", "a1", ev), ("a0", "a1", od), ("e0", "e1", ev), ("e0", "e1", od))):
-        split.append(f"x[i][{j}] = {_shuffle(a, b, idx)};")
-    gather = [f"for (int l = 0; l < {vw}; l++) {{ x[i][0][l] = p[2 * l]; x[i][1][l] = p[2 * l + 1]; "
-              "x[i][2][l] = p[2 * l + 2]; x[i][3][l] = p[2 * l + 3]; }"]
     sp = " " * 24
+    xs = [f"x[{j}]" for j in range(pp)]
     inp = [
-        f"{sp}vT x[4][4], t[4][4];",
-        f"{sp}for (int i = 0; i < 4; i++) {{",
-        f"{sp}    const {ctype} *p = s + i * RS + 2 * t0;",
+        f"{sp}tT t[{pp}][{pp}];",
+        f"{sp}for (int i = 0; i < {pp}; i++) {{",
+        f"{sp}    const {ctype} *p = s + i * RS + {e} * t0;",
+        f"{sp}    tT x[{pp}];",
         SHUFFLES,
-        f"{sp}    const vT a0 = *(const vT *)p, a1 = *(const vT *)(p + {vw}), e0 = *(const vT *)(p + 2), "
-        f"e1 = *(const vT *)(p + {vw + 2});",
-        *[f"{sp}    {x}" for x in split],
+        *_split_rows(e, tv, sp + "    ", "tT"),
         "#else",
-        *[f"{sp}    {x}" for x in gather],
+        f"{sp}    for (int l = 0; l < {tv}; l++)",
+        f"{sp}        for (int j = 0; j < {pp}; j++) x[j][l] = p[{e} * l + j];",
         "#endif",
-        f"{sp}    t[i][0] = x[i][0] - x[i][2]; t[i][1] = x[i][1] + x[i][2];",
-        f"{sp}    t[i][2] = x[i][2] - x[i][1]; t[i][3] = x[i][1] - x[i][3];",
+        *[f"{sp}    t[i][{k}] = {_lin(bt[k], xs, ctype)};" for k in range(pp)],
         f"{sp}}}",
-        f"{sp}for (int j = 0; j < 4; j++) {{",
-        f"{sp}    *(vT *)(d + (0 + j) * VS + t0) = t[0][j] - t[2][j];",
-        f"{sp}    *(vT *)(d + (4 + j) * VS + t0) = t[1][j] + t[2][j];",
-        f"{sp}    *(vT *)(d + (8 + j) * VS + t0) = t[2][j] - t[1][j];",
-        f"{sp}    *(vT *)(d + (12 + j) * VS + t0) = t[1][j] - t[3][j];",
+        f"{sp}for (int j = 0; j < {pp}; j++) {{",
+        *[f"{sp}    *(tT *)(d + ({k * pp} + j) * VS + t0) = {_lin(bt[k], [f't[{i}][j]' for i in range(pp)], ctype)};"
+          for k in range(pp)],
         f"{sp}}}"]
     sp8 = " " * 28
-    avx512 = vw * (4 if ctype == "float" else 8) == 64
-    v, mt, st = ("v16sf", "unsigned short", "__builtin_ia32_storeups512_mask") if ctype == "float" else \
-        ("v8df", "unsigned char", "__builtin_ia32_storeupd512_mask")
-    store = [  # (a partial pair of vectors: with AVX-512 one masked store; memcpy through the stack cost 10 %)
-        f"{sp8}if (cnt == {2 * vw}) {{ *(vT *)q = lo; *(vT *)(q + {vw}) = hi; }}",
+    size = 4 if ctype == "float" else 8
+    avx512 = tv * size in (32, 64)  # (masked stores: AVX-512, and AVX-512VL for 32 bytes)
+    v = f"v{tv}{'sf' if ctype == 'float' else 'df'}"
+    mt = "unsigned short" if tv == 16 else "unsigned char"
+    st = f"__builtin_ia32_storeup{'s' if ctype == 'float' else 'd'}{tv * size * 8}_mask"
+    store = [  # (a partial run of vectors: with AVX-512 masked stores; memcpy through the stack cost 10 %)
+        f"{sp8}if (cnt == {e * tv}) {{ " + " ".join(f"*(tT *)(q + {k * tv}) = out[{k}];" for k in range(e)) + " }",
         f"{sp8}else {{",
-        *([MASKED,
-           f"{sp8}    typedef {ctype} {v} __attribute__((vector_size(64)));",
-           f"{sp8}    if (cnt >= {vw}) {{ *(vT *)q = lo; {st}(q + {vw}, ({v})hi, ({mt})((1u << (cnt - {vw})) - 1)); }}",
-           f"{sp8}    else {st}(q, ({v})lo, ({mt})((1u << cnt) - 1));",
+        *([MASKED + (" && defined(__AVX512VL__)" if tv * size == 32 else ""),
+           f"{sp8}    typedef {ctype} {v} __attribute__((vector_size({tv * size})));",
+           f"{sp8}    for (int k = 0; k < {e}; k++) {{",
+           f"{sp8}        const long long nk = cnt - k * {tv};",
+           f"{sp8}        if (nk >= {tv}) *(tT *)(q + k * {tv}) = out[k];",
+           f"{sp8}        else if (nk > 0) {st}(q + k * {tv}, ({v})out[k], ({mt})((1u << nk) - 1));",
+           f"{sp8}    }}",
            "#else"] if avx512 else []),
-        f"{sp8}    {ctype} tmp[{2 * vw}]; *(vT *)tmp = lo; *(vT *)(tmp + {vw}) = hi;",
+        f"{sp8}    {ctype} tmp[{e * tv}];",
+        f"{sp8}    for (int k = 0; k < {e}; k++) *(tT *)(tmp + k * {tv}) = out[k];",
         f"{sp8}    memcpy(q, tmp, (size_t)cnt * sizeof({ctype}));",
         *(["#endif"] if avx512 else []),
         f"{sp8}}}"]
@@ -229,17 +360,39 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         gemm += [f"{sp}switch (nvt - v0) {{"] + [
             f"{sp}case {k}: {name}_t{k}({ch}, u, v + v0 * {vw}, {tsp}, o + v0 * {vw}, {ts}); break;"
             for k in range(1, nv)] + [f"{sp}default: break;", f"{sp}}}"]
+    wt = [  # U = G g G^T for one (output, input) channel pair: q = G g, then the rows of q G^T
+        f"                {ctype} q[{pp}][3];",
+        "                for (int v = 0; v < 3; v++) {",
+        f"                    const {ctype} g[3] = {{s[v * {mr}], s[(3 + v) * {mr}], s[(6 + v) * {mr}]}};",
+        *[f"                    q[{a}][v] = {_lin(gm[a], ['g[0]', 'g[1]', 'g[2]'], ctype)};" for a in range(pp)],
+        "                }",
+        f"                const long long xs = MB * {ch} * {mr};  /* (one position xi to the next) */",
+        f"                for (int a = 0; a < {pp}; a++) {{",
+        f"                    {ctype} *dst = U + ((a * {pp}LL * MB + mb) * {ch} + c) * {mr} + i;",
+        *[f"                    dst[{b} * xs] = {_lin(gm[b], [f'q[a][{v}]' for v in range(3)], ctype)};"
+          for b in range(pp)],
+        "                }"]
+    mm = [f"c[{i}]" for i in range(pp)]
+    outt = [  # Y = A^T M A: rows of A^T M (a column of M at a time), then each output row's columns
+        f"                        tT s0[{e}][{pp}], y[{e}], out[{e}];",
+        f"                        for (int j = 0; j < {pp}; j++) {{",
+        f"                            tT c[{pp}];",
+        f"                            for (int i = 0; i < {pp}; i++) c[i] = *(const tT *)(mp + (i * {pp} + j) * MS);",
+        *[f"                            s0[{a}][j] = {_lin(at[a], mm, ctype)};" for a in range(e)],
+        "                        }"]
     return [
-        f"    /* Winograd F(2x2, 3x3): {ch} -> {m} channels, {oh} x {ow} outputs, blocks of {r_} x {tw} tiles */",
-        # (the 16 positions' slabs one cache line more than a multiple of their size apart: at 4 KiB multiples
-        # (W4's input gradient: 64 channels x 96 = 24 KiB) the transform's 16 stores and the output transform's 16
-        # loads all fell into one L1 set)
+        f"    /* Winograd F({e}x{e}, 3x3): {ch} -> {m} channels, {oh} x {ow} outputs, blocks of {r_} x {tw} tiles */",
+        # (the positions' slabs one cache line more than a multiple of their size apart: at 4 KiB multiples (W4's
+        # input gradient: 64 channels x 96 = 24 KiB) the transform's 16 stores and the output transform's 16 loads
+        # all fell into one L1 set)
         f"    const long long RS = {rsp_h}, VS = {ch}LL * {tsp}LL + {pad}, MS = MB * {mr * ts}LL + {pad};",
+        f"    typedef {ctype} tT __attribute__((vector_size({tv * (4 if ctype == 'float' else 8)}), "
+        f"aligned({4 if ctype == 'float' else 8})));  /* (the transforms' vectors) */",
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
         f"    {ctype} *restrict U = ap + MB * {mr} * K;",
-        f"    long long *restrict coff = (long long *)(U + 16LL * MB * {mr} * {ch});",
+        f"    long long *restrict coff = (long long *)(U + {npos}LL * MB * {mr} * {ch});",
         f"    {ctype} *restrict wsp = ({ctype} *)(((uintptr_t)(coff + {ch}) + 63) & ~(uintptr_t)63);",
-        f"    const long long per = 16LL * VS + 16LL * MS + {2 * vw} + 16;",
+        f"    const long long per = {npos}LL * VS + {npos}LL * MS + {2 * vw} + 16;",
         f"    for (long long c = 0; c < {ch}; c++) coff[c] = {part('k', '(c * 9LL)')};",
         *interleave_a(ctype, mr, 1, "0", fused_a),
         "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
@@ -247,24 +400,13 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         f"        for (long long c = 0; c < {ch}; c++)",
         f"            for (int i = 0; i < {mr}; i++) {{  /* U = G g G^T */",
         f"                const {ctype} *s = ap + (mb * K + c * 9) * {mr} + i;",
-        f"                {ctype} q[4][3];",
-        "                for (int v = 0; v < 3; v++) {",
-        f"                    const {ctype} g0 = s[v * {mr}], g1 = s[(3 + v) * {mr}], g2 = s[(6 + v) * {mr}];",
-        f"                    q[0][v] = g0; q[1][v] = ({ctype})0.5 * (g0 + g1 + g2);",
-        f"                    q[2][v] = ({ctype})0.5 * (g0 - g1 + g2); q[3][v] = g2;",
-        "                }",
-        "                for (int a = 0; a < 4; a++) {",
-        f"                    {ctype} *dst = U + ((a * 4LL * MB + mb) * {ch} + c) * {mr} + i;",
-        f"                    const long long xs = MB * {ch} * {mr};  /* (one position xi to the next) */",
-        f"                    dst[0] = q[a][0]; dst[xs] = ({ctype})0.5 * (q[a][0] + q[a][1] + q[a][2]);",
-        f"                    dst[2 * xs] = ({ctype})0.5 * (q[a][0] - q[a][1] + q[a][2]); dst[3 * xs] = q[a][2];",
-        "                }",
+        *wt,
         "            }",
         f"    const long long G = N / {oh * ow}LL * {th}LL, NBK = (G + {r_ - 1}) / {r_};  /* rows of tiles, blocks */",
         "    #pragma omp parallel if(par)",
         "    {",
         f"        {ctype} *restrict V = wsp + (long long)omp_get_thread_num() * per;",
-        f"        {ctype} *restrict Mo = V + 16LL * VS;",
+        f"        {ctype} *restrict Mo = V + {npos}LL * VS;",
         "        int terr = 0;",
         "        #pragma omp for schedule(static)",
         "        for (long long blk = 0; blk < NBK; blk++) {",
@@ -272,7 +414,7 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         f"            const int nvt = (int)((nr * {tw} + {vw - 1}) / {vw});",
         f"            long long roff[{r_}];",
         "            for (long long r = 0; r < nr; r++) {",
-        f"                const long long g = g0 + r, n0 = g / {th}LL * {oh * ow}LL + g % {th}LL * {2 * ow}LL;",
+        f"                const long long g = g0 + r, n0 = g / {th}LL * {oh * ow}LL + g % {th}LL * {e * ow}LL;",
         f"                roff[r] = {base} + {part('row', 'n0')};",
         "            }",
         f"            for (long long c = 0; c < {ch}; c++) {{  /* V = B^T d B, a channel's rows of tiles in turn */",
@@ -280,12 +422,12 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "                    vector spills into the next row's first tiles, stored after it) */",
         f"                    const {ctype} *s = xp + roff[r] + coff[c];",
         f"                    {ctype} *d = V + c * {tsp}LL + r * {tw}LL;",
-        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
+        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {tv}) {{",
         *inp,
         "                    }",
         "                }",
         "            }",
-        "            for (int xi = 0; xi < 16; xi++)  /* the 16 products, MR rows of U at a time (V_xi in L1) */",
+        f"            for (int xi = 0; xi < {npos}; xi++)  /* the products, MR rows of U at a time (V_xi in L1) */",
         "                for (long long mb = 0; mb < MB; mb++) {",
         f"                    const {ctype} *u = U + ((xi * MB + mb) * {ch}) * {mr};",
         f"                    const {ctype} *v = V + xi * VS;",
@@ -295,31 +437,22 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "            for (long long m = 0; m < M; m++) {  /* Y = A^T M A */",
         f"                {ctype} *crow = C + m * N;",
         "                for (long long r = 0; r < nr; r++) {",
-        f"                    const long long g = g0 + r, h0 = g % {th}LL * 2;",
+        f"                    const long long g = g0 + r, h0 = g % {th}LL * {e};",
         f"                    {ctype} *q0 = crow + g / {th}LL * {oh * ow}LL + h0 * {ow}LL;",
-        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
+        f"                    for (long long t0 = 0; t0 < {tw}; t0 += {tv}) {{",
         f"                        const {ctype} *mp = Mo + m * {ts}LL + r * {tw}LL + t0;",
-        "                        vT mm[16], s0[4], s1[4];",
-        "                        for (int x = 0; x < 16; x++) mm[x] = *(const vT *)(mp + x * MS);",
-        "                        for (int j = 0; j < 4; j++) {",
-        "                            s0[j] = mm[j] + mm[4 + j] + mm[8 + j];",
-        "                            s1[j] = mm[4 + j] - mm[8 + j] - mm[12 + j];",
-        "                        }",
-        "                        const vT y00 = s0[0] + s0[1] + s0[2], y01 = s0[1] - s0[2] - s0[3];",
-        "                        const vT y10 = s1[0] + s1[1] + s1[2], y11 = s1[1] - s1[2] - s1[3];",
-        f"                        const long long cnt = {ow}LL - 2 * t0 < {2 * vw} ? {ow}LL - 2 * t0 : {2 * vw};",
-        "                        for (int h = 0; h < 2; h++) {",
+        *outt,
+        f"                        const long long cnt = {ow}LL - {e} * t0 < {e * tv} ? {ow}LL - {e} * t0 : {e * tv};",
+        f"                        for (int h = 0; h < {e}; h++) {{",
         f"                            if (h0 + h >= {oh}) break;",
-        f"                            {ctype} *q = q0 + h * {ow}LL + 2 * t0;",
-        "                            const vT ya = h ? y10 : y00, yb = h ? y11 : y01;",
+        f"                            {ctype} *q = q0 + h * {ow}LL + {e} * t0;",
+        *[f"                            y[{b}] = {_lin(at[b], [f's0[h][{j}]' for j in range(pp)], ctype)};"
+          for b in range(e)],
         SHUFFLES,
-        f"                            const vT lo = {_shuffle('ya', 'yb', lo)}, hi = {_shuffle('ya', 'yb', hi)};",
+        *_merge_out(e, tv, " " * 28, "tT"),
         "#else",
-        "                            vT lo, hi;",
-        f"                            for (int l = 0; l < {vw}; l++) {{",
-        "                                lo[l] = l & 1 ? yb[l / 2] : ya[l / 2];",
-        f"                                hi[l] = l & 1 ? yb[{vw // 2} + l / 2] : ya[{vw // 2} + l / 2];",
-        "                            }",
+        f"                            for (int n = 0; n < {e * tv}; n++)",
+        f"                                out[n / {tv}][n % {tv}] = y[n % {e}][n / {e}];",
         "#endif",
         *store,
         "                        }",
@@ -327,8 +460,8 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "                }",
         "            }",
         "            if (epi) {",
-        f"                const long long gl = g0 + nr - 1, hl = gl % {th}LL * 2 + 2;",
-        f"                const long long n_lo = g0 / {th}LL * {oh * ow}LL + g0 % {th}LL * {2 * ow}LL;",
+        f"                const long long gl = g0 + nr - 1, hl = gl % {th}LL * {e} + {e};",
+        f"                const long long n_lo = g0 / {th}LL * {oh * ow}LL + g0 % {th}LL * {e * ow}LL;",
         f"                const long long n_hi = gl / {th}LL * {oh * ow}LL + (hl < {oh} ? hl : {oh}) * {ow}LL;",
         "                int e = epi(bufs, syms, 0, M, n_lo, n_hi);",
         "                if (e && !terr) terr = e;",
