@@ -99,11 +99,11 @@ static __thread size_t NAME_bcap, NAME_acap;
 #define LM_STREAM_PREFETCH PFDEFAULT
 #endif
 /* the share [i, i + 1) of `tiles` of the block of B (columns n0 .. n0 + cols, K rows pc .. pc + kb) as prefetch
-   rows for a tile of `kb` steps */
+   rows for a tile of `steps` steps */
 static lm_pf NAME_pfplan(const T *B, long long sbn, long long sbk, int bt, long long n0, long long cols,
-                         long long pc, long long kb, long long i, long long tiles) {
+                         long long pc, long long kb, long long i, long long tiles, long long steps) {
     lm_pf f = {0, 0, 1, 0, 0};
-    if (!LM_STREAM_PREFETCH || cols <= 0 || kb <= 0 || tiles <= 0) return f;
+    if (!LM_STREAM_PREFETCH || cols <= 0 || kb <= 0 || tiles <= 0 || steps <= 0) return f;
     long long rows = bt ? cols : kb, len = (bt ? kb : cols) * (long long)sizeof(T);
     long long r0 = rows * i / tiles, r1 = rows * (i + 1) / tiles;
     if (r1 <= r0) return f;
@@ -111,7 +111,7 @@ static lm_pf NAME_pfplan(const T *B, long long sbn, long long sbk, int bt, long 
     f.p = (const char *)(B + (bt ? (n0 + r0) * sbn + pc : (pc + r0) * sbk + n0));
     f.lines = (len + 63) / 64 + 1;  /* (a row need not start on a line) */
     f.rows = r1 - r0;
-    f.per = (int)((f.lines * f.rows + kb - 1) / kb);
+    f.per = (int)((f.lines * f.rows + steps - 1) / steps);
     return f;
 }
 #ifndef LM_STREAM_BBYTES
@@ -237,7 +237,7 @@ static int NAME(long long M, long long N, long long K, const T *A, long long sam
                         int cols = s1 - n0 < ldp ? (int)(s1 - n0) : (int)ldp;
                         const T *bb = bp + b * kb * ldp;
                         T *c = C + m * N + n0;
-                        lm_pf pf = NAME_pfplan(B, sbn, sbk, bt, pn0, pcols, pk0, pkb, ti++, ntiles);
+                        lm_pf pf = NAME_pfplan(B, sbn, sbk, bt, pn0, pcols, pk0, pkb, ti++, ntiles, kb);
                         switch (nv) {
 CASES
                         }

@@ -241,28 +241,37 @@ def _pick(want, *sources) -> tuple[str, str, list[int]]:
     raise AssertionError(f"no two sources hold {want}")
 
 
+def _shuffle_round(src: list, rnd: int, interleave: bool, prefix: str, sp: str, vt: str, lines: list) -> list:
+    """One round of two-source shuffles over ``src`` (``(name, labels of its lanes)``): the vectors whose first
+    labels agree mod ``2^rnd`` are paired in order, and each pair's labels (sorted) are cut into two vectors: the
+    even and odd positions (a split), or the low and high halves (``interleave``: the split undone). Appends the C
+    to ``lines`` and returns the new vectors."""
+    groups: dict = {}
+    for vec in src:
+        groups.setdefault(vec[1][0] % (1 << rnd), []).append(vec)
+    out = []
+    for key in sorted(groups):
+        grp = sorted(groups[key], key=lambda v: v[1][0])
+        for k in range(0, len(grp), 2):
+            pair = grp[k:k + 2]
+            labels = sorted(pair[0][1] + pair[1][1])
+            n = len(pair[0][1])
+            for half in (0, 1):
+                want = labels[half * n:(half + 1) * n] if interleave else labels[half::2]
+                a, b, idx = _pick(want, *pair)
+                nm = f"{prefix}{rnd}_{key}_{k}_{half}"
+                lines.append(f"{sp}const {vt} {nm} = {_shuffle(a, b, idx)};")
+                out.append((nm, want))
+    return out
+
+
 def _split_rows(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
     """C (shuffle branch) setting ``x[j]`` (j < e + 2), lane l = ``p[e * l + j]``, from ``e + 1`` vector loads at
     ``p``: even / odd splits (log2(e) rounds), the last two phases shifted by one lane from the next vector."""
     lines = [f"{sp}const {vt} " + ", ".join(f"a{k} = *(const {vt} *)(p + {k * vw})" for k in range(e + 1)) + ";"]
     src = [(f"a{k}", [k * vw + lane for lane in range(vw)]) for k in range(e)]
-    for rnd in range(e.bit_length() - 1):  # (round r pairs vectors whose elements agree mod 2^r)
-        groups: dict = {}
-        for vec in src:
-            groups.setdefault(vec[1][0] % (1 << rnd), []).append(vec)
-        nxt = []
-        for key in sorted(groups):
-            grp = sorted(groups[key], key=lambda v: v[1][0])
-            for k in range(0, len(grp), 2):
-                pair = grp[k:k + 2]
-                labels = sorted(pair[0][1] + pair[1][1])
-                for half in (0, 1):
-                    want = labels[half::2]
-                    a, b, idx = _pick(want, *pair)
-                    nm = f"s{rnd}_{key}_{k}_{half}"
-                    lines.append(f"{sp}const {vt} {nm} = {_shuffle(a, b, idx)};")
-                    nxt.append((nm, want))
-        src = nxt
+    for rnd in range(e.bit_length() - 1):
+        src = _shuffle_round(src, rnd, False, "s", sp, vt, lines)
     phases = {labels[0]: (nm, labels) for nm, labels in src}
     last = ("a" + str(e), [e * vw + lane for lane in range(vw)])
     for j in range(e):
@@ -275,26 +284,11 @@ def _split_rows(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
 
 def _merge_out(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
     """C (shuffle branch) setting ``out[k]`` (k < e), lane l = column ``k * vw + l`` of a row of tiles, from
-    ``y[b]`` (lane t = column ``e * t + b``): pairs of vectors interleaved, then pairs of pairs."""
+    ``y[b]`` (lane t = column ``e * t + b``): :func:`_split_rows`'s rounds undone, last first."""
     src = [(f"y[{b}]", [e * t + b for t in range(vw)]) for b in range(e)]
-    lines = []
-    for rnd in reversed(range(e.bit_length() - 1)):  # (the split's rounds undone, last first)
-        groups: dict = {}
-        for vec in src:
-            groups.setdefault(vec[1][0] % (1 << rnd), []).append(vec)
-        nxt = []
-        for key in sorted(groups):
-            grp = sorted(groups[key], key=lambda v: v[1][0])
-            for k in range(0, len(grp), 2):
-                pair = grp[k:k + 2]
-                labels = sorted(pair[0][1] + pair[1][1])
-                for half in (0, 1):
-                    want = labels[half * vw:(half + 1) * vw]
-                    a, b, idx = _pick(want, *pair)
-                    nm = f"z{rnd}_{key}_{k}_{half}"
-                    lines.append(f"{sp}const {vt} {nm} = {_shuffle(a, b, idx)};")
-                    nxt.append((nm, want))
-        src = nxt
+    lines: list = []
+    for rnd in reversed(range(e.bit_length() - 1)):
+        src = _shuffle_round(src, rnd, True, "z", sp, vt, lines)
     src = sorted(src, key=lambda v: v[1][0])
     if [lab for _, lab in src] != [list(range(k * vw, (k + 1) * vw)) for k in range(e)]:
         raise AssertionError("output interleave: unexpected lanes")
