@@ -142,7 +142,7 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
     block among equals."""
     vw = vector_bytes() // itemsize
     tiles = TILES[vector_bytes()]
-    e = w.get("E", 2)
+    e = w["E"]
     npos = (e + 2) ** 2
     tw, th, m = -(-w["OW"] // e), -(-w["OH"] // e), w["M"]
     cap = max(1, min(MAX_VECTORS, V_BYTES // (npos * w["CH"] * itemsize * vw),
@@ -163,13 +163,22 @@ def wino_geometry(w: dict, itemsize: int) -> dict:
     return {"VW": vw, "R": r, "TW": tw, "TH": th, "TS": ts, "TSP": ts + vw, "NV": nv, "MR": mr, "TVW": tvw}
 
 
+def _slabs(ctype: str, w: dict) -> tuple[str, str, str]:
+    """C expressions of the distance between two positions' slabs of the block's transformed input (``VS``) and of
+    its products (``MS``), and of a thread's scratch (``per``: all of both, plus slack). The slabs lie one cache
+    line more than their size apart: at 4 KiB multiples (W4's input gradient: 64 channels x 96 = 24 KiB) the
+    transform's 16 stores and the output transform's 16 loads all fell into one L1 set."""
+    pad = 64 // (4 if ctype == "float" else 8)
+    npos = (w["E"] + 2) ** 2
+    vs, ms = f"({w['CH']}LL * {w['TSP']}LL + {pad})", f"(MB * {w['MR'] * w['TS']}LL + {pad})"
+    return vs, ms, f"({npos}LL * {vs} + {npos}LL * {ms} + {2 * w['VW']} + 16)"
+
+
 def wino_scratch(ctype: str, w: dict) -> str:
     """C expression of the scratch bytes past the copy: A interleaved, its transform, the channel offsets, and per
     thread the block's transformed input and products (``w``: :func:`wino_plan`'s)."""
-    pad = 64 // (4 if ctype == "float" else 8)
     npos = (w["E"] + 2) ** 2
-    per = (f"({npos}LL * ({w['CH']} * {w['TSP']} + {pad}) + {npos}LL * (MB * {w['MR']} * {w['TS']} + {pad}) + "
-           f"{2 * w['VW']} + 16)")
+    per = _slabs(ctype, w)[2]
     return (f"(size_t)(MB * {w['MR']} * K + {npos}LL * MB * {w['MR']} * {w['CH']} + {per} * omp_get_max_threads() "
             f"+ 64) * sizeof({ctype}) + (size_t){w['CH']} * sizeof(long long) + 192")
 
@@ -265,7 +274,7 @@ def _shuffle_round(src: list, rnd: int, interleave: bool, prefix: str, sp: str, 
     return out
 
 
-def _split_rows(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
+def _split_rows(e: int, vw: int, sp: str, vt: str) -> list[str]:
     """C (shuffle branch) setting ``x[j]`` (j < e + 2), lane l = ``p[e * l + j]``, from ``e + 1`` vector loads at
     ``p``: even / odd splits (log2(e) rounds), the last two phases shifted by one lane from the next vector."""
     lines = [f"{sp}const {vt} " + ", ".join(f"a{k} = *(const {vt} *)(p + {k * vw})" for k in range(e + 1)) + ";"]
@@ -282,7 +291,7 @@ def _split_rows(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
     return lines
 
 
-def _merge_out(e: int, vw: int, sp: str, vt: str = "vT") -> list[str]:
+def _merge_out(e: int, vw: int, sp: str, vt: str) -> list[str]:
     """C (shuffle branch) setting ``out[k]`` (k < e), lane l = column ``k * vw + l`` of a row of tiles, from
     ``y[b]`` (lane t = column ``e * t + b``): :func:`_split_rows`'s rounds undone, last first."""
     src = [(f"y[{b}]", [e * t + b for t in range(vw)]) for b in range(e)]
@@ -305,7 +314,8 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
     ch, oh, ow, e, tv = w["CH"], w["OH"], w["OW"], w["E"], w["TVW"]
     pp, npos = e + 2, (e + 2) ** 2
     bt, gm, at = TRANSFORMS[e]
-    pad = 64 // (4 if ctype == "float" else 8)  # (see VS below)
+    size = 4 if ctype == "float" else 8
+    vs, ms, per = _slabs(ctype, w)
     sp = " " * 24
     xs = [f"x[{j}]" for j in range(pp)]
     inp = [
@@ -326,7 +336,6 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
           for k in range(pp)],
         f"{sp}}}"]
     sp8 = " " * 28
-    size = 4 if ctype == "float" else 8
     avx512 = tv * size in (32, 64)  # (masked stores: AVX-512, and AVX-512VL for 32 bytes)
     v = f"v{tv}{'sf' if ctype == 'float' else 'df'}"
     mt = "unsigned short" if tv == 16 else "unsigned char"
@@ -376,17 +385,13 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "                        }"]
     return [
         f"    /* Winograd F({e}x{e}, 3x3): {ch} -> {m} channels, {oh} x {ow} outputs, blocks of {r_} x {tw} tiles */",
-        # (the positions' slabs one cache line more than a multiple of their size apart: at 4 KiB multiples (W4's
-        # input gradient: 64 channels x 96 = 24 KiB) the transform's 16 stores and the output transform's 16 loads
-        # all fell into one L1 set)
-        f"    const long long RS = {rsp_h}, VS = {ch}LL * {tsp}LL + {pad}, MS = MB * {mr * ts}LL + {pad};",
-        f"    typedef {ctype} tT __attribute__((vector_size({tv * (4 if ctype == 'float' else 8)}), "
-        f"aligned({4 if ctype == 'float' else 8})));  /* (the transforms' vectors) */",
+        f"    const long long RS = {rsp_h}, VS = {vs}, MS = {ms};  /* (slabs: _slabs) */",
+        f"    typedef {ctype} tT __attribute__((vector_size({tv * size}), aligned({size})));  /* (the transforms') */",
         f"    {ctype} *restrict ap = ({ctype} *)rest;",
         f"    {ctype} *restrict U = ap + MB * {mr} * K;",
         f"    long long *restrict coff = (long long *)(U + {npos}LL * MB * {mr} * {ch});",
         f"    {ctype} *restrict wsp = ({ctype} *)(((uintptr_t)(coff + {ch}) + 63) & ~(uintptr_t)63);",
-        f"    const long long per = {npos}LL * VS + {npos}LL * MS + {2 * vw} + 16;",
+        f"    const long long per = {per};",
         f"    for (long long c = 0; c < {ch}; c++) coff[c] = {part('k', '(c * 9LL)')};",
         *interleave_a(ctype, mr, 1, "0", fused_a),
         "    #pragma omp parallel for collapse(2) schedule(static) if(par)",
