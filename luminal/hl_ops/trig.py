@@ -286,6 +286,11 @@ class TrigOps:
         return self.isclose(other, rtol, atol, equal_nan).all()
 
 
+def _gelu_slope(x):
+    from .unary import _gelu_slope as slope
+    return slope(x)
+
+
 def _d_copysign(ts, y):
     a = ts[0]
     ratio = _where(a.eq(0), 0.0, y / _where(a.eq(0), 1.0, a))
@@ -307,6 +312,7 @@ DERIVATIVES = {
     "tanh": lambda ts, y: [1.0 - y * y],         # (luminal.hl_ops.unary: PyTorch's tanh_backward)
     "sigmoid": lambda ts, y: [(1.0 - y) * y],    # (PyTorch's sigmoid_backward)
     "erf": lambda ts, y: [(-(ts[0] * ts[0])).exp() * (2.0 / math.sqrt(math.pi))],  # (PyTorch's erf derivative)
+    "gelu": lambda ts, y: [_gelu_slope(ts[0])],  # (float32 gelu: PyTorch's GeluBackward)
     "atan": lambda ts, y: [(ts[0] * ts[0] + 1.0).recip()],
     "asin": lambda ts, y: [(1.0 - ts[0] * ts[0]).rsqrt()],
     "acos": lambda ts, y: [-((1.0 - ts[0] * ts[0]).rsqrt())],

@@ -3,7 +3,8 @@
 ``exp(x) = exp2(x / ln 2)``, ``log(x) = log2(x) * ln 2``, ``cos(x) = sin(2x) / (2 sin x)`` (in float64),
 ``sigmoid(x) = 1 / (1 + exp(-x))``, ``tanh`` by a rational function in float32/float16
 (``2 sigmoid(2x) - 1`` in float64), ``erf`` by polynomials fitted per dtype
-(``tools/fit_erf.py``, about an ulp). Integer inputs to floating functions are
+(``tools/fit_erf.py``, about an ulp), float32 ``gelu`` by one exponential of a fitted polynomial (the same
+tool). Integer inputs to floating functions are
 first cast to float32, as PyTorch does.
 """
 
@@ -58,6 +59,16 @@ ERF_L = {  # (coefficients, mid, half, clamp)
                  3.922377494569264e-09, 1.9305509283414644e-10, 6.621479020937692e-10, -5.618027658915205e-09,
                  3.6630997068853925e-09, -2.5668825356579424e-10, -2.283670456893158e-10), 3.5, 2.5, 6.0),
 }
+
+
+# float32 GELU, fitted by tools/fit_erf.py: Phi(x) = erfc(-x / sqrt 2) / 2 from E = erfc(a) = exp(Q(u) - a^2),
+# a = |x| / sqrt 2 < GELU_CLAMP, u = 2 a / GELU_CLAMP - 1 (E cut to 0 past it: x < -5.66, where x Phi(x) > -5e-8).
+# At most 3.5 ulp for x > -1, 13 ulp for x > -3, 40 ulp for x > -5 (x/2 (1 + erf(x / sqrt 2)) cancels: 105 ulp at
+# -3; PyTorch's float32 kernel 1755).
+GELU_CLAMP = 4.0
+GELU_Q = (-1.364941238538556, -0.8363216159510727, 0.30499475252711106, -0.13172065683775686, 0.05715418927959656,
+          -0.023440322057769816, 0.008564320732953039, -0.0026337836455679504, 0.0006876252109626775,
+          6.69181529956318e-05, -0.00034878380959891457, 0.0001603041306745447)
 
 
 class UnaryOps:
@@ -353,10 +364,35 @@ class UnaryOps:
             return x * 0.5 * (inner.tanh() + 1.0)
         if approximate != "none":
             raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+        if x.dtype == DType.float64:
+            return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+        if x.dtype.is_half:  # in float32, rounded once (PyTorch's CPU kernel)
+            return x.cast(DType.float32).gelu().cast(x.dtype)
+        from .trig import _rule  # differentiated as PyTorch does: Phi(x) + x phi(x)
+        return _rule(x * _normal_cdf32(x), "gelu", (x,))
 
     def quick_gelu(self):
         return self * (self * 1.702).sigmoid()
+
+
+def _normal_cdf32(x):
+    """The standard normal CDF ``Phi(x)`` of a float32 tensor (``GELU_Q``): one exponential, one branch."""
+    from .binary import where
+    neg = x < 0
+    a = where(neg, -x, x) * (1.0 / math.sqrt(2.0))
+    inside = a < GELU_CLAMP
+    ac = where(inside, a, GELU_CLAMP)  # (the polynomial sees only its range; NaN takes 1 - 0 and stays NaN in x Phi)
+    half_e = where(inside, (_horner(ac * (2.0 / GELU_CLAMP) - 1.0, GELU_Q) - ac * ac).exp() * 0.5, 0.0)
+    return where(neg, half_e, 1.0 - half_e)
+
+
+def _gelu_slope(x):
+    """d/dx of ``x Phi(x)``: ``Phi(x) + x phi(x)`` (PyTorch's GeluBackward for ``approximate='none'``)."""
+    if x.dtype == DType.float64:
+        cdf = ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0) * 0.5
+    else:
+        cdf = _normal_cdf32(x)
+    return cdf + x * (x * x * -0.5).exp() * (1.0 / math.sqrt(2.0 * math.pi))
 
 
 def _horner(v, coef):
