@@ -228,6 +228,67 @@ def test_marginal_choice_is_honoured(monkeypatch, tmp_path):
     _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "marginal_buffers")
 
 
+# 16 channels on 16 x 16, batch 4: 256 tiles of 2 x 2 (Winograd applies), 64 of 4 x 4 (the count rule keeps F(2x2))
+WINO_CASE = ((4, 16, 16, 16), (16, 16, 3, 3), dict(padding=1))
+
+
+def _wino_forms(prog):
+    """(mode, tile) of every direct plan of ``prog``'s GEMMs."""
+    plans = [direct_plan(prog, k) for k in prog.kernels if isinstance(k, GemmKernel)]
+    return [(p.mode, (p.wino or {}).get("E")) for p in plans if p is not None]
+
+
+def test_search_measures_the_winograd_forms(monkeypatch, tmp_path):
+    """Where a fused reader runs Winograd, the search measures the other forms too (no Winograd, F(4x4, 3x3) where
+    the count rule took F(2x2)), each checked against the materialized products, and stores them as candidates
+    with the entry's format (an entry without it is measured again by "quick"; "off" still uses it)."""
+    from luminal.runtime import tuning
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = WINO_CASE
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    timings = cx.runtime.prologue_timings
+    for plan in ("wino-off", "wino-f4"):
+        assert any(plan in m and m[f"{plan}_correct"] for m in timings.values()), (plan, timings)
+    for key, m in timings.items():
+        entry = tuning.lookup_many({key})[key]
+        assert entry["forms"] == prologue_search.FORMS
+        assert all((p in entry["candidates"]) == (p in m) for p in prologue_search.WINO)
+    for g, e in zip(got, _torch(xa, wa, kw)):
+        _close(g, e, "float32")
+    key = next(k for k, m in timings.items() if "wino-f4" in m)  # the same entry in the older format
+    entry = tuning.lookup_many({key})[key]
+    tuning.store(key, {k: v for k, v in entry.items() if k != "forms"})
+    cx2, _, _ = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    assert key not in cx2.runtime.prologue_timings  # ("off" takes it)
+    cx3, _, _ = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    assert key in cx3.runtime.prologue_timings  # ("quick" measures it again)
+
+
+@pytest.mark.parametrize("plan,tile", [("wino-f4", 4), ("wino-off", 0)])
+def test_winograd_choice_is_honoured(monkeypatch, tmp_path, plan, tile):
+    """A measurement in which F(4x4, 3x3) (the count rule takes F(2x2) here) or no Winograd wins: the buffer's
+    readers carry it (``GemmKernel.wino``) and their direct plans follow it, the results still torch's, and "off"
+    in a new graph takes the cached choice."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = WINO_CASE
+    cx0, _, _ = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    default = _wino_forms(cx0.runtime.program)
+    assert ("wino", 2) in default and ("wino", 4) not in default
+    real = _wins(monkeypatch, plan)
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    assert tile in cx.runtime.wino_buffers.values() and set(cx.runtime.wino_buffers) <= cx.runtime.fused_buffers
+    prog = cx.runtime.program
+    forms = _wino_forms(prog)
+    assert any(k.wino == tile for k in prog.kernels if isinstance(k, GemmKernel))
+    if tile == 4:
+        assert ("wino", 4) in forms
+    else:
+        assert len([f for f in forms if f[0] in ("wino", "winodw")]) < len(
+            [f for f in default if f[0] in ("wino", "winodw")])
+    _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "wino_buffers")
+
+
 def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     kw = dict(padding=1, stride=2)

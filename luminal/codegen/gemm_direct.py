@@ -271,7 +271,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
     vw = vector_bytes() // g.dtype.itemsize
     one = g.b_pro is not None and all(_int(d) == 1 for d in g.dims[:-2])  # (one GEMM, no groups)
     w = wino_plan(pro, _int(g.dims[-2]), _int(g.a_view.dims[-1]), _least(g.dims[-1]), kdims, steps,
-                  len(dims) - 1, g.dtype.itemsize) if one else None
+                  len(dims) - 1, g.dtype.itemsize, g.wino) if one and g.wino != 0 else None
     wpads = list(pads)
     if w is not None and w["E"] > 2:  # F(4x4, 3x3): every patch within the copy, zeros past the image (an output
         for a, tiles in ((w["H"], w["TH"]), (len(dims) - 1, w["TW"])):  # depends on its whole patch in rounding)
@@ -286,7 +286,7 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if _least(plan.padded_size()) <= MAX_PADDED:
             return plan
     w = wino_dw_plan(pro, _int(g.dims[-2]), _int(g.dims[-1]), _least(g.a_view.dims[-1]), kdims, steps, len(dims) - 1,
-                     pads, origin, g.a_pro is None and _int(g.a_view.strides[-1]) == 1) if one else None
+                     pads, origin, g.a_pro is None and _int(g.a_view.strides[-1]) == 1) if one and g.wino != 0 else None
     if w is not None:  # (a 3x3 layer's weight gradient: Winograd F(3x3, 2x2), gemm_winograd_dw)
         return DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), -1, "winodw", wino=w)
     # the other operand: plain (read in place by "dot": contiguous along K), or through its own prologue

@@ -151,13 +151,14 @@ def prologue_candidates(program: Program) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-def fuse_prologues(program: Program, buffers, packed=(), marginal=()) -> Program:
+def fuse_prologues(program: Program, buffers, packed=(), marginal=(), wino=None) -> Program:
     """``program`` with each buffer of ``buffers`` (keys of :func:`prologue_candidates`) no longer stored: its
     GEMM readers carry it as a :class:`Prologue` and its writer is dropped (the kernels after it move up one
     index: tables keyed by kernel index are built on the returned program); the readers of a buffer in
     ``packed`` pack it (never the direct convolution), those of one in ``marginal`` take the direct convolution
-    in its marginal forms too (``GemmKernel.direct``). Returns ``program`` itself when ``buffers`` is empty."""
-    buffers, packed, marginal = set(buffers), set(packed), set(marginal)
+    in its marginal forms too (``GemmKernel.direct``); ``wino`` maps a buffer to the Winograd form of its readers
+    (``GemmKernel.wino``: 0 none, 2 or 4 the tile size). Returns ``program`` itself when ``buffers`` is empty."""
+    buffers, packed, marginal, wino = set(buffers), set(packed), set(marginal), dict(wino or {})
     if not buffers:
         return program
     cands = prologue_candidates(program)
@@ -174,7 +175,8 @@ def fuse_prologues(program: Program, buffers, packed=(), marginal=()) -> Program
             pro = Prologue(mat, view, side, split_axes(mat.dims, view, side))
             kernels[r] = dataclasses.replace(g, **{side: None, side + "_pro": pro},
                                              **({"direct": False} if buf in packed else
-                                                {"direct": "marginal"} if buf in marginal else {}))
+                                                {"direct": "marginal"} if buf in marginal else {}),
+                                             **({"wino": wino[buf]} if buf in wino else {}))
         kernels[w] = None
     new = Program([k for k in kernels if k is not None], {b: v for b, v in program.buffers.items() if b not in buffers},
                   list(program.inputs), list(program.outputs), dict(program.aliases))

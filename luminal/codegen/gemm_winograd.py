@@ -77,13 +77,14 @@ SHUFFLES = "#if (defined(__clang__) || __GNUC__ >= 12) && !defined(LM_WINO_PORTA
 MASKED = "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__) && !defined(LM_WINO_PORTABLE)"
 
 
-def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize) -> dict | None:
+def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize, tile=None) -> dict | None:
     """The Winograd geometry of a GEMM of ``m`` rows (constant), ``k_total`` (K; None where symbolic) and at least
     ``n_least`` columns (N at its least binding: a batch of 1) whose B operand is the window prologue ``pro``
     (``kdims`` its kernel's extents, ``steps[d] = (axis, step)`` of its moving axes, ``last`` the copy's innermost
     axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy axis of
     rows), ``OH``, ``OW``, ``CH`` (input channels), ``M`` (output channels) and the kernel's geometry for elements
-    of ``itemsize`` bytes (:func:`wino_geometry`)."""
+    of ``itemsize`` bytes (:func:`wino_geometry`). ``tile`` 2 or 4 sets the tile size (the measured search's choice,
+    ``GemmKernel.wino``; 4 only from ``MIN_F4`` outputs per side), None leaves it to :func:`wino_tile`."""
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not isinstance(k_total, int):
         return None
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
@@ -116,21 +117,23 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize) -> dict | 
     if any(len(ds) > 1 for e, ds in role.items() if e in (("k", 1), ("k", 3), ("row", 1), ("row", OW))):
         return None
     w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m,
-         "E": wino_tile(OH, OW, (n_least or 0) // (OH * OW), k_total // 9, m)}
+         "E": wino_tile(OH, OW, (n_least or 0) // (OH * OW), k_total // 9, m, tile)}
     return {**w, **wino_geometry(w, itemsize)}
 
 
-def wino_tile(oh: int, ow: int, images: int, ch: int, m: int) -> int:
+def wino_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> int:
     """Outputs per tile side for ``images`` (at the least batch) of ``oh x ow`` outputs, ``ch`` input and ``m``
     output channels: 4 (F(4x4, 3x3): 36 multiply-adds per 16 outputs and channel pair instead of 64) from
     ``MIN_F4`` outputs per side and ``MIN_F4_TILES`` tiles, at least two per channel (its transformed weights, 36
     per channel pair, are read by every block: with fewer tiles they cost more than the products save), else 2;
-    ``LUMINAL_WINOGRAD=2`` keeps F(2x2, 3x3) everywhere."""
+    ``tile`` (2 or 4: the measured search's choice) replaces the count rule; ``LUMINAL_WINOGRAD=2`` keeps F(2x2, 3x3)
+    everywhere."""
     mode = os.environ.get("LUMINAL_WINOGRAD", "1") or "1"
     if mode not in ("0", "1", "2"):
         raise ValueError(f"LUMINAL_WINOGRAD={mode!r}: expected '1' (the default), '2' (F(2x2, 3x3) only) or '0'")
     tiles = images * -(-oh // 4) * -(-ow // 4)
-    return 4 if mode == "1" and min(oh, ow) >= MIN_F4 and tiles >= max(MIN_F4_TILES, 2 * max(ch, m)) else 2
+    wanted = tile == 4 if tile is not None else tiles >= max(MIN_F4_TILES, 2 * max(ch, m))
+    return 4 if mode == "1" and min(oh, ow) >= MIN_F4 and wanted else 2
 
 
 def wino_geometry(w: dict, itemsize: int) -> dict:

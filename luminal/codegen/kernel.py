@@ -134,6 +134,10 @@ class GemmKernel:
     # measured search found the packed fused GEMM faster (luminal.runtime.prologue_search); "marginal": also in
     # a form that leaves up to half of its lanes idle, where the search measured that faster
     direct: object = True
+    # the Winograd form of a 3x3 stride-1 convolution the direct kernel runs (luminal.codegen.gemm_winograd):
+    # None the rules' choice, 0 none (the direct kernel's other forms), 2 F(2x2, 3x3), 4 F(4x4, 3x3) where its
+    # size allows; the measured search sets it (luminal.runtime.prologue_search)
+    wino: object = None
 
 
 @dataclass

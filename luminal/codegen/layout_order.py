@@ -246,7 +246,7 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
                 return None
             new[ki] = GemmKernel(k.out, k.a, table[k.a_view] if k.a == x.out else k.a_view, k.b,
                                  table[k.b_view] if k.b == x.out else k.b_view, k.dims, k.dtype, k.a_pro, k.b_pro,
-                                 k.a_round, k.b_round, k.direct)
+                                 k.a_round, k.b_round, k.direct, k.wino)
             continue
         found: list = []
         if not isinstance(k, (ElementwiseKernel, ReduceKernel)) or not _views(k.value, x.out, found, set()) or \

@@ -88,9 +88,11 @@ class CPURuntime:
         from .prologue_search import choose_prologues
         from ..codegen.gemm_prologue import fuse_prologues
         # (and where the direct convolution applies, packed instead when that measured faster)
-        self.fused_buffers, self.prologue_timings, self.packed_buffers, self.marginal_buffers = choose_prologues(
-            self.program, dict(graph.dyn_map), self.search_level, self.blas, budget_s=self.budget_s)
-        self.program = fuse_prologues(self.program, self.fused_buffers, self.packed_buffers, self.marginal_buffers)
+        (self.fused_buffers, self.prologue_timings, self.packed_buffers, self.marginal_buffers,
+         self.wino_buffers) = choose_prologues(self.program, dict(graph.dyn_map), self.search_level, self.blas,
+                                               budget_s=self.budget_s)
+        self.program = fuse_prologues(self.program, self.fused_buffers, self.packed_buffers, self.marginal_buffers,
+                                      self.wino_buffers)
         if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
         self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")

@@ -13,7 +13,11 @@ GEMM runs the direct convolution (:mod:`luminal.codegen.gemm_direct`), the same 
 would take a GEMM only in a *marginal* form (at least half its lanes in use, but fewer than its thresholds ask:
 7x7 images, rows of 7 + 2 halo), the GEMMs with it (``GemmKernel.direct="marginal"``) are a fourth. The fastest
 wins (measured, a 3x3 convolution of 64 channels on 7x7 images, batch 32: 1.24 ms packed, 0.79 direct; on 4x4
-images, half the lanes idle, 4.1 vs 7.5: so the thresholds stay, and the search decides between them).
+images, half the lanes idle, 4.1 vs 7.5: so the thresholds stay, and the search decides between them). Where a
+fused reader runs a Winograd form (:mod:`luminal.codegen.gemm_winograd`: a 3x3 stride-1 layer), the same GEMMs
+with each other form that changes some reader's plan (``"wino-off"``: the direct kernel's other forms,
+``"wino-f2"`` / ``"wino-f4"``: F(2x2, 3x3) / F(4x4, 3x3); ``GemmKernel.wino``) are measured too, instead of the
+count rules alone (:func:`~luminal.codegen.gemm_winograd.wino_tile`, fitted on seven layers of one machine).
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
@@ -39,7 +43,10 @@ from ..codegen.gemm_prologue import fuse_prologues, fused_gemm_source, fused_nam
 from ..codegen.kernel import GemmKernel, Program
 from ..shape import to_expr
 
-FUSED = ("fused", "packed", "marginal")  # the measured plans whose GEMMs read the operand through its prologue
+# the measured plans whose GEMMs read the operand through its prologue
+FUSED = ("fused", "packed", "marginal", "wino-off", "wino-f2", "wino-f4")
+WINO = {"wino-off": 0, "wino-f2": 2, "wino-f4": 4}  # plan -> GemmKernel.wino
+FORMS = 2  # stored with each decision: an entry measured before the Winograd forms were plans is measured again
 ROUNDS = 5
 ROUND_S = 0.02
 MODES = ("", "auto", "fused", "materialized")
@@ -105,7 +112,7 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
     fresh = min([0, *(b for b in program.buffers if isinstance(b, int))]) - 1
     kernels, dims = [writer], {}
     variants: dict[str, list] = {}
-    forms = {"fused": fused, "packed": packed, "marginal": marginal}
+    forms = {"fused": fused, "packed": packed, "marginal": marginal, **_wino_forms(base, buf, fused)}
     for name in (["blas"] if blas else []) + ["own"] + [f for f, p in forms.items() if p is not None]:
         variants[name] = []
         for g in forms[name].kernels if name in forms else readers:
@@ -118,11 +125,36 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
                    [], [], {}), variants
 
 
+def _form(program: Program, g: GemmKernel):
+    """What the direct kernel runs for ``g``: (mode, Winograd tile size) of its plan, or None (no direct plan)."""
+    from ..codegen.gemm_direct import direct_plan
+
+    plan = direct_plan(program, g)
+    return None if plan is None else (plan.mode, (plan.wino or {}).get("E"))
+
+
+def _wino_forms(base: Program, buf: int, fused: Program) -> dict:
+    """Plan name (``WINO``) -> ``base`` with ``buf`` fused and its readers in that Winograd form, for each form
+    that changes some reader's plan from the rules' choice (``fused``); empty where no reader runs one."""
+    gemms = [g for g in fused.kernels if isinstance(g, GemmKernel)]
+    default = tuple(_form(fused, g) for g in gemms)
+    if not any(f is not None and f[0] in ("wino", "winodw") for f in default):
+        return {}
+    out, seen = {}, {default}
+    for name, tile in WINO.items():
+        prog = fuse_prologues(base, {buf}, wino={buf: tile})
+        forms = tuple(_form(prog, g) for g in prog.kernels if isinstance(g, GemmKernel))
+        if forms not in seen:
+            seen.add(forms)
+            out[name] = prog
+    return out
+
+
 def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> dict | None:
     """Seconds per run of ``materialize`` + GEMMs (``blas``, ``own``) and of the ``fused`` GEMMs for removing
     ``buf`` (and of the ``packed`` ones where the fused ones run the direct convolution, of the ``marginal`` ones
-    where those add one), and whether the fused (``"correct"``), packed (``"packed_correct"``) and marginal
-    (``"marginal_correct"``) products matched; None when a size is unbound."""
+    where those add one, of the Winograd forms where a reader runs one), and whether the fused (``"correct"``)
+    and the other fused plans' (``"<plan>_correct"``) products matched; None when a size is unbound."""
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
@@ -177,7 +209,7 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     first = time.perf_counter() - t0
     out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
     tol = 1e-3 if dtype == "float32" else 1e-9
-    fits = {}  # fused / packed / marginal: every product within tol of both materialized ones
+    fits = {}  # each fused plan: every product within tol of both materialized ones
     for kind in [v for v in FUSED if v in variants]:
         fits[kind] = True
         for j, (_, fo) in enumerate(variants[kind]):
@@ -202,15 +234,16 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     materialized = t_mat + min(t for name, t in times.items() if name not in FUSED)
     each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
     return {"materialize": t_mat, **times, "materialized": materialized, "correct": fits["fused"],
-            **{f"{k}_correct": fits[k] for k in ("packed", "marginal") if k in fits}, **each}
+            **{f"{k}_correct": fits[k] for k in FUSED[1:] if k in fits}, **each}
 
 
 def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
                      budget_s: float | None = None):
     """The buffers of ``program`` to fuse (see the module docstring), the measurements made, the fused buffers
     whose GEMMs pack them although the direct convolution applies (measured faster), and those whose GEMMs take
-    the direct convolution in its marginal forms too (measured faster): ``(set of buffers, {cache key:
-    measurement}, set of buffers, set of buffers)``. Measuring (``level`` ``"quick"``/``"full"``)
+    the direct convolution in its marginal forms too (measured faster), and the Winograd form of the fused buffers
+    whose readers run another than the rules' (measured faster): ``(set of buffers, {cache key: measurement}, set
+    of buffers, set of buffers, {buffer: GemmKernel.wino})``. Measuring (``level`` ``"quick"``/``"full"``)
     stops once ``budget_s`` seconds (default: the GEMM search's default budget for the level) are spent; buffers
     not measured then get the unmeasured default (not cached)."""
     from . import tuning
@@ -222,17 +255,17 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     mode = forced_mode()
     cands = prologue_candidates(program)
     if not cands or mode == "materialized":
-        return set(), {}, set(), set()
+        return set(), {}, set(), set(), {}
     for dtype in {program.kernels[uses[0][0]].dtype.value for uses in cands.values()}:
         if not _renders(dtype):
             warnings.warn("the own GEMM's template has no pack call to replace: GEMM operands stay materialized",
                           stacklevel=3)
-            return set(), {}, set(), set()
+            return set(), {}, set(), set(), {}
     if mode == "fused":
-        return set(cands), {}, set(), set()
+        return set(cands), {}, set(), set(), {}
     keys = {buf: prologue_key(program, buf, uses) for buf, uses in cands.items()}
     cached = tuning.lookup_many(set(keys.values()))
-    chosen, report, packed, marginal = set(), {}, set(), set()
+    chosen, report, packed, marginal, wino = set(), {}, set(), set(), {}
 
     def work(item):  # the hottest copies are measured first (as GEMMs in the GEMM search)
         total = 0
@@ -247,13 +280,9 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
     for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
         if entry is not None and entry.get("choice") in FUSED + ("materialized",) and \
-                (level in ("off", "background", "quick") or entry.get("level") == "full"):
-            if entry["choice"] != "materialized":
-                chosen.add(buf)
-            if entry["choice"] == "packed":
-                packed.add(buf)
-            if entry["choice"] == "marginal":
-                marginal.add(buf)
+                (level in ("off", "background") or level == "quick" and entry.get("forms") == FORMS or
+                 entry.get("level") == "full" and entry.get("forms") == FORMS):
+            _take(entry["choice"], buf, chosen, packed, marginal, wino)
             continue
         if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
@@ -275,18 +304,25 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         # direct convolution), marginal (fused, the direct convolution in its marginal forms too); a fused form
         # only where its products matched
         times = {"materialized": m["materialized"], **({"fused": m["fused"]} if m["correct"] else {}),
-                 **{k: m[k] for k in ("packed", "marginal") if m.get(f"{k}_correct")}}
+                 **{k: m[k] for k in FUSED[1:] if m.get(f"{k}_correct")}}
         choice = min(times, key=times.get)
-        if choice != "materialized":
-            chosen.add(buf)
-        if choice == "packed":
-            packed.add(buf)
-        if choice == "marginal":
-            marginal.add(buf)
+        _take(choice, buf, chosen, packed, marginal, wino)
         if store and m["correct"]:
             tuning.store(keys[buf], {"choice": choice, "seconds": times[choice], "level": level,
-                                     "candidates": times})
-    return chosen, report, packed, marginal
+                                     "candidates": times, "forms": FORMS})
+    return chosen, report, packed, marginal, wino
+
+
+def _take(choice: str, buf: int, chosen: set, packed: set, marginal: set, wino: dict) -> None:
+    """Record the plan ``choice`` for ``buf`` in choose_prologues' results."""
+    if choice != "materialized":
+        chosen.add(buf)
+    if choice == "packed":
+        packed.add(buf)
+    if choice == "marginal":
+        marginal.add(buf)
+    if choice in WINO:
+        wino[buf] = WINO[choice]
 
 
 def fused_config(g: GemmKernel):
