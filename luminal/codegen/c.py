@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..dtype import DType
 from ..shape import C_PRELUDE, Expression, ShapeTracker, to_expr
-from .c_support import HELPERS, gemm_helpers
+from .c_support import HELPERS, gemm_helpers, with_release
 from .emit import KernelWriter, _literal
 from .gemm_direct import direct_plan
 from .gemm_prologue import fused_call, pack_functions
@@ -221,7 +221,7 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         if libs:
             parts.append(link_function(libs))
         scratch = frozenset(b for g in fused for b in scratch_buffers(self.program, g, self.uses))
-        return CProgram("\n\n".join(parts), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared,
+        return CProgram(with_release("\n\n".join(parts)), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared,
                         scratch)
 
     # ------------------------------------------------------------------ loop nests

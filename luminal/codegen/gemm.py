@@ -71,9 +71,12 @@ _COMMON = r"""
 #define LM_OWN_GEMM_SHARED_ROWS 128
 #endif
 /* Packing buffers of the own GEMMs: per thread, 64-byte aligned, grown on demand and reused by every later
-   call on that thread (never freed: the OpenMP threads live as long as the process). */
-static __thread void *lm_og_abuf, *lm_og_bbuf;
-static __thread size_t lm_og_acap, lm_og_bcap;
+   call on that thread (freed by luminal_release: luminal.codegen.c_support.with_release). */
+__attribute__((weak, visibility("hidden"))) __thread void *lm_og_abuf, *lm_og_bbuf;
+__attribute__((weak, visibility("hidden"))) __thread size_t lm_og_acap, lm_og_bcap;
+__attribute__((weak, visibility("hidden"))) void lm_release_og(void) {
+    free(lm_og_abuf); free(lm_og_bbuf); lm_og_abuf = lm_og_bbuf = NULL; lm_og_acap = lm_og_bcap = 0;
+}
 static void *lm_og_grow(void **buf, size_t *cap, size_t bytes) {
 #ifdef LM_OWN_GEMM_EXACT_BUFFERS  /* (tests) a buffer of exactly the size asked for, so ASan sees any overrun */
     if (bytes != *cap || !*buf) {

@@ -83,7 +83,7 @@ from ..dtype import DType
 from ..shape import to_expr
 from .gemm_config import vector_bytes
 from .sizes import _below, _c, _divides, _int, _least, _long, _prod, _size, same_size
-from .gemm_winograd_dw import render_wino_dw, wino_dw_plan
+from .gemm_winograd_dw import DIRECT_BUF, render_wino_dw, wino_dw_plan
 from .gemm_winograd import wino_loops, wino_plan, wino_scratch, wino_tiles
 from .gemm_direct_loops import (cols_loops, cols_scratch, cols_tile, dot_loops, dot_runs, rows_loops, split_two,
                                 tile)
@@ -537,8 +537,7 @@ def render_direct(r, name: str, g: GemmKernel, plan: DirectPlan) -> str:
                                (_int(g.dims[-2]), _int(g.dims[-1])) if pro.side == "b" else
                                (_int(g.dims[-1]), _int(g.dims[-2])))
     lines += ["    return err;", "}"]
-    head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
-        "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
+    head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" + DIRECT_BUF
     if wino:
         head += "\n" + wino_tiles(name, ctype, plan.wino["MR"], plan.wino["NV"], plan.wino["VW"])
     return head + "\n".join(lines)

@@ -275,8 +275,11 @@ static inline float lm_cv_float16(_Float16 x) { return (float)x; }
 static inline float lm_cv_bf16r(float x) { return lm_bf16r(x); }
 /* per-thread scratch, grown on demand, never freed: 0 and 1 A and B converted to float32 (or the AMX kernel's
    packed A and row buffer), 2 and 3 the AMX row kernel's packed B and bfloat16 copy of A */
-static __thread void *lm_lp_buf[4];
-static __thread size_t lm_lp_cap[4];
+__attribute__((weak, visibility("hidden"))) __thread void *lm_lp_buf[4];
+__attribute__((weak, visibility("hidden"))) __thread size_t lm_lp_cap[4];
+__attribute__((weak, visibility("hidden"))) void lm_release_lp(void) {
+    for (int k = 0; k < 4; k++) { free(lm_lp_buf[k]); lm_lp_buf[k] = NULL; lm_lp_cap[k] = 0; }
+}
 typedef float lm_lp_v __attribute__((vector_size(VB)));
 #endif
 """

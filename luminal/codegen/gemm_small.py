@@ -170,8 +170,12 @@ _DOT = r"""
 #ifndef LM_STREAM_PREFETCH  /* 0: the streaming and dot kernels prefetch less of B (:mod:`.gemm_stream`) */
 #define LM_STREAM_PREFETCH PFDEFAULT
 #endif
-static __thread void *lm_og_dot_abuf, *lm_og_dot_bbuf;
-static __thread size_t lm_og_dot_acap, lm_og_dot_bcap;
+__attribute__((weak, visibility("hidden"))) __thread void *lm_og_dot_abuf, *lm_og_dot_bbuf;
+__attribute__((weak, visibility("hidden"))) __thread size_t lm_og_dot_acap, lm_og_dot_bcap;
+__attribute__((weak, visibility("hidden"))) void lm_release_og_dot(void) {
+    free(lm_og_dot_abuf); free(lm_og_dot_bbuf); lm_og_dot_abuf = lm_og_dot_bbuf = NULL;
+    lm_og_dot_acap = lm_og_dot_bcap = 0;
+}
 /* (only where the vector fits one register: a build without -march=native, e.g. the sanitizer build, has
    no register for a 64-byte vector and the constraint would be impossible) */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && \

@@ -93,8 +93,11 @@ STORES
 """
 
 _MAIN = r"""
-static __thread void *NAME_bbuf, *NAME_abuf;
-static __thread size_t NAME_bcap, NAME_acap;
+__attribute__((weak, visibility("hidden"))) __thread void *NAME_bbuf, *NAME_abuf;
+__attribute__((weak, visibility("hidden"))) __thread size_t NAME_bcap, NAME_acap;
+__attribute__((weak, visibility("hidden"))) void NAME_release(void) {
+    free(NAME_bbuf); free(NAME_abuf); NAME_bbuf = NAME_abuf = NULL; NAME_bcap = NAME_acap = 0;
+}
 #ifndef LM_STREAM_PREFETCH  /* 0: no prefetch of the next block of B (B from memory then waits for each copy) */
 #define LM_STREAM_PREFETCH PFDEFAULT
 #endif

@@ -33,6 +33,16 @@ from .sizes import _c, _prod
 from .gemm_stream import TILES
 from .gemm_winograd import MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, _shuffle
 
+# the direct convolution's per-thread buffers (its copy, a thread's partial sums), inside the kernels' include guard
+# LM_DIRECT_BUF; weak and hidden, freed by luminal_release (luminal.codegen.c_support.with_release)
+DIRECT_BUF = """__attribute__((weak, visibility("hidden"))) __thread void *lm_dc_buf, *lm_dc_part;
+__attribute__((weak, visibility("hidden"))) __thread size_t lm_dc_cap, lm_dc_pcap;
+__attribute__((weak, visibility("hidden"))) void lm_release_dc(void) {
+    free(lm_dc_buf); free(lm_dc_part); lm_dc_buf = lm_dc_part = NULL; lm_dc_cap = lm_dc_pcap = 0;
+}
+#endif
+"""
+
 TILE_ROWS = 64  # tiles per block (about): its U (16 x M x tiles) and V (16 x tiles x C) stay in L2
 
 
@@ -359,6 +369,5 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         "}",
         "#undef LOAD2",
     ]
-    head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" \
-        "static __thread void *lm_dc_buf, *lm_dc_part;\nstatic __thread size_t lm_dc_cap, lm_dc_pcap;\n#endif\n"
+    head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" + DIRECT_BUF
     return head + "\n".join(lines)

@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ..shape import C_PRELUDE
-from .c_support import HELPERS, gemm_helpers
+from .c_support import HELPERS, gemm_helpers, with_release
 
 _HIDDEN = '__attribute__((visibility("hidden")))'
 
@@ -49,7 +49,8 @@ def gemm_part(key: str, body: str, functions: tuple, blas: bool) -> LibraryPart:
     has: ``HELPERS``, the shape helpers, ``gemm_helpers()``)."""
     head = ("#define LUMINAL_BLAS 1\n" if blas else "") + HELPERS + C_PRELUDE + gemm_helpers()
     table = ", ".join(f"(void *){f[0]}" for f in functions)
-    return LibraryPart(key, f"{head}\n{body}\nvoid *luminal_functions[] = {{{table}}};\n", tuple(functions))
+    return LibraryPart(key, with_release(f"{head}\n{body}\nvoid *luminal_functions[] = {{{table}}};\n"),
+                       tuple(functions))
 
 
 def declarations(parts) -> str:

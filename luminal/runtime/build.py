@@ -115,6 +115,36 @@ def load_program(cprogram: CProgram, path: str, part_paths: list[str]):
     return lib, parts
 
 
+def release_scratch(libraries) -> None:
+    """Free the per-thread scratch of each loaded library (its ``luminal_release()``: every thread of this
+    thread's OpenMP team frees its own; the kernels grow it again on demand), for libraries that will not run
+    for a while: a search's candidates and measuring programs. Libraries built before it existed are skipped."""
+    for lib in libraries:
+        fn = getattr(lib, "luminal_release", None)
+        if fn is not None:
+            fn.restype = None
+            fn()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Return the C heap's free memory to the OS where the C library can (glibc's ``malloc_trim``): after a
+    search stage frees its buffers, glibc kept them (a searched W4 held 200 MB more, and the next stage's peak
+    stacked on it). Elsewhere nothing happens."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+            _MALLOC_TRIM.restype, _MALLOC_TRIM.argtypes = ctypes.c_int, [ctypes.c_size_t]
+        except (AttributeError, OSError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
+
+
 def _signature(cprogram: CProgram, cc: str) -> tuple[list, list, str, str]:
     """``(compile flags, link flags, source hash, cache key)`` of building ``cprogram`` with ``cc``."""
     opt = os.environ.get("LUMINAL_CFLAGS")

@@ -34,8 +34,7 @@ from ..codegen.toolchain import find_compiler
 from ..graph import Graph
 from .cpu_plan import _Binding, _Layout, _Plan, _aligned_empty, exclusively_held  # noqa: F401
 from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library, build_program,  # noqa: F401
-                    load_program,
-                    cache_dir, clean_stale_temporaries)
+                    load_program, cache_dir, clean_stale_temporaries, release_scratch)
 
 # GCC's OpenMP workers spin ~300k iterations after each parallel region by default; between our many short
 # regions (and while Python runs between executes) that spinning steals the second core. A short spin keeps
@@ -351,6 +350,10 @@ class CPURuntime:
     def source(self) -> str:
         """The generated C source."""
         return self.cprogram.source
+
+    def release_scratch(self) -> None:
+        """Free this program's per-thread scratch on this thread's OpenMP team (it grows again on demand)."""
+        release_scratch([self._lib, *self._parts])
 
     def stale(self, graph: Graph) -> bool:
         """True when the graph changed since this runtime was built (it is then rebuilt)."""

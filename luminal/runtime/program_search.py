@@ -222,7 +222,8 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
                 continue
             _race((0, first) if first is not None else best, (i, g), result, start, budget_s)
             if best is None or result.seconds[i] < result.seconds[best[0]]:
-                best = (i, g)  # (the previous best is released)
+                best, g = (i, g), best[1] if best is not None else None  # (the previous best is released)
+            _release(g)
             g = None
             gc.collect()  # (a dropped program's arena and library go now, not at the next collection)
             if bar is not None and result.seconds:
@@ -237,6 +238,12 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
     if result.winner != 0 and first is not None and not result.interrupted:
         if not _confirm(first, best[1], result):
             result.winner = 0
+    for kept in (first, best[1] if best is not None else None):
+        _release(kept)  # (the winner is rebuilt in the user's graph)
+    first = best = None
+    gc.collect()  # (their arenas go now, before the next search stage allocates its own)
+    from .build import trim_heap
+    trim_heap()
     result.elapsed = time.perf_counter() - start
     return result
 
@@ -263,6 +270,13 @@ def _build(base, cand, apply, tail, retrieved, ref, i: int, result: ProgramSearc
                       stacklevel=4)
         return None
     return g
+
+
+def _release(g) -> None:
+    """Free the per-thread scratch of candidate ``g``'s libraries (None: nothing); it does not run again."""
+    runtime = getattr(g, "runtime", None) if g is not None else None
+    if runtime is not None and hasattr(runtime, "release_scratch"):
+        runtime.release_scratch()
 
 
 def _race(rival, challenger, result: ProgramSearchResult, start: float, budget_s: float) -> None:

@@ -158,8 +158,10 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
-    from .build import build_program, load_program
+    from .build import build_program, load_program, release_scratch, trim_heap
     from .search import function_name, own_sources
+
+    trim_heap()  # (the previous measurement's arrays, freed on its return)
 
     mini, variants = _mini_program(program, buf, uses, blas)
     dims = _concrete(mini, bindings, mini.buffers)
@@ -203,39 +205,42 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
         prof(acc)
         return np.array(acc[:n])
 
-    t0 = time.perf_counter()
-    if run(ptrs, syms) != 0:
-        return None
-    first = time.perf_counter() - t0
-    out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
-    tol = 1e-3 if dtype == "float32" else 1e-9
-    fits = {}  # each fused plan: every product within tol of both materialized ones
-    for kind in [v for v in FUSED if v in variants]:
-        fits[kind] = True
-        for j, (_, fo) in enumerate(variants[kind]):
-            got = out_of[fo]
-            for name in variants:
-                if name in FUSED:
-                    continue
-                ref = out_of[variants[name][j][1]]
-                scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-                if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
-                    fits[kind] = False
-    reps = max(1, int(ROUND_S / max(first, 1e-6)))
-    best = None
-    for _ in range(ROUNDS):
-        before = totals()
-        for _ in range(reps):
-            run(ptrs, syms)
-        per = (totals() - before) / reps
-        best = per if best is None else np.minimum(best, per)
-    t_mat = float(best[0])
-    times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
-    materialized = t_mat + min(t for name, t in times.items() if name not in FUSED)
-    each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
-    return {"materialize": t_mat, **times, "materialized": materialized, "correct": fits["fused"],
-            **{f"{k}_correct": fits[k] for k in FUSED[1:] if k in fits}, **each}
+    try:
+        t0 = time.perf_counter()
+        if run(ptrs, syms) != 0:
+            return None
+        first = time.perf_counter() - t0
+        out_of = {o: arrays[cprog.buffer_order.index(o)] for e in variants.values() for _, o in e}
+        tol = 1e-3 if dtype == "float32" else 1e-9
+        fits = {}  # each fused plan: every product within tol of both materialized ones
+        for kind in [v for v in FUSED if v in variants]:
+            fits[kind] = True
+            for j, (_, fo) in enumerate(variants[kind]):
+                got = out_of[fo]
+                for name in variants:
+                    if name in FUSED:
+                        continue
+                    ref = out_of[variants[name][j][1]]
+                    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+                    if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
+                        fits[kind] = False
+        reps = max(1, int(ROUND_S / max(first, 1e-6)))
+        best = None
+        for _ in range(ROUNDS):
+            before = totals()
+            for _ in range(reps):
+                run(ptrs, syms)
+            per = (totals() - before) / reps
+            best = per if best is None else np.minimum(best, per)
+        t_mat = float(best[0])
+        times = {name: float(sum(best[i] for i, _ in e)) for name, e in variants.items()}
+        materialized = t_mat + min(t for name, t in times.items() if name not in FUSED)
+        each = {f"{name}_each": [float(best[i]) for i, _ in e] for name, e in variants.items()}
+        return {"materialize": t_mat, **times, "materialized": materialized, "correct": fits["fused"],
+                **{f"{k}_correct": fits[k] for k in FUSED[1:] if k in fits}, **each}
 
+    finally:
+        release_scratch([lib, *_parts])  # (the mini program's buffers, grown to the real sizes)
 
 def choose_prologues(program: Program, bindings, level: str, blas: bool, store: bool = True,
                      budget_s: float | None = None):

@@ -320,7 +320,7 @@ class _BenchLibrary:
 
     def __init__(self, pairs: list[tuple[str, str]], blas: bool):
         from ..codegen.c import CProgram
-        from ..codegen.c_support import HELPERS, gemm_helpers
+        from ..codegen.c_support import HELPERS, gemm_helpers, with_release
         from .build import build_library
 
         self.index: dict[tuple[str, str], int] = {}
@@ -335,7 +335,7 @@ class _BenchLibrary:
                          .replace("lm_bench_T", f"lm_bench_{short}").replace("const T", f"const {ctype}")
                          .replace("T *", f"{ctype} *").replace("SMALL", str(SMALL_GEMM))
                          .replace("CANDS", ", ".join(function_name(c, dtype) for c in mine)))
-        self.path = build_library(CProgram("\n\n".join(parts), [], [], blas))
+        self.path = build_library(CProgram(with_release("\n\n".join(parts)), [], [], blas))
         self.lib = ctypes.CDLL(self.path)
 
     def run(self, choice: str, shape: GemmShape, bufs, reps: int) -> float:
@@ -455,6 +455,7 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
     seconds (default per level: quick 10, full 60), store the winners in the tuning cache and return them.
     Shapes already in the cache are not measured again."""
     from . import tuning
+    from .build import release_scratch
 
     level = "full" if level == "full" else "quick"
     budget = budget_s if budget_s is not None else DEFAULT_BUDGET[level]
@@ -543,6 +544,7 @@ def search_gemms(shapes: list[GemmShape], level: str, budget_s: float | None, bl
     finally:
         if bar is not None:
             bar.close()
+        release_scratch([lib.lib])  # (the candidates' packing buffers, grown to these shapes)
     result.seconds = time.perf_counter() - start
     return result
 
