@@ -2,7 +2,10 @@
 
 Every test in a module named ``test_hl_*``, ``test_nn_*`` or ``test_graph`` is parametrized over ``backend`` in
 ``("reference", "cpu")``: the ``cpu`` variant sets ``LUMINAL_DEVICE=cpu``, so each ``graph.execute()`` of an
-uncompiled graph compiles it to C first. Compiled libraries go to a per-session cache folder.
+uncompiled graph compiles it to C first. Compiled libraries go to a per-session cache folder. Every test starts
+with the global generators seeded (luminal's, numpy's, and torch's when imported): modules initialize their
+parameters from them, so a test's values do not depend on which tests ran before it in the same worker (a
+ResNetBlock gradcheck failed once under ``-n 2``).
 
 ``LUMINAL_TEST_BACKENDS`` (comma-separated, default ``reference,cpu``) picks other backends for those suites,
 e.g. ``LUMINAL_TEST_BACKENDS=gpu-interpret`` (Triton's interpreter) or ``LUMINAL_TEST_BACKENDS=cuda`` on a
@@ -42,6 +45,20 @@ def _isolated_cache(tmp_path_factory):
         os.environ.pop("LUMINAL_CACHE_DIR", None)
     else:
         os.environ["LUMINAL_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    import sys
+
+    import numpy as np
+
+    import luminal as lm
+    lm.manual_seed(0)
+    np.random.seed(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
 
 
 @pytest.fixture(autouse=True)

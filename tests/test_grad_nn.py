@@ -24,13 +24,6 @@ from luminal.testing import analytic_grad, gradcheck
 from luminal.training import grad
 
 
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Modules initialize their parameters from the global generator: seed it per test, so a case's values do not
-    depend on which tests ran before it in the same worker (a ResNetBlock gradcheck failed once under ``-n 2``)."""
-    lm.manual_seed(0)
-
-
 TOL = dict(rtol=1e-4, atol=1e-5)  # float32 comparisons with torch.autograd
 
 

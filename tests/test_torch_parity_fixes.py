@@ -268,8 +268,8 @@ def test_erf_within_an_ulp_or_two_per_dtype(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gelu_accurate_relative_to_its_value(backend):
-    """Exact GELU in float32 from one exponential (``Phi = erfc(-x / sqrt 2) / 2``): within 4 ulp above -1, 14
-    above -3, 40 above -5 of ``x Phi(x)`` (float64 ``ndtr``), where ``x/2 (1 + erf(x / sqrt 2))`` cancels (105 ulp
+    """Exact GELU in float32 from one exponential (``Phi = erfc(-x / sqrt 2) / 2``): within 5 ulp above -1, 17
+    above -3, 46 above -5 of ``x Phi(x)`` (float64 ``ndtr``), where ``x/2 (1 + erf(x / sqrt 2))`` cancels (105 ulp
     at -3, PyTorch's float32 kernel 1755); below -5.66 the true value is under 5e-8 in magnitude. float16 and
     bfloat16 are computed in float32 and rounded once (PyTorch's CPU kernel): within half an ulp plus the
     float32 error. The gradient is PyTorch's ``Phi(x) + x phi(x)``."""
@@ -280,7 +280,7 @@ def test_gelu_accurate_relative_to_its_value(backend):
     x64 = T(x.astype(np.float64))
     exact = (x64 * torch.special.ndtr(x64)).numpy()
     ulps = _ulps(g32, exact, np.float32)
-    for lo, bound in ((-1, 4.0), (-3, 14.0), (-5, 40.0)):
+    for lo, bound in ((-1, 5.0), (-3, 17.0), (-5, 46.0)):
         assert ulps[x > lo].max() <= bound, (lo, ulps[x > lo].max(), x[x > lo][ulps[x > lo].argmax()])
     assert np.abs(g32 - exact)[x <= -5].max() <= 5e-8
     assert np.array_equal(np.signbit(g32[x < 0]) | (g32[x < 0] == 0), np.ones((x < 0).sum(), bool))

@@ -63,7 +63,7 @@ ERF_L = {  # (coefficients, mid, half, clamp)
 
 # float32 GELU, fitted by tools/fit_erf.py: Phi(x) = erfc(-x / sqrt 2) / 2 from E = erfc(a) = exp(Q(u) - a^2),
 # a = |x| / sqrt 2 < GELU_CLAMP, u = 2 a / GELU_CLAMP - 1 (E cut to 0 past it: x < -5.66, where x Phi(x) > -5e-8).
-# At most 3.5 ulp for x > -1, 13 ulp for x > -3, 40 ulp for x > -5 (x/2 (1 + erf(x / sqrt 2)) cancels: 105 ulp at
+# At most 5 ulp for x > -1, 17 ulp for x > -3, 46 ulp for x > -5 (x/2 (1 + erf(x / sqrt 2)) cancels: 105 ulp at
 # -3; PyTorch's float32 kernel 1755).
 GELU_CLAMP = 4.0
 GELU_Q = (-1.364941238538556, -0.8363216159510727, 0.30499475252711106, -0.13172065683775686, 0.05715418927959656,

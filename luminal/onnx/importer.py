@@ -101,6 +101,7 @@ class Importer:
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.assumptions: list[tuple[Expression, int, str]] = []   # (symbolic size, its maximum, node) checked per call
         self._scratch: dict[int, GraphTensor] = {}
+        self._producers: dict[str, tuple] = {}  # value name -> (node, Value) that made it (luminal.onnx.fusion)
         self._check_model()
         self._infer_types()
         self._add_initializers()
@@ -312,6 +313,8 @@ class Importer:
         if (domain, node.op_type) in self.functions:
             return self._inline_function(node, index, inputs, scope)
         version = self._check_supported(node, index, domain)
+        if domain == "" and node.op_type == "Mul" and self._fused_gelu(node, scope):
+            return
         spec = REGISTRY[(domain, node.op_type)]
         try:
             results, static = self._build(spec, node, index, inputs, version, scope)
@@ -338,6 +341,22 @@ class Importer:
             else:
                 tensor, onnx_type = item
                 scope[name] = Value(name, onnx_type, tensor=tensor, sources=sources)
+            self._producers[name] = (node, scope[name])
+
+    def _fused_gelu(self, node, scope) -> bool:
+        """Import ``node`` as ``x.gelu()`` where it ends a written-out exact GELU of a run-time float tensor
+        (:mod:`luminal.onnx.fusion`); False (nothing done) elsewhere."""
+        from .fusion import match_gelu
+
+        name = match_gelu(node, scope, self._producers)
+        x = scope.get(name) if name is not None else None
+        if x is None or x.static is not None or x.tensor is None or not x.tensor.dtype.is_float or \
+                not x.tensor.dims or len(node.output) != 1 or not node.output[0]:
+            return False
+        out = node.output[0]
+        scope[out] = Value(out, x.onnx_type, tensor=x.tensor.gelu(), sources=x.sources)
+        self._producers[out] = (node, scope[out])
+        return True
 
     def _where(self, node, index, version=None) -> str:
         name = f" '{node.name}'" if node.name else ""
