@@ -47,6 +47,17 @@ def _isolated_cache(tmp_path_factory):
         os.environ["LUMINAL_CACHE_DIR"] = old
 
 
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A test's own empty library and tuning cache (``pytestmark = pytest.mark.usefixtures("fresh_cache")``)."""
+    from luminal.runtime import tuning
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / "cache"))
+    tuning._forget()
+    yield
+    tuning._forget()
+
+
 @pytest.fixture(autouse=True)
 def _seeded():
     import sys

@@ -23,12 +23,7 @@ from luminal.runtime import program_search as PS
 from luminal.runtime import tuning
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / "cache"))
-    tuning._forget()
-    yield
-    tuning._forget()
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def rand(shape, seed):

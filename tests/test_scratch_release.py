@@ -17,16 +17,11 @@ import pytest
 
 import luminal as lm
 import luminal.nn.functional as F
-from luminal.runtime import build, tuning
+from luminal.runtime import build
 from luminal.training import grad
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / "cache"))
-    tuning._forget()
-    yield
-    tuning._forget()
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def _conv_step(batch=4):
