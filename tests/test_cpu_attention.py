@@ -80,6 +80,22 @@ def test_fused_attention_matches_torch(case):
     np.testing.assert_allclose(got, _torch(q, k, v, causal=causal), **TOL)
 
 
+def test_small_multi_head_chain_runs_on_all_threads():
+    """BERT at 1 x 32 tokens: 12 heads of 32 x 32 x 32 (786K multiply-adds) share their blocks out over the threads
+    (the chain's OpenMP loop is not made serial by a threshold meant for element-wise loops); torch's result."""
+    import re
+
+    shapes = ((1, 12, 32, 32),) * 3
+    q, k, v = _arrays(np.random.default_rng(2), shapes[0], shapes[1], 32)
+    cx, ins, out = _compile(shapes)
+    assert fused_chains(cx) == 1
+    conds = re.findall(r"#pragma omp parallel for collapse\(\d\) schedule\(dynamic, 1\) if\(\((\d+)\) >= (\d+)\)",
+                       cx.runtime.source)
+    assert conds and all(int(work) >= int(floor) for work, floor in conds), conds
+    got = _run(cx, ins, (q, k, v), out, shapes[0])
+    np.testing.assert_allclose(got, _torch(q, k, v), **TOL)
+
+
 def test_key_padding_mask_skips_the_padded_keys():
     """BERT's padding mask: each sequence's keys past its length are masked (bool, broadcast over heads and
     queries); lengths down to one key; plus a float mask added on top of a causal one."""

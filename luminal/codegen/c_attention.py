@@ -50,7 +50,7 @@ from dataclasses import replace
 
 from ..dtype import DType
 from ..shape import Expression, ShapeTracker, to_expr
-from .c_reduce import PARALLEL_WORK, small_extent
+from .c_reduce import small_extent
 from .emit import KernelWriter
 from .gemm_lowp import lowp_name, operand_stores
 from .groups import row_locals
@@ -63,6 +63,10 @@ from .values import kernel_buffers, walk
 # heads of 64): bigger blocks run the GEMMs faster (they pack K and V once per block: 12 x 1024 keys 23.1 ms at 64
 # rows, 21.5 at 256), smaller ones skip more of a causal mask (4 x 12 x 512: 14.9 ms at 64 rows, 17.8 at 256)
 BLOCK_ROWS, MASKED_ROWS, BLOCK_BYTES = 256, 64, 1 << 22
+# multiply-adds of the chain (both products) from which its blocks run on all threads: as a GEMM call does
+# (LM_SPLIT_MACS); PARALLEL_WORK (2^20 element-ops, for generated loops) kept a 12-head 32 x 32 x 32 layer (786K
+# multiply-adds, BERT at 1 x 32) on one thread: 63 -> 41 us on two (min of 15 alternating rounds, 2026-11-29)
+PARALLEL_MACS = 1 << 16
 SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
 TRIM_BLOCK = 128  # the free-axis block of a GEMM trimmed to an operand's nonzero rows (_trimmed_gemm)
 SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
@@ -319,7 +323,7 @@ class AttentionCRendering:
                      f"LUMINAL_MAX(1, {idx(NK)})), ({idx(batch * M)} + lm_t4 - 1) / lm_t4) / 8 * 8);")
         lines.append(f"    const long long lm_nblk = (({idx(M)}) + lm_mb - 1) / lm_mb;")
         lines.append(f"    #pragma omp parallel for collapse({nb + 1}) schedule(dynamic, 1) "
-                     f"if(({idx(macs)}) >= {PARALLEL_WORK})")
+                     f"if(({idx(macs)}) >= {PARALLEL_MACS})")
         for j, d in enumerate(rows[:nb]):
             lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
@@ -449,7 +453,7 @@ class AttentionCRendering:
                      f"({idx(batch * F)} + lm_t4 - 1) / lm_t4) / 16 * 16);")
         lines.append(f"    const long long lm_nblk = ({idx(F)} + lm_fb - 1) / lm_fb;")
         lines.append(f"    #pragma omp parallel for collapse({nb + 1}) schedule(dynamic, 1) "
-                     f"if(({idx(batch * M * N * K)}) >= {PARALLEL_WORK})")
+                     f"if(({idx(batch * M * N * K)}) >= {PARALLEL_MACS})")
         for j, d in enumerate(dims[:nb]):
             lines.append(f"    {'    ' * j}for (long long i{j} = 0; i{j} < {idx(d)}; i{j}++) {{")
         lines.append(f"    {'    ' * nb}for (long long lm_b = 0; lm_b < lm_nblk; lm_b++) {{")
