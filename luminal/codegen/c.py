@@ -221,8 +221,8 @@ class CRenderer(ReduceRendering, AttentionCRendering):
         if libs:
             parts.append(link_function(libs))
         scratch = frozenset(b for g in fused for b in scratch_buffers(self.program, g, self.uses))
-        return CProgram(with_release("\n\n".join(parts)), self.buffer_order, self.symbols, self.blas, groups, libs, self.shared,
-                        scratch)
+        return CProgram(with_release("\n\n".join(parts)), self.buffer_order, self.symbols, self.blas, groups, libs,
+                        self.shared, scratch)
 
     # ------------------------------------------------------------------ loop nests
     def _loops(self, dims, lines, body_fn, indent="    ", parallel=True, simd_inner=False, work=1):

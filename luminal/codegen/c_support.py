@@ -123,7 +123,7 @@ static inline void lm_sfence(void) {
    allocation, use the arena buffer (``fallback``, the row's own place there). Without a fallback (NULL: the
    fused attention's blocks, which have no arena buffer) any size is taken and a failed allocation returns NULL.
    Per-thread scratch is weak and hidden: the translation units of one library share it, each library has its
-   own, and luminal_release() frees it (see release_entry in luminal/codegen/c_support.py). */
+   own, and luminal_release() frees it (with_release in luminal/codegen/c_support.py). */
 #define LM_ROW_SLOTS 8
 #define LM_ROW_MIN 1024
 __attribute__((weak, visibility("hidden"))) __thread void *lm_row_p[LM_ROW_SLOTS];
@@ -268,9 +268,9 @@ _RELEASE_DEF = re.compile(r'__attribute__\(\(weak, visibility\("hidden"\)\)\) vo
 def with_release(source: str) -> str:
     """``source`` (a library's whole C) followed by its exported ``luminal_release()``: every thread of an OpenMP
     team frees its own per-thread scratch (each ``lm_release_*`` / ``*_release`` the source defines; the kernels
-    grow it again on demand). Called from Python (:func:`luminal.runtime.build.release_scratch`) on libraries that will not
-    run for a while, such as a search's candidates: without it each loaded library kept its scratch for the
-    process's life (a searched W4: 17 libraries, 214 MB)."""
+    grow it again on demand). Called from Python (:func:`luminal.runtime.build.release_scratch`) on libraries
+    that will not run for a while, such as a search's candidates: without it each loaded library kept its scratch
+    for the process's life (a searched W4: 17 libraries, 214 MB)."""
     names = list(dict.fromkeys(_RELEASE_DEF.findall(source)))
     calls = " ".join(f"{n}();" for n in names)
     return (f"{source}\n/* frees this library's per-thread scratch (luminal.codegen.c_support.with_release) */\n"

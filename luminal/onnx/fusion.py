@@ -11,7 +11,8 @@ compiler (or kept, where the model reads them elsewhere).
 Matched, in any operand order: ``(x * A) * 0.5``, ``(x * 0.5) * A`` and ``x * (A * 0.5)`` with ``A = erf(D) + 1``
 and ``D = x / sqrt 2`` or ``x * (1 / sqrt 2)``; each constant a scalar known at import (a ``Constant`` node or
 an initializer, read once: a later ``load_state_dict`` changing it does not undo the match), within 1e-6 of its
-value, of at most one axis (so that it does not add axes to x). Every node must have produced the value the importer still holds under its name.
+value, of at most one axis (so that it does not add axes to x). Every node must have produced the value the
+importer still holds under its name.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _scalar(value, want: float) -> bool:
     if value is None or value.static is None:
         return False
     a = np.asarray(value.static)
-    return a.size == 1 and a.ndim <= 1 and a.dtype.kind == "f" and math.isclose(float(a.reshape(())), want, rel_tol=1e-6)
+    return a.size == 1 and a.ndim <= 1 and a.dtype.kind == "f" and \
+        math.isclose(float(a.reshape(())), want, rel_tol=1e-6)
 
 
 def match_gelu(node, scope, producers: dict) -> str | None:

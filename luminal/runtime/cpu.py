@@ -33,8 +33,8 @@ from ..codegen.kernel import Program, lower
 from ..codegen.toolchain import find_compiler
 from ..graph import Graph
 from .cpu_plan import _Binding, _Layout, _Plan, _aligned_empty, exclusively_held  # noqa: F401
-from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library, build_program,  # noqa: F401
-                    load_program, cache_dir, clean_stale_temporaries, release_scratch)
+from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library,  # noqa: F401
+                    build_program, load_program, cache_dir, clean_stale_temporaries, release_scratch)
 
 # GCC's OpenMP workers spin ~300k iterations after each parallel region by default; between our many short
 # regions (and while Python runs between executes) that spinning steals the second core. A short spin keeps
@@ -82,16 +82,13 @@ class CPURuntime:
         # float16 are read as they are stored, not through a float32 copy
         self.program: Program = narrow_operands(order_outputs(transpose_outputs(lower(graph))))
         self.blas = _blas() is not None
-        # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue), chosen at the bindings
-        # known now: measured with search "quick"/"full", else the tuning cache's decision (default: materialized)
+        # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue) and the direct convolution's
+        # form: measured with search "quick"/"full" at the bindings known now, else the tuning cache's (or default)
         from .prologue_search import choose_prologues
         from ..codegen.gemm_prologue import fuse_prologues
-        # (and where the direct convolution applies, packed instead when that measured faster)
-        (self.fused_buffers, self.prologue_timings, self.packed_buffers, self.marginal_buffers,
-         self.wino_buffers) = choose_prologues(self.program, dict(graph.dyn_map), self.search_level, self.blas,
-                                               budget_s=self.budget_s)
-        self.program = fuse_prologues(self.program, self.fused_buffers, self.packed_buffers, self.marginal_buffers,
-                                      self.wino_buffers)
+        plan = choose_prologues(self.program, dict(graph.dyn_map), self.search_level, self.blas, budget_s=self.budget_s)
+        self.fused_buffers, self.prologue_timings, self.packed_buffers, self.marginal_buffers, self.wino_buffers = plan
+        self.program = fuse_prologues(self.program, plan[0], *plan[2:])
         if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
         self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
