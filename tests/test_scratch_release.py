@@ -128,3 +128,36 @@ def test_searches_release_the_libraries_they_load(monkeypatch):
     assert len(searched) >= 3 and any(isinstance(lib, ctypes.CDLL) for lib in searched)
     assert not [lib for lib in searched if all(lib is not r for r in released)]
     assert not final & set(map(id, released))
+
+
+def test_release_from_another_thread_while_the_program_runs():
+    """``luminal_release`` frees the scratch of the calling thread's OpenMP team only: releasing from one thread
+    while another runs the same library in a loop never changes a result (nor crashes)."""
+    import threading
+
+    cx, outs = _conv_step()
+    cx.compile(device="cpu")
+    cx.execute()
+    want = [t.data().copy() for t in outs]
+    stop, errors = threading.Event(), []
+
+    def run():
+        try:
+            for _ in range(30):
+                cx.execute()
+                for a, t in zip(want, outs):
+                    np.testing.assert_array_equal(t.data(), a)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+        finally:
+            stop.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    releases = 0
+    while not stop.is_set():
+        cx.runtime.release_scratch()
+        releases += 1
+    worker.join()
+    assert not errors, errors[0]
+    assert releases > 0
