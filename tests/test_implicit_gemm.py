@@ -289,6 +289,34 @@ def test_winograd_choice_is_honoured(monkeypatch, tmp_path, plan, tile):
     _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "wino_buffers")
 
 
+def test_readers_of_one_copy_take_their_own_winograd_forms(monkeypatch, tmp_path):
+    """A measurement in which the first reader of a copy is fastest in the rules' form and the second without
+    Winograd (the forward and the weight gradient read the same im2col): each takes its own (``"wino-mix"``),
+    the results are torch's, and "off" in a new graph takes the cached choice."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    real = prologue_search.measure_prologue
+
+    def measured(*args, **kw):
+        m = real(*args, **kw)
+        if m is not None and "wino-off" in m and len(m["fused_each"]) >= 2:
+            n = len(m["fused_each"])
+            m["fused_each"] = [0.0] + [1.0] * (n - 1)
+            m["wino-off_each"] = [1.0] + [0.0] * (n - 1)
+            for k in ("fused", "materialized", *prologue_search.FUSED[1:]):
+                if k in m:
+                    m[k] = 10.0
+        return m
+    monkeypatch.setattr(prologue_search, "measure_prologue", measured)
+    xs, ws, kw = WINO_CASE
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    mixed = {b: f for b, f in cx.runtime.wino_buffers.items() if isinstance(f, tuple)}
+    assert mixed and all(f[0] is None and set(f[1:]) == {0} for f in mixed.values()), cx.runtime.wino_buffers
+    prog = cx.runtime.program
+    assert any(k.wino == 0 for k in prog.kernels if isinstance(k, GemmKernel))
+    assert any(f[0] in ("wino", "winodw") for f in _wino_forms(prog))  # (the first readers keep theirs)
+    _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "wino_buffers")
+
+
 def test_forced_fusion_with_gemm_search(monkeypatch, tmp_path):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     kw = dict(padding=1, stride=2)

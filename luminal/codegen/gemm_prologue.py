@@ -157,7 +157,8 @@ def fuse_prologues(program: Program, buffers, packed=(), marginal=(), wino=None)
     index: tables keyed by kernel index are built on the returned program); the readers of a buffer in
     ``packed`` pack it (never the direct convolution), those of one in ``marginal`` take the direct convolution
     in its marginal forms too (``GemmKernel.direct``); ``wino`` maps a buffer to the Winograd form of its readers
-    (``GemmKernel.wino``: 0 none, 2 or 4 the tile size). Returns ``program`` itself when ``buffers`` is empty."""
+    (``GemmKernel.wino``: 0 none, 2 or 4 the tile size), or to one per reader (a tuple in the order the readers
+    first appear in its uses; None: the rules'). Returns ``program`` itself when ``buffers`` is empty."""
     buffers, packed, marginal, wino = set(buffers), set(packed), set(marginal), dict(wino or {})
     if not buffers:
         return program
@@ -169,14 +170,17 @@ def fuse_prologues(program: Program, buffers, packed=(), marginal=(), wino=None)
     for buf in buffers:
         w = next(i for i, k in enumerate(kernels) if k is not None and k.out == buf)
         mat = kernels[w]
+        readers = list(dict.fromkeys(r for r, _ in cands[buf]))
         for r, side in cands[buf]:
             g = kernels[r]
+            form = wino.get(buf)
+            form = form[readers.index(r)] if isinstance(form, tuple) else form
             view = getattr(g, side + "_view")
             pro = Prologue(mat, view, side, split_axes(mat.dims, view, side))
             kernels[r] = dataclasses.replace(g, **{side: None, side + "_pro": pro},
                                              **({"direct": False} if buf in packed else
                                                 {"direct": "marginal"} if buf in marginal else {}),
-                                             **({"wino": wino[buf]} if buf in wino else {}))
+                                             **({"wino": form} if form is not None else {}))
         kernels[w] = None
     new = Program([k for k in kernels if k is not None], {b: v for b, v in program.buffers.items() if b not in buffers},
                   list(program.inputs), list(program.outputs), dict(program.aliases))

@@ -17,7 +17,8 @@ images, half the lanes idle, 4.1 vs 7.5: so the thresholds stay, and the search 
 fused reader runs a Winograd form (:mod:`luminal.codegen.gemm_winograd`: a 3x3 stride-1 layer), the same GEMMs
 with each other form that changes some reader's plan (``"wino-off"``: the direct kernel's other forms,
 ``"wino-f2"`` / ``"wino-f4"``: F(2x2, 3x3) / F(4x4, 3x3); ``GemmKernel.wino``) are measured too, instead of the
-count rules alone (:func:`~luminal.codegen.gemm_winograd.wino_tile`, fitted on seven layers of one machine).
+count rules alone (:func:`~luminal.codegen.gemm_winograd.wino_tile`, fitted on seven layers of one machine), and
+where the copy's readers are fastest in different forms, ``"wino-mix"`` gives each its own.
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
@@ -46,6 +47,8 @@ from ..shape import to_expr
 # the measured plans whose GEMMs read the operand through its prologue
 FUSED = ("fused", "packed", "marginal", "wino-off", "wino-f2", "wino-f4")
 WINO = {"wino-off": 0, "wino-f2": 2, "wino-f4": 4}  # plan -> GemmKernel.wino
+# every plan a decision may name: "wino-mix" gives each reader of the copy its own fastest form (_mixed_forms)
+PLANS = FUSED + ("wino-mix", "materialized")
 FORMS = 2  # stored with each decision: an entry measured before the Winograd forms were plans is measured again
 ROUNDS = 5
 ROUND_S = 0.02
@@ -284,10 +287,13 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
 
     for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
-        if entry is not None and entry.get("choice") in FUSED + ("materialized",) and \
+        mix = entry.get("wino") if entry is not None else None
+        if entry is not None and entry.get("choice") in PLANS and (entry["choice"] != "wino-mix" or (
+                isinstance(mix, list) and len(mix) == len(dict.fromkeys(r for r, _ in uses)) and
+                all(s in (None, 0, 2, 4) for s in mix))) and \
                 (level in ("off", "background") or level == "quick" and entry.get("forms") == FORMS or
                  entry.get("level") == "full" and entry.get("forms") == FORMS):
-            _take(entry["choice"], buf, chosen, packed, marginal, wino)
+            _take(entry["choice"], buf, chosen, packed, marginal, wino, mix)
             continue
         if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
@@ -310,16 +316,35 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         # only where its products matched
         times = {"materialized": m["materialized"], **({"fused": m["fused"]} if m["correct"] else {}),
                  **{k: m[k] for k in FUSED[1:] if m.get(f"{k}_correct")}}
+        mix = _mixed_forms(m)
+        if mix is not None:
+            times["wino-mix"] = mix[0]
         choice = min(times, key=times.get)
-        _take(choice, buf, chosen, packed, marginal, wino)
+        mix = list(mix[1]) if choice == "wino-mix" else None
+        _take(choice, buf, chosen, packed, marginal, wino, mix)
         if store and m["correct"]:
             tuning.store(keys[buf], {"choice": choice, "seconds": times[choice], "level": level,
-                                     "candidates": times, "forms": FORMS})
+                                     "candidates": times, "forms": FORMS, **({"wino": mix} if mix else {})})
     return chosen, report, packed, marginal, wino
 
 
-def _take(choice: str, buf: int, chosen: set, packed: set, marginal: set, wino: dict) -> None:
-    """Record the plan ``choice`` for ``buf`` in choose_prologues' results."""
+def _mixed_forms(m: dict):
+    """Where the readers of one copy are fastest in different Winograd forms (a layer's forward in one, its weight
+    gradient, which reads the same im2col, in another): ``(seconds, [GemmKernel.wino per reader])`` of each
+    reader in its fastest correct form (None: the rules'); None where one form is fastest for all (a plan
+    already) or fewer than two were measured."""
+    forms = {"fused": None, **WINO}
+    ok = [f for f in forms if f in m and (m["correct"] if f == "fused" else m.get(f"{f}_correct"))]
+    if len(ok) < 2:
+        return None
+    pick = [min(ok, key=lambda f: m[f"{f}_each"][j]) for j in range(len(m["fused_each"]))]
+    if len(set(pick)) < 2:
+        return None
+    return sum(m[f"{f}_each"][j] for j, f in enumerate(pick)), [forms[f] for f in pick]
+
+
+def _take(choice: str, buf: int, chosen: set, packed: set, marginal: set, wino: dict, mix=None) -> None:
+    """Record the plan ``choice`` for ``buf`` in choose_prologues' results (``mix``: a ``"wino-mix"``'s forms)."""
     if choice != "materialized":
         chosen.add(buf)
     if choice == "packed":
@@ -328,6 +353,8 @@ def _take(choice: str, buf: int, chosen: set, packed: set, marginal: set, wino: 
         marginal.add(buf)
     if choice in WINO:
         wino[buf] = WINO[choice]
+    if choice == "wino-mix":
+        wino[buf] = tuple(mix)
 
 
 def fused_config(g: GemmKernel):
