@@ -22,7 +22,8 @@ from luminal.compiler.egraph import EqualitySaturation
 from luminal.compiler.egraph import alternatives as ALT
 from luminal.runtime import program_search as PS
 from luminal.training import grad
-from test_program_search import fresh_cache  # noqa: F401 (autouse: a fresh tuning cache per test)
+
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # (a fresh tuning cache per test: tests/conftest.py)
 
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
