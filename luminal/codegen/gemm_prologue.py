@@ -170,11 +170,10 @@ def fuse_prologues(program: Program, buffers, packed=(), marginal=(), wino=None)
     for buf in buffers:
         w = next(i for i, k in enumerate(kernels) if k is not None and k.out == buf)
         mat = kernels[w]
-        readers = list(dict.fromkeys(r for r, _ in cands[buf]))
+        readers, forms = list(dict.fromkeys(r for r, _ in cands[buf])), wino.get(buf)
         for r, side in cands[buf]:
             g = kernels[r]
-            form = wino.get(buf)
-            form = form[readers.index(r)] if isinstance(form, tuple) else form
+            form = forms[readers.index(r)] if isinstance(forms, tuple) else forms
             view = getattr(g, side + "_view")
             pro = Prologue(mat, view, side, split_axes(mat.dims, view, side))
             kernels[r] = dataclasses.replace(g, **{side: None, side + "_pro": pro},

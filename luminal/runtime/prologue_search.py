@@ -287,13 +287,8 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
 
     for buf, uses in sorted(cands.items(), key=work):
         entry = cached.get(keys[buf])
-        mix = entry.get("wino") if entry is not None else None
-        if entry is not None and entry.get("choice") in PLANS and (entry["choice"] != "wino-mix" or (
-                isinstance(mix, list) and len(mix) == len(dict.fromkeys(r for r, _ in uses)) and
-                all(s in (None, 0, 2, 4) for s in mix))) and \
-                (level in ("off", "background") or level == "quick" and entry.get("forms") == FORMS or
-                 entry.get("level") == "full" and entry.get("forms") == FORMS):
-            _take(entry["choice"], buf, chosen, packed, marginal, wino, mix)
+        if _usable(entry, uses, level):
+            _take(entry["choice"], buf, chosen, packed, marginal, wino, entry.get("wino"))
             continue
         if level not in ("quick", "full") or time.perf_counter() - start > budget:
             if default_fused(program, buf, uses):
@@ -312,8 +307,8 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
         if not m["correct"]:
             warnings.warn(f"search: the fused prologue gave a wrong result for {keys[buf]}; not used", stacklevel=2)
         # the fastest of: materialized, fused (the direct convolution where it applies), packed (fused, no
-        # direct convolution), marginal (fused, the direct convolution in its marginal forms too); a fused form
-        # only where its products matched
+        # direct convolution), marginal (fused, the direct convolution in its marginal forms too), the Winograd
+        # forms (one for all readers, or each reader's own); a fused form only where its products matched
         times = {"materialized": m["materialized"], **({"fused": m["fused"]} if m["correct"] else {}),
                  **{k: m[k] for k in FUSED[1:] if m.get(f"{k}_correct")}}
         mix = _mixed_forms(m)
@@ -326,6 +321,21 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
             tuning.store(keys[buf], {"choice": choice, "seconds": times[choice], "level": level,
                                      "candidates": times, "forms": FORMS, **({"wino": mix} if mix else {})})
     return chosen, report, packed, marginal, wino
+
+
+def _usable(entry, uses, level: str) -> bool:
+    """Whether the cached decision ``entry`` (or None) stands for a copy read by ``uses`` at search ``level``:
+    a known plan (a ``"wino-mix"`` with one valid form per reader), from a search with these plans (``FORMS``)
+    unless nothing is measured now (``"off"``, ``"background"``), and measured by ``"full"`` for ``"full"``."""
+    if entry is None or entry.get("choice") not in PLANS:
+        return False
+    mix = entry.get("wino")
+    if entry["choice"] == "wino-mix" and not (isinstance(mix, list) and all(s in (None, 0, 2, 4) for s in mix)
+                                              and len(mix) == len(dict.fromkeys(r for r, _ in uses))):
+        return False
+    if level in ("off", "background"):
+        return True
+    return entry.get("forms") == FORMS and (level == "quick" or entry.get("level") == "full")
 
 
 def _mixed_forms(m: dict):
