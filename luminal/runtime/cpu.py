@@ -64,8 +64,8 @@ class CPURuntime:
     at compile() for the bindings known then and at every binding set planned later (nothing is measured);
     ``"quick"``/``"full"`` measure the candidates not yet cached within ``budget_s`` seconds before the first
     run (at construction when every size is known, else at the first ``execute()``, whose bindings are then
-    the tuned ones); ``"background"`` runs at once with the ``"off"`` plan and searches in a thread, the
-    faster library being swapped in between two ``execute()`` calls.
+    the tuned ones); ``"background"`` runs at once with the ``"off"`` plan and searches in a child process
+    (:mod:`luminal.runtime.search_worker`), the faster library being swapped in between two ``execute()`` calls.
     """
 
     def __init__(self, graph: Graph, search: str = "off", budget_s: float | None = None):
@@ -184,11 +184,11 @@ class CPURuntime:
     def _untuned(self, bindings) -> bool:
         return any(self._sizes(s) not in self.gemm_table[i] for i, s in self._shapes(bindings).items())
 
-    def _tune_into(self, table, bindings, level: str, progress=None) -> bool:
-        """Search the GEMMs at ``bindings`` (cached winners are reused) and merge the winners into ``table``."""
-        from .search import search_gemms
-        shapes = self._shapes(bindings)
-        result = search_gemms(list(shapes.values()), level, self.budget_s, self.blas, progress=progress)
+    def _tune_into(self, table, bindings, level: str, isolated=False) -> bool:
+        """Search the GEMMs at ``bindings`` (in a child process if ``isolated``; cached ones reused) into ``table``."""
+        from . import search, search_worker
+        run = search_worker.search_in_process if isolated else search.search_gemms
+        result = run(list(self._shapes(bindings).values()), level, self.budget_s, self.blas)
         self.search_result = result
         return self._merge(table, bindings, result.choices)
 
@@ -237,7 +237,7 @@ class CPURuntime:
                     bindings = self._queue.pop(0)
                     table = {i: dict(e) for i, e in (self._pending[0] if self._pending else self.gemm_table).items()}
                 try:
-                    changed = self._tune_into(table, bindings, "full", progress=False)
+                    changed = self._tune_into(table, bindings, "full", isolated=True)
                     built = self._build(table) if changed else None
                 except BaseException as e:  # reported by wait_for_search(); execution goes on with the old plan
                     self._search_error = e

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import re
 import time
 import warnings
@@ -415,6 +416,7 @@ class SearchResult:
     seconds: float = 0.0
     interrupted: bool = False
     cached: int = 0
+    pid: int = field(default_factory=os.getpid)  # the process that measured (search="background": a child)
 
 
 def default_equivalent(shape: GemmShape, blas: bool) -> str | None:
