@@ -378,3 +378,42 @@ def test_autocast_conv_stores_its_im2col_as_bfloat16(monkeypatch):
     for got, want in ((dw, tw.grad.numpy()), (dx, tx.grad.numpy())):
         np.testing.assert_allclose(np.asarray(got.data()), want, rtol=2 * 2.0 ** -7,
                                    atol=1e-2 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("loss_kind", ["cross_entropy", "mean"])
+def test_autocast_training_step_reads_every_gemm_operand_as_bfloat16(loss_kind):
+    """Under autocast, the gradient of a product's output is a bfloat16 value, also where the bias gradient sums it
+    too (its readers widen it) or where it is a constant (a mean's 1 / N, a power of two): every GEMM of the step
+    reads bfloat16 operands (a float32 one is split into three bfloat16 parts: three times the work). The
+    gradients equal torch's CPU autocast within a few bfloat16 roundings."""
+    import luminal.nn as nn
+    import luminal.nn.functional as F
+    from luminal.training import grad
+
+    torch.manual_seed(3)
+    tm = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                             torch.nn.Linear(32, 8))
+    m = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
+    m.load_state_dict({k: v.detach().numpy().copy() for k, v in tm.state_dict().items()})
+    rng = np.random.default_rng(7)
+    xv, yv = rng.standard_normal((16, 20)).astype(np.float32), rng.integers(0, 8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        t_out = tm(torch.from_numpy(xv))
+        t_loss = torch.nn.functional.cross_entropy(t_out, torch.from_numpy(yv)) if loss_kind == "cross_entropy" \
+            else t_out.float().mean()
+    t_loss.backward()
+
+    cx = lm.Graph()
+    x, y = cx.tensor(xv.shape).set(xv), cx.tensor(yv.shape, "int64").set(yv)
+    with lm.autocast(lm.bfloat16):
+        out = m(x)
+        loss = F.cross_entropy(out, y) if loss_kind == "cross_entropy" else out.cast("float32").mean()
+    params = list(m.parameters())
+    grads = [g.retrieve() for g in grad(loss, params)]
+    cx.compile(device="cpu")
+    cx.execute()
+    stores = _gemms(cx)
+    assert len(stores) >= 7 and all(s is not None and "float32" not in s for s in stores), stores
+    for g, tp in zip(grads, tm.parameters()):
+        want = tp.grad.numpy()
+        np.testing.assert_allclose(np.asarray(g.data()), want, rtol=4 * 2.0 ** -7, atol=1e-2 * np.abs(want).max())

@@ -79,8 +79,8 @@ class CPURuntime:
         from ..codegen.layout_order import order_outputs
         # products stored transposed where their readers walk them column-wise (luminal.codegen.layout), the
         # kernels after a product in its order (luminal.codegen.layout_order); GEMM operands stored as bfloat16 /
-        # float16 are read as they are stored, not through a float32 copy
-        self.program: Program = narrow_operands(order_outputs(transpose_outputs(lower(graph))))
+        # float16 are read as they are stored, not through a float32 copy (also those other kernels read)
+        self.program: Program = narrow_operands(order_outputs(transpose_outputs(lower(graph))), widen_readers=True)
         self.blas = _blas() is not None
         # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue) and the direct convolution's
         # form: measured with search "quick"/"full" at the bindings known now, else the tuning cache's (or default)
