@@ -121,6 +121,8 @@ class KernelWriter:
         if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
             return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
         text = self._compute(value, args)
+        if isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
+            rounded = False  # (0 or 1: a bfloat16 value already; autocast's masks, relu's gradient)
         return self.temp(value.dtype, _round(value.dtype, text) if rounded else text)
 
     def _in_bounds(self, buffer: int, off: Expression) -> bool:
