@@ -6,16 +6,22 @@
 * Cache: a shared object is keyed by a hash of source, flags and compiler and lives in ``LUMINAL_CACHE_DIR``
   (default ``$XDG_CACHE_HOME/luminal`` or ``~/.cache/luminal``) with a record (``.sig``) of its own SHA-256;
   it is loaded only when the record verifies (see :func:`build_library`).
+* Time limit: a compile that runs past :func:`compile_timeout` seconds (``LUMINAL_CC_TIMEOUT``, default
+  :data:`CC_TIMEOUT_S`; less inside :func:`compile_deadline`, which the searches use so that a candidate's
+  compile cannot outlast their budget) is killed and raises :class:`CompileTimeout`; nothing of it stays in
+  the cache folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import re
 import subprocess
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,6 +30,49 @@ from ..codegen.c import CProgram
 from ..codegen.toolchain import find_compiler
 
 BASE_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
+CC_TIMEOUT_S = 900.0  # a C compile's time limit when LUMINAL_CC_TIMEOUT is not set (the largest programs take ~30 s)
+# a search's candidate compile may take what is left of the search's budget, but at least this: a cold compile on
+# a loaded machine takes seconds, and a budget is no reason to throw away most of a compile (the limit is there
+# for compiles that would never end)
+SEARCH_COMPILE_FLOOR_S = 30.0
+
+
+class CompileTimeout(RuntimeError):
+    """A C compile ran past its time limit and was killed (:func:`compile_timeout`)."""
+
+
+_limits = threading.local()  # this thread's compile deadline (compile_deadline), as time.monotonic()
+
+
+def compile_timeout() -> float | None:
+    """Seconds a C compile started now in this thread may take: ``LUMINAL_CC_TIMEOUT`` (a positive number; ``0``:
+    no limit; default :data:`CC_TIMEOUT_S`), or less inside :func:`compile_deadline`; None: no limit."""
+    raw = os.environ.get("LUMINAL_CC_TIMEOUT", "").strip()
+    try:
+        limit = float(raw) if raw else CC_TIMEOUT_S
+    except ValueError:
+        limit = -1.0
+    if not limit >= 0 or limit == float("inf"):
+        raise ValueError(f"LUMINAL_CC_TIMEOUT={raw!r}: expected a positive number of seconds (0: no limit)")
+    limit = limit or None
+    deadline = getattr(_limits, "deadline", None)
+    if deadline is not None:
+        left = max(deadline - time.monotonic(), 1e-3)
+        limit = left if limit is None else min(limit, left)
+    return limit
+
+
+@contextlib.contextmanager
+def compile_deadline(seconds: float):
+    """Within the block, C compiles started by this thread must finish within ``seconds`` from now (nested blocks
+    keep the earlier deadline); one that would not is killed (:class:`CompileTimeout`)."""
+    prev = getattr(_limits, "deadline", None)
+    mine = time.monotonic() + seconds
+    _limits.deadline = mine if prev is None else min(prev, mine)
+    try:
+        yield
+    finally:
+        _limits.deadline = prev
 
 
 def _blas():
@@ -88,11 +137,12 @@ if hasattr(os, "register_at_fork"):
 def build_program(cprogram: CProgram) -> tuple[str, list[str]]:
     """Build ``cprogram`` and the libraries of its parts (:mod:`luminal.codegen.library`), concurrently, each
     cached and verified by :func:`build_library`; returns ``(program path, [part paths])``."""
+    timeout = compile_timeout()  # (this thread's deadline, for the pool's threads too)
     if not cprogram.parts:
-        return build_library(cprogram), []
+        return build_library(cprogram, timeout), []
     units = [cprogram, *(CProgram(p.source, [], [], cprogram.uses_blas) for p in cprogram.parts)]
     with ThreadPoolExecutor(max_workers=min(len(units), max(1, _cores()))) as pool:
-        paths = list(pool.map(build_library, units))
+        paths = list(pool.map(lambda unit: build_library(unit, timeout), units))
     return paths[0], paths[1:]
 
 
@@ -183,8 +233,12 @@ def prebuild(cprogram: CProgram) -> threading.Thread | None:
     return thread
 
 
-def build_library(cprogram: CProgram) -> str:
-    """Compile ``cprogram`` to a shared object (or reuse the cached one); returns its path.
+_NOW = object()  # build_library's default timeout: compile_timeout() at the call
+
+
+def build_library(cprogram: CProgram, timeout=_NOW) -> str:
+    """Compile ``cprogram`` to a shared object (or reuse the cached one) within ``timeout`` seconds (default
+    :func:`compile_timeout`; None: no limit, else :class:`CompileTimeout`); returns its path.
 
     The cache is trusted only after verification: next to each library a record (``.sig``) holds the SHA-256
     of the library file and of everything that went into it (source, compiler, flags); a library whose record
@@ -195,13 +249,15 @@ def build_library(cprogram: CProgram) -> str:
     if cc is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
     flags, link, source_hash, key = _signature(cprogram, cc)
+    timeout = compile_timeout() if timeout is _NOW else timeout
     with _KEY_LOCKS_GUARD:  # one build of a key at a time in this process (the temporaries are named by pid)
         lock = _KEY_LOCKS.setdefault(key, threading.Lock())
     with lock:
-        return _build(cprogram, cc, flags, link, source_hash, key)
+        return _build(cprogram, cc, flags, link, source_hash, key, timeout)
 
 
-def _build(cprogram: CProgram, cc: str, flags: list, link: list, source_hash: str, key: str) -> str:
+def _build(cprogram: CProgram, cc: str, flags: list, link: list, source_hash: str, key: str,
+           timeout: float | None = None) -> str:
     folder = cache_dir()
     path = os.path.join(folder, f"luminal_{key}.so")
     if os.path.exists(path):
@@ -220,10 +276,17 @@ def _build(cprogram: CProgram, cc: str, flags: list, link: list, source_hash: st
     units = split_units(cprogram.source, _parallel_units(cprogram.source))
     unit_files = [os.path.join(folder, f"luminal_{key}.{pid}.u{j}.c") for j in range(len(units or ()))]
     try:
-        if units is None:
-            proc = subprocess.run([cc, *flags, src, "-o", tmp_out, *link], capture_output=True, text=True)
-        else:
-            proc = _compile_units(cc, flags, link, units, unit_files, tmp_out)
+        try:
+            if units is None:
+                proc = subprocess.run([cc, *flags, src, "-o", tmp_out, *link], capture_output=True, text=True,
+                                      timeout=timeout)
+            else:
+                proc = _compile_units(cc, flags, link, units, unit_files, tmp_out, timeout)
+        except subprocess.TimeoutExpired:
+            raise CompileTimeout(f"C compilation of {os.path.basename(path)} ({len(cprogram.source) >> 10} KB of "
+                                 f"C) did not finish within {timeout:.3g} s and was stopped (LUMINAL_CC_TIMEOUT sets "
+                                 f"the limit, default {CC_TIMEOUT_S:.0f} s; a search's candidate gets what is left "
+                                 "of the search's budget)") from None
         if proc.returncode != 0:
             kept = os.path.join(folder, f"luminal_{key}.failed.c")
             os.replace(src, kept)
@@ -397,22 +460,32 @@ class _Result:  # what _compile_units reports, shaped like subprocess.CompletedP
         self.returncode, self.stderr = returncode, stderr
 
 
-def _compile_units(cc: str, flags: list[str], link: list[str], units: list[str], files: list[str], out: str):
-    """Compile the units to objects concurrently, then link them into ``out``."""
+def _compile_units(cc: str, flags: list[str], link: list[str], units: list[str], files: list[str], out: str,
+                   timeout: float | None = None):
+    """Compile the units to objects concurrently, then link them into ``out``, all within ``timeout`` seconds
+    (else every compiler still running is killed and ``subprocess.TimeoutExpired`` raised)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    left = lambda: None if end is None else max(end - time.monotonic(), 1e-3)  # noqa: E731
     objects = [f[:-2] + ".o" for f in files]
     unit_flags = [f for f in flags if f != "-shared"]
     procs = []
-    for text, path, obj in zip(units, files, objects):
-        with open(path, "w") as f:
-            f.write(text)
-        procs.append(subprocess.Popen([cc, *unit_flags, "-c", path, "-o", obj], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    errors = []
-    for p in procs:
-        _, err = p.communicate()
-        if p.returncode != 0:
-            errors.append(err)
+    try:
+        for text, path, obj in zip(units, files, objects):
+            with open(path, "w") as f:
+                f.write(text)
+            procs.append(subprocess.Popen([cc, *unit_flags, "-c", path, "-o", obj], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        errors = []
+        for p in procs:
+            _, err = p.communicate(timeout=left())
+            if p.returncode != 0:
+                errors.append(err)
+    finally:
+        for p in procs:  # (a timeout or an interrupt: no compiler outlives the build)
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     if errors:
         return _Result(1, "\n".join(errors))
-    proc = subprocess.run([cc, *flags, *objects, "-o", out, *link], capture_output=True, text=True)
+    proc = subprocess.run([cc, *flags, *objects, "-o", out, *link], capture_output=True, text=True, timeout=left())
     return _Result(proc.returncode, proc.stderr)

@@ -24,7 +24,9 @@ with one kind of rewrite applied everywhere it matched, the best with one e-clas
   rounds a challenger slower than :data:`EARLY_STOP` times the best stops. Only candidate 0, the fastest
   challenger so far and the one racing are alive at a time (each holds its arena and library: W4's eight
   candidates, all alive at once, took 620 MB; the process peaked at 966 MB against PyTorch eager's ~480). The
-  budget covers building and measuring; candidates not built when it runs out are not measured;
+  budget covers building and measuring; candidates not built when it runs out are not measured, and a
+  challenger's C compile is stopped (the candidate dropped) past what is left of the budget, or
+  :data:`~luminal.runtime.build.SEARCH_COMPILE_FLOOR_S` if that is more;
 * the winner is the fastest, but the cost model's choice (candidate 0) is kept unless another is at least
   :data:`MARGIN` faster, and then again in :data:`CONFIRM` paired rounds (the two alternating; the median of
   the per-pair ratios must be below ``1 - MARGIN``): on a shared machine single rounds vary by more than the
@@ -38,6 +40,7 @@ later compiles and processes. Ctrl-C keeps what was measured so far. A tqdm bar 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import time
@@ -45,6 +48,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .build import SEARCH_COMPILE_FLOOR_S, compile_deadline
 
 ROUNDS = 5
 ROUND_S = 0.02
@@ -212,7 +217,10 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
             if i > 0 and time.perf_counter() - start > budget_s:
                 result.rejected[i] = "not built: the budget was spent"
                 continue
-            g = _build(base, cand, apply, tail, retrieved, ref, i, result)
+            # a challenger's compile may take what is left of the budget, at least SEARCH_COMPILE_FLOOR_S
+            # (candidate 0 is built whatever it takes)
+            limit = None if i == 0 else max(budget_s - (time.perf_counter() - start), SEARCH_COMPILE_FLOOR_S)
+            g = _build(base, cand, apply, tail, retrieved, ref, i, result, limit)
             if g is None:
                 continue
             if bar is not None:
@@ -248,12 +256,13 @@ def measure(graph, candidates, apply, tail, budget_s: float, progress=None) -> P
     return result
 
 
-def _build(base, cand, apply, tail, retrieved, ref, i: int, result: ProgramSearchResult):
-    """Candidate ``i`` rebuilt in a copy of ``base``, compiled, run once and checked against the reference
-    outputs ``ref``; None (with the reason in ``result.rejected`` and a warning) when it fails or disagrees."""
+def _build(base, cand, apply, tail, retrieved, ref, i: int, result: ProgramSearchResult, limit=None):
+    """Candidate ``i`` rebuilt in a copy of ``base``, compiled (its C compiles within ``limit`` seconds when
+    given: :func:`luminal.runtime.build.compile_deadline`), run once and checked against the reference outputs
+    ``ref``; None (with the reason in ``result.rejected`` and a warning) when it fails or disagrees."""
     g = detached_copy(base)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), compile_deadline(limit) if limit is not None else contextlib.nullcontext():
             warnings.simplefilter("ignore")
             apply(g, cand)
             g.compile(tail, device="cpu", search="off")

@@ -43,6 +43,7 @@ import numpy as np
 from ..codegen.gemm_prologue import fuse_prologues, fused_gemm_source, fused_name, prologue_candidates
 from ..codegen.kernel import GemmKernel, Program
 from ..shape import to_expr
+from .build import SEARCH_COMPILE_FLOOR_S, CompileTimeout, compile_deadline
 
 # the measured plans whose GEMMs read the operand through its prologue
 FUSED = ("fused", "packed", "marginal", "wino-off", "wino-f2", "wino-f4")
@@ -295,10 +296,14 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
                 chosen.add(buf)
             continue
         try:
-            m = measure_prologue(program, buf, uses, bindings, blas)
+            with compile_deadline(max(budget - (time.perf_counter() - start), SEARCH_COMPILE_FLOOR_S)):
+                m = measure_prologue(program, buf, uses, bindings, blas)
         except KeyboardInterrupt:
             warnings.warn("prologue search interrupted: remaining operands stay materialized", stacklevel=2)
             break
+        except CompileTimeout as e:  # (its measuring program would have outlasted the budget) the default
+            warnings.warn(f"prologue search: {e}; {keys[buf]} takes the unmeasured default", stacklevel=2)
+            m = None
         if m is None:  # (a size not bound yet, a symbolic batch: nothing to measure) the unmeasured default
             if default_fused(program, buf, uses):
                 chosen.add(buf)
