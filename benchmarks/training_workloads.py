@@ -83,7 +83,7 @@ def _luminal_model(case):
 
 
 def _winners(cx, search):
-    if search != "off":  # on stderr: the parent prints them under the table
+    if search in ("quick", "full"):  # on stderr: the parent prints them under the table ("background": later)
         print("winners: " + json.dumps(cx.runtime.search_result.choices), file=sys.stderr)
         fused = {k: ("fused" if m["correct"] and m["fused"] < m["materialized"] else "materialized")
                  + f" ({m['fused'] * 1e3:.2f} vs {m['materialized'] * 1e3:.2f} ms)"
