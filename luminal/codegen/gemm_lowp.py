@@ -115,8 +115,8 @@ def _bfloat16_constant(value) -> bool:
     of a mean over a power-of-two count, a rounding folded into a constant."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
-    return float(np.float32(value)) == float(value) and int(bits) & 0xFFFF == 0
+    f = np.float32(value)
+    return float(f) == value and int(f.view(np.uint32)) & 0xFFFF == 0
 
 
 def _low_value(kernel, store_as: tuple, exact: set):

@@ -63,12 +63,13 @@ def compile_timeout() -> float | None:
 
 
 @contextlib.contextmanager
-def compile_deadline(seconds: float):
+def compile_deadline(seconds: float | None):
     """Within the block, C compiles started by this thread must finish within ``seconds`` from now (nested blocks
-    keep the earlier deadline); one that would not is killed (:class:`CompileTimeout`)."""
+    keep the earlier deadline; None: no deadline of its own); one that would not is killed
+    (:class:`CompileTimeout`)."""
     prev = getattr(_limits, "deadline", None)
-    mine = time.monotonic() + seconds
-    _limits.deadline = mine if prev is None else min(prev, mine)
+    mine = None if seconds is None else time.monotonic() + seconds
+    _limits.deadline = prev if mine is None else mine if prev is None else min(prev, mine)
     try:
         yield
     finally:

@@ -40,7 +40,6 @@ later compiles and processes. Ctrl-C keeps what was measured so far. A tqdm bar 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
 import time
@@ -262,7 +261,7 @@ def _build(base, cand, apply, tail, retrieved, ref, i: int, result: ProgramSearc
     ``ref``; None (with the reason in ``result.rejected`` and a warning) when it fails or disagrees."""
     g = detached_copy(base)
     try:
-        with warnings.catch_warnings(), compile_deadline(limit) if limit is not None else contextlib.nullcontext():
+        with warnings.catch_warnings(), compile_deadline(limit):
             warnings.simplefilter("ignore")
             apply(g, cand)
             g.compile(tail, device="cpu", search="off")
