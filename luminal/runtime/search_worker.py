@@ -85,14 +85,12 @@ def search_in_process(shapes, level: str, budget_s: float | None, blas: bool, ti
                                     stderr=err, env=_child_env(), start_new_session=True)
         try:
             code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as e:  # (past the timeout, or the waiting thread interrupted: the child must go)
             proc.kill()
             proc.wait()
-            raise SearchProcessError(f"the search process did not finish within {timeout:.0f} s and was killed"
-                                     + _tail(log)) from None
-        except BaseException:  # (the waiting thread interrupted: the child must not outlive it)
-            proc.kill()
-            proc.wait()
+            if isinstance(e, subprocess.TimeoutExpired):
+                raise SearchProcessError(f"the search process did not finish within {timeout:.0f} s and was "
+                                         "killed" + _tail(log)) from None
             raise
         finally:
             if proc.stdin is not None:
