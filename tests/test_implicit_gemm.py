@@ -289,6 +289,50 @@ def test_winograd_choice_is_honoured(monkeypatch, tmp_path, plan, tile):
     _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "wino_buffers")
 
 
+# 64 channels on 24 x 24, batch 8: F(4x4, 3x3) (288 tiles), and 64 channels' block budget binds (rules: 8 rows of 6
+# tiles; the wide form's doubled budget: more rows per block)
+WIDE_CASE = ((8, 64, 24, 24), (64, 64, 3, 3), dict(padding=1))
+
+
+def _block_rows(prog):
+    """(tile, block rows) of every Winograd plan of ``prog``'s GEMMs, by kernel output."""
+    out = {}
+    for k in prog.kernels:
+        p = direct_plan(prog, k) if isinstance(k, GemmKernel) else None
+        if p is not None and p.mode == "wino":
+            out[k.out] = (p.wino["E"], p.wino["R"])
+    return out
+
+
+def test_search_measures_wide_winograd_blocks(monkeypatch, tmp_path):
+    """Where the block budget binds, the search measures the rules' tile in wide blocks (``"wino-f4w"``, checked
+    against the materialized products like every form); made to win, its readers carry ``GemmKernel.wino ==
+    "4w"`` and run F(4x4, 3x3) in more rows of tiles per block than the rules' plan, the forward and both
+    gradients are torch's, and "off" in a new graph takes the cached choice."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    xs, ws, kw = WIDE_CASE
+    cx0, _, _ = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="off")
+    rules = _block_rows(cx0.runtime.program)
+    assert rules and all(e == 4 for e, _ in rules.values()), rules
+    real = _wins(monkeypatch, "wino-f4w")
+    cx, (xa, wa), got = _run(monkeypatch, "auto", xs, ws, "float32", kw, search="quick")
+    timings = cx.runtime.prologue_timings
+    assert any(m.get("wino-f4w_correct") for m in timings.values()), timings
+    assert "4w" in cx.runtime.wino_buffers.values(), cx.runtime.wino_buffers
+    prog = cx.runtime.program
+    wide = _block_rows(prog)
+    taken = [k.out for k in prog.kernels if isinstance(k, GemmKernel) and k.wino == "4w" and k.out in wide]
+    assert taken, wide
+    assert all(wide[o][0] == 4 and wide[o][1] > max(r for _, r in rules.values()) for o in taken), (wide, rules)
+    _cached_again(monkeypatch, real, cx, got, (xa, wa), (xs, ws, kw), "wino_buffers")
+
+
+def test_unknown_winograd_form_is_an_error():
+    from luminal.codegen.gemm_winograd import wino_plan
+    with pytest.raises(ValueError, match="Winograd form '3w'"):
+        wino_plan(type("P", (), {"side": "b"})(), 64, 576, 4096, (), {}, 0, 4, "3w")
+
+
 def test_readers_of_one_copy_take_their_own_winograd_forms(monkeypatch, tmp_path):
     """A measurement in which the first reader of a copy is fastest in the rules' form and the second without
     Winograd (the forward and the weight gradient read the same im2col): each takes its own (``"wino-mix"``),
@@ -337,6 +381,28 @@ def test_measure_prologue_checks_results(monkeypatch):
         m = prologue_search.measure_prologue(program, buf, uses, {}, cx.runtime.blas)
         assert m["correct"] is True
         assert set(m) >= {"materialize", "own", "fused", "materialized"}
+
+
+def test_measure_prologue_measures_for_its_seconds(monkeypatch):
+    """Rounds continue past ``ROUNDS`` until the measurement's seconds are spent (a few runs of a shared machine
+    decide nothing). The clock here is a counter, one tick per reading, read once per round."""
+    monkeypatch.setenv("LUMINAL_PROLOGUE", "materialized")
+    cx, _, _ = _conv_graph((2, 3, 10, 9), (4, 3, 3, 3), "float64", dict(padding=1))
+    cx.compile(device="cpu")
+    program = cx.runtime.program
+    buf, uses = next(iter(prologue_candidates(program).items()))
+    ticks = []
+
+    def clock():
+        ticks.append(1)
+        return float(len(ticks))
+    monkeypatch.setattr(prologue_search.time, "perf_counter", clock)
+    m = prologue_search.measure_prologue(program, buf, uses, {}, cx.runtime.blas, seconds=0)
+    short = len(ticks)
+    assert m["correct"] and short <= prologue_search.ROUNDS + 10
+    ticks.clear()
+    prologue_search.measure_prologue(program, buf, uses, {}, cx.runtime.blas, seconds=60)
+    assert len(ticks) >= 60
 
 
 def test_cast_operand_is_fused(monkeypatch):

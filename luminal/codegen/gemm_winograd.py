@@ -67,6 +67,14 @@ MIN_TILES = 192
 V_BYTES = 512 * 1024  # the block's transformed input (16 x channels x tiles) at most this (one vector of tiles)
 MO_BYTES = 512 * 1024  # the block's 16 products (16 x output channels x tiles) at most this (one vector of tiles)
 MAX_VECTORS = 8  # tiles per block at most this many vectors
+# the *wide* forms ("2w", "4w": GemmKernel.wino) double both budgets, a measured alternative (the prologue search's
+# "wino-f2w" / "wino-f4w"): the cost model above counts lanes and rows computed past the tiles, not where the block's
+# slabs stay in cache, and neither budget wins everywhere (2 cores Zen 4, min ms of alternating runs, rules' / wide):
+# W4's input gradient (64 -> 32 channels, 26 x 26: blocks of 6 rows of 7 tiles, 42 of 48 lanes, against 16 rows,
+# 112 of 112) 6.31 / 5.65 in the training step; 64 ch 56 x 56 at batch 8 5.78 / 5.27, 256 ch 14 x 14 at batch 8
+# 7.45 / 6.46, but 128 ch 28 x 28 at batch 8 4.97 / 5.37
+WIDE = 2
+WIDE_FORMS = ("2w", "4w")
 # the register tile's relative speed by its vectors of tiles (with the most rows :data:`.gemm_stream.TILES` has; with
 # fewer, times the square root of their share), measured on W4's layers (2 cores Zen 4, min of alternating runs):
 # 64 outputs 6 x 4 4.8 ms, 8 x 3 5.2, 12 x 2 5.3, 4 x 4 5.9; 32 outputs (6 x 4 computes 36 rows) 8 x 3 as fast
@@ -84,7 +92,13 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize, tile=None)
     axis), or None where it does not apply: ``{"kw", "kh", "ow", "oh"}`` (prologue axes), ``"H"`` (the copy axis of
     rows), ``OH``, ``OW``, ``CH`` (input channels), ``M`` (output channels) and the kernel's geometry for elements
     of ``itemsize`` bytes (:func:`wino_geometry`). ``tile`` 2 or 4 sets the tile size (the measured search's choice,
-    ``GemmKernel.wino``; 4 only from ``MIN_F4`` outputs per side), None leaves it to :func:`wino_tile`."""
+    ``GemmKernel.wino``; 4 only from ``MIN_F4`` outputs per side), None leaves it to :func:`wino_tile`; ``"2w"`` /
+    ``"4w"`` are those tiles in *wide* blocks (:data:`WIDE`)."""
+    wide = isinstance(tile, str)
+    if wide:
+        if tile not in WIDE_FORMS:
+            raise ValueError(f"Winograd form {tile!r}: expected 0, 2, 4, '2w', '4w' or None")
+        tile = int(tile[0])
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not isinstance(k_total, int):
         return None
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
@@ -118,7 +132,7 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize, tile=None)
         return None
     w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m,
          "E": wino_tile(OH, OW, (n_least or 0) // (OH * OW), k_total // 9, m, tile)}
-    return {**w, **wino_geometry(w, itemsize)}
+    return {**w, **wino_geometry(w, itemsize, WIDE if wide else 1)}
 
 
 def wino_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> int:
@@ -136,20 +150,21 @@ def wino_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> int:
     return 4 if mode == "1" and min(oh, ow) >= MIN_F4 and wanted else 2
 
 
-def wino_geometry(w: dict, itemsize: int) -> dict:
+def wino_geometry(w: dict, itemsize: int, scale: int = 1) -> dict:
     """Vector width ``VW``, rows of tiles per block ``R``, tiles per row ``TW`` / column ``TH``, the block's vector
     columns ``TS`` (and ``TSP``: a row of the transformed input, with room for a row's last vector), ``MR`` and
     ``NV`` (the register tile) for the geometry ``w`` of :func:`wino_plan` (``w["M"]`` output channels): the
     least estimated time, the products computed past the tiles and channels there are (lanes past a block's
     tiles, rows past the last channel) over the register tile's efficiency (:data:`TILE_EFFICIENCY`), the larger
-    block among equals."""
+    block among equals. ``scale`` multiplies the block's budgets (:data:`V_BYTES`, :data:`MO_BYTES`: 1 the rules',
+    :data:`WIDE` the wide forms')."""
     vw = vector_bytes() // itemsize
     tiles = TILES[vector_bytes()]
     e = w["E"]
     npos = (e + 2) ** 2
     tw, th, m = -(-w["OW"] // e), -(-w["OH"] // e), w["M"]
-    cap = max(1, min(MAX_VECTORS, V_BYTES // (npos * w["CH"] * itemsize * vw),
-                     MO_BYTES // (npos * m * itemsize * vw)))
+    cap = max(1, min(MAX_VECTORS, scale * V_BYTES // (npos * w["CH"] * itemsize * vw),
+                     scale * MO_BYTES // (npos * m * itemsize * vw)))
     best = None
     for r in range(1, max(1, cap * vw // tw) + 1):
         ts = -(-(r * tw) // vw) * vw

@@ -46,13 +46,21 @@ from ..shape import to_expr
 from .build import SEARCH_COMPILE_FLOOR_S, CompileTimeout, compile_deadline
 
 # the measured plans whose GEMMs read the operand through its prologue
-FUSED = ("fused", "packed", "marginal", "wino-off", "wino-f2", "wino-f4")
-WINO = {"wino-off": 0, "wino-f2": 2, "wino-f4": 4}  # plan -> GemmKernel.wino
+FUSED = ("fused", "packed", "marginal", "wino-off", "wino-f2", "wino-f4", "wino-f2w", "wino-f4w")
+# plan -> GemmKernel.wino ("2w" / "4w": the tile in wide blocks, luminal.codegen.gemm_winograd.WIDE)
+WINO = {"wino-off": 0, "wino-f2": 2, "wino-f4": 4, "wino-f2w": "2w", "wino-f4w": "4w"}
 # every plan a decision may name: "wino-mix" gives each reader of the copy its own fastest form (_mixed_forms)
 PLANS = FUSED + ("wino-mix", "materialized")
-FORMS = 2  # stored with each decision: an entry measured before the Winograd forms were plans is measured again
-ROUNDS = 5
+FORMS = 3  # stored with each decision: an entry measured before these plans (3: the wide Winograd blocks) is
+# measured again
+ROUNDS = 5  # rounds of the measuring program at least; more until MEASURE_S[level] seconds are spent
 ROUND_S = 0.02
+# seconds of rounds per copy measured: W4's input-gradient copy (a measuring program of ~45 ms a run) in 5 rounds
+# picked the rules' Winograd block over the wide one in 3 of 4 searches, in 12 rounds once in two, in 40 rounds (and
+# in the training step itself, and in the layer's own graph) the wide one, 10-19 % faster: minima of a few runs
+# of a 2-core machine shared with others differ by more than these forms do
+MEASURE_S = {"quick": 0.5, "full": 2.0}
+MAX_ROUNDS = 200
 MODES = ("", "auto", "fused", "materialized")
 
 
@@ -130,11 +138,12 @@ def _mini_program(program: Program, buf: int, uses, blas: bool):
 
 
 def _form(program: Program, g: GemmKernel):
-    """What the direct kernel runs for ``g``: (mode, Winograd tile size) of its plan, or None (no direct plan)."""
+    """What the direct kernel runs for ``g``: (mode, Winograd tile size, block rows and register tile) of its plan,
+    or None (no direct plan)."""
     from ..codegen.gemm_direct import direct_plan
 
     plan = direct_plan(program, g)
-    return None if plan is None else (plan.mode, (plan.wino or {}).get("E"))
+    return None if plan is None else (plan.mode, *((plan.wino or {}).get(k) for k in ("E", "R", "NV", "MR")))
 
 
 def _wino_forms(base: Program, buf: int, fused: Program) -> dict:
@@ -154,11 +163,12 @@ def _wino_forms(base: Program, buf: int, fused: Program) -> dict:
     return out
 
 
-def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> dict | None:
+def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool, seconds: float = 0.0) -> dict | None:
     """Seconds per run of ``materialize`` + GEMMs (``blas``, ``own``) and of the ``fused`` GEMMs for removing
     ``buf`` (and of the ``packed`` ones where the fused ones run the direct convolution, of the ``marginal`` ones
     where those add one, of the Winograd forms where a reader runs one), and whether the fused (``"correct"``)
-    and the other fused plans' (``"<plan>_correct"``) products matched; None when a size is unbound."""
+    and the other fused plans' (``"<plan>_correct"``) products matched; None when a size is unbound. Each
+    kernel's time is its minimum over :data:`ROUNDS` rounds, and more while ``seconds`` are not spent."""
     from ..codegen.c import CRenderer
     from ..codegen.gemm import default_config
     from ..codegen.groups import kernel_groups
@@ -229,8 +239,10 @@ def measure_prologue(program: Program, buf: int, uses, bindings, blas: bool) -> 
                     if not np.all(np.abs(got - ref) <= tol * max(scale, 1e-30)):
                         fits[kind] = False
         reps = max(1, int(ROUND_S / max(first, 1e-6)))
-        best = None
-        for _ in range(ROUNDS):
+        best, until = None, time.perf_counter() + seconds
+        for rnd in range(MAX_ROUNDS):
+            if rnd >= ROUNDS and time.perf_counter() >= until:
+                break
             before = totals()
             for _ in range(reps):
                 run(ptrs, syms)
@@ -297,7 +309,7 @@ def choose_prologues(program: Program, bindings, level: str, blas: bool, store: 
             continue
         try:
             with compile_deadline(max(budget - (time.perf_counter() - start), SEARCH_COMPILE_FLOOR_S)):
-                m = measure_prologue(program, buf, uses, bindings, blas)
+                m = measure_prologue(program, buf, uses, bindings, blas, MEASURE_S[level])
         except KeyboardInterrupt:
             warnings.warn("prologue search interrupted: remaining operands stay materialized", stacklevel=2)
             break
@@ -335,7 +347,7 @@ def _usable(entry, uses, level: str) -> bool:
     if entry is None or entry.get("choice") not in PLANS:
         return False
     mix = entry.get("wino")
-    if entry["choice"] == "wino-mix" and not (isinstance(mix, list) and all(s in (None, 0, 2, 4) for s in mix)
+    if entry["choice"] == "wino-mix" and not (isinstance(mix, list) and all(s in (None, *WINO.values()) for s in mix)
                                               and len(mix) == len(dict.fromkeys(r for r, _ in uses))):
         return False
     if level in ("off", "background"):
