@@ -16,9 +16,11 @@ wins (measured, a 3x3 convolution of 64 channels on 7x7 images, batch 32: 1.24 m
 images, half the lanes idle, 4.1 vs 7.5: so the thresholds stay, and the search decides between them). Where a
 fused reader runs a Winograd form (:mod:`luminal.codegen.gemm_winograd`: a 3x3 stride-1 layer), the same GEMMs
 with each other form that changes some reader's plan (``"wino-off"``: the direct kernel's other forms,
-``"wino-f2"`` / ``"wino-f4"``: F(2x2, 3x3) / F(4x4, 3x3); ``GemmKernel.wino``) are measured too, instead of the
-count rules alone (:func:`~luminal.codegen.gemm_winograd.wino_tile`, fitted on seven layers of one machine), and
-where the copy's readers are fastest in different forms, ``"wino-mix"`` gives each its own.
+``"wino-f2"`` / ``"wino-f4"``: F(2x2, 3x3) / F(4x4, 3x3); ``"wino-f2w"`` / ``"wino-f4w"``: those in wide blocks,
+:data:`~luminal.codegen.gemm_winograd.WIDE`; ``GemmKernel.wino``) are measured too, instead of the count rules
+alone (:func:`~luminal.codegen.gemm_winograd.wino_tile`, fitted on seven layers of one machine), and where the
+copy's readers are fastest in different forms, ``"wino-mix"`` gives each its own. Each kernel's time is its
+minimum over at least :data:`ROUNDS` rounds, and more until :data:`MEASURE_S` seconds (per level) are spent.
 
 Decisions are stored in the tuning cache under ``prologue/<dtype>/<hash>`` keys (the hash describes the
 materializing kernel and its readers at the bound sizes), so ``search="off"`` reuses them. Without an
