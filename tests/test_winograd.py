@@ -1,6 +1,6 @@
 """Winograd convolutions against torch CPU in float64: F(4x4, 3x3) (from 8 x 8 outputs) and F(2x2, 3x3) for the
-forward and the input gradient (luminal/codegen/gemm_winograd.py), F(3x3, 2x2) for the weight gradient
-(luminal/codegen/gemm_winograd_dw.py).
+forward and the input gradient (luminal/codegen/gemm_winograd.py), F(3x3, 4x4) (from 8 x 8 positions) and
+F(3x3, 2x2) for the weight gradient (luminal/codegen/gemm_winograd_dw.py).
 
 3x3 stride-1 convolutions from 16 input and output channels: even and odd output sizes (partial tiles at the
 edges), rows of one tile and of several vectors of tiles, output channels not a multiple of the register tile,
@@ -23,7 +23,8 @@ from luminal.training import grad
 
 TOL = {"float32": 1e-4, "float64": 1e-10}
 MARK = "Winograd F("
-MARK_DW = "Winograd F(3x3, 2x2) weight gradient"
+MARK_DW = "weight gradient (see luminal/codegen/gemm_winograd_dw.py)"
+MARK_DW_TILE = {2: "Winograd F(3x3, 2x2) weight gradient", 4: "Winograd F(3x3, 4x4) weight gradient"}
 
 
 def _close(got, exp, dtype):
@@ -107,11 +108,16 @@ DW_CASES = [  # (input shape, weight shape, conv kwargs): the weight gradient's 
 ]
 
 
+@pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("xs,ws,kw", DW_CASES)
-def test_winograd_weight_gradient(xs, ws, kw, dtype):
+def test_winograd_weight_gradient(xs, ws, kw, dtype, tile, monkeypatch):
+    """F(3x3, 2x2) and F(3x3, 4x4) (the count rule replaced to take one or the other: 2 x 2 and 4 x 4 tiles of
+    positions, partial ones at odd edges, 4 x 4 and 6 x 6 input patches)."""
+    from luminal.codegen import gemm_winograd_dw
+    monkeypatch.setattr(gemm_winograd_dw, "wino_tile", lambda *args: tile)
     cx, got, exp = _case(xs, ws, dtype, kw, grads=True)
-    assert MARK_DW in cx.runtime.source, "the weight gradient's Winograd kernel did not run"
+    assert MARK_DW_TILE[tile] in cx.runtime.source, "the weight gradient's Winograd kernel did not run"
     for g, e in zip(got, exp):
         _close(g, e, dtype)
 
@@ -286,8 +292,8 @@ for xs, ws, kw, dt in cases:
     cx.compile(device="cpu")
     cx.execute()
     src = cx.runtime.source
-    assert "Winograd F(3x3, 2x2)" in src and ("Winograd F(2x2, 3x3)" in src or "Winograd F(4x4, 3x3)" in src), xs
-    forms |= {f for f in ("F(2x2, 3x3)", "F(4x4, 3x3)") if f in src}
+    assert "weight gradient (see" in src and ("Winograd F(2x2, 3x3)" in src or "Winograd F(4x4, 3x3)" in src), xs
+    forms |= {f for f in ("F(2x2, 3x3)", "F(4x4, 3x3)", "F(3x3, 2x2)", "F(3x3, 4x4)") if f in src}
     assert width != "32" or "vector_size(64), aligned(4)" not in src
     tx = torch.from_numpy(xa.astype(np.float64)).requires_grad_()
     tw = torch.from_numpy(wa.astype(np.float64)).requires_grad_()
@@ -295,7 +301,7 @@ for xs, ws, kw, dt in cases:
     (ty * ty).sum().mul(0.5).backward()
     for got, exp in zip([t.data() for t in ts], [ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()]):
         assert np.max(np.abs(got - exp)) <= 1e-4 * np.max(np.abs(exp)), (xs, np.max(np.abs(got - exp)))
-assert forms == {"F(2x2, 3x3)", "F(4x4, 3x3)"}, forms  # (both forward forms ran)
+assert forms == {"F(2x2, 3x3)", "F(4x4, 3x3)", "F(3x3, 2x2)", "F(3x3, 4x4)"}, forms  # (every form ran)
 print("WINOGRAD-OK")
 """
 

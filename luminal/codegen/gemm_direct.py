@@ -286,8 +286,9 @@ def direct_plan(program: Program, g: GemmKernel) -> DirectPlan | None:
         if _least(plan.padded_size()) <= MAX_PADDED:
             return plan
     w = wino_dw_plan(pro, _int(g.dims[-2]), _int(g.dims[-1]), _least(g.a_view.dims[-1]), kdims, steps, len(dims) - 1,
-                     pads, origin, g.a_pro is None and _int(g.a_view.strides[-1]) == 1) if one and g.wino != 0 else None
-    if w is not None:  # (a 3x3 layer's weight gradient: Winograd F(3x3, 2x2), gemm_winograd_dw)
+                     pads, origin, g.a_pro is None and _int(g.a_view.strides[-1]) == 1, g.wino) \
+        if one and g.wino != 0 else None
+    if w is not None:  # (a 3x3 layer's weight gradient: Winograd F(3x3, 2x2) or F(3x3, 4x4), gemm_winograd_dw)
         return DirectPlan(load.buffer, tuple(dims), tuple(pads), steps, tuple(origin), -1, "winodw", wino=w)
     # the other operand: plain (read in place by "dot": contiguous along K), or through its own prologue
     # (computed into a row-major scratch by its pack callback first)

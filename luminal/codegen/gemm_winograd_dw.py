@@ -31,7 +31,8 @@ import os
 from .gemm_config import vector_bytes
 from .sizes import _c, _prod
 from .gemm_stream import TILES
-from .gemm_winograd import MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, _shuffle
+from .gemm_winograd import (MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, TRANSFORMS, WIDE_FORMS, _lin,
+                             _shuffle, _shuffle_round, wino_tile)
 
 # the direct convolution's per-thread buffers (its copy, a thread's partial sums), inside the kernels' include guard
 # LM_DIRECT_BUF; weak and hidden, freed by luminal_release (luminal.codegen.c_support.with_release)
@@ -43,15 +44,19 @@ __attribute__((weak, visibility("hidden"))) void lm_release_dc(void) {
 #endif
 """
 
-TILE_ROWS = 64  # tiles per block (about): its U (16 x M x tiles) and V (16 x tiles x C) stay in L2
+# tiles per block (about), by positions per tile side: its U (P x M x tiles) and V (P x tiles x C, P the transformed
+# positions: 16 or 36) stay in L2
+TILE_ROWS = {2: 64, 4: 32}  # (F(3x3, 4x4), measured on four layers: 16 rows 5-10 % slower, 64 from 4 % faster to 18 %
+# slower)
 
 
-def wino_dw_plan(pro, m, n, k_least, kdims, steps, last, pads, origin, a_unit) -> dict | None:
+def wino_dw_plan(pro, m, n, k_least, kdims, steps, last, pads, origin, a_unit, tile=None) -> dict | None:
     """The geometry of the weight-gradient GEMM of ``m`` rows and ``n`` columns (constants; K at least
     ``k_least``) whose B operand is the window prologue ``pro`` (``kdims``, ``steps`` as in
     :func:`.gemm_winograd.wino_plan`; ``pads`` / ``origin`` of the copy's axes) and whose A is plain with unit
     stride along K (``a_unit``), or None: ``{"c", "b"}`` (the copy's channel and outer axes; ``b`` None without
-    one), ``H``, ``W``, ``OH``, ``OW``, ``CH``, ``M``."""
+    one), ``H``, ``W``, ``OH``, ``OW``, ``CH``, ``M`` and ``E``, the positions per tile side (:func:`wino_dw_tile`;
+    ``tile``: ``GemmKernel.wino``, the measured search's choice)."""
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not a_unit:
         return None
     if not isinstance(m, int) or not isinstance(n, int) or m < MIN_CHANNELS:
@@ -90,7 +95,23 @@ def wino_dw_plan(pro, m, n, k_least, kdims, steps, last, pads, origin, a_unit) -
     if (k_least or 0) // (OH * OW) * (-(-OH // 2)) * (-(-OW // 2)) < MIN_TILES:
         return None
     return {"kind": "dw", "c": ac[0], "b": None if ab is None else ab[0], "H": H, "W": last, "OH": OH, "OW": OW,
-            "CH": CH, "M": m}
+            "CH": CH, "M": m, "E": wino_dw_tile(OH, OW, (k_least or 0) // (OH * OW), CH, m, tile)}
+
+
+def wino_dw_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> int:
+    """Positions per tile side: 4 (F(3x3, 4x4): 36 products per 16 positions and channel pair instead of 64) or 2
+    (F(3x3, 2x2)), by the forward's rule (:func:`.gemm_winograd.wino_tile`: 4 from ``MIN_F4`` positions per side and
+    enough 4 x 4 tiles, ``images`` at the least batch); ``tile`` (``GemmKernel.wino``, the measured search's
+    choice: 2, 4, ``"2w"``, ``"4w"``) replaces the count rule; ``LUMINAL_WINOGRAD=2`` keeps 2.
+
+    The count rule, measured (2 cores Zen 4, a layer's forward and weight gradient, min ms, F(3x3, 2x2) /
+    F(3x3, 4x4)): W4's conv2 (64 images, 32 -> 64 channels, 24 x 24) 5.20 / 4.54, 64 channels on 56 x 56 at batch 8
+    6.27 / 5.01, 128 on 28 x 28 at batch 8 5.76 / 5.03, 16 -> 32 on 32 x 32 at batch 32 1.80 / 1.71; but with few
+    tiles per channel pair 128 on 28 x 28 at batch 1 (49 tiles) 0.81 / 1.05, 256 on 14 x 14 at batch 8 (128) 7.88
+    / 12.35 (each block's 36 products of M x C accumulators, read and written per block, outweigh the saving)."""
+    if isinstance(tile, str) and tile not in WIDE_FORMS:
+        raise ValueError(f"Winograd form {tile!r}: expected 0, 2, 4, '2w', '4w' or None")
+    return wino_tile(oh, ow, images, ch, m, None if tile is None else int(str(tile)[0]))
 
 
 def dw_geometry(w: dict, itemsize: int) -> dict:
@@ -98,7 +119,8 @@ def dw_geometry(w: dict, itemsize: int) -> dict:
     vectors), the register tile ``MR`` x ``NV`` (the least rows computed past M over its efficiency), ``MP``
     (M padded to MR), ``TSP`` (a row of U: the block's tiles and room for a row's last vector)."""
     vw = vector_bytes() // itemsize
-    tw, th, m = -(-w["OW"] // 2), -(-w["OH"] // 2), w["M"]
+    e = w.get("E", 2)
+    tw, th, m = -(-w["OW"] // e), -(-w["OH"] // e), w["M"]
     cp = -(-w["CH"] // vw) * vw
     cpv = cp // vw
     tiles = TILES[vector_bytes()]
@@ -110,7 +132,7 @@ def dw_geometry(w: dict, itemsize: int) -> dict:
             if best is None or cost < best[0]:
                 best = (cost, nv, mr)
     _, nv, mr = best
-    r = max(1, TILE_ROWS // tw)
+    r = max(1, TILE_ROWS[e] // tw)
     return {"VW": vw, "TW": tw, "TH": th, "R": r, "CP": cp, "NV": nv, "MR": mr, "MP": -(-m // mr) * mr,
             "TSP": -(-(r * tw) // vw) * vw + vw}
 
@@ -170,6 +192,42 @@ def _transpose_blocks(ctype: str, vw: int, cp: int, ch: int) -> list[str]:
         "#endif"]
 
 
+def _loads(e: int, vw: int, ctype: str, avx512: bool) -> list[str]:
+    """C macro ``LOADE(p, cnt, x)``: ``x[0 .. e-1]``, the ``e`` vectors of a dY row at ``p`` (``cnt`` elements
+    there), zeros past them (never read past: masked loads with AVX-512, a zero-padded copy otherwise)."""
+    v, mt, ld = ("v16sf", "unsigned short", "__builtin_ia32_loadups512_mask") if ctype == "float" else \
+        ("v8df", "unsigned char", "__builtin_ia32_loadupd512_mask")
+    plain = [
+        "#define LOADE(p, cnt, x) do { \\",
+        f"    if ((cnt) >= {e * vw}) {{ for (int k_ = 0; k_ < {e}; k_++) x[k_] = *(const vT *)((p) + k_ * {vw}); }} \\",
+        f"    else {{ {ctype} t_[{e * vw}] = {{0}}; memcpy(t_, (p), (size_t)(cnt) * sizeof({ctype})); \\",
+        f"        for (int k_ = 0; k_ < {e}; k_++) x[k_] = *(const vT *)(t_ + k_ * {vw}); }} \\",
+        "    } while (0)"]
+    if not avx512:
+        return plain
+    return [MASKED,
+            "#define LOADE(p, cnt, x) do { \\",
+            f"    if ((cnt) >= {e * vw}) {{ for (int k_ = 0; k_ < {e}; k_++) "
+            f"x[k_] = *(const vT *)((p) + k_ * {vw}); }} \\",
+            f"    else {{ const {v} z_ = {{0}}; \\",
+            f"        for (int k_ = 0; k_ < {e}; k_++) {{ const long long c_ = (cnt) - k_ * {vw}; \\",
+            f"            x[k_] = c_ >= {vw} ? *(const vT *)((p) + k_ * {vw}) : c_ > 0 ? \\",
+            f"                (vT){ld}((p) + k_ * {vw}, z_, ({mt})((1u << c_) - 1)) : (vT){{0}}; }} }} \\",
+            "    } while (0)",
+            "#else", *plain, "#endif"]
+
+
+def _phases(e: int, vw: int, sp: str, src: str, dst: str, prefix: str) -> list[str]:
+    """C (shuffle branch) setting ``dst[k]`` (k < e), lane l = element ``e * l + k`` of the ``e`` vectors
+    ``src[0 .. e-1]``: even / odd splits, log2(e) rounds (their vectors named ``prefix...``)."""
+    vecs = [(f"{src}[{k}]", [k * vw + lane for lane in range(vw)]) for k in range(e)]
+    lines: list = []
+    for rnd in range(e.bit_length() - 1):
+        vecs = _shuffle_round(vecs, rnd, False, prefix, sp, "vT", lines)
+    by_phase = {labels[0]: nm for nm, labels in vecs}
+    return lines + [f"{sp}{dst}[{k}] = {by_phase[k]};" for k in range(e)]
+
+
 def render_wino_dw(r, name: str, g, plan) -> str:
     """C of the weight-gradient Winograd kernel ``name`` for GEMM ``g`` with the direct plan ``plan`` (mode
     ``"winodw"``), rendered through ``r`` (the C renderer: buffer slots, pointer names, symbols); the signature of
@@ -181,7 +239,11 @@ def render_wino_dw(r, name: str, g, plan) -> str:
     gm = dw_geometry(w, size)
     vw, tw, th, r_, cp, nv, mr, mp, tsp = (gm[k] for k in ("VW", "TW", "TH", "R", "CP", "NV", "MR", "MP", "TSP"))
     ch, oh, ow, m = w["CH"], w["OH"], w["OW"], w["M"]
-    h2, w2 = 2 * th + 2, 2 * tw + 2
+    e = w.get("E", 2)
+    pp = e + 2  # the input patch's side (and the transformed positions' side)
+    npos = pp * pp
+    bt, gmat, at = TRANSFORMS[e]  # B^T (pp x pp), G (pp x 3), A^T (e x pp): the forward F(e x e, 3x3)'s
+    h2, w2 = e * th + 2, e * tw + 2
     dims = plan.dims
     rs = [_prod(dims[a + 1:]) for a in range(len(dims))]
     ptr = r.pointer(plan.src)
@@ -189,27 +251,9 @@ def render_wino_dw(r, name: str, g, plan) -> str:
     og_h, og_w = plan.origin[H], plan.origin[W]
     src_b = f"b * {_c(rs[w['b']], r)}" if w["b"] is not None else "0"
     tsv = r_ * tw  # rows of V (one per tile of a block)
-    ev = [2 * i for i in range(vw)]
-    od = [2 * i + 1 for i in range(vw)]
-    v, mt, ld = ("v16sf", "unsigned short", "__builtin_ia32_loadups512_mask") if ctype == "float" else \
-        ("v8df", "unsigned char", "__builtin_ia32_loadupd512_mask")
+    v = "v16sf" if ctype == "float" else "v8df"
     avx512 = vw * size == 64
-    plain = [  # LOAD2: two vectors of a dY row from p (cnt elements there), zeros past them (never read past)
-        "#define LOAD2(p, cnt, x0, x1) do { \\",
-        f"    if ((cnt) >= {2 * vw}) {{ x0 = *(const vT *)(p); x1 = *(const vT *)((p) + {vw}); }} \\",
-        f"    else {{ {ctype} t_[{2 * vw}] = {{0}}; memcpy(t_, (p), (size_t)(cnt) * sizeof({ctype})); \\",
-        f"        x0 = *(const vT *)t_; x1 = *(const vT *)(t_ + {vw}); }} \\",
-        "    } while (0)"]
-    load2 = plain if not avx512 else [  # (with AVX-512: masked loads)
-        MASKED,
-        "#define LOAD2(p, cnt, x0, x1) do { \\",
-        f"    if ((cnt) >= {2 * vw}) {{ x0 = *(const vT *)(p); x1 = *(const vT *)((p) + {vw}); }} \\",
-        f"    else {{ const long long c_ = (cnt); const {v} z_ = {{0}}; \\",
-        f"        x0 = (vT){ld}((p), z_, c_ >= {vw} ? ({mt})~0u : ({mt})((1u << c_) - 1)); \\",
-        f"        x1 = c_ > {vw} ? (vT){ld}((p) + {vw}, z_, ({mt})((1u << (c_ - {vw})) - 1)) : (vT){{0}}; }} \\",
-        "    } while (0)",
-        "#else", *plain, "#endif"]
-    split = SHUFFLES
+    sp = " " * 24
     gemm = [f"                    for (long long c0 = 0; c0 < {cp // vw}; c0 += {nv}) {{",
             f"                        const long long left = {cp // vw} - c0;",
             f"                        const {ctype} *uu = U + (xi * {mp} + mb * {mr}) * {tsp}LL;",
@@ -219,9 +263,28 @@ def render_wino_dw(r, name: str, g, plan) -> str:
     gemm += [f"                        else if (left == {k}) {name}_d{k}(T, uu, {tsp}, vv, {cp}, oo, {cp});"
              for k in range(1, nv)]
     gemm += ["                    }"]
-    per = f"(16LL * {tsv * cp} + 16LL * {mp * tsp} + 16LL * {mp * cp} + {4 * vw})"
+    # V = B^T d B along the channels: t[i][j'] = sum_j B^T[j'][j] d[i][j], V[i'][j'] = sum_i B^T[i'][i] t[i][j']
+    vtrans = [f"{sp}t[i][{j}] = {_lin(bt[j], [f'd[i][{k}]' for k in range(pp)], ctype)};" for j in range(pp)]
+    vstore = [f"{sp}*(vT *)(vo + {i * pp} * {tsv * cp}LL + j * {tsv * cp}LL + cv) = "
+              f"{_lin(bt[i], [f't[{k}][j]' for k in range(pp)], ctype)};" for i in range(pp)]
+    # U = A g A^T along a row of tiles (A = (A^T)^T, pp x e): q[a][k] = sum_i A^T[i][a] g[i][k], U[a][b] = sum_k
+    # A^T[k][b] q[a][k]
+    urow = [f"{sp}q[{a}][k] = {_lin([at[i][a] for i in range(e)], [f'g[{i}][k]' for i in range(e)], ctype)};"
+            for a in range(pp)]
+    ustore = [f"{sp}*(vT *)(uo + ({a * pp} + {b}) * {mp * tsp}LL + t0) = "
+              f"{_lin([at[k][b] for k in range(e)], [f'q[{a}][{k}]' for k in range(e)], ctype)};"
+              for a in range(pp) for b in range(pp)]
+    # dW = G^T X G: s[i][b] = sum_a G[a][i] x[a][b], o[i][j] = sum_b G[b][j] s[i][b]
+    osum = [f"{sp[:20]}s[{i}][j] = {_lin([gmat[a][i] for a in range(pp)], [f'x[{a}][j]' for a in range(pp)], ctype)};"
+            for i in range(3)]
+    oput = [f"{sp[:20]}o[i * 3 + {j}] = "
+            f"{_lin([gmat[b][j] for b in range(pp)], [f's[i][{b}]' for b in range(pp)], ctype)};" for j in range(3)]
+    phase_lines = []
+    for i in range(e):
+        phase_lines += _phases(e, vw, sp, f"a[{i}]", f"g[{i}]", f"p{i}_")
+    per = f"({npos}LL * {tsv * cp} + {npos}LL * {mp * tsp} + {npos}LL * {mp * cp} + {4 * vw})"
     lines = [
-        f"/* {name}: Winograd F(3x3, 2x2) weight gradient (see luminal/codegen/gemm_winograd_dw.py): {ch} -> {m} "
+        f"/* {name}: Winograd F(3x3, {e}x{e}) weight gradient (see luminal/codegen/gemm_winograd_dw.py): {ch} -> {m} "
         f"channels, {oh} x {ow} positions */",
         *_tiles(name, ctype, mr, nv, vw),
         f"static int {name}(long long M, long long N, long long K, const {ctype} *A, long long sam, long long sak,",
@@ -229,7 +292,7 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         " void **bufs, const long long *syms) {",
         f"    typedef {ctype} vT __attribute__((vector_size({vw * size}), aligned({size})));",
         *([f"    typedef {ctype} {v} __attribute__((vector_size(64)));"] if avx512 else []),
-        *load2,
+        *_loads(e, vw, ctype, avx512),
         f"    const {ctype} *restrict {ptr} = (const {ctype} *)bufs[{r.slot[plan.src]}];",
         *[f"    const long long {r.names[s]} = syms[{r.symbols.index(s)}]; (void){r.names[s]};" for s in r.symbols],
         "    (void)Bpro; (void)sbn; (void)sbk; (void)sak; (void)syms;",
@@ -268,98 +331,82 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         "                for (long long x = wlo; x < whi; x++) dst[x * " + f"{cp} + c] = s0[c * RC + x];",
         "        }",
         f"        {ctype} *restrict V = wsp + (long long)omp_get_thread_num() * {per};",
-        f"        {ctype} *restrict U = V + 16LL * {tsv * cp};",
-        f"        {ctype} *restrict Mc = U + 16LL * {mp * tsp};",
-        f"        memset(Mc, 0, 16LL * {mp * cp} * sizeof({ctype}));",
-        "        for (int xi = 0; xi < 16; xi++)  /* (rows of U past M: zeros, never written) */",
+        f"        {ctype} *restrict U = V + {npos}LL * {tsv * cp};",
+        f"        {ctype} *restrict Mc = U + {npos}LL * {mp * tsp};",
+        f"        memset(Mc, 0, {npos}LL * {mp * cp} * sizeof({ctype}));",
+        f"        for (int xi = 0; xi < {npos}; xi++)  /* (rows of U past M: zeros, never written) */",
         f"            memset(U + (xi * {mp}LL + M) * {tsp}, 0, ({mp}LL - M) * {tsp} * sizeof({ctype}));",
         "        #pragma omp for schedule(static)",
         "        for (long long blk = 0; blk < NBK; blk++) {",
         f"            const long long g0 = blk * {r_}, nr = G - g0 < {r_} ? G - g0 : {r_}, T = nr * {tw}LL;",
         "            for (long long r = 0; r < nr; r++) {  /* V = B^T d B, vectors along the channels */",
-        f"                const long long g = g0 + r, b = g / {th}LL, t2 = g % {th}LL * 2;",
+        f"                const long long g = g0 + r, b = g / {th}LL, te = g % {th}LL * {e};",
         f"                for (long long x = 0; x < {tw}; x++) {{",
-        f"                    const {ctype} *d0 = xt + ((b * {h2}LL + t2) * {w2}LL + 2 * x) * {cp}LL;",
+        f"                    const {ctype} *d0 = xt + ((b * {h2}LL + te) * {w2}LL + {e} * x) * {cp}LL;",
         f"                    {ctype} *vo = V + (r * {tw}LL + x) * {cp}LL;",
         f"                    for (long long cv = 0; cv < {cp}; cv += {vw}) {{",
-        "                        vT d[4][4], t[4][4];",
-        "                        for (int i = 0; i < 4; i++)",
-        f"                            for (int j = 0; j < 4; j++) d[i][j] = *(const vT *)(d0 + (i * {w2}LL + j) * "
+        f"                        vT d[{pp}][{pp}], t[{pp}][{pp}];",
+        f"                        for (int i = 0; i < {pp}; i++)",
+        f"                            for (int j = 0; j < {pp}; j++) d[i][j] = *(const vT *)(d0 + (i * {w2}LL + j) * "
         f"{cp}LL + cv);",
-        "                        for (int i = 0; i < 4; i++) {",
-        "                            t[i][0] = d[i][0] - d[i][2]; t[i][1] = d[i][1] + d[i][2];",
-        "                            t[i][2] = d[i][2] - d[i][1]; t[i][3] = d[i][1] - d[i][3];",
+        f"                        for (int i = 0; i < {pp}; i++) {{",
+        *["    " + x for x in vtrans],
         "                        }",
-        "                        for (int j = 0; j < 4; j++) {",
-        f"                            *(vT *)(vo + (0 + j) * {tsv * cp}LL + cv) = t[0][j] - t[2][j];",
-        f"                            *(vT *)(vo + (4 + j) * {tsv * cp}LL + cv) = t[1][j] + t[2][j];",
-        f"                            *(vT *)(vo + (8 + j) * {tsv * cp}LL + cv) = t[2][j] - t[1][j];",
-        f"                            *(vT *)(vo + (12 + j) * {tsv * cp}LL + cv) = t[1][j] - t[3][j];",
+        f"                        for (int j = 0; j < {pp}; j++) {{",
+        *["    " + x for x in vstore],
         "                        }",
         "                    }",
         "                }",
         "            }",
-        "            for (long long m = 0; m < M; m++)  /* U = A' g A'^T, vectors along a row of tiles */",
+        "            for (long long m = 0; m < M; m++)  /* U = A g A^T, vectors along a row of tiles */",
         "                for (long long r = 0; r < nr; r++) {",
-        f"                    const long long g = g0 + r, t2 = g % {th}LL * 2;",
-        f"                    const {ctype} *p0 = A + m * sam + g / {th}LL * {oh * ow}LL + t2 * {ow}LL;",
+        f"                    const long long g_ = g0 + r, te = g_ % {th}LL * {e};",
+        f"                    const {ctype} *p0 = A + m * sam + g_ / {th}LL * {oh * ow}LL + te * {ow}LL;",
         f"                    {ctype} *uo = U + m * {tsp}LL + r * {tw}LL;",
         f"                    for (long long t0 = 0; t0 < {tw}; t0 += {vw}) {{",
-        f"                        const long long cnt = {ow}LL - 2 * t0;",
-        "                        vT a0, a1, c0 = (vT){0}, c1 = (vT){0}, q[4][2];",
-        "                        LOAD2(p0 + 2 * t0, cnt, a0, a1);",
-        f"                        if (t2 + 1 < {oh}) LOAD2(p0 + {ow} + 2 * t0, cnt, c0, c1);",
-        split,
-        f"                        const vT g00 = {_shuffle('a0', 'a1', ev)}, g01 = {_shuffle('a0', 'a1', od)};",
-        f"                        const vT g10 = {_shuffle('c0', 'c1', ev)}, g11 = {_shuffle('c0', 'c1', od)};",
+        f"                        const long long cnt = {ow}LL - {e} * t0;",
+        f"                        vT a[{e}][{e}], g[{e}][{e}], q[{pp}][{e}];",
+        *[f"                        if (te + {i} < {oh}) LOADE(p0 + {i * ow} + {e} * t0, cnt, a[{i}]); "
+          f"else for (int k = 0; k < {e}; k++) a[{i}][k] = (vT){{0}};" for i in range(e)],
+        SHUFFLES,
+        *phase_lines,
         "#else",
-        "                        vT g00, g01, g10, g11;",
-        f"                        for (int l = 0; l < {vw}; l++) {{",
-        f"                            g00[l] = l < {vw // 2} ? a0[2 * l] : a1[2 * l - {vw}];",
-        f"                            g01[l] = l < {vw // 2} ? a0[2 * l + 1] : a1[2 * l + 1 - {vw}];",
-        f"                            g10[l] = l < {vw // 2} ? c0[2 * l] : c1[2 * l - {vw}];",
-        f"                            g11[l] = l < {vw // 2} ? c0[2 * l + 1] : c1[2 * l + 1 - {vw}];",
-        "                        }",
+        f"                        for (int i = 0; i < {e}; i++)",
+        f"                            for (int k = 0; k < {e}; k++)",
+        f"                                for (int l = 0; l < {vw}; l++)  /* element {e} * l + k of the row */",
+        f"                                    g[i][k][l] = a[i][({e} * l + k) / {vw}][({e} * l + k) % {vw}];",
         "#endif",
-        "                        q[0][0] = g00; q[1][0] = g00 + g10; q[2][0] = g00 - g10; q[3][0] = -g10;",
-        "                        q[0][1] = g01; q[1][1] = g01 + g11; q[2][1] = g01 - g11; q[3][1] = -g11;",
-        "                        for (int a = 0; a < 4; a++) {",
-        f"                            {ctype} *o = uo + a * 4LL * {mp * tsp}LL + t0;",
-        "                            *(vT *)o = q[a][0];",
-        f"                            *(vT *)(o + {mp * tsp}LL) = q[a][0] + q[a][1];",
-        f"                            *(vT *)(o + {2 * mp * tsp}LL) = q[a][0] - q[a][1];",
-        f"                            *(vT *)(o + {3 * mp * tsp}LL) = -q[a][1];",
+        f"                        for (int k = 0; k < {e}; k++) {{",
+        *["    " + x for x in urow],
         "                        }",
+        *ustore,
         "                    }",
         "                }",
-        "            for (int xi = 0; xi < 16; xi++)  /* the 16 products, summed over the block's tiles */",
+        f"            for (int xi = 0; xi < {npos}; xi++)  /* the {npos} products, summed over the block's tiles */",
         f"                for (long long mb = 0; mb < {mp // mr}; mb++) {{",
         *gemm,
         "                }",
         "        }",
         "        const long long nt = omp_get_num_threads();",
         "        #pragma omp for schedule(static)  /* the threads' sums into thread 0's */",
-        "        for (long long q = 0; q < 16 * M; q++) {",
-        f"            {ctype} *d0 = wsp + 16LL * {tsv * cp} + 16LL * {mp * tsp} + (q / M * {mp} + q % M) * {cp}LL;",
+        f"        for (long long q = 0; q < {npos} * M; q++) {{",
+        f"            {ctype} *d0 = wsp + {npos}LL * {tsv * cp} + {npos}LL * {mp * tsp} + "
+        f"(q / M * {mp} + q % M) * {cp}LL;",
         "            for (long long s = 1; s < nt; s++)",
         f"                for (long long c = 0; c < {ch}; c++) d0[c] += d0[s * {per} + c];",
         "        }",
         "        #pragma omp for schedule(static)  /* dW = G^T M G */",
         "        for (long long m = 0; m < M; m++) {",
-        f"            const {ctype} *mm = wsp + 16LL * {tsv * cp} + 16LL * {mp * tsp} + m * {cp}LL;",
+        f"            const {ctype} *mm = wsp + {npos}LL * {tsv * cp} + {npos}LL * {mp * tsp} + m * {cp}LL;",
         f"            for (long long c = 0; c < {ch}; c++) {{",
-        f"                {ctype} x[4][4], s[3][4];",
-        "                for (int xi = 0; xi < 16; xi++) x[xi / 4][xi % 4] = mm[xi * " + f"{mp * cp}LL + c];",
-        "                for (int j = 0; j < 4; j++) {",
-        f"                    s[0][j] = x[0][j] + ({ctype})0.5 * (x[1][j] + x[2][j]);",
-        f"                    s[1][j] = ({ctype})0.5 * (x[1][j] - x[2][j]);",
-        f"                    s[2][j] = ({ctype})0.5 * (x[1][j] + x[2][j]) + x[3][j];",
+        f"                {ctype} x[{pp}][{pp}], s[3][{pp}];",
+        f"                for (int xi = 0; xi < {npos}; xi++) x[xi / {pp}][xi % {pp}] = mm[xi * {mp * cp}LL + c];",
+        f"                for (int j = 0; j < {pp}; j++) {{",
+        *osum,
         "                }",
         f"                {ctype} *o = C + m * N + c * 9;",
         "                for (int i = 0; i < 3; i++) {",
-        f"                    o[i * 3] = s[i][0] + ({ctype})0.5 * (s[i][1] + s[i][2]);",
-        f"                    o[i * 3 + 1] = ({ctype})0.5 * (s[i][1] - s[i][2]);",
-        f"                    o[i * 3 + 2] = ({ctype})0.5 * (s[i][1] + s[i][2]) + s[i][3];",
+        *oput,
         "                }",
         "            }",
         "        }",
@@ -367,7 +414,7 @@ def render_wino_dw(r, name: str, g, plan) -> str:
         "    if (epi) err = epi(bufs, syms, 0, M, 0, N);",
         "    return err;",
         "}",
-        "#undef LOAD2",
+        "#undef LOADE",
     ]
     head = _COMMON + "\n#ifndef LM_DIRECT_BUF\n#define LM_DIRECT_BUF\n" + DIRECT_BUF
     return head + "\n".join(lines)
