@@ -58,8 +58,8 @@ times it as the fused plan, against the same GEMMs packed and the copy materiali
 turns the path off.
 
 Two more forms take 3x3 stride-1 layers from 16 channels (enough positions): ``"wino"``, Winograd F(2x2, 3x3) for
-the forward and the input gradient (:mod:`.gemm_winograd`), and ``"winodw"``, F(3x3, 2x2) for the weight gradient
-(:mod:`.gemm_winograd_dw`); ``LUMINAL_WINOGRAD=0`` turns them off.
+the forward and the input gradient (:mod:`.gemm_winograd`), and ``"winodw"``, F(3x3, 2x2) or F(3x3, 4x4) for the
+weight gradient (:mod:`.gemm_winograd_dw`); ``LUMINAL_WINOGRAD=0`` turns them off.
 
 A grouped convolution is a batched GEMM (batch = groups): the copy is made once, each batch element's window
 starts at its group's channels, and the tiles of all of them are shared out over the threads together (a

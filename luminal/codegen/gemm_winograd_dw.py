@@ -1,5 +1,5 @@
-"""Winograd F(3x3, 2x2): the weight gradient of a 3x3, stride-1 convolution in 16 multiply-adds per 2 x 2 output
-positions, output and input channel instead of 36.
+"""Winograd F(3x3, 2x2) and F(3x3, 4x4): the weight gradient of a 3x3, stride-1 convolution in 16 multiply-adds per
+2 x 2 output positions, output and input channel instead of 36, or 36 per 4 x 4 instead of 144.
 
 A form of the direct convolution (:mod:`.gemm_direct`, ``mode="winodw"``): the GEMM ``C[m, j] = sum_k A[m, k]
 B[k, j]`` of a 3x3 layer's weight gradient, A the output's gradient (``dY``: rows ``m``, contiguous along the
@@ -12,13 +12,18 @@ tiles: each adds to the 3 x 3 kernel of ``(m, c)`` the correlation of the tile's
     [0, 1/2, 1/2, 1]]
 
 summed over the tiles before the output transform: 16 products ``M_xi[m, c] = sum_t U_xi[m, t] V_xi[t, c]``.
+F(3x3, 4x4) is the same with F(4x4, 3x3)'s matrices (:data:`.gemm_winograd.TRANSFORMS`: ``A'`` the transpose of its
+4 x 6 ``A^T``, its 6 x 6 ``B^T`` and 6 x 3 ``G``): 4 x 4 chunks of ``dY``, 6 x 6 input patches, 36 products per 16
+positions instead of 64 (:func:`wino_dw_tile`: by the forward's count rule, or the measured search's form). Its
+float32 error against the float64 sum is ~5e-7 of the largest value (F(3x3, 2x2)'s ~2e-7) on W4's conv2.
 
 The kernel (:func:`render_wino_dw`): the input is copied channels-last (register transposes of 16 channels x 16
 columns), zero-padded to whole tiles (so ``V``
 vectorizes along the channels: 16 aligned loads per tile and vector of channels, no shuffles); ``U`` vectorizes
-along a row of tiles (each ``dY`` row split into its even and odd positions by shuffles, a row's end by masked
-loads: no lane reads past it); the threads share out blocks of rows of tiles, each summing its blocks' products
-into its own ``16 x M x C`` accumulators (register tiles of MR output channels x NV vectors of input channels,
+along a row of tiles (each ``dY`` row split into its ``e`` phases (positions mod ``e``) by rounds of even / odd
+shuffles, a row's end by masked loads: no lane reads past it); the threads share out blocks of rows of tiles
+(about :data:`TILE_ROWS` tiles), each summing its blocks' products into its own ``16 x M x C`` (``36 x M x C``)
+accumulators (register tiles of MR output channels x NV vectors of input channels,
 the sum over the block's tiles in registers), then the threads' sums are added and transformed into C, and the
 epilogue runs once. Taken (:func:`wino_dw_plan`) for 2-D layers with a plain ``dY`` from 16 input and output
 channels and ``MIN_TILES`` tiles (at the least batch), float32 and float64, unless ``LUMINAL_WINOGRAD=0``.
