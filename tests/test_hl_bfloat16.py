@@ -291,6 +291,22 @@ def test_cpu_mask_cast_to_bfloat16_is_not_rounded():
     assert re.search(r"float t\d+ = \(float\)\(t\d+\);", body) and "lm_bf16r((float)" not in body, body[:1500]
 
 
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_cpu_product_with_a_mask_is_not_rounded(mask_first):
+    """A bfloat16 value times a bool cast to bfloat16 (x or +-0: a bfloat16 value already; autocast's relu and
+    max-pool gradients) is not rounded, here where a float32 result reads it (no store rounds it). Bit for bit
+    against the interpreter over every bfloat16, both operand orders."""
+    def make(x):
+        mask = (x > 0.5).cast("bfloat16")
+        return ((mask * x) if mask_first else (x * mask)).cast("float32")
+    ref, cpu, runtime = _cpu_and_reference(make, ALL_BITS)
+    nan = np.isnan(ref)
+    assert np.array_equal(nan, np.isnan(cpu))
+    assert np.array_equal(ref[~nan].view(np.uint32), cpu[~nan].view(np.uint32))
+    body = runtime.source[runtime.source.index("static int kbody_"):]
+    assert "lm_bf16r(" not in body, body[:1500]
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_cpu_low_precision_division_is_one_float32_divide(dtype):
     """The graph divides bfloat16s as float64's ``a * (1/b)`` rounded to float32 (the correctly rounded float32

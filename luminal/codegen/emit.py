@@ -121,8 +121,10 @@ class KernelWriter:
         if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
             return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
         text = self._compute(value, args)
-        if isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool:
-            rounded = False  # (0 or 1: a bfloat16 value already; autocast's masks, relu's gradient)
+        if _zero_one(value) or isinstance(value.op, ops.Mul) and any(_zero_one(a) for a in value.args):
+            # (0 or 1, and a bfloat16 value times 0 or 1: a bfloat16 value already; autocast's masks, relu's and
+            # max-pool's gradients: lm_bf16r is ~6 integer operations per element)
+            rounded = False
         return self.temp(value.dtype, _round(value.dtype, text) if rounded else text)
 
     def _in_bounds(self, buffer: int, off: Expression) -> bool:
@@ -310,6 +312,11 @@ def _bitcast(src: DType, dst: DType, x: str) -> str:
     u = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}[src.bits]
     bits = f"{_BITS[src][0]}({x})" if src.is_float else f"(({u})({x}))"
     return f"{_BITS[dst][1]}({bits})" if dst.is_float else f"(({dst.c_type})({bits}))"
+
+
+def _zero_one(value) -> bool:
+    """Whether ``value`` is a cast of a bool (0 or 1 in any type)."""
+    return isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool
 
 
 def _round(dtype: DType, text: str) -> str:
