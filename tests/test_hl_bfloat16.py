@@ -291,14 +291,16 @@ def test_cpu_mask_cast_to_bfloat16_is_not_rounded():
     assert re.search(r"float t\d+ = \(float\)\(t\d+\);", body) and "lm_bf16r((float)" not in body, body[:1500]
 
 
-@pytest.mark.parametrize("mask_first", [False, True])
-def test_cpu_product_with_a_mask_is_not_rounded(mask_first):
+@pytest.mark.parametrize("form", ["x*mask", "mask*x", "recast*mask"])
+def test_cpu_product_with_a_mask_is_not_rounded(form):
     """A bfloat16 value times a bool cast to bfloat16 (x or +-0: a bfloat16 value already; autocast's relu and
-    max-pool gradients) is not rounded, here where a float32 result reads it (no store rounds it). Bit for bit
-    against the interpreter over every bfloat16, both operand orders."""
+    max-pool gradients), and a bfloat16 widened to float32 and cast back, are not rounded, here where a float32
+    result reads them (no store rounds it). Bit for bit against the interpreter over every bfloat16."""
     def make(x):
         mask = (x > 0.5).cast("bfloat16")
-        return ((mask * x) if mask_first else (x * mask)).cast("float32")
+        out = {"x*mask": lambda: x * mask, "mask*x": lambda: mask * x,
+               "recast*mask": lambda: x.cast("float32").cast("bfloat16") * mask}[form]()
+        return out.cast("float32")
     ref, cpu, runtime = _cpu_and_reference(make, ALL_BITS)
     nan = np.isnan(ref)
     assert np.array_equal(nan, np.isnan(cpu))

@@ -121,9 +121,7 @@ class KernelWriter:
         if isinstance(value.op, ops.BitCast):  # exact bits: a bfloat16 result is not rounded (NaN payloads)
             return self.temp(value.dtype, _bitcast(value.args[0].dtype, value.dtype, args[0]))
         text = self._compute(value, args)
-        if _zero_one(value) or isinstance(value.op, ops.Mul) and any(_zero_one(a) for a in value.args):
-            # (0 or 1, and a bfloat16 value times 0 or 1: a bfloat16 value already; autocast's masks, relu's and
-            # max-pool's gradients: lm_bf16r is ~6 integer operations per element)
+        if _exact(value):  # (a bfloat16 value already: lm_bf16r is ~6 integer operations per element)
             rounded = False
         return self.temp(value.dtype, _round(value.dtype, text) if rounded else text)
 
@@ -317,6 +315,28 @@ def _bitcast(src: DType, dst: DType, x: str) -> str:
 def _zero_one(value) -> bool:
     """Whether ``value`` is a cast of a bool (0 or 1 in any type)."""
     return isinstance(value, Compute) and isinstance(value.op, ops.Cast) and value.args[0].dtype == DType.bool
+
+
+def _exact(value: Compute) -> bool:
+    """Whether the primitive ``value``'s result, computed in float, is a bfloat16 value already (its rounding a
+    no-op): a cast of a bool (0 or 1: autocast's masks, relu's gradient), a cast of a bfloat16-valued float (a
+    bfloat16 widened and narrowed again: autocast's casts around a float32 op that was dropped), a bfloat16 times
+    a bool cast (x or +-0: relu's and max-pool's gradients under autocast)."""
+    if isinstance(value.op, ops.Cast):
+        return _zero_one(value) or _bf16_valued(value.args[0])
+    if isinstance(value.op, ops.Mul):
+        a, b = value.args
+        return _zero_one(a) and _bf16_valued(b) or _zero_one(b) and _bf16_valued(a)
+    return False
+
+
+def _bf16_valued(value) -> bool:
+    """Whether every value ``value`` takes is a bfloat16 value: a bfloat16 (loaded, or computed and rounded), a
+    bool, or a cast of one to a float type."""
+    if value.dtype in (DType.bfloat16, DType.bool):
+        return True
+    return value.dtype.is_float and isinstance(value, Compute) and isinstance(value.op, ops.Cast) and \
+        _bf16_valued(value.args[0])
 
 
 def _round(dtype: DType, text: str) -> str:
