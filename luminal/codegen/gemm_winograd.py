@@ -438,6 +438,11 @@ def wino_loops(name: str, part, ctype: str, base: str, w: dict, rsp_h: str, m: i
         "                for (long long r = 0; r < nr; r++) {  /* (consecutive rows of the copy; a row's last",
         "                    vector spills into the next row's first tiles, stored after it) */",
         f"                    const {ctype} *s = xp + roff[r] + coff[c];",
+        f"                    if (c + 1 < {ch})  /* (prefetch the next channel's patch rows: W4's input gradient",
+        "                        5.06 -> 4.55 ms, its forward 3.00 -> 2.83) */",
+        f"                        for (int i = 0; i < {e + 2}; i++)",
+        f"                            for (int q = 0; q < {e * tw + 2}; q += {64 // size}) "
+        "__builtin_prefetch(xp + roff[r] + coff[c + 1] + i * RS + q);",
         f"                    {ctype} *d = V + c * {tsp}LL + r * {tw}LL;",
         f"                    for (long long t0 = 0; t0 < {tw}; t0 += {tv}) {{",
         *inp,
