@@ -94,11 +94,7 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize, tile=None)
     of ``itemsize`` bytes (:func:`wino_geometry`). ``tile`` 2 or 4 sets the tile size (the measured search's choice,
     ``GemmKernel.wino``; 4 only from ``MIN_F4`` outputs per side), None leaves it to :func:`wino_tile`; ``"2w"`` /
     ``"4w"`` are those tiles in *wide* blocks (:data:`WIDE`)."""
-    wide = isinstance(tile, str)
-    if wide:
-        if tile not in WIDE_FORMS:
-            raise ValueError(f"Winograd form {tile!r}: expected 0, 2, 4, '2w', '4w' or None")
-        tile = int(tile[0])
+    tile, wide = parse_form(tile)
     if os.environ.get("LUMINAL_WINOGRAD", "1") == "0" or pro.side != "b" or not isinstance(k_total, int):
         return None
     if not isinstance(m, int) or m < MIN_CHANNELS or k_total % 9 or k_total // 9 < MIN_CHANNELS:
@@ -133,6 +129,16 @@ def wino_plan(pro, m, k_total, n_least, kdims, steps, last, itemsize, tile=None)
     w = {"kw": kw, "kh": kh, "ow": ow, "oh": oh, "H": H, "OH": OH, "OW": OW, "CH": k_total // 9, "M": m,
          "E": wino_tile(OH, OW, (n_least or 0) // (OH * OW), k_total // 9, m, tile)}
     return {**w, **wino_geometry(w, itemsize, WIDE if wide else 1)}
+
+
+def parse_form(form) -> tuple:
+    """``(tile, wide)`` of a ``GemmKernel.wino`` value other than 0: the tile size (2, 4, or None for the rules')
+    and whether its blocks are wide (``"2w"`` / ``"4w"``); ``ValueError`` for an unknown string."""
+    if not isinstance(form, str):
+        return form, False
+    if form not in WIDE_FORMS:
+        raise ValueError(f"Winograd form {form!r}: expected 0, 2, 4, '2w', '4w' or None")
+    return int(form[0]), True
 
 
 def wino_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> int:

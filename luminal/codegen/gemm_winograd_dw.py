@@ -36,8 +36,8 @@ import os
 from .gemm_config import vector_bytes
 from .sizes import _c, _prod
 from .gemm_stream import TILES
-from .gemm_winograd import (MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, TRANSFORMS, WIDE_FORMS, _lin,
-                             _shuffle, _shuffle_round, wino_tile)
+from .gemm_winograd import (MASKED, MIN_CHANNELS, MIN_TILES, SHUFFLES, TILE_EFFICIENCY, TRANSFORMS, _lin, _shuffle,
+                             _shuffle_round, parse_form, wino_tile)
 
 # the direct convolution's per-thread buffers (its copy, a thread's partial sums), inside the kernels' include guard
 # LM_DIRECT_BUF; weak and hidden, freed by luminal_release (luminal.codegen.c_support.with_release)
@@ -114,9 +114,7 @@ def wino_dw_tile(oh: int, ow: int, images: int, ch: int, m: int, tile=None) -> i
     6.27 / 5.01, 128 on 28 x 28 at batch 8 5.76 / 5.03, 16 -> 32 on 32 x 32 at batch 32 1.80 / 1.71; but with few
     tiles per channel pair 128 on 28 x 28 at batch 1 (49 tiles) 0.81 / 1.05, 256 on 14 x 14 at batch 8 (128) 7.88
     / 12.35 (each block's 36 products of M x C accumulators, read and written per block, outweigh the saving)."""
-    if isinstance(tile, str) and tile not in WIDE_FORMS:
-        raise ValueError(f"Winograd form {tile!r}: expected 0, 2, 4, '2w', '4w' or None")
-    return wino_tile(oh, ow, images, ch, m, None if tile is None else int(str(tile)[0]))
+    return wino_tile(oh, ow, images, ch, m, parse_form(tile)[0])
 
 
 def dw_geometry(w: dict, itemsize: int) -> dict:
@@ -124,7 +122,7 @@ def dw_geometry(w: dict, itemsize: int) -> dict:
     vectors), the register tile ``MR`` x ``NV`` (the least rows computed past M over its efficiency), ``MP``
     (M padded to MR), ``TSP`` (a row of U: the block's tiles and room for a row's last vector)."""
     vw = vector_bytes() // itemsize
-    e = w.get("E", 2)
+    e = w["E"]
     tw, th, m = -(-w["OW"] // e), -(-w["OH"] // e), w["M"]
     cp = -(-w["CH"] // vw) * vw
     cpv = cp // vw
@@ -244,7 +242,7 @@ def render_wino_dw(r, name: str, g, plan) -> str:
     gm = dw_geometry(w, size)
     vw, tw, th, r_, cp, nv, mr, mp, tsp = (gm[k] for k in ("VW", "TW", "TH", "R", "CP", "NV", "MR", "MP", "TSP"))
     ch, oh, ow, m = w["CH"], w["OH"], w["OW"], w["M"]
-    e = w.get("E", 2)
+    e = w["E"]
     pp = e + 2  # the input patch's side (and the transformed positions' side)
     npos = pp * pp
     bt, gmat, at = TRANSFORMS[e]  # B^T (pp x pp), G (pp x 3), A^T (e x pp): the forward F(e x e, 3x3)'s
