@@ -60,7 +60,8 @@ ROUND_S = 0.02
 # seconds of rounds per copy measured: W4's input-gradient copy (a measuring program of ~45 ms a run) in 5 rounds
 # picked the rules' Winograd block over the wide one in 3 of 4 searches, in 12 rounds once in two, in 40 rounds (and
 # in the training step itself, and in the layer's own graph) the wide one, 10-19 % faster: minima of a few runs
-# of a 2-core machine shared with others differ by more than these forms do
+# of a 2-core machine shared with others differ by more than these forms do (across processes the choice still
+# varied: docs/search.md)
 MEASURE_S = {"quick": 0.5, "full": 2.0}
 MAX_ROUNDS = 200
 MODES = ("", "auto", "fused", "materialized")
