@@ -323,7 +323,7 @@ def _exact(value: Compute) -> bool:
     bfloat16 widened and narrowed again: autocast's casts around a float32 op that was dropped), a bfloat16 times
     a bool cast (x or +-0: relu's and max-pool's gradients under autocast)."""
     if isinstance(value.op, ops.Cast):
-        return _zero_one(value) or _bf16_valued(value.args[0])
+        return _bf16_valued(value.args[0])  # (a bool or a bfloat16-valued float)
     if isinstance(value.op, ops.Mul):
         a, b = value.args
         return _zero_one(a) and _bf16_valued(b) or _zero_one(b) and _bf16_valued(a)
