@@ -312,3 +312,55 @@ def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monk
         want = want.numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
         np.testing.assert_allclose(got, got0, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def _permuting_copies(rt) -> list:
+    """Elementwise kernels that copy a produced buffer through a non-row-major view (transposes)."""
+    from luminal.shape import ShapeTracker
+    made = {k.out for k in rt.program.kernels}
+    return [k for k in rt.program.kernels if isinstance(k, ElementwiseKernel) and isinstance(k.value, Load)
+            and k.value.buffer in made and k.value.view != ShapeTracker.contiguous_of(k.dims)]
+
+
+def test_max_pool_gradient_is_stored_as_its_transposing_copy_reads_it(monkeypatch):
+    # conv -> ReLU -> conv (+ bias) -> ReLU -> max pool -> linear, trained: the max pool's and ReLU's gradient
+    # ((N, C, H, W), the pool's order) is read by the bias gradient and by a copy into channel-major order for the
+    # second convolution's weight and input gradients. Stored in the copy's order, the copy is an identity copy
+    # and dropped. Against PyTorch float64, and the same graph with that choice turned off.
+    torch = pytest.importorskip("torch")
+    import luminal.codegen.layout_order as lo
+    import luminal.nn.functional as F
+    from luminal.training import grad
+    rng = np.random.default_rng(5)
+    xa = rng.standard_normal((3, 1, 12, 12)).astype(np.float32)
+    w1 = (rng.standard_normal((4, 1, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
+    b2 = np.linspace(-0.2, 0.2, 8).astype(np.float32)
+    wl = (rng.standard_normal((8 * 4 * 4, 3)) / 14).astype(np.float32)
+
+    def run():
+        cx = lm.Graph()
+        x = cx.tensor(xa.shape).set(xa)
+        ps = [cx.tensor(a.shape).set(a) for a in (w1, w2, b2, wl)]
+        h = F.max_pool2d(F.conv2d(F.conv2d(x, ps[0]).relu(), ps[1], ps[2]).relu(), 2)
+        y = h.reshape((3, -1)) @ ps[3]
+        gs = [g.retrieve() for g in grad((y * y).mean(), ps)]
+        cx.compile(device="cpu")
+        cx.execute()
+        return cx.runtime, [g.data().copy() for g in gs]
+
+    rt, got = run()
+    monkeypatch.setattr(lo, "_copy_order", lambda *a: None)
+    rt0, got0 = run()
+    assert [[str(d) for d in k.dims] for k in _permuting_copies(rt0)] == [["8", "3", "8", "8"]]
+    assert _permuting_copies(rt) == []
+    tx = torch.from_numpy(xa.astype(np.float64))
+    tp = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (w1, w2, b2, wl)]
+    th = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tp[0]).relu(),
+                                                                   tp[1], tp[2]).relu(), 2)
+    ty = th.reshape(3, -1) @ tp[3]
+    (ty * ty).mean().backward()
+    for g, g0, t in zip(got, got0, tp):
+        want = t.grad.numpy()
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        np.testing.assert_allclose(g, g0, rtol=1e-5, atol=1e-6 * np.abs(want).max())
