@@ -69,7 +69,7 @@ BLOCK_ROWS, MASKED_ROWS, BLOCK_BYTES = 256, 64, 1 << 22
 PARALLEL_MACS = 1 << 16
 SLOT_S, SLOT_P = 6, 7  # their lm_row_scratch slots (a row group's own row-local buffers take 0..5)
 TRIM_BLOCK = 128  # the free-axis block of a GEMM trimmed to an operand's nonzero rows (_trimmed_gemm)
-SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu._ERRORS)
+SCRATCH_ERROR = 5  # the kernel's error code when a thread cannot allocate its scratch (runtime.cpu_plan.KERNEL_ERRORS)
 
 
 def attention_groups(program, groups: list, uses) -> tuple[list, set]:

@@ -32,7 +32,7 @@ from ..codegen.c import CProgram, CRenderer  # noqa: F401  (CProgram: the type o
 from ..codegen.kernel import Program, lower
 from ..codegen.toolchain import find_compiler
 from ..graph import Graph
-from .cpu_plan import _Binding, _Layout, _Plan, _aligned_empty, exclusively_held  # noqa: F401
+from .cpu_plan import KERNEL_ERRORS, _Binding, _Layout, _Plan, _aligned_empty, exclusively_held  # noqa: F401
 from .build import (BASE_FLAGS, CompileStats, _blas, _file_sha256, _verified, build_library,  # noqa: F401
                     build_program, load_program, cache_dir, clean_stale_temporaries, release_scratch)
 
@@ -48,12 +48,6 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 PLAN_CACHE_SIZE = 8   # binding sets whose plan and buffer table are kept (LRU)
 PLAN_HEADROOM = 1.5   # a new plan's slot for a buffer that grew since the last plan: this times its size
-
-_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
-           2: (ZeroDivisionError, "integer modulo by zero"),
-           3: (MemoryError, "a GEMM with a fused prologue could not allocate its packing buffers"),
-           4: (IndexError, "a ScatterAdd index is out of range for its axis"),
-           5: (MemoryError, "a fused attention kernel could not allocate its per-thread scratch buffers")}
 
 
 class CPURuntime:
@@ -84,14 +78,17 @@ class CPURuntime:
         self.blas = _blas() is not None
         # GEMM operands fused into the own GEMM's packing (luminal.codegen.gemm_prologue) and the direct convolution's
         # form: measured with search "quick"/"full" at the bindings known now, else the tuning cache's (or default)
-        from .prologue_search import choose_prologues
-        from ..codegen.gemm_prologue import fuse_prologues
-        plan = choose_prologues(self.program, dict(graph.dyn_map), self.search_level, self.blas, budget_s=self.budget_s)
+        from .prologue_search import choose_prologues, fuse_prologues
+        from .step_forms import forced_plan
+        forced = forced_plan()  # (a build of the step-forms check: its plan given, per-kernel timers on)
+        plan = forced or choose_prologues(self.program, dict(graph.dyn_map), self.search_level, self.blas,
+                                          budget_s=self.budget_s)
         self.fused_buffers, self.prologue_timings, self.packed_buffers, self.marginal_buffers, self.wino_buffers = plan
-        self.program = fuse_prologues(self.program, plan[0], *plan[2:])
+        unfused, self.program = self.program, fuse_prologues(self.program, plan[0], *plan[2:])
         if not self.blas:
             warnings.warn("scipy-openblas32 is not installed: matrix products use plain C loops", stacklevel=3)
-        self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0")
+        self.profiling = os.environ.get("LUMINAL_PROFILE", "0") not in ("", "0") or forced is not None
+        self.step_forms = None  # the StepFormsResult of search="full" (luminal.runtime.step_forms), when one ran
         self.search_result = None   # the last SearchResult (None before a search ran)
         # GEMM kernel index -> {(batch, M, N, K): "blas" | "own:<tag>"}: the generated code dispatches on the
         # sizes at run time; sizes not in the table run the default (see search.default_choice)
@@ -112,6 +109,9 @@ class CPURuntime:
                 self._tune_into(self.gemm_table, bindings, self.search_level)
             else:
                 self._merge(self.gemm_table, bindings, self._cached(bindings))
+            if self.search_level == "full" and forced is None and self.fused_buffers:
+                from .step_forms import check_in_step  # (the GEMMs' winners are cached now)
+                check_in_step(self, graph, unfused, plan, bindings)
         self._install(self.gemm_table, self._build(self.gemm_table))
         # memory plans (see _plan): an LRU of binding sets -> _Binding, all sharing one arena
         self._layout_cache: _Layout | None = None
@@ -575,7 +575,7 @@ class CPURuntime:
             buffers[k] = cached_pointer(node_id, arr)
         code = self._run(buffers, entry.syms)
         if code:
-            exc, text = _ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
+            exc, text = KERNEL_ERRORS.get(code, (RuntimeError, f"kernel error {code}"))
             if code == 1:  # name the index, the size and the tensors as the reference interpreter does
                 text = graph.explain_gather_error() or text
             raise exc(f"compiled graph: {text}")

@@ -3,7 +3,8 @@ symbol values): :class:`_Layout` is what planning needs that does not depend on 
 conflicts, sizes as constants times symbolic dims, buffer-table slots), :class:`_Plan` the arena offsets of one
 placement (:func:`luminal.runtime.arena.first_fit`), :class:`_Binding` one binding set's run state (plan, buffer
 table, symbol values, input/output shapes); and the aligned arrays results live in, with the reference-count test
-that tells when nothing else sees one (:func:`exclusively_held`)."""
+that tells when nothing else sees one (:func:`exclusively_held`); and what the generated code's error codes mean.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ import numpy as np
 from ..codegen.kernel import Program
 from ..graph import Graph
 
+# the generated C's error codes (luminal_run's return value) -> the exception CPURuntime.execute raises
+KERNEL_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
+                 2: (ZeroDivisionError, "integer modulo by zero"),
+                 3: (MemoryError, "a GEMM with a fused prologue could not allocate its packing buffers"),
+                 4: (IndexError, "a ScatterAdd index is out of range for its axis"),
+                 5: (MemoryError, "a fused attention kernel could not allocate its per-thread scratch buffers")}
 
 class _Layout:
     """What memory planning needs that does not depend on the bindings, computed once: each arena buffer's
