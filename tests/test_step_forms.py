@@ -90,3 +90,16 @@ def test_a_build_that_disagrees_with_the_plan_never_wins(monkeypatch, tmp_path):
     assert cx.runtime.wino_buffers == res.wino
     for g, e in zip(got, _torch(*arrays, WIDE_CASE[2])):
         _close(g, e, "float32")
+
+
+def test_a_failed_planned_build_changes_nothing_and_is_not_recorded(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(step_forms, "_build", lambda *a: None)
+    cx, arrays, got = _compile(monkeypatch, "full")
+    res = cx.runtime.step_forms
+    assert res is not None and res.rejected == {"plan": "the planned build failed"} and not res.changed, res
+    assert cx.runtime.wino_buffers == res.wino
+    entries = [e for k, e in tuning.entries().items() if k.startswith("prologue/")]
+    assert entries and not any(e.get("step") for e in entries), entries  # (the next "full" search checks again)
+    for g, e in zip(got, _torch(*arrays, WIDE_CASE[2])):
+        _close(g, e, "float32")

@@ -66,6 +66,7 @@ class StepFormsResult:
     rejected: dict = field(default_factory=dict)
     forms: list = field(default_factory=list)  # the alternative forms built
     elapsed: float = 0.0
+    interrupted: bool = False  # (Ctrl-C: the forms measured so far decide; nothing is cached)
 
 
 def check_in_step(rt, graph, unfused, plan, bindings) -> None:
@@ -117,21 +118,26 @@ def check_forms(graph, unfused, plan, bindings) -> StepFormsResult | None:
             variants[f] = (w, forms)
     result = StepFormsResult(dict(wino), forms=list(variants))
     new = dict(wino)
-    if variants and any(f is not None and f[0] in ("wino", "winodw") for f in planned.values()):
+    if variants:
         new = _measure(graph, (chosen, packed, marginal), wino, planned, variants, readers, result, start)
+    result.elapsed = time.perf_counter() - start
+    if new is None:  # (the planned build failed: nothing changes, nothing is recorded as checked)
+        return result
+    result.wino = new
+    if result.interrupted:  # (the forms measured so far decide; not recorded: the next "full" search checks again)
+        return result
     for b in bufs:
         entry = dict(entries[keys[b]])
         entry.pop("wino", None)
         entry.update({"choice": _plan_name(new.get(b)), "step": True,
                       **({"wino": list(new[b])} if isinstance(new.get(b), tuple) else {})})
         tuning.store(keys[b], entry)
-    result.wino = new
-    result.elapsed = time.perf_counter() - start
     return result
 
 
-def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> dict:
-    """The paired rounds of :func:`check_forms`; returns the ``wino`` map with each reader's winning form."""
+def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> dict | None:
+    """The paired rounds of :func:`check_forms`; returns the ``wino`` map with each reader's winning form (None
+    when the planned build fails: nothing to compare with)."""
     from .build import SEARCH_COMPILE_FLOOR_S, trim_heap
     from .program_search import _release, detached_copy, fill_inputs, mismatch
 
@@ -144,7 +150,7 @@ def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> 
     current = _build(base, (chosen, {}, packed, marginal, wino), retrieved, None)
     if current is None:
         result.rejected["plan"] = "the planned build failed"
-        return dict(wino)
+        return None
     try:
         for f, (w, forms) in variants.items():
             spent = time.perf_counter() - start
@@ -168,6 +174,7 @@ def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> 
             got = None
             gc.collect()
     except KeyboardInterrupt:
+        result.interrupted = True
         warnings.warn("step forms: interrupted; keeping the forms measured so far", stacklevel=4)
     finally:
         _release(current[0])
