@@ -19,12 +19,7 @@ for its GEMM (the im2col copy of a 1x1 window is a transpose). Measured on a Mob
   them, symbols bound to a sample size) is less than the pass saved.
 
 The next 1x1 convolution's transpose needs no pass of its own either way: the lowering computes the activation
-into its copy (stored channel-major) where nothing else reads it. Where something else reads it too, the
-elementwise kernel's output is stored in the order that copy reads it (:func:`_copy_order`; the same conditions on
-the other readers, the copy's pass the gain): the copy is then an identity copy and dropped. W4's max pool and ReLU
-gradient, ``(N, C, H, W)``, is read by the bias gradient and copied channel-major for the second convolution's
-weight and input gradients: stored channel-major, the 9.4 MB copy is gone (W4's step, one process alternating, sum
-of per-kernel minima 20.46 -> 19.67 ms on a loaded host: the copy 1.10 ms, the gradient kernel 1.58 -> 1.73).
+into its copy (stored channel-major) where nothing else reads it.
 
 Values are unchanged: the same elements computed by the same expressions, stored elsewhere. ``LUMINAL_LAYOUT=0``
 turns this off too.
@@ -202,46 +197,14 @@ def _order(kernel: ElementwiseKernel, buffer: int) -> tuple | None:
     return tuple(out)
 
 
-def _copy_order(kernels: list, x: ElementwiseKernel, readers: dict) -> tuple | None:
-    """``(perm, ci)``: a reader ``ci`` of ``x``'s output that copies it whole, permuted (a transpose: its value
-    one unmasked Load walking each axis of the output once, in another order), and the order ``perm`` of
-    ``x``'s axes that stores the output as that copy reads it; None when no reader does (or the output is empty)."""
-    if any(same_size(d, 0) for d in x.dims):
-        return None
-    for ci in readers.get(x.out, ()):
-        c = kernels[ci]
-        v = c.value if isinstance(c, ElementwiseKernel) else None
-        if not isinstance(v, Load) or v.buffer != x.out or v.view.masks or c.dtype != x.dtype:
-            continue
-        got = axis_map(v.view, x.dims)
-        if got is None or any(o not in (None, 0) for o in got[1]):
-            continue
-        walked = [e[0] for e in got[0] if e is not None]
-        if len(set(walked)) != len(walked) or any(e[1] != 1 for e in got[0] if e is not None):
-            continue
-        perm = list(walked)
-        for a in range(len(x.dims)):  # (axes the copy does not walk must be 1 long: kept at their places)
-            if a not in walked:
-                if not same_size(x.dims[a], 1):
-                    break
-                perm.insert(a, a)
-        else:
-            return tuple(perm), ci
-    return None
-
-
-def _reordered(kernels: list, xi: int, pinned: set, readers: dict, buffers: dict):
-    """``kernels`` with kernel ``xi``'s output stored in its producing GEMM's order, or in the order a
-    permuting copy of it reads (the copy then an identity copy), and the gain (elements); None when not exact or
-    not allowed (see the module docstring)."""
+def _reordered(kernels: list, xi: int, pinned: set, readers: dict):
+    """``kernels`` with kernel ``xi``'s output stored in its producing GEMM's order, and the gain (elements);
+    None when not exact or not allowed (see the module docstring)."""
     x, g = kernels[xi], kernels[xi - 1] if xi else None
-    if x.out in pinned or not isinstance(x, ElementwiseKernel):
+    if x.out in pinned or not isinstance(x, ElementwiseKernel) or not isinstance(g, GemmKernel) or \
+            not unit_batch(g) or g.out in pinned:
         return None
-    copy = None
-    if isinstance(g, GemmKernel) and unit_batch(g) and g.out not in pinned:
-        perm = _order(x, g.out)
-    else:
-        perm, copy = _copy_order(kernels, x, readers) or (None, None)
+    perm = _order(x, g.out)
     if perm is None or perm == tuple(range(len(perm))):
         return None
     dims = tuple(x.dims)
@@ -249,9 +212,9 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict, buffers: dict
     if value is None:
         return None
     moved = ElementwiseKernel(x.out, tuple(dims[p] for p in perm), value, x.dtype)
-    if copy is None and epilogue_value(g, moved) is None:
+    if epilogue_value(g, moved) is None:
         return None
-    gain = _elements(ShapeTracker.contiguous_of(dims))  # the pass over the output: the GEMM's epilogue, or the copy
+    gain = _elements(ShapeTracker.contiguous_of(dims))  # the pass over the output, now the GEMM's epilogue
     mine: list = []  # the kernel's other reads: along the permuted vector loop now
     _views_all(x.value, mine, set())
     for v, chain in mine:
@@ -297,8 +260,6 @@ def _reordered(kernels: list, xi: int, pinned: set, readers: dict, buffers: dict
         value = _rewrite(k.value, x.out, table, {})
         new[ki] = ElementwiseKernel(k.out, k.dims, value, k.dtype) if isinstance(k, ElementwiseKernel) else \
             ReduceKernel(k.out, k.dims, k.axis, k.extent, value, k.kind, k.dtype)
-    if copy is not None and _identity_source(new[copy], {**buffers, x.out: (moved.dims, x.dtype)}) != x.out:
-        return None  # (the gain counted is the copy's pass: it must become an identity copy, dropped)
     return new, gain, moved.dims
 
 
@@ -314,8 +275,8 @@ def order_outputs(program: Program) -> Program:
         for b in kernel_buffers(k) - {k.out}:
             readers.setdefault(b, []).append(ki)
     changed = False
-    for xi in range(len(kernels)):
-        got = _reordered(kernels, xi, pinned, readers, buffers)
+    for xi in range(1, len(kernels)):
+        got = _reordered(kernels, xi, pinned, readers)
         if got is None or got[1] <= 0:
             continue
         kernels, _, dims = got
