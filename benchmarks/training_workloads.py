@@ -90,6 +90,11 @@ def _winners(cx, search):
                  for k, m in cx.runtime.prologue_timings.items()}
         if fused:
             print("winners: " + json.dumps(fused), file=sys.stderr)
+        checked = cx.runtime.step_forms  # (the Winograd forms checked in the step: ms per reader and form)
+        if checked is not None:
+            times = {str(o): {str(f): round(t * 1e3, 2) for f, t in row.items()} for o, row in checked.seconds.items()}
+            print(f"winners: step forms ({checked.elapsed:.1f} s), changed {checked.changed}: " + json.dumps(times),
+                  file=sys.stderr)
 
 
 def build_luminal(case, data, search: str = "off", budget: float = 60.0, amp: bool = False):
@@ -383,7 +388,7 @@ def main() -> None:
             winners.extend(f"  {case} {line[len('winners: '):]}" for line in proc.stderr.splitlines()
                            if line.startswith("winners: "))
     if winners:
-        print("search winners per GEMM (kernel key: choice):")
+        print("search winners (GEMMs, operand fusion, step forms):")
         print("\n".join(winners))
     if args.prologue_ab:
         for case in args.only.split(","):
