@@ -103,3 +103,18 @@ def test_a_failed_planned_build_changes_nothing_and_is_not_recorded(monkeypatch,
     assert entries and not any(e.get("step") for e in entries), entries  # (the next "full" search checks again)
     for g, e in zip(got, _torch(*arrays, WIDE_CASE[2])):
         _close(g, e, "float32")
+
+
+def test_forms_left_when_the_budget_is_spent_are_not_recorded_as_checked(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    _fast_in(monkeypatch, 2)
+    real = step_forms.check_forms
+    monkeypatch.setattr(step_forms, "check_forms", lambda *a: real(*a[:4], 1e-6))  # (spent once the plan is built)
+    cx, arrays, got = _compile(monkeypatch, "full")
+    res = cx.runtime.step_forms
+    assert res is not None and res.forms and not res.changed, res
+    assert set(res.rejected) == set(res.forms) and all(w.startswith("not measured") for w in res.rejected.values())
+    entries = [e for k, e in tuning.entries().items() if k.startswith("prologue/")]
+    assert entries and not any(e.get("step") for e in entries), entries
+    for g, e in zip(got, _torch(*arrays, WIDE_CASE[2])):
+        _close(g, e, "float32")

@@ -20,8 +20,9 @@ another form only where that form is at least :data:`MARGIN` faster there than t
 swap forms); readers of one copy may end in different forms (a ``"wino-mix"``).
 
 The result is written back into each checked copy's tuning-cache entry (``"step": true``, its plan and forms
-updated), so ``search="off"`` runs it and a later ``"full"`` search does not check it again. Builds are bounded
-by :data:`BUDGET_S` seconds in all (a C compile within what is left, at least
+updated), so ``search="off"`` runs it and a later ``"full"`` search does not check it again (unless the check was
+cut short: by Ctrl-C, a failed planned build, or the budget before every form was measured). Builds are bounded
+by ``compile()``'s ``budget_s``, else :data:`BUDGET_S` seconds in all (a C compile within what is left, at least
 :data:`~luminal.runtime.build.SEARCH_COMPILE_FLOOR_S`); forms not measured by then are reported in
 ``rejected``. Only graphs whose sizes are all bound are checked.
 """
@@ -72,7 +73,7 @@ class StepFormsResult:
 def check_in_step(rt, graph, unfused, plan, bindings) -> None:
     """:func:`check_forms` for the runtime ``rt`` (``search="full"``), its result in ``rt.step_forms``; a change
     of form rewrites ``rt.program`` and ``rt.wino_buffers``."""
-    rt.step_forms = check_forms(graph, unfused, plan, bindings)
+    rt.step_forms = check_forms(graph, unfused, plan, bindings, rt.budget_s)
     if rt.step_forms is not None and rt.step_forms.wino != rt.wino_buffers:
         rt.wino_buffers = rt.step_forms.wino
         rt.program = fuse_prologues(unfused, plan[0], plan[2], plan[3], rt.wino_buffers)
@@ -85,10 +86,11 @@ def _plan_name(form) -> str:
     return "fused" if form is None else next(k for k, v in WINO.items() if v == form)
 
 
-def check_forms(graph, unfused, plan, bindings) -> StepFormsResult | None:
+def check_forms(graph, unfused, plan, bindings, budget_s: float | None = None) -> StepFormsResult | None:
     """Check the Winograd forms of ``plan`` (``choose_prologues``' result for ``unfused``, the program before
     operand fusion) in the compiled step of ``graph`` (see the module docstring); None when nothing is checked:
-    no copy with Winograd readers and a measured tuning entry, all of them checked before, or a size unbound."""
+    no copy with Winograd readers and a measured tuning entry, all of them checked before, or a size unbound.
+    Builds and rounds stop after ``budget_s`` seconds (default :data:`BUDGET_S`)."""
     from . import tuning
     from .program_search import _concrete_dims
     from .prologue_search import _form, prologue_key
@@ -119,13 +121,14 @@ def check_forms(graph, unfused, plan, bindings) -> StepFormsResult | None:
     result = StepFormsResult(dict(wino), forms=list(variants))
     new = dict(wino)
     if variants:
-        new = _measure(graph, (chosen, packed, marginal), wino, planned, variants, readers, result, start)
+        new = _measure(graph, (chosen, packed, marginal), wino, planned, variants, readers, result,
+                       (start, budget_s or BUDGET_S))
     result.elapsed = time.perf_counter() - start
     if new is None:  # (the planned build failed: nothing changes, nothing is recorded as checked)
         return result
     result.wino = new
-    if result.interrupted:  # (the forms measured so far decide; not recorded: the next "full" search checks again)
-        return result
+    if result.interrupted or any(why.startswith("not measured") for why in result.rejected.values()):
+        return result  # (the forms measured so far decide; not recorded: the next "full" search checks again)
     for b in bufs:
         entry = dict(entries[keys[b]])
         entry.pop("wino", None)
@@ -135,13 +138,14 @@ def check_forms(graph, unfused, plan, bindings) -> StepFormsResult | None:
     return result
 
 
-def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> dict | None:
+def _measure(graph, fusion, wino, planned, variants, readers, result, clock) -> dict | None:
     """The paired rounds of :func:`check_forms`; returns the ``wino`` map with each reader's winning form (None
     when the planned build fails: nothing to compare with)."""
     from .build import SEARCH_COMPILE_FLOOR_S, trim_heap
     from .program_search import _release, detached_copy, fill_inputs, mismatch
 
     chosen, packed, marginal = fusion
+    start, budget = clock
     base = detached_copy(graph)
     fill_inputs(base)
     retrieved = {nid: (graph.nodes[nid].dims, graph.nodes[nid].dtype) for nid in sorted(graph.to_retrieve)
@@ -154,11 +158,11 @@ def _measure(graph, fusion, wino, planned, variants, readers, result, start) -> 
     try:
         for f, (w, forms) in variants.items():
             spent = time.perf_counter() - start
-            if spent > BUDGET_S:
+            if spent > budget:
                 result.rejected[f] = "not measured: the budget was spent"
                 continue
             got = _build(base, (chosen, {}, packed, marginal, w), retrieved,
-                         max(BUDGET_S - spent, SEARCH_COMPILE_FLOOR_S))
+                         max(budget - spent, SEARCH_COMPILE_FLOOR_S))
             if got is None:
                 result.rejected[f] = "failed to build or run"
                 continue
