@@ -16,7 +16,7 @@ import pytest
 import luminal as lm
 from luminal.codegen.kernel import ElementwiseKernel, GemmKernel, Load
 from luminal.codegen.layout_order import axis_map, permuted_view
-from luminal.shape import ShapeTracker
+from luminal.shape import ShapeTracker, to_expr
 
 
 def _windows(base: ShapeTracker) -> ShapeTracker:
@@ -312,3 +312,70 @@ def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monk
         want = want.numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
         np.testing.assert_allclose(got, got0, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def test_relu_gradient_under_autocast_is_the_input_gradients_epilogue(monkeypatch):
+    # as above under lm.autocast(bfloat16): the input gradient is rounded to bfloat16 before the mask, an inlined
+    # cast over the product's space read as (N, C, H, W). Sunk into loads of the product through that view
+    # (kernel.sink_view), the mask permutes into the product's order and runs as the GEMM's epilogue, and the
+    # first convolution's weight gradient reads it in place (no copy of its own). Against the same graph with
+    # the remapping kept (1e-6 of the largest value) and PyTorch float64 (bfloat16 products: 2e-2).
+    torch = pytest.importorskip("torch")
+    import luminal.codegen.kernel as kernel_mod
+    from luminal.training import grad
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal((4, 1, 12, 12)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 1, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+
+    def run():
+        cx = lm.Graph()
+        with lm.autocast(lm.bfloat16):
+            loss, params = _two_convs(cx, xa, w1, w2)
+            gs = [g.retrieve() for g in grad(loss, params)]
+        cx.compile(device="cpu")
+        cx.execute()
+        return cx.runtime, [g.data().astype(np.float64) for g in gs]
+
+    rt, got = run()
+    monkeypatch.setattr(kernel_mod, "sink_view", lambda *a: None)
+    rt0, got0 = run()
+
+    def epilogues(r):  # the mask (8 channels x 4 images, channel-major) as a GEMM's epilogue
+        return [g for g in r.cprogram.groups if len(g) == 2 and isinstance(r.program.kernels[g[0]], GemmKernel)
+                and [str(d) for d in r.program.kernels[g[1]].dims] == ["8", "4", "10", "10"]]
+    assert epilogues(rt) and not epilogues(rt0)
+    def passes(r):  # kernels over the first convolution's output that run as passes of their own
+        return [[str(d) for d in r.program.kernels[g[0]].dims] for g in r.cprogram.groups if len(g) == 1 and
+                isinstance(r.program.kernels[g[0]], ElementwiseKernel) and
+                sorted(str(d) for d in r.program.kernels[g[0]].dims) == ["10", "10", "4", "8"]]
+    # without: the mask (N, C, H, W) and its copy channel-major for the weight gradient; with: the forward ReLU's
+    # pass only (under autocast the bias's rounding sits between the product and it)
+    assert len(passes(rt0)) == len(passes(rt)) + 2, (passes(rt), passes(rt0))
+    tx = torch.from_numpy(xa.astype(np.float64))
+    tw1, tw2 = (torch.from_numpy(w.astype(np.float64)).requires_grad_() for w in (w1, w2))
+    tb1 = torch.from_numpy(np.linspace(-0.3, 0.3, 8)).requires_grad_()
+    ty = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tw1, tb1).relu(), tw2).relu()
+    (ty * ty).mean().backward()
+    for g, g0, t in zip(got, got0, (tw1, tb1, tw2)):
+        want = t.grad.numpy()
+        np.testing.assert_allclose(g, g0, rtol=0, atol=1e-6 * np.abs(g0).max())
+        np.testing.assert_allclose(g, want, rtol=0, atol=2e-2 * np.abs(want).max())
+
+
+def test_sink_view_keeps_what_it_cannot_remap():
+    from luminal.codegen.kernel import ConstValue, IotaValue, sink_view
+    from luminal.dtype import DType
+    dims = (2, 3, 4)
+    own = ShapeTracker.contiguous_of(dims)
+    view = own.permute((1, 0, 2))
+    load = Load(7, own, DType.float32)
+    sunk = sink_view(load, dims, view, {})
+    assert sunk == Load(7, view, DType.float32)
+    buf = np.arange(24.0)  # (the sunk load reads, at each reader index, what the remapped producer gives)
+    np.testing.assert_array_equal(sunk.view.gather_numpy(buf), view.gather_numpy(own.gather_numpy(buf)))
+    assert sink_view(load, dims, own.pad(2, 1, 1), {}) is None  # (a masked slot reads 0, not f(0))
+    assert sink_view(Load(7, view, DType.float32), dims, view, {}) is None  # (not the producer's own index)
+    assert sink_view(IotaValue(to_expr(0), DType.int32, own), dims, view, {}) is None
+    const = ConstValue(2.0, DType.float32, ShapeTracker.fake(dims))
+    assert sink_view(const, dims, view, {}) == ConstValue(2.0, DType.float32, ShapeTracker.fake(view.dims))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .. import ops
 from ..dtype import DType
 from ..graph import Edge, Graph
-from ..shape import Expression, ShapeTracker
+from ..shape import Expression, ShapeTracker, to_expr
 
 
 # ---------------------------------------------------------------------------- values
@@ -317,6 +317,34 @@ def _blas_operand(program: Program, edge, k_axis: int, mn_axis: int, dtype: DTyp
     return temp, ShapeTracker(view.dims, tuple(reversed(strides)))
 
 
+def sink_view(value, dims, view: ShapeTracker, memo: dict):
+    """``Remapped(value, dims, view)`` without the remapping, or None: where ``value`` is elementwise arithmetic
+    (casts, a product's rounding under autocast) on loads of buffers at the producer's own row-major index and on
+    broadcast constants, it is that arithmetic on the buffers read through ``view`` itself (the loads' flat
+    index is the producer's). The index stays affine in the reader's loop variables, so the reader's axes merge
+    and permute through it (a Remapped over a space its view does not walk axis by axis does neither: W4's ReLU
+    gradient under autocast, the input gradient's rounding read as ``(N, C, H, W)``, stayed a pass of its own
+    instead of the GEMM's epilogue). Not through a masked view (a masked slot reads 0, the arithmetic on 0 need
+    not be 0)."""
+    if view.masks:
+        return None
+    key = id(value)
+    if key in memo:
+        return memo[key][1]
+    out = None
+    if isinstance(value, Load):
+        if value.view == ShapeTracker.contiguous_of(dims):
+            out = Load(value.buffer, view, value.dtype)
+    elif isinstance(value, ConstValue):
+        if not value.view.masks and all(to_expr(s).to_int() == 0 for s in value.view.strides):
+            out = ConstValue(value.value, value.dtype, ShapeTracker.fake(view.dims))
+    elif isinstance(value, Compute):
+        args = [sink_view(a, dims, view, memo) for a in value.args]
+        out = None if any(a is None for a in args) else Compute(value.op, tuple(args), value.dtype)
+    memo[key] = (value, out)  # (the value kept alive: its id is not reused while the memo lives)
+    return out
+
+
 def lower(graph: Graph) -> Program:
     """Partition ``graph`` into kernels (see the module docstring)."""
     order = graph.toposort()
@@ -401,7 +429,8 @@ def lower(graph: Graph) -> Program:
         body = body_of(src)
         if view.is_contiguous() and view.dims == node.dims:
             return body
-        return Remapped(body, node.dims, view, node.dtype)
+        sunk = sink_view(body, node.dims, view, {})
+        return sunk if sunk is not None else Remapped(body, node.dims, view, node.dtype)
 
     def body_of(node_id: int):
         """The value of ``node_id`` at its own index variables (inlining non-materialized producers)."""
