@@ -266,6 +266,23 @@ def _two_convs(cx, xa, w1, w2):
     return (y * y).mean(), [p1, b1, p2]
 
 
+def _two_conv_arrays():
+    rng = np.random.default_rng(3)
+    return (rng.standard_normal((4, 1, 12, 12)).astype(np.float32),
+            (rng.standard_normal((8, 1, 3, 3)) / 3).astype(np.float32),
+            (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32))
+
+
+def _two_conv_torch(torch, xa, w1, w2):
+    """PyTorch float64's conv -> ReLU -> conv -> ReLU loss of :func:`_two_convs`, backward done: (w1, b1, w2)."""
+    tx = torch.from_numpy(xa.astype(np.float64))
+    tw1, tw2 = (torch.from_numpy(w.astype(np.float64)).requires_grad_() for w in (w1, w2))
+    tb1 = torch.from_numpy(np.linspace(-0.3, 0.3, 8)).requires_grad_()
+    ty = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tw1, tb1).relu(), tw2).relu()
+    (ty * ty).mean().backward()
+    return tw1, tb1, tw2
+
+
 def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monkeypatch):
     # conv -> ReLU -> conv, trained: the ReLU's gradient (the second convolution's input gradient times the mask)
     # is stored channel-major, the product's order, so it runs as that GEMM's epilogue; the permuting copy the
@@ -275,10 +292,7 @@ def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monk
     torch = pytest.importorskip("torch")
     from luminal.codegen.layout_order import _identity_source
     from luminal.training import grad
-    rng = np.random.default_rng(3)
-    xa = rng.standard_normal((4, 1, 12, 12)).astype(np.float32)
-    w1 = (rng.standard_normal((8, 1, 3, 3)) / 3).astype(np.float32)
-    w2 = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    xa, w1, w2 = _two_conv_arrays()
     runs = {}
     for layout in ("1", "0"):
         monkeypatch.setenv("LUMINAL_LAYOUT", layout)
@@ -303,11 +317,7 @@ def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monk
         assert sum(1 for g in r.cprogram.groups if len(g) == 2 and isinstance(r.program.kernels[g[0]], GemmKernel)
                    and id(r.program.kernels[g[1]]) in ids) == fused
     assert not any(_identity_source(k, rt.program.buffers) is not None for k in rt.program.kernels)
-    tx = torch.from_numpy(xa.astype(np.float64))
-    tw1, tw2 = (torch.from_numpy(w.astype(np.float64)).requires_grad_() for w in (w1, w2))
-    tb1 = torch.from_numpy(np.linspace(-0.3, 0.3, 8)).requires_grad_()
-    ty = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tw1, tb1).relu(), tw2).relu()
-    (ty * ty).mean().backward()
+    tw1, tb1, tw2 = _two_conv_torch(torch, xa, w1, w2)
     for got, got0, want in zip(runs["1"][1], runs["0"][1], (tw1.grad, tb1.grad, tw2.grad)):
         want = want.numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
@@ -323,10 +333,7 @@ def test_relu_gradient_under_autocast_is_the_input_gradients_epilogue(monkeypatc
     torch = pytest.importorskip("torch")
     import luminal.codegen.kernel as kernel_mod
     from luminal.training import grad
-    rng = np.random.default_rng(3)
-    xa = rng.standard_normal((4, 1, 12, 12)).astype(np.float32)
-    w1 = (rng.standard_normal((8, 1, 3, 3)) / 3).astype(np.float32)
-    w2 = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    xa, w1, w2 = _two_conv_arrays()
 
     def run():
         cx = lm.Graph()
@@ -352,11 +359,7 @@ def test_relu_gradient_under_autocast_is_the_input_gradients_epilogue(monkeypatc
     # without: the mask (N, C, H, W) and its copy channel-major for the weight gradient; with: the forward ReLU's
     # pass only (under autocast the bias's rounding sits between the product and it)
     assert len(passes(rt0)) == len(passes(rt)) + 2, (passes(rt), passes(rt0))
-    tx = torch.from_numpy(xa.astype(np.float64))
-    tw1, tw2 = (torch.from_numpy(w.astype(np.float64)).requires_grad_() for w in (w1, w2))
-    tb1 = torch.from_numpy(np.linspace(-0.3, 0.3, 8)).requires_grad_()
-    ty = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tw1, tb1).relu(), tw2).relu()
-    (ty * ty).mean().backward()
+    tw1, tb1, tw2 = _two_conv_torch(torch, xa, w1, w2)
     for g, g0, t in zip(got, got0, (tw1, tb1, tw2)):
         want = t.grad.numpy()
         np.testing.assert_allclose(g, g0, rtol=0, atol=1e-6 * np.abs(g0).max())
