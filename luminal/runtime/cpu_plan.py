@@ -23,6 +23,7 @@ KERNEL_ERRORS = {1: (IndexError, "a Gather index is out of range for its axis"),
                  4: (IndexError, "a ScatterAdd index is out of range for its axis"),
                  5: (MemoryError, "a fused attention kernel could not allocate its per-thread scratch buffers")}
 
+
 class _Layout:
     """What memory planning needs that does not depend on the bindings, computed once: each arena buffer's
     lifetime (in rendered groups), the buffers whose lifetimes overlap (they may not share bytes), its size as a
