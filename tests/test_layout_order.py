@@ -382,3 +382,34 @@ def test_sink_view_keeps_what_it_cannot_remap():
     assert sink_view(IotaValue(to_expr(0), DType.int32, own), dims, view, {}) is None
     const = ConstValue(2.0, DType.float32, ShapeTracker.fake(dims))
     assert sink_view(const, dims, view, {}) == ConstValue(2.0, DType.float32, ShapeTracker.fake(view.dims))
+
+
+def test_input_gradient_under_autocast_reads_the_rounded_gradient_in_place(monkeypatch):
+    # conv -> ReLU -> conv under autocast: the second convolution's input gradient is a convolution of its upstream
+    # gradient, padded by 2, rounded to bfloat16. Rounded before it is padded (the same values: zeros round to
+    # zeros), the GEMM reads a padded view of the rounded gradient: no kernel writes a padded (4, 16, 12, 12) copy.
+    # Against the same graph rounding after the padding (1e-6 of the largest value) and PyTorch float64 (2e-2).
+    torch = pytest.importorskip("torch")
+    import luminal.nn.conv_grad as conv_grad
+    from luminal.training import grad
+    xa, w1, w2 = _two_conv_arrays()
+
+    def run():
+        cx = lm.Graph()
+        with lm.autocast(lm.bfloat16):
+            loss, params = _two_convs(cx, xa, w1, w2)
+            gs = [g.retrieve() for g in grad(loss, params)]
+        cx.compile(device="cpu")
+        cx.execute()
+        padded = [k for k in cx.runtime.program.kernels if isinstance(k, ElementwiseKernel)
+                  and sorted(str(d) for d in k.dims) == ["12", "12", "16", "4"]]
+        return padded, [g.data().astype(np.float64) for g in gs]
+
+    padded, got = run()
+    monkeypatch.setattr(conv_grad, "lower_precision_dtype", lambda *a: None)  # (conv_nd rounds the padded input)
+    padded0, got0 = run()
+    assert not padded and len(padded0) == 1, (padded, padded0)
+    for g, g0, t in zip(got, got0, _two_conv_torch(torch, xa, w1, w2)):
+        want = t.grad.numpy()
+        np.testing.assert_allclose(g, g0, rtol=0, atol=1e-6 * np.abs(g0).max())
+        np.testing.assert_allclose(g, want, rtol=0, atol=2e-2 * np.abs(want).max())
