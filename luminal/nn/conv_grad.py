@@ -11,7 +11,9 @@ its product instead:
   spatial axis (input positions ``s*i + r``, polyphase): phase ``r`` receives only the kernel taps ``k`` with
   ``d*k = r + pad (mod s)``, a stride-1 convolution of the upstream gradient with that sub-kernel (every
   ``s/gcd(d, s)``-th tap, dilation ``d/gcd(d, s)``), and the phases interleave into the gradient. No product
-  touches an interleaved zero (the primitives' form computes ``s**n`` times the products for a 2-D ``n``);
+  touches an interleaved zero (the primitives' form computes ``s**n`` times the products for a 2-D ``n``).
+  Under :class:`luminal.autocast` (stride 1) the upstream gradient is rounded before it is padded, so the
+  GEMM reads a padded view of the rounded gradient, not a padded rounded copy;
 * the **weight gradient** is, per group, the windows of the padded input (its im2col) contracted with the
   upstream gradient over the batch and the output positions: the direct kernel's "dot" form reads them in
   place.
