@@ -324,6 +324,19 @@ def test_relu_gradient_between_convolutions_is_the_input_gradients_epilogue(monk
         np.testing.assert_allclose(got, got0, rtol=1e-5, atol=1e-6 * np.abs(want).max())
 
 
+def _two_convs_autocast(xa, w1, w2):
+    """:func:`_two_convs` built under ``lm.autocast(bfloat16)``, its gradients compiled for the cpu and run once:
+    ``(runtime, [w1, b1, w2 gradients as float64])``."""
+    from luminal.training import grad
+    cx = lm.Graph()
+    with lm.autocast(lm.bfloat16):
+        loss, params = _two_convs(cx, xa, w1, w2)
+        gs = [g.retrieve() for g in grad(loss, params)]
+    cx.compile(device="cpu")
+    cx.execute()
+    return cx.runtime, [g.data().astype(np.float64) for g in gs]
+
+
 def test_relu_gradient_under_autocast_is_the_input_gradients_epilogue(monkeypatch):
     # as above under lm.autocast(bfloat16): the input gradient is rounded to bfloat16 before the mask, an inlined
     # cast over the product's space read as (N, C, H, W). Sunk into loads of the product through that view
@@ -332,21 +345,10 @@ def test_relu_gradient_under_autocast_is_the_input_gradients_epilogue(monkeypatc
     # the remapping kept (1e-6 of the largest value) and PyTorch float64 (bfloat16 products: 2e-2).
     torch = pytest.importorskip("torch")
     import luminal.codegen.kernel as kernel_mod
-    from luminal.training import grad
     xa, w1, w2 = _two_conv_arrays()
-
-    def run():
-        cx = lm.Graph()
-        with lm.autocast(lm.bfloat16):
-            loss, params = _two_convs(cx, xa, w1, w2)
-            gs = [g.retrieve() for g in grad(loss, params)]
-        cx.compile(device="cpu")
-        cx.execute()
-        return cx.runtime, [g.data().astype(np.float64) for g in gs]
-
-    rt, got = run()
+    rt, got = _two_convs_autocast(xa, w1, w2)
     monkeypatch.setattr(kernel_mod, "sink_view", lambda *a: None)
-    rt0, got0 = run()
+    rt0, got0 = _two_convs_autocast(xa, w1, w2)
 
     def epilogues(r):  # the mask (8 channels x 4 images, channel-major) as a GEMM's epilogue
         return [g for g in r.cprogram.groups if len(g) == 2 and isinstance(r.program.kernels[g[0]], GemmKernel)
@@ -391,23 +393,16 @@ def test_input_gradient_under_autocast_reads_the_rounded_gradient_in_place(monke
     # Against the same graph rounding after the padding (1e-6 of the largest value) and PyTorch float64 (2e-2).
     torch = pytest.importorskip("torch")
     import luminal.nn.conv_grad as conv_grad
-    from luminal.training import grad
     xa, w1, w2 = _two_conv_arrays()
 
-    def run():
-        cx = lm.Graph()
-        with lm.autocast(lm.bfloat16):
-            loss, params = _two_convs(cx, xa, w1, w2)
-            gs = [g.retrieve() for g in grad(loss, params)]
-        cx.compile(device="cpu")
-        cx.execute()
-        padded = [k for k in cx.runtime.program.kernels if isinstance(k, ElementwiseKernel)
-                  and sorted(str(d) for d in k.dims) == ["12", "12", "16", "4"]]
-        return padded, [g.data().astype(np.float64) for g in gs]
+    def padded(rt):
+        return [k for k in rt.program.kernels if isinstance(k, ElementwiseKernel)
+                and sorted(str(d) for d in k.dims) == ["12", "12", "16", "4"]]
 
-    padded, got = run()
+    rt, got = _two_convs_autocast(xa, w1, w2)
     monkeypatch.setattr(conv_grad, "lower_precision_dtype", lambda *a: None)  # (conv_nd rounds the padded input)
-    padded0, got0 = run()
+    rt0, got0 = _two_convs_autocast(xa, w1, w2)
+    padded, padded0 = padded(rt), padded(rt0)
     assert not padded and len(padded0) == 1, (padded, padded0)
     for g, g0, t in zip(got, got0, _two_conv_torch(torch, xa, w1, w2)):
         want = t.grad.numpy()
