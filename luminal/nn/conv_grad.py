@@ -24,9 +24,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from ..amp import autocast_off, lower_precision_dtype, round_to
 from ..codegen.gemm_direct import rows_apply
 from ..hl_ops.movement import stack
-from ..amp import autocast_off, lower_precision_dtype, round_to
 from .conv import _const, _prod
 
 
